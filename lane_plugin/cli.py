@@ -1,0 +1,266 @@
+"""The ``lane`` command line.
+
+``submit``, ``tick`` and ``settle`` import neither Prefect nor pandas, so a
+shell loop of them stays fast. Errors print one line and exit non-zero:
+2 bad input, 3 unknown lane or job, 4 never fits, 5 not leased, 6 conflicting
+replay, 7 parked, 8 database.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+import typer
+
+from .errors import LaneError
+
+app = typer.Typer(
+    help="Token-weighted admission for LLM pipelines: a ledger of lanes, jobs, leases and settlements.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+lanes_app = typer.Typer(help="Show lanes (spent / reserved / remaining / overage) or change one.", invoke_without_command=True)
+tail_app = typer.Typer(help="Parked jobs: list them, requeue one, or drop one.", invoke_without_command=True)
+db_app = typer.Typer(help="The ledger's database schema.", no_args_is_help=True)
+app.add_typer(lanes_app, name="lanes")
+app.add_typer(tail_app, name="tail")
+app.add_typer(db_app, name="db")
+
+_state: dict = {"db": None}
+JSON = typer.Option(False, "--json", help="Print JSON for scripts.")
+
+
+@app.callback()
+def main_options(
+    db: Optional[str] = typer.Option(
+        None, "--db", help="Ledger URL (default: $LANE_DATABASE_URL or lane.db under PREFECT_HOME).", show_default=False
+    ),
+):
+    _state["db"] = db
+
+
+def ledger():
+    from .ledger import Ledger
+
+    return Ledger(_state["db"])
+
+
+def _print_json(data) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str, ensure_ascii=False))
+
+
+def _table(title: str, columns: list[str], rows: list[list]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for c in columns:
+        table.add_column(c, overflow="fold")
+    for r in rows:
+        table.add_row(*[("" if v is None else str(v)) for v in r])
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # piped: do not fold numbers into 80 columns
+    console.print(table)
+
+
+@app.command()
+def submit(
+    stage: str = typer.Option(..., help="Pipeline stage (stored verbatim)."),
+    est: int = typer.Option(..., help="Estimated tokens."),
+    lane: str = typer.Option("free", help="Lane to wait in."),
+    est_version: Optional[str] = typer.Option(None, help="Estimator name/version that made --est."),
+    run_key: Optional[str] = typer.Option(None, help="Pipeline run this job belongs to."),
+    key: Optional[str] = typer.Option(None, help="Idempotency key: the same key returns the same job."),
+    wait: Optional[float] = typer.Option(None, help="Seconds it may wait before it is parked."),
+    fallback: Optional[str] = typer.Option(None, help="Lane to fall back to ('lane' = the lane's own fallback)."),
+):
+    """Record a job; prints only its id, so `id=$(lane submit ...)` works."""
+    fb = True if fallback == "lane" else fallback
+    typer.echo(ledger().submit(stage, est, lane, est_version=est_version, run_key=run_key, key=key,
+                               wait_seconds=wait, fallback=fb))  # fmt: skip
+
+
+@app.command()
+def tick(lane: str = typer.Option("free", help="Lane to admit in."), as_json: bool = JSON):
+    """Lease what fits now: due jobs first, then smallest first, within budget, burst and lease caps."""
+    leases = ledger().tick(lane)
+    if as_json:
+        _print_json([{"id": x.job_id, "stage": x.stage, "est": x.est, "lane": x.lane, "attempt": x.attempt,
+                      "lease_until": x.lease_until, "token": x.token} for x in leases])  # fmt: skip
+        return
+    for x in leases:
+        typer.echo(f"{x.job_id}\t{x.stage}\t{x.est}\tattempt {x.attempt}")
+    typer.echo(f"leased {len(leases)} jobs, {sum(x.est for x in leases)} tokens", err=True)
+
+
+@app.command()
+def settle(
+    job_id: str = typer.Argument(..., help="Job to settle."),
+    actual: int = typer.Option(..., help="Tokens really spent."),
+    attempt: Optional[int] = typer.Option(None, help="Attempt (default: the job's current one)."),
+    failed: bool = typer.Option(False, "--failed", help="The attempt failed (its tokens are still billed)."),
+    as_json: bool = JSON,
+):
+    """Bill what a job really spent, exactly once (a replay bills nothing)."""
+    from dataclasses import asdict
+
+    r = ledger().settle(job_id, actual, attempt=attempt, outcome="failed" if failed else "done")
+    if as_json:
+        _print_json(asdict(r))
+        return
+    notes = [n for n, on in (("replay: billed nothing", r.replay), ("late", r.late)) if on]
+    over = f", overage {r.overage}" if r.overage else ""
+    typer.echo(f"settled {r.job_id} attempt {r.attempt}: {r.actual} tokens{over}" + (f" ({', '.join(notes)})" if notes else ""))
+
+
+@app.command()
+def reap(
+    overdue: bool = typer.Option(False, "--overdue", help="Also park jobs past their deadline and expire the tail."),
+    as_json: bool = JSON,
+):
+    """Return expired leases to the queue (attempt + 1), or park them when attempts are exhausted."""
+    led = ledger()
+    moved = led.park_overdue() if overdue else led.reap()
+    if as_json:
+        _print_json({"requeued": moved.requeued, "parked": moved.parked, "expired": moved.expired})
+        return
+    typer.echo(f"requeued {len(moved.requeued)}, parked {len(moved.parked)}, expired {len(moved.expired)}")
+
+
+@app.command()
+def report(
+    lane: Optional[str] = typer.Option(None, help="Only this lane."),
+    since: Optional[str] = typer.Option(None, help="Only jobs finished within this span (24h, 7d...)."),
+    by: str = typer.Option("stage", help="Group by: stage, est_version, lane (comma separated)."),
+    fmt: str = typer.Option("table", "--format", help="table, csv, json or markdown."),
+):
+    """Drift per stage: sum(actual) / sum(est) of done jobs, as in the article."""
+    from .reports import drift, render
+
+    df = drift(ledger(), lane=lane, since=since, by=[g.strip() for g in by.split(",") if g.strip()])
+    typer.echo(render(df, fmt))
+
+
+@lanes_app.callback()
+def lanes(ctx: typer.Context, as_json: bool = JSON):
+    """Spent / reserved / remaining / overage per lane, % of ceiling, leased, waiting and parked."""
+    if ctx.invoked_subcommand:
+        return
+    status = ledger().lanes()
+    if as_json:
+        _print_json(status)
+        return
+    rows = []
+    for s in status:
+        flags = [f for f, on in (("STOPPED", s["stopped"]), ("HARD-STOP", s["hard_stopped"] and not s["stopped"]),
+                                 ("80%: finishing only", s["starting_stopped"] and not s["hard_stopped"]),
+                                 (f"preflight failed: {s['preflight_error']}", not s["preflight_ok"])) if on]  # fmt: skip
+        rows.append([s["lane"], f"{s['ceiling']:,}", f"{s['spent']:,}", f"{s['reserved']:,}", f"{s['remaining']:,}",
+                     f"{s['overage']:,}", f"{s['pct_of_ceiling']:.1f}%", f"{s['leased']}/{s['max_leased']}",
+                     s["waiting"], s["parked"], "; ".join(flags) or "ok"])  # fmt: skip
+    _table("lanes", ["lane", "ceiling", "spent", "reserved", "remaining", "overage", "% ceiling", "leased",
+                     "waiting", "parked", "status"], rows)  # fmt: skip
+
+
+@lanes_app.command("set")
+def lanes_set(
+    name: str = typer.Argument(..., help="Lane to change (created if new)."),
+    allowance: Optional[int] = typer.Option(None, help="The provider's allowance."),
+    ceiling: Optional[int] = typer.Option(None, help="Never admit past this many tokens."),
+    start_fraction: Optional[float] = typer.Option(None, help="Share of the ceiling jobs that start a run may use."),
+    burst_tokens: Optional[int] = typer.Option(None, help="Tokens admitted per window."),
+    window_seconds: Optional[float] = typer.Option(None, help="Burst window length."),
+    max_leased: Optional[int] = typer.Option(None, help="Leased jobs at most."),
+    lease_seconds: Optional[float] = typer.Option(None, help="Lease length."),
+    max_wait_seconds: Optional[float] = typer.Option(None, help="After this wait a job is due (goes first)."),
+    max_attempts: Optional[int] = typer.Option(None, help="Lease expiries before a job is parked."),
+    park_seconds: Optional[float] = typer.Option(None, help="How long a parked job stays in the tail."),
+    fallback: Optional[str] = typer.Option(None, help="Fallback lane ('' for none)."),
+    preflight: Optional[str] = typer.Option(None, help="http(s) URL or module:function ('' for none)."),
+    preflight_timeout: Optional[float] = typer.Option(None, help="Seconds the preflight may take."),
+    period: Optional[str] = typer.Option(None, help="Allowance reset: none, daily or monthly."),
+    stop: Optional[bool] = typer.Option(None, "--stop/--resume", help="Hard-stop the lane, or resume it."),
+    as_json: bool = JSON,
+):
+    """Change a lane's numbers, e.g. `lane lanes set free --ceiling 6000000`."""
+    settings = {k: v for k, v in dict(
+        allowance=allowance, ceiling=ceiling, start_fraction=start_fraction, burst_tokens=burst_tokens,
+        window_seconds=window_seconds, max_leased=max_leased, lease_seconds=lease_seconds,
+        max_wait_seconds=max_wait_seconds, max_attempts=max_attempts, park_seconds=park_seconds,
+        fallback=fallback, preflight=preflight, preflight_timeout=preflight_timeout, period=period, stopped=stop,
+    ).items() if v is not None}  # fmt: skip
+    row = ledger().set_lane(name, **settings)
+    if as_json:
+        from dataclasses import asdict
+
+        _print_json(asdict(row))
+        return
+    typer.echo(f"lane {row.name}: ceiling {row.ceiling:,}, burst {row.burst_tokens:,}/{row.window_seconds:g}s, "
+               f"max leased {row.max_leased}, lease {row.lease_seconds:g}s, fallback {row.fallback or '-'}")  # fmt: skip
+
+
+@tail_app.callback()
+def tail(ctx: typer.Context, lane: Optional[str] = typer.Option(None, help="Only this lane."), as_json: bool = JSON):
+    """List parked jobs with age, deadline and reason."""
+    if ctx.invoked_subcommand:
+        return
+    import time
+
+    jobs = ledger().tail(lane)
+    if as_json:
+        _print_json(jobs)
+        return
+    now = time.time()
+    _table(f"tail: {len(jobs)} parked", ["job", "lane", "stage", "est", "age", "expires in", "reason"],
+           [[j["job_id"], j["lane"], j["stage"], j["est"], f"{j['age']:.0f}s", f"{j['deadline'] - now:.0f}s",
+             j["reason"]] for j in jobs])  # fmt: skip
+
+
+@tail_app.command("requeue")
+def tail_requeue(job_id: str):
+    """Put a parked job back in the queue."""
+    ledger().requeue(job_id)
+    typer.echo(f"requeued {job_id}")
+
+
+@tail_app.command("drop")
+def tail_drop(job_id: str):
+    """Fail a parked job for good."""
+    ledger().drop(job_id)
+    typer.echo(f"dropped {job_id}")
+
+
+@db_app.command("upgrade")
+def db_upgrade():
+    """Create the ledger's tables, or upgrade them to this version's schema."""
+    led = ledger()
+    typer.echo(f"{led.url}: schema at revision {led.upgrade()}")
+
+
+@app.command()
+def audit(grace: float = typer.Option(60.0, help="Reap interval: how long a lease may outlive its expiry.")):
+    """Check invariants I1-I6 from the tables; exits 1 naming each violation."""
+    bad = ledger().audit(grace=grace)
+    for line in bad:
+        typer.echo(line)
+    if bad:
+        raise typer.Exit(1)
+    typer.echo("ledger sound: I1-I6 hold")
+
+
+def main() -> None:
+    from .config import redact
+
+    try:
+        app()
+    except LaneError as exc:
+        typer.echo(f"lane: error: {redact(str(exc))}", err=True)
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""Every error the library raises on purpose derives from :class:`LaneError`.
+
+Each class's docstring is its default message; a raise site adds the field and
+the value that were wrong. The CLI prints ``str(error)`` on one line and exits
+with the class's ``exit_code``.
+"""
+
+from __future__ import annotations
+
+
+class LaneError(Exception):
+    """The token ledger refused the request."""
+
+    exit_code = 1
+
+    def __init__(self, message: str | None = None, **details):
+        self.details = details
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class InvalidInput(LaneError):
+    """A value is not acceptable."""
+
+    exit_code = 2
+
+    def __init__(self, field: str, value, why: str):
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        super().__init__(f"invalid {field} {shown}: {why}", field=field, value=value)
+        self.field = field
+
+
+class UnknownLane(LaneError):
+    """No such lane."""
+
+    exit_code = 3
+
+    def __init__(self, name: str):
+        super().__init__(f"unknown lane {name!r} (see `lane lanes`)", lane=name)
+
+
+class UnknownJob(LaneError):
+    """No such job."""
+
+    exit_code = 3
+
+    def __init__(self, job_id: str):
+        super().__init__(f"unknown job {job_id!r}", job_id=job_id)
+
+
+class NeverFits(LaneError):
+    """The job's estimate can never be admitted in this lane."""
+
+    exit_code = 4
+
+
+class NotLeased(LaneError):
+    """The job holds no lease for this attempt."""
+
+    exit_code = 5
+
+
+class LeaseLost(LaneError):
+    """The lease is no longer held (it expired and was reaped, or the job moved on)."""
+
+    exit_code = 5
+
+
+class ConflictingReplay(LaneError):
+    """The same idempotency key was sent again with different values."""
+
+    exit_code = 6
+
+
+class JobParked(LaneError):
+    """The job was parked before it could be admitted."""
+
+    exit_code = 7
+
+
+class DatabaseError(LaneError):
+    """The ledger database could not be used."""
+
+    exit_code = 8
+
+
+class NotALedger(DatabaseError):
+    """The database exists but is not a lane ledger."""
