@@ -242,6 +242,8 @@ class Sim:
         if cfg.period_seconds and t >= self.period_start + cfg.period_seconds:
             self._close_period()
             self.period_start = t // cfg.period_seconds * cfg.period_seconds
+            self.series_t.append(self.period_start)
+            self.series_spent.append(0)
 
     def _close_period(self) -> None:
         cfg = self.cfg
