@@ -20,6 +20,13 @@ COUNTER_FIELDS = (
     "preflight_ok", "preflight_error", "preflight_at", "updated_at",
 )  # fmt: skip
 PERIODS = ("none", "daily", "monthly")
+# A lane created with `lane lanes set NEW ...` starts from the free lane's defaults.
+NEW_LANE = dict(
+    allowance=10_000_000, ceiling=8_000_000, start_fraction=0.8, burst_tokens=40_000, window_seconds=1.0,
+    max_leased=25, lease_seconds=90.0, max_wait_seconds=600.0, max_attempts=3, park_seconds=86_400.0,
+    fallback=None, preflight=None, preflight_timeout=2.0, period="none", stopped=False, spent=0, reserved=0,
+    overage=0, leased=0, window_start=0.0, window_used=0, period_start=0.0, preflight_ok=True,
+)  # fmt: skip
 MAX_TOKENS = 10**12
 
 
@@ -167,7 +174,7 @@ def validate_settings(settings: dict, current: LaneRow | None = None) -> dict:
 
                 validate_spec(value)
         out[key] = value
-    merged = {f.name: getattr(current, f.name) for f in fields(LaneRow)} if current else {}
+    merged = {f.name: getattr(current, f.name) for f in fields(LaneRow)} if current else dict(NEW_LANE)
     merged.update(out)
     if merged.get("ceiling") and merged.get("allowance") and merged["ceiling"] > merged["allowance"]:
         raise InvalidInput(

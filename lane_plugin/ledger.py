@@ -21,7 +21,7 @@ from . import store, upkeep
 from .config import parse_url
 from .db import Database
 from .errors import InvalidInput, JobParked, LaneError
-from .lanes import MAX_TOKENS, LaneRow, all_lanes, lock_lane, read_lane, validate_settings
+from .lanes import MAX_TOKENS, NEW_LANE, LaneRow, all_lanes, lock_lane, read_lane, validate_settings
 from .preflight import PreflightCache
 from .store import Lease, Settled
 
@@ -324,7 +324,11 @@ class Ledger:
                     raise InvalidInput("fallback", clean["fallback"], "a lane cannot fall back to itself")
                 read_lane(cur, clean["fallback"])
             if current is None:
-                cur.execute("insert into lane (name, updated_at) values (:n, :now)", {"n": name, "now": now})
+                row = {**NEW_LANE, **clean, "name": name, "updated_at": now}
+                if "ceiling" not in clean and "allowance" in clean:
+                    row["ceiling"] = int(row["allowance"] * 0.8)  # the seed's headroom under the allowance
+                cur.execute(f"insert into lane ({', '.join(row)}) values ({', '.join(':' + k for k in row)})", row)
+                return read_lane(cur, name)
             if clean:
                 sets = ", ".join(f"{k} = :{k}" for k in clean)
                 cur.execute(f"update lane set {sets}, updated_at = :now where name = :name",

@@ -1,0 +1,90 @@
+"""Shared fixtures: a ledger URL on SQLite and, when reachable, on PostgreSQL.
+
+PostgreSQL is read from LANE_TEST_POSTGRES_URL. Each test gets a private schema
+(``search_path`` through the URL's ``options``), dropped afterwards. When the
+server is unreachable the PostgreSQL half of a suite is skipped with the
+reason, unless LANE_REQUIRE_POSTGRES=1 (CI), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from urllib.parse import quote
+
+import pytest
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+PG_ENV = "LANE_TEST_POSTGRES_URL"
+
+
+def _pg_base() -> str | None:
+    return os.environ.get(PG_ENV)
+
+
+def _pg_connect_kwargs(url: str) -> dict:
+    from lane_plugin.config import parse_url
+
+    return dict(parse_url(url).conninfo)
+
+
+def postgres_or_skip() -> str:
+    base = _pg_base()
+    required = os.environ.get("LANE_REQUIRE_POSTGRES") == "1"
+    if not base:
+        if required:
+            pytest.fail(f"LANE_REQUIRE_POSTGRES=1 but {PG_ENV} is not set")
+        pytest.skip(f"PostgreSQL tests need {PG_ENV} (e.g. postgresql+psycopg://root@127.0.0.1:5432/test)")
+    import psycopg
+
+    try:
+        psycopg.connect(**_pg_connect_kwargs(base), connect_timeout=3).close()
+    except psycopg.OperationalError as exc:
+        if required:
+            pytest.fail(f"PostgreSQL at {PG_ENV} unreachable: {exc}")
+        pytest.skip(f"PostgreSQL at {PG_ENV} unreachable: {' '.join(str(exc).split())[:200]}")
+    return base
+
+
+class PgSchema:
+    """A private schema on the test server, and a URL whose search_path points at it."""
+
+    def __init__(self, base: str, prefix: str = "t"):
+        import psycopg
+
+        self.kwargs = _pg_connect_kwargs(base)
+        self.name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(**self.kwargs, autocommit=True) as conn:
+            conn.execute(f'create schema "{self.name}"')
+        sep = "&" if "?" in base else "?"
+        self.url = f"{base}{sep}options={quote('-csearch_path=' + self.name)}"
+
+    def drop(self) -> None:
+        import psycopg
+
+        with psycopg.connect(**self.kwargs, autocommit=True) as conn:
+            conn.execute(f'drop schema if exists "{self.name}" cascade')
+
+
+@pytest.fixture
+def pg_url():
+    schema = PgSchema(postgres_or_skip())
+    yield schema.url
+    schema.drop()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path):
+    return f"sqlite:///{tmp_path / 'lane.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger_url(request, tmp_path):
+    """The same store suite runs on both databases."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'lane.db'}"
+        return
+    schema = PgSchema(postgres_or_skip())
+    yield schema.url
+    schema.drop()
