@@ -16,6 +16,10 @@ Model (the ledger's semantics):
 - a lease the worker has not started within ``lease_seconds`` expires: the job
   goes back to waiting (keeping its place in the aging order), or is parked
   after ``max_attempts`` leases. A running job renews its lease;
+- a job's *wait* is from its arrival until the worker starts it (admission
+  wait plus the worker's queue); a job not started by the horizon counts
+  with its wait so far (a lower bound). *Starved*: never admitted although a
+  later job was, after waiting ``starve_after`` or more;
 - on completion the job settles: ``reserved -= est``, ``spent += actual``;
 - with ``period_seconds`` set, ``spent`` restarts at every multiple of it
   (the lane's daily reset; trace time 0 is a UTC midnight); overspend is
@@ -170,6 +174,7 @@ class Sim:
         self.refused = refused if refused is not None else refused_at_intake(trace, cfg)
         self.state = bytearray([FUTURE]) * n
         self.admitted_at = [-1.0] * n
+        self.started_at = [-1.0] * n
         self.lease_no = [0] * n
         self._cands: list[Candidate | None] = [None] * n
         self._width = max(7, len(str(n)))
@@ -344,6 +349,8 @@ class Sim:
             if state[j] != LEASED or lease_no[j] != no:
                 continue  # the lease expired before the worker got to it
             state[j] = RUNNING
+            if self.started_at[j] < 0:
+                self.started_at[j] = t
             end = t + cfg.service_base + cfg.service_per_token * self.trace.actual[j]
             self.busy += max(0.0, min(end, self.horizon) - max(t, self.t0))
             self.free -= 1
@@ -395,13 +402,13 @@ class Sim:
         starved = 0
         for j in range(arrived):
             s = state[j]
-            if s == REFUSED or s == PARKED and self.admitted_at[j] < 0:
+            if s == REFUSED or s == PARKED and self.started_at[j] < 0:
                 continue
-            if self.admitted_at[j] >= 0:
-                w = self.admitted_at[j] - arrival[j]
-            else:  # never admitted: censored at the horizon (a lower bound)
+            if self.started_at[j] >= 0:
+                w = self.started_at[j] - arrival[j]
+            else:  # not started yet: censored at the horizon (a lower bound)
                 w = self.horizon - arrival[j]
-                if arrival[j] < self.max_admitted_arrival and w >= cfg.starve_after:
+                if self.admitted_at[j] < 0 and arrival[j] < self.max_admitted_arrival and w >= cfg.starve_after:
                     starved += 1
             waits[j] = w
             all_w.append(w)
