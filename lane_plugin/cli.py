@@ -135,13 +135,26 @@ def reap(
 def report(
     lane: Optional[str] = typer.Option(None, help="Only this lane."),
     since: Optional[str] = typer.Option(None, help="Only jobs finished within this span (24h, 7d...)."),
-    by: str = typer.Option("stage", help="Group by: stage, est_version, lane (comma separated)."),
+    by: str = typer.Option(
+        "stage", help="Group by: stage, lane, est_version, or version (admission and shadow estimates), comma separated."
+    ),
     fmt: str = typer.Option("table", "--format", help="table, csv, json or markdown."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Also draw drift per stage over time to this PNG."),
 ):
-    """Drift per stage: sum(actual) / sum(est) of done jobs, as in the article."""
+    """Drift per stage: sum(actual) / sum(est) of done jobs, as in the article.
+
+    `--by stage,version` puts each shadow estimator beside the admission one on the same jobs.
+    """
     from .reports import drift, render
 
-    df = drift(ledger(), lane=lane, since=since, by=[g.strip() for g in by.split(",") if g.strip()])
+    led = ledger()
+    df = drift(led, lane=lane, since=since, by=by)
+    if plot:
+        from .plots import plot_drift
+        from .reports import drift_over_time
+
+        plot_drift(drift_over_time(led, lane=lane, since=since), plot)
+        typer.echo(f"plot written to {plot}", err=True)
     typer.echo(render(df, fmt))
 
 
