@@ -7,8 +7,14 @@ whose clock is set to each event's time, and compares every tick's leases.
 
 from __future__ import annotations
 
-import pytest
+import json
+import time
 
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from lane_plugin.cli_simulate import simulate as simulate_command
 from lane_plugin.sim_traffic import Trace
 from lane_plugin.simulate import SimConfig, simulate
 
@@ -86,3 +92,28 @@ def test_ledger_admits_what_the_simulator_admits(tmp_path, ceiling):
         assert lane.leased == sum(1 for e in ticks for _ in e[2]) - sim.done
     finally:
         led.close()
+
+
+def test_simulate_command_reads_a_lane_and_its_history(tmp_path):
+    url = f"sqlite:///{tmp_path / 'hist.db'}"
+    clock = Clock()
+    clock.t = time.time() - 3_600  # within --days 1 of the real clock
+    led = Ledger(url, clock=clock)
+    try:
+        led.set_lane("free", ceiling=5_000, allowance=6_000, burst_tokens=2_000, max_leased=4)
+        for i in range(6):
+            clock.t += 10
+            led.submit(stage="s", est=100 + i, lane="free", run_key=f"r{i}")
+        for lease in led.tick("free"):
+            led.settle(lease.job_id, actual=lease.est * 2, attempt=lease.attempt)
+    finally:
+        led.close()
+    app = typer.Typer()
+    app.command("simulate")(simulate_command)
+    app.command("noop")(lambda: None)  # a group, so "simulate" is a subcommand
+    res = CliRunner().invoke(app, ["simulate", "--from-ledger", "--days", "1", "--db", url, "--lane", "free", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["scenario"]["jobs"] == 4  # the settled ones
+    assert doc["scenario"]["drift"] == 2.0
+    assert doc["scenario"]["config"]["ceiling"] == 5_000 and doc["scenario"]["config"]["max_leased"] == 4
