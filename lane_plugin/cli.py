@@ -265,14 +265,34 @@ def audit(grace: float = typer.Option(60.0, help="Reap interval: how long a leas
     typer.echo("ledger sound: I1-I6 hold")
 
 
+from .cli_simulate import simulate  # noqa: E402 - registered like the commands above
+
+app.command("simulate")(simulate)
+
+
 def main() -> None:
+    """Entry point: every error is one line on stderr and a shell exit code."""
+    try:  # newer typer vendors its own click; older ones use click itself
+        from typer import _click as click
+    except ImportError:  # pragma: no cover - depends on the installed typer
+        import click
+
     from .config import redact
 
     try:
-        app()
-    except LaneError as exc:
-        typer.echo(f"lane: error: {redact(str(exc))}", err=True)
+        code = app(standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        typer.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        sys.exit(0)
+    except click.ClickException as exc:
+        typer.echo(f"lane: error: {' '.join(redact(exc.format_message()).split())}", err=True)
         sys.exit(exc.exit_code)
+    except typer.Abort:
+        sys.exit(1)
+    except LaneError as exc:
+        typer.echo(f"lane: error: {' '.join(redact(str(exc)).split())}", err=True)
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -278,6 +278,17 @@ class Ledger:
             self._emit("lane.job.expired", job["lane"], job)
         return upkeep.Moved(moved.requeued, moved.parked + parked.parked, expired.expired)
 
+    def roll_periods(self) -> list[dict]:
+        """Reset ``spent`` and ``overage`` of every lane whose period (daily/monthly) rolled over.
+
+        Returns one dict per lane rolled (``lane, period, period_start, previous``)
+        and emits ``lane.lane.period-reset`` for each.
+        """
+        rolled = self._run(lambda cur, now: upkeep.roll_periods(cur, now=now))
+        for r in rolled:
+            self._emit("lane.lane.period-reset", r["lane"], r)
+        return rolled
+
     def _emit_parked(self, moved: upkeep.Moved) -> None:
         for job in moved.parked:
             self._emit("lane.job.parked", job["lane"], job)

@@ -179,3 +179,21 @@ def drop(cur: Cursor, job_id: str, *, now: float) -> None:
         "where id = :id and state = 'parked'",
         {"now": now, "id": job_id},
     )
+
+
+def roll_periods(cur: Cursor, *, now: float) -> list[dict]:
+    """Start a new accounting period in every lane whose period rolled over (spent and overage reset).
+
+    Admission does this lazily for the lane it ticks; this does it for all lanes,
+    so an idle lane's counters (and ``lane lanes``) show the new period too.
+    """
+    from .lanes import period_start, roll_counters
+
+    rolled = []
+    for row in all_lanes(cur, lock=True):
+        if row.period != "none" and period_start(row.period, now) > row.period_start:
+            before = dict(spent=row.spent, overage=row.overage, period_start=row.period_start)
+            roll_counters(cur, row, now)
+            rolled.append(dict(lane=row.name, period=row.period, period_start=row.period_start,
+                               previous=before))  # fmt: skip
+    return rolled

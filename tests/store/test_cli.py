@@ -1,0 +1,121 @@
+"""The `lane` CLI as a shell user drives it: real subprocesses, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+LANE = str(Path(sys.executable).with_name("lane"))
+
+
+@pytest.fixture
+def run(tmp_path):
+    env = {**os.environ, "LANE_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}", "COLUMNS": "200"}
+
+    def run(*args, check=True):
+        p = subprocess.run([LANE, *args], capture_output=True, text=True, env=env, timeout=60)
+        if check:
+            assert p.returncode == 0, p.stderr
+        return p
+
+    return run
+
+
+def test_the_articles_loop_submit_tick_settle_report(run):
+    ids = [run("submit", "--stage", "draft", "--est", str(500 + 700 * i)).stdout for i in range(5)]
+    assert all(len(i.strip()) == 32 and i.endswith("\n") and i.count("\n") == 1 for i in ids)
+    leased = json.loads(run("tick", "--json").stdout)
+    assert [x["est"] for x in leased] == [500, 1200, 1900, 2600, 3300]  # smallest first
+    assert set(leased[0]) >= {"id", "stage", "est", "lane", "lease_until"}
+    out = run("settle", leased[0]["id"], "--actual", "5120").stdout
+    assert "5120 tokens" in out and "overage 4620" in out
+    again = run("settle", leased[0]["id"], "--actual", "1").stdout
+    assert "replay: billed nothing" in again
+    report = run("report").stdout
+    assert "draft" in report and "10.24" in report
+    lanes = json.loads(run("lanes", "--json").stdout)
+    free = next(x for x in lanes if x["lane"] == "free")
+    assert free["spent"] == 5120 and free["reserved"] == 1200 + 1900 + 2600 + 3300
+    assert run("audit").stdout.strip() == "ledger sound: I1-I6 hold"
+
+
+@pytest.mark.parametrize(
+    "args, code, needle",
+    [
+        (["submit", "--stage", "s", "--est", "0"], 2, "invalid est 0"),
+        (["submit", "--stage", "s", "--est", "-4"], 2, "invalid est -4"),
+        (["submit", "--stage", "s", "--est", "99999999999999"], 2, "absurdly large"),
+        (["submit", "--stage", "s", "--est", "50000"], 4, "burst of 40000"),
+        (["submit", "--stage", "s", "--est", "10", "--lane", "nolane"], 3, "unknown lane 'nolane'"),
+        (["settle", "nojob", "--actual", "5"], 3, "unknown job 'nojob'"),
+        (["settle", "nojob", "--actual", "-5"], 2, "invalid actual -5"),
+        (["lanes", "set", "free", "--ceiling", "0"], 2, "invalid ceiling 0"),
+        (["lanes", "set", "free", "--period", "weekly"], 2, "invalid period 'weekly'"),
+        (["--db", "mysql://u:hunter2@h/db", "lanes"], 2, "unsupported scheme"),
+        (["--db", "postgresql+psycopg://u:hunter2@127.0.0.1:1/db", "lanes"], 8, "cannot connect"),
+    ],
+)
+def test_bad_input_is_one_line_with_a_shell_exit_code(run, args, code, needle):
+    p = run(*args, check=False)
+    assert p.returncode == code, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], p.stderr
+    assert "Traceback" not in p.stderr and "hunter2" not in p.stderr + p.stdout
+
+
+def test_non_integer_estimate_is_a_usage_error(run):
+    p = run("submit", "--stage", "s", "--est", "1.5", check=False)
+    assert p.returncode == 2
+    assert p.stderr.strip().startswith("lane: error: Invalid value for '--est'")
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_settling_a_job_never_leased_is_refused_and_bills_nothing(run):
+    jid = run("submit", "--stage", "s", "--est", "10").stdout.strip()
+    p = run("settle", jid, "--actual", "10", check=False)
+    assert p.returncode == 5 and "never leased" in p.stderr
+    assert json.loads(run("lanes", "--json").stdout)[0]["spent"] == 0
+
+
+def test_lanes_set_and_tail(run):
+    out = run("lanes", "set", "free", "--ceiling", "6000000", "--fallback", "paid").stdout
+    assert "ceiling 6,000,000" in out and "fallback paid" in out
+    jid = run("submit", "--stage", "s", "--est", "10", "--wait", "0").stdout.strip()
+    run("lanes", "set", "free", "--stop")
+    assert "HARD-STOP" not in run("lanes").stdout  # an operator stop reads STOPPED
+    assert "STOPPED" in run("lanes").stdout
+    import time
+
+    time.sleep(0.01)
+    assert "parked 1" in run("reap", "--overdue").stdout
+    tail = json.loads(run("tail", "--json").stdout)
+    assert [t["job_id"] for t in tail] == [jid] and tail[0]["reason"] == "deadline passed while waiting"
+    assert jid in run("tail").stdout
+    run("tail", "requeue", jid)
+    assert json.loads(run("tail", "--json").stdout) == []
+    run("lanes", "set", "free", "--resume")
+
+
+def test_db_upgrade_and_help(run):
+    assert "schema at revision 0001" in run("db", "upgrade").stdout
+    for cmd in (["--help"], ["submit", "--help"], ["lanes", "set", "--help"], ["tail", "--help"]):
+        assert "Usage" in run(*cmd).stdout
+
+
+def test_the_cli_imports_neither_prefect_nor_pandas_for_the_hot_commands(tmp_path):
+    code = (
+        "import sys; from lane_plugin import cli; "
+        "sys.argv=['lane','--db','sqlite:///" + str(tmp_path / "x.db") + "','submit','--stage','s','--est','5']\n"
+        "try:\n cli.main()\nexcept SystemExit: pass\n"
+        "bad=[m for m in ('prefect','pandas','sqlalchemy','sqlmodel') if m in sys.modules]\n"
+        "print('LOADED', bad)"
+    )
+    Path(tmp_path / "x.db")  # created (and migrated) by the first call, which may import alembic
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert "LOADED []" in out
