@@ -1,0 +1,42 @@
+"""Ledger.wait_status: the numbers a waiting gate logs (no Prefect needed)."""
+
+from __future__ import annotations
+
+from lane_plugin import Ledger
+
+
+def test_position_follows_smallest_first_and_reports_the_blocking_rule(tmp_path):
+    clock = [1000.0]
+    led = Ledger(f"sqlite:///{tmp_path / 'l.db'}", clock=lambda: clock[0])
+    led.set_lane("tiny", ceiling=1000, allowance=1000, start_fraction=1.0, burst_tokens=1000, max_wait_seconds=60)
+    hog = led.submit("s", 900, "tiny")
+    assert [lease.job_id for lease in led.tick("tiny")] == [hog]
+    big = led.submit("s", 500, "tiny")
+    clock[0] += 1
+    small = led.submit("s", 200, "tiny")
+    clock[0] += 1
+    mid = led.submit("s", 300, "tiny")
+    st = {j: led.wait_status(j) for j in (big, small, mid, hog)}
+    assert [st[j]["position"] for j in (small, mid, big)] == [1, 2, 3]
+    assert st[hog]["position"] == 0 and st[hog]["state"] == "leased"
+    assert st[big]["waiting"] == 3 and st[big]["remaining"] == 100 and st[big]["blocked_by"] == "ceiling"
+    assert (st[big]["spent"], st[big]["reserved"], st[big]["leased"]) == (0, 900, 1)
+    clock[0] += 60  # big has waited max_wait_seconds: it is due and goes first
+    assert led.wait_status(big)["position"] == 1 and led.wait_status(small)["position"] == 2
+    led.settle(hog, 100)
+    assert led.wait_status(small)["blocked_by"] is None
+    led.set_lane("tiny", stopped=True)
+    assert led.wait_status(small)["blocked_by"] == "stopped"
+    assert led.audit() == []
+
+
+def test_a_run_already_started_is_not_start_limited(tmp_path):
+    led = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    led.set_lane("t", ceiling=1000, allowance=1000, start_fraction=0.5, burst_tokens=1000)
+    first = led.submit("a", 450, "t", run_key="run-1")
+    led.tick("t")
+    led.settle(first, 450)
+    later = led.submit("b", 100, "t", run_key="run-1")
+    new = led.submit("a", 100, "t", run_key="run-2")
+    assert led.wait_status(later)["starts_run"] is False and led.wait_status(later)["blocked_by"] is None
+    assert led.wait_status(new)["starts_run"] is True and led.wait_status(new)["blocked_by"] == "start_limit"
