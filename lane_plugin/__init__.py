@@ -28,9 +28,13 @@ _GATE = ("lane_task", "gate", "report_usage", "Gate")
 
 def __getattr__(name: str):
     if name in _GATE:
-        from . import gate
+        # The submodule lane_plugin.gate and the function gate() share a name: importing the
+        # module binds it here, so rebind the public names (the function wins) and cache them.
+        import importlib
 
-        return getattr(gate, name)
+        module = importlib.import_module(".gate", __name__)
+        globals().update({n: getattr(module, n) for n in _GATE})
+        return globals()[name]
     raise AttributeError(f"module 'lane_plugin' has no attribute {name!r}")
 
 
