@@ -41,9 +41,10 @@ def _pyformat(sql: str) -> str:
 class Cursor:
     """A thin cursor speaking ``:name`` parameters on both databases."""
 
-    def __init__(self, raw, dialect: str):
+    def __init__(self, raw, dialect: str, clock: DatabaseClock | None = None):
         self.raw = raw
         self.dialect = dialect
+        self.clock = clock
 
     def execute(self, sql: str, params: dict | None = None):
         if self.dialect == "postgresql":
@@ -72,10 +73,35 @@ class Cursor:
         return self.raw.rowcount
 
     def now(self) -> float:
-        """The database's clock on PostgreSQL (one clock for every worker)."""
+        """The database's clock on PostgreSQL (one clock for every worker), else this machine's."""
+        if self.dialect == "postgresql" and self.clock is not None:
+            return self.clock.now(self)
         if self.dialect == "postgresql":
             return float(self.scalar("select extract(epoch from clock_timestamp())"))
         return time.time()
+
+
+class DatabaseClock:
+    """The database server's clock, without a round trip per transaction.
+
+    The offset between the server's clock and this machine's is measured
+    (midpoint of the query) and re-measured every ``refresh`` seconds, so a
+    worker whose own clock is minutes off still reads the server's time.
+    """
+
+    def __init__(self, refresh: float = 10.0):
+        self.refresh = refresh
+        self.offset = 0.0
+        self.measured_at = -1e18
+
+    def now(self, cur: Cursor) -> float:
+        if time.monotonic() - self.measured_at > self.refresh:
+            t0 = time.time()
+            server = float(cur.scalar("select extract(epoch from clock_timestamp())"))
+            t1 = time.time()
+            self.offset = server - (t0 + t1) / 2
+            self.measured_at = time.monotonic()
+        return time.time() + self.offset
 
 
 def _one_line(exc: BaseException) -> str:
@@ -107,6 +133,7 @@ class Database:
         self.retry_for = retry_for
         self._local = threading.local()
         self._checked = False
+        self.clock = DatabaseClock()
         self._ever_connected = False
         self._check_lock = threading.Lock()
 
@@ -176,7 +203,7 @@ class Database:
         else:
             with conn.transaction():
                 with conn.cursor() as raw:
-                    yield Cursor(raw, "postgresql")
+                    yield Cursor(raw, "postgresql", self.clock)
 
     def transaction(self, fn: Callable[[Cursor], T], *, write: bool = True, fault: str | None = None) -> T:
         """Run ``fn(cursor)`` in one transaction, retrying the whole of it when transient."""

@@ -86,6 +86,7 @@ class Ledger:
         self.clock = clock
         self.listeners: list[Listener] = list(listeners or [])
         self.preflight = PreflightCache()
+        self._specs: dict[str, tuple[float, LaneRow]] = {}
 
     def __repr__(self) -> str:
         return f"Ledger({str(self.url)!r})"
@@ -169,7 +170,7 @@ class Ledger:
     def tick(self, lane: str = "free") -> list[Lease]:
         """Lease what fits in ``lane`` now (one short transaction); returns the leases."""
         lane = _text("lane", lane)
-        spec = self._run(lambda cur, now: read_lane(cur, lane), write=False)
+        spec = self._lane_spec(lane)
         ok, err, fresh = self.preflight.check(lane, spec.preflight, spec.preflight_timeout)
         if fresh or not ok:
             moved = self._run(lambda cur, now: self._record_preflight(cur, now, lane, ok, err))
@@ -180,6 +181,14 @@ class Ledger:
         if leases:
             self._after_admission(lane, leases, before, decision.tokens)
         return leases
+
+    def _lane_spec(self, lane: str) -> LaneRow:
+        """The lane's preflight settings, re-read at most every few seconds (not per tick)."""
+        hit = self._specs.get(lane)
+        if hit is None or time.monotonic() - hit[0] > self.preflight.ttl:
+            hit = (time.monotonic(), self._run(lambda cur, now: read_lane(cur, lane), write=False))
+            self._specs[lane] = hit
+        return hit[1]
 
     def _record_preflight(self, cur, now, lane, ok, err) -> int:
         lock_lane(cur, lane)
@@ -254,11 +263,10 @@ class Ledger:
             )
         except store.Replay:
             return self._run(lambda cur, now: store.first_settlement(cur, job_id, attempt), write=False)
+        result, (spent, ceiling, overage) = result
         self._emit("lane.job.settled", result.lane, asdict(result))
-        lane = self._run(lambda cur, now: read_lane(cur, result.lane), write=False)
-        if lane.spent >= lane.ceiling and lane.spent - result.actual < lane.ceiling:
-            self._emit("lane.lane.hard-stop", lane.name, {"spent": lane.spent, "ceiling": lane.ceiling,
-                                                           "overage": lane.overage})  # fmt: skip
+        if spent >= ceiling and spent - result.actual < ceiling:
+            self._emit("lane.lane.hard-stop", result.lane, {"spent": spent, "ceiling": ceiling, "overage": overage})
         return result
 
     # -- upkeep --------------------------------------------------------------------

@@ -113,8 +113,10 @@ def submit(
                 est=est,
             )
         fallback_lane = None
+    # No conflict target: a concurrent submit of the same key (PostgreSQL does not serialise
+    # intake) or a retried commit of this very id must be a replay, never a unique violation.
     if cur.dialect == "postgresql":
-        insert = "insert into job ({cols}) values ({vals}) on conflict (id) do nothing"
+        insert = "insert into job ({cols}) values ({vals}) on conflict do nothing"
     else:
         insert = "insert or ignore into job ({cols}) values ({vals})"
     fields = dict(
@@ -125,6 +127,12 @@ def submit(
     cur.execute(
         insert.format(cols=", ".join(fields), vals=", ".join(":" + k for k in fields)), fields
     )
+    if cur.rowcount != 1:
+        if key is not None:
+            existing = cur.one(f"select {JOB_COLS}, est_version from job where key = :k", {"k": key})
+            if existing is not None and existing[0] != job_id:
+                return _replay_submit(cur, existing, stage=stage, est=est, attempt=attempt, now=now)
+        return job_id, target.name  # this id was committed by an earlier try of this transaction
     for version, shadow_est in (shadows or {}).items():
         cur.execute(
             "insert into shadow_estimate (job_id, version, est) values (:j, :v, :e)",
@@ -196,17 +204,15 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = 16
         return [], policy.Decision((), 0, None, policy.STOPPED if row.is_stopped else policy.LEASE_CAP), row
     limit = free_slots + head_extra
     cols = "id, est, wait_since, run_key, stage, attempt"
-    due = cur.all(
-        f"select {cols} from job where lane = :l and state = 'new' and wait_since <= :cut "
-        "order by wait_since limit :k",
+    # The head of two indexes in one round trip: the oldest due jobs, then the smallest jobs.
+    head = cur.all(
+        f"select * from (select {cols} from job where lane = :l and state = 'new' and wait_since <= :cut "
+        f"order by wait_since limit :k) as due union all "
+        f"select * from (select {cols} from job where lane = :l and state = 'new' "
+        f"order by est, wait_since limit :k) as small",
         {"l": lane, "cut": now - row.max_wait_seconds, "k": limit},
     )
-    small = cur.all(
-        f"select {cols} from job where lane = :l and state = 'new' order by est, wait_since limit :k",
-        {"l": lane, "k": limit},
-    )
-    rows = {r[0]: r for r in due}
-    rows.update({r[0]: r for r in small})
+    rows = {r[0]: r for r in head}
     if not rows:
         return [], policy.Decision((), 0), row
     run_keys = sorted({r[3] for r in rows.values() if r[3] is not None})
@@ -221,6 +227,20 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = 16
         }
     snapshot = policy.LaneSnapshot(**snap_kw, started_runs=frozenset(started))
     decision = policy.admit(snapshot, [policy.Candidate(r[0], r[1], r[2], r[3]) for r in rows.values()])
+    if decision.head_reason == policy.START_LIMIT and len(decision.admitted) < free_slots:
+        # Past the start limit the head holds jobs that would start runs; the later stages of
+        # runs under way (which may still use the last fifth) can sit further down. Read their head.
+        finishing = cur.all(
+            f"select {', '.join('j.' + c.strip() for c in cols.split(','))} from job j join lane_run r "
+            "on r.lane = j.lane and r.run_key = j.run_key where j.lane = :l and j.state = 'new' "
+            "order by j.est, j.wait_since limit :k",
+            {"l": lane, "k": limit},
+        )
+        if any(r[0] not in rows for r in finishing):
+            rows.update({r[0]: r for r in finishing})
+            started |= {r[3] for r in finishing}
+            snapshot = policy.LaneSnapshot(**snap_kw, started_runs=frozenset(started))
+            decision = policy.admit(snapshot, [policy.Candidate(r[0], r[1], r[2], r[3]) for r in rows.values()])
     if not decision.admitted:
         return [], decision, row
     n, tokens = len(decision.admitted), decision.tokens
@@ -232,16 +252,17 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = 16
     if cur.rowcount != 1:
         raise LaneError(f"admission re-check failed in lane {lane!r}: the policy chose past the ceiling")
     ids = decision.ids
-    params = {f"j{i}": j for i, j in enumerate(ids)}
-    marks = ", ".join(":" + p for p in params)
     lease_until = now + row.lease_seconds
-    cur.execute(
-        f"update job set state = 'leased', lease_until = :lu, lease_token = :tok, lease_attempt = attempt, "
-        f"admitted_at = coalesce(admitted_at, :now) where id in ({marks}) and state = 'new'",
-        {**params, "lu": lease_until, "tok": token, "now": now},
-    )
-    if cur.rowcount != n:
-        raise LaneError(f"admission in lane {lane!r} lost a race it cannot lose (lock not held?)")
+    for job_id in ids:
+        # One primary-key update per job: with "id in (...) and state = 'new'" SQLite's planner
+        # picks the state index and walks every waiting job.
+        cur.execute(
+            "update job set state = 'leased', lease_until = :lu, lease_token = :tok, lease_attempt = attempt, "
+            "admitted_at = coalesce(admitted_at, :now) where id = :id and state = 'new'",
+            {"id": job_id, "lu": lease_until, "tok": token, "now": now},
+        )
+        if cur.rowcount != 1:
+            raise LaneError(f"admission in lane {lane!r} lost a race it cannot lose (lock not held?)")
     new_runs = sorted({c.run_key for c in decision.admitted if c.run_key is not None} - started)
     for rk in new_runs:
         cur.execute(
@@ -281,15 +302,21 @@ def renew(cur: Cursor, job_id: str, token: str, *, now: float) -> float:
 # -- settlement ------------------------------------------------------------------
 def settle(
     cur: Cursor, job_id: str, *, actual: int, attempt: int | None, outcome: str, now: float
-) -> Settled:
-    """Bill what one attempt really spent, exactly once (raises :class:`Replay` if already)."""
-    job = get_job(cur, job_id)
-    attempt = job["attempt"] if attempt is None else attempt
-    first = cur.one(
-        "select lane, est, actual, overage, late, outcome from settlement where job_id = :j and attempt = :a",
-        {"j": job_id, "a": attempt},
+) -> tuple[Settled, tuple[int, int, int]]:
+    """Bill what one attempt really spent, exactly once (raises :class:`Replay` if already).
+
+    Returns the settlement and the lane's ``(spent, ceiling, overage)`` after it.
+    """
+    row = cur.one(
+        f"select {', '.join('j.' + c.strip() for c in JOB_COLS.split(','))}, s.id from job j "
+        "left join settlement s on s.job_id = j.id and s.attempt = coalesce(:a, j.attempt) where j.id = :id",
+        {"id": job_id, "a": attempt},
     )
-    if first is not None:
+    if row is None:
+        raise UnknownJob(job_id)
+    job = dict(zip([c.strip() for c in JOB_COLS.split(",")], row[:-1]))
+    attempt = job["attempt"] if attempt is None else attempt
+    if row[-1] is not None:
         raise Replay()
     if attempt > job["lease_attempt"] or attempt < 1:
         raise NotLeased(
@@ -298,7 +325,8 @@ def settle(
             job_id=job_id,
         )
     lane = job["lane"]
-    lock_lane(cur, lane)
+    if cur.dialect == "postgresql":  # locks in the order lane, then job, as every writer does
+        cur.execute("select 1 from lane where name = :l for update", {"l": lane})
     final = "done" if outcome == "done" else "failed"
     cur.execute(
         "update job set state = :st, actual = actual + :a, finished_at = :now, lease_token = null "
@@ -317,18 +345,19 @@ def settle(
     if cur.rowcount != 1:
         raise Replay()  # a concurrent settle of the same attempt won; roll back ours
     if live:
-        cur.execute(
+        after = cur.one(
             "update lane set spent = spent + :a, reserved = reserved - :e, leased = leased - 1, "
-            "overage = overage + :o, updated_at = :now where name = :l",
+            "overage = overage + :o, updated_at = :now where name = :l returning spent, ceiling, overage",
             {"a": actual, "e": est, "o": overage, "now": now, "l": lane},
         )
     else:
         cur.execute("update job set actual = actual + :a where id = :id", {"a": actual, "id": job_id})
-        cur.execute(
-            "update lane set spent = spent + :a, overage = overage + :o, updated_at = :now where name = :l",
+        after = cur.one(
+            "update lane set spent = spent + :a, overage = overage + :o, updated_at = :now where name = :l "
+            "returning spent, ceiling, overage",
             {"a": actual, "o": overage, "now": now, "l": lane},
         )
-    return Settled(job_id, attempt, lane, est if live else 0, actual, overage, not live, outcome)
+    return Settled(job_id, attempt, lane, est if live else 0, actual, overage, not live, outcome), tuple(after)
 
 
 def first_settlement(cur: Cursor, job_id: str, attempt: int | None) -> Settled:

@@ -227,6 +227,18 @@ def test_the_eighty_percent_rule_lets_started_runs_finish(led):
     assert led.job(new_run)["state"] == "new"
 
 
+def test_past_the_start_limit_later_stages_behind_many_starters_still_finish(led):
+    small_lane(led, start_fraction=0.8, max_leased=5)
+    led.submit("draft", 795, "t", run_key="run-1")
+    [a] = led.tick("t")
+    led.settle(a, 795)
+    for i in range(30):  # small jobs of new runs fill the head of the index
+        led.submit("draft", 10 + i, "t", run_key=f"new-{i}")
+    later = led.submit("final", 200, "t", run_key="run-1")
+    assert [x.job_id for x in led.tick("t")] == [later]
+    assert led.audit() == []
+
+
 def test_preflight_failure_stops_the_lane_and_sends_fallback_jobs_on(led):
     small_lane(led, preflight="tests.store.preflight_checks:down", fallback="paid")
     stay = led.submit("s", 10, "t")
