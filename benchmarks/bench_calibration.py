@@ -1,0 +1,117 @@
+"""Benchmark: a biased stage under the plain estimator and under ``calibrated`` -- side by side.
+
+Acceptance: on the biased stage, drift > 1.5 under the plain estimator and
+within 1.0 +/- 0.15 under ``calibrated`` once it has learned from 200 settled
+jobs of that stage, both visible in one ``--by stage,version`` report.
+
+The ledger is driven directly: each job is submitted with the plain estimate
+(admission) and ``shadows={calibrated.version: calibrated estimate}``, ticked,
+and settled with a biased, noisy actual. ``calibrated`` refits from the ledger
+every ``--refit`` settled jobs per stage, minting a new version whenever a
+factor changes.
+
+Stage model (flows/pipeline.py did not exist when this was written): a
+prompt of 200-6000 characters, the chars/4 estimator with an expected output
+per stage, and actual = estimate x bias x lognormal(0, sigma) noise:
+``draft`` bias 1.9 (the model writes far more than expected), ``review`` 1.0,
+``summarize`` 0.55 (over-estimated: wasted admission room).
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_calibration.py [--jobs 400] [--refit 100] [--seed 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from lane_plugin import Ledger  # noqa: E402
+from lane_plugin.estimators import TextLength, calibrated  # noqa: E402
+from lane_plugin.reports import drift, render  # noqa: E402
+
+STAGES = {  # stage: (expected output tokens, bias of actual over the estimate, noise sigma)
+    "draft": (800, 1.9, 0.35),
+    "review": (200, 1.0, 0.25),
+    "summarize": (300, 0.55, 0.25),
+}
+
+
+def run(jobs: int, refit: int, seed: int, url: str) -> tuple:
+    rng = random.Random(seed)
+    led = Ledger(url)
+    led.set_lane("free", allowance=10**12, ceiling=10**12, burst_tokens=10**12, max_leased=100_000)
+    base = TextLength(expected_output={s: out for s, (out, _, _) in STAGES.items()})
+    cal = calibrated(base, window=200)
+    used_after_warmup: dict[str, set[str]] = {s: set() for s in STAGES}
+    settled = 0
+    for batch_start in range(0, jobs, refit):
+        n = min(refit, jobs - batch_start)
+        ids = []
+        for stage, (_, bias, sigma) in STAGES.items():
+            for _ in range(n):
+                prompt = "x" * rng.randrange(200, 6000)
+                est = base.estimate(prompt, stage=stage)
+                ids.append((led.submit(stage, est, est_version=base.version,
+                                       shadows={cal.version: cal.estimate(prompt, stage=stage)}),
+                            int(est * bias * rng.lognormvariate(0, sigma))))  # fmt: skip
+                if batch_start >= 200:
+                    used_after_warmup[stage].add(cal.version)
+        leased = {x.job_id for x in led.tick("free")}
+        assert len(leased) == len(ids), f"admitted {len(leased)} of {len(ids)}"
+        for jid, actual in ids:
+            led.settle(jid, actual)
+        settled += n
+        changed = cal.refit(led)
+        print(f"after {settled:>4} settled jobs per stage: factors {cal.factors} -> {cal.version}"
+              + ("" if changed else " (unchanged)"))  # fmt: skip
+    report = drift(led, by="stage,version")
+    return led, base, cal, report, used_after_warmup
+
+
+def warmed_up_drift(led: Ledger, versions: set[str], stage: str) -> float:
+    """sum(actual) / sum(calibrated est) over the stage's jobs estimated by versions fitted on >= 200 jobs."""
+    marks = ", ".join(f":v{i}" for i in range(len(versions)))
+    params = {f"v{i}": v for i, v in enumerate(sorted(versions))}
+    params["s"] = stage
+    (_, rows) = led.rows(
+        "select sum(j.actual), sum(s.est) from job j join shadow_estimate s on s.job_id = j.id "
+        f"where j.state = 'done' and j.stage = :s and s.version in ({marks})",
+        params,
+    )
+    actual, est = rows[0]
+    return actual / est
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=400, help="settled jobs per stage")
+    ap.add_argument("--refit", type=int, default=100, help="refit calibrated every this many jobs per stage")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        led, base, cal, report, used = run(args.jobs, args.refit, args.seed, f"sqlite:///{tmp}/calibration.db")
+        print()
+        print(render(report, "table"))
+        print()
+        rows = report.set_index(["stage", "version"])
+        plain = rows.loc[("draft", base.version), "drift"]
+        after = warmed_up_drift(led, used["draft"], "draft") if used["draft"] else float("nan")
+        print(f"draft, plain estimator {base.version}: drift {plain:.2f} "
+              f"({'PASS' if plain > 1.5 else 'FAIL'}: > 1.5)")  # fmt: skip
+        print(f"draft, calibrated after 200 settled jobs ({len(used['draft'])} version(s)): drift {after:.3f} "
+              f"({'PASS' if abs(after - 1) <= 0.15 else 'FAIL'}: within 1.0 +/- 0.15)")  # fmt: skip
+        for stage in ("review", "summarize"):
+            if used[stage]:
+                print(f"{stage}, plain {rows.loc[(stage, base.version), 'drift']:.2f}; calibrated after 200: "
+                      f"{warmed_up_drift(led, used[stage], stage):.3f}")  # fmt: skip
+        led.close()
+
+
+if __name__ == "__main__":
+    main()
