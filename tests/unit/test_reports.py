@@ -200,3 +200,20 @@ def test_worst_is_ratio_symmetric_and_verdicts():
     assert worst(rep)["stage"] == "b"
     assert verdict(1.0) == "honest" and verdict(1.51).startswith("overspends") and verdict(0.5).startswith("wastes")
     assert verdict(None) == "no data"
+
+
+def test_cli_report_by_version_and_plot(led, tmp_path):
+    from typer.testing import CliRunner
+
+    from lane_plugin.cli import app
+
+    run_jobs(led, "draft", [(1000, 1900), (1000, 2100)], version="const-v1", shadows=[{"cal#1": 2000}] * 2)
+    url = str(led.url.raw)
+    res = CliRunner().invoke(app, ["--db", url, "report", "--by", "stage,version", "--format", "csv",
+                                   "--plot", str(tmp_path / "d.png")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith(("stage", "draft"))]
+    assert lines[0].startswith("stage,version,role,jobs")
+    assert lines[1].startswith("draft,const-v1,admission,2,2000,4000,2.0")
+    assert lines[2].startswith("draft,cal#1,shadow,2,4000,4000,1.0")
+    assert (tmp_path / "d.png").stat().st_size > 5000
