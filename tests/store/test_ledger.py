@@ -402,3 +402,39 @@ def test_aging_admits_a_big_job_that_waited_past_max_wait(led, clock):
         led.submit("small", 200, "t")
     clock.t += 1
     assert led.tick("t")[0].job_id == big
+
+
+@pytest.fixture
+def http_status():
+    """A loopback HTTP server whose answer the test sets."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    state = {"code": 200}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(state["code"])
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    state["url"] = f"http://127.0.0.1:{server.server_address[1]}/health"
+    yield state
+    server.shutdown()
+
+
+def test_http_preflight_must_answer_2xx(led, http_status):
+    small_lane(led, preflight=http_status["url"], preflight_timeout=2.0)
+    led.preflight.ttl = 0  # check on every tick for this test
+    led.submit("s", 10, "t")
+    http_status["code"] = 503
+    assert led.tick("t") == []
+    status = {s["lane"]: s for s in led.lanes()}["t"]
+    assert not status["preflight_ok"] and "HTTP 503" in status["preflight_error"]
+    http_status["code"] = 204
+    assert len(led.tick("t")) == 1
+    assert {s["lane"]: s for s in led.lanes()}["t"]["preflight_ok"]
