@@ -1,0 +1,65 @@
+"""Item 9: one clock per ledger. On PostgreSQL leases and windows use the database's clock, so
+workers whose own clocks are 300 s off neither expire leases early nor keep them late."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from lane_plugin import Ledger
+
+from .conftest import assert_audit_clean, figure, make_lane, read_json_lines, spawn, wait_all
+
+SKEW = 300.0
+LEASE = 3.0
+
+
+def _run(mode, tmp_path, name, *args):
+    out = tmp_path / f"{name}.jsonl"
+    assert wait_all([spawn(mode, *args, out)], timeout=120) == [0]
+    [rec] = read_json_lines(out)
+    return rec
+
+
+@pytest.mark.postgres
+def test_skewed_workers_use_the_database_clock(pg_url, tmp_path):
+    led = Ledger(pg_url)
+    make_lane(led, "free", lease_seconds=LEASE, window_seconds=60.0, burst_tokens=10_000)
+    a, b = led.submit("ahead", 10, "free"), led.submit("behind", 10, "free")
+    ahead = _run("skew", tmp_path, "ahead", pg_url, a, +SKEW)  # acquires one job, then reaps
+    db_now = led.now()
+    assert abs(ahead["worker_now"] - ahead["ledger_now"] - SKEW) < 5, "the worker's clock was not skewed"
+    assert abs(ahead["ledger_now"] - db_now) < 5, "the ledger read the worker's clock, not the database's"
+    assert abs(ahead["lease_until"] - (ahead["ledger_now"] + LEASE)) < LEASE, ahead
+    assert ahead["reaped"] == [], "a worker 300 s ahead expired a live lease early"
+    leased = {j: led.job(j) for j in (a, b)}
+    assert leased[a]["state"] == "leased" and leased[b]["state"] == "leased"  # one tick leased both
+    behind = _run("reap_only", tmp_path, "behind-early", pg_url, -SKEW)
+    assert behind["reaped"] == []
+    window_start = led.lane("free").window_start
+    assert abs(window_start - db_now) <= 61, f"burst window {window_start} is not on the database clock {db_now}"
+    until = max(leased[a]["lease_until"], leased[b]["lease_until"])
+    while led.now() <= until + 0.2:
+        time.sleep(0.1)
+    late = _run("reap_only", tmp_path, "behind-late", pg_url, -SKEW)
+    assert sorted(late["reaped"]) == sorted([a, b]), "a worker 300 s behind kept expired leases"
+    assert_audit_clean(led)
+    figure(f"clock pg: workers {SKEW:+.0f}s and {-SKEW:+.0f}s off: lease_until = database now + {LEASE:g}s "
+           f"(off by {abs(ahead['lease_until'] - ahead['ledger_now'] - LEASE):.2f}s), no early reap at +{SKEW:.0f}s, "
+           f"both leases reaped on time at -{SKEW:.0f}s; burst window on the database clock")  # fmt: skip
+
+
+def test_injected_clock_drives_expiry(sqlite_url):
+    """Ledger(url, clock=...) is the one clock of that ledger: expiry follows it, not the machine's."""
+    t = [1_000_000.0]
+    led = Ledger(sqlite_url, clock=lambda: t[0])
+    make_lane(led, "free", lease_seconds=10.0)
+    job = led.submit("s", 5, "free")
+    [lease] = led.tick("free")
+    assert lease.lease_until == t[0] + 10
+    t[0] += 9.9
+    assert led.reap().requeued == []
+    t[0] += 0.2
+    assert led.reap().requeued == [job]
+    assert_audit_clean(led)
