@@ -44,10 +44,11 @@ def audit(cur: Cursor, now: float, *, grace: float = 60.0) -> list[str]:
     ):
         bad.append(f"I4 job {job_id} attempt {attempt} settled {n} times")
     for job_id, actual, billed in cur.all(
-        "select j.id, j.actual, s.total from job j join (select job_id, sum(actual) as total from settlement "
-        "group by job_id) s on s.job_id = j.id where j.actual != s.total"
+        "select j.id, j.actual, coalesce(s.total, 0) from job j left join (select job_id, sum(actual) as total "
+        "from settlement group by job_id) s on s.job_id = j.id where j.actual != coalesce(s.total, 0) limit 20"
     ):
         bad.append(f"I5 job {job_id}: actual {actual} != sum of its settlements {billed}")
+    bad += _attempts(cur)
     orphan = cur.all(
         "select s.job_id from settlement s left join job j on j.id = s.job_id where j.id is null limit 5"
     )
@@ -68,4 +69,49 @@ def audit(cur: Cursor, now: float, *, grace: float = 60.0) -> list[str]:
         {"cut": now - grace},
     ):
         bad.append(f"lease of job {job_id} held {now - until:.0f}s past its expiry (reap interval {grace:.0f}s)")
+    return bad
+
+
+def _attempts(cur: Cursor) -> list[str]:
+    """Settlements agree with the attempts they bill, and job states with their leases."""
+    bad: list[str] = []
+    for job_id, attempt, leased_up_to in cur.all(
+        "select s.job_id, s.attempt, j.lease_attempt from settlement s join job j on j.id = s.job_id "
+        "where s.attempt < 1 or s.attempt > j.lease_attempt limit 20"
+    ):
+        bad.append(f"I4 job {job_id}: attempt {attempt} is billed but was never leased (leased up to {leased_up_to})")
+    for job_id, attempt, est, actual, overage, late, job_est in cur.all(
+        "select s.job_id, s.attempt, s.est, s.actual, s.overage, s.late, j.est from settlement s "
+        "join job j on j.id = s.job_id where (s.late = :f and (s.est != j.est or s.overage != "
+        "case when s.actual > j.est then s.actual - j.est else 0 end)) "
+        "or (s.late = :t and (s.est != 0 or s.overage != s.actual)) limit 20",
+        {"t": True, "f": False},
+    ):
+        kind = "late" if late else "live"
+        bad.append(
+            f"I1 job {job_id} attempt {attempt}: {kind} settlement of {actual} records est {est} and overage "
+            f"{overage} (job estimate {job_est}): overage is hidden or invented"
+        )
+    for (job_id,) in cur.all(
+        "select j.id from job j left join settlement s on s.job_id = j.id and s.attempt = j.attempt "
+        "and s.late = :f where j.state = 'done' and s.job_id is null limit 20",
+        {"f": False},
+    ):
+        bad.append(f"I3 job {job_id} is done but its attempt has no settlement")
+    for job_id, attempt, lease_attempt, token in cur.all(
+        "select j.id, j.attempt, j.lease_attempt, j.lease_token from job j left join settlement s "
+        "on s.job_id = j.id and s.attempt = j.attempt where j.state = 'leased' and "
+        "(j.lease_token is null or j.lease_attempt != j.attempt or s.job_id is not null) limit 20"
+    ):
+        bad.append(
+            f"I2 job {job_id} is leased but attempt {attempt} is already settled, or the lease is not its own "
+            f"(leased attempt {lease_attempt}, token {'set' if token else 'missing'})"
+        )
+    for what, (sql) in (
+        ("job", "select j.id, j.lane from job j left join lane l on l.name = j.lane where l.name is null limit 20"),
+        ("settlement", "select s.job_id, s.lane from settlement s left join lane l on l.name = s.lane "
+                       "where l.name is null limit 20"),
+    ):  # fmt: skip
+        for ident, lane in cur.all(sql):
+            bad.append(f"I3 {what} {ident} is in lane {lane!r}, which does not exist: its tokens count nowhere")
     return bad
