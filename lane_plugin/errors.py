@@ -8,6 +8,12 @@ with the class's ``exit_code``.
 from __future__ import annotations
 
 
+def _shown(value) -> str:
+    """A value as it appears in a message: repr, cut to 80 characters (input may be 10 kB)."""
+    shown = repr(value)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
+
+
 class LaneError(Exception):
     """The token ledger refused the request."""
 
@@ -24,10 +30,7 @@ class InvalidInput(LaneError):
     exit_code = 2
 
     def __init__(self, field: str, value, why: str):
-        shown = repr(value)
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        super().__init__(f"invalid {field} {shown}: {why}", field=field, value=value)
+        super().__init__(f"invalid {field} {_shown(value)}: {why}", field=field, value=value)
         self.field = field
 
 
@@ -37,7 +40,7 @@ class UnknownLane(LaneError):
     exit_code = 3
 
     def __init__(self, name: str):
-        super().__init__(f"unknown lane {name!r} (see `lane lanes`)", lane=name)
+        super().__init__(f"unknown lane {_shown(name)} (see `lane lanes`)", lane=name)
 
 
 class UnknownJob(LaneError):
@@ -46,7 +49,7 @@ class UnknownJob(LaneError):
     exit_code = 3
 
     def __init__(self, job_id: str):
-        super().__init__(f"unknown job {job_id!r}", job_id=job_id)
+        super().__init__(f"unknown job {_shown(job_id)}", job_id=job_id)
 
 
 class NeverFits(LaneError):

@@ -230,6 +230,7 @@ class Ledger:
 
     def renew(self, job_id: str, token: str) -> float:
         """Extend a held lease by the lane's ``lease_seconds``; returns the new expiry."""
+        job_id, token = _text("job id", job_id), _text("lease token", token)
         return self._run(lambda cur, now: store.renew(cur, job_id, token, now=now))
 
     # -- settlement ----------------------------------------------------------------
@@ -303,7 +304,7 @@ class Ledger:
 
     def park(self, job_id: str, reason: str = "parked by operator") -> bool:
         """Park a waiting job (it leaves the admission scan); False if it was not waiting."""
-        reason = _text("reason", reason, limit=1000)
+        job_id, reason = _text("job id", job_id), _text("reason", reason, limit=1000)
         tail = self._run(lambda cur, now: upkeep.park(cur, job_id, reason=reason, now=now))
         if tail:
             self._emit("lane.job.parked", tail["lane"], tail)
@@ -311,6 +312,7 @@ class Ledger:
 
     def give_up_waiting(self, job_id: str, reason: str) -> str | None:
         """Deadline passed: move to the fallback lane if allowed (returns it), else park."""
+        job_id = _text("job id", job_id)
         lane = self._run(lambda cur, now: upkeep.move_to_fallback(cur, job_id, now=now))
         if lane is None:
             self.park(job_id, reason)
@@ -318,10 +320,12 @@ class Ledger:
 
     def requeue(self, job_id: str) -> None:
         """Return a parked job to the queue."""
+        job_id = _text("job id", job_id)
         self._run(lambda cur, now: upkeep.requeue(cur, job_id, now=now))
 
     def drop(self, job_id: str) -> None:
         """Fail a parked job for good."""
+        job_id = _text("job id", job_id)
         self._run(lambda cur, now: upkeep.drop(cur, job_id, now=now))
 
     # -- lanes ---------------------------------------------------------------------

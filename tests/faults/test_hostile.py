@@ -1,0 +1,217 @@
+"""Item 11: hostile input. Random names, numbers, ids and URLs through the Python API and the
+CLI: every call succeeds or fails with a LaneError (CLI: non-zero exit, one line, no traceback),
+and a failed call changes nothing. Passwords in database URLs are never printed."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from lane_plugin import LaneError, Ledger
+from lane_plugin.cli import app
+from lane_plugin.lanes import POLICY_FIELDS
+
+from .conftest import FULL, PG_BASE, counts, figure, make_lane
+
+EXAMPLES = 600 if FULL else 60
+SECRET = "s3cr3t-Pa55"
+CALLS = {"api": 0, "api_failed": 0, "cli": 0, "cli_failed": 0, "urls": 0}
+
+sql = st.sampled_from(["'; drop table job; --", "\" or 1=1 --", "free'--", "%s", "%(x)s", ":l", "?", "\\", "$$"])
+texts = st.one_of(
+    st.text(max_size=40), sql, st.just("x" * 10_000), st.just(""), st.just("   "), st.just("a\x00b"),
+    st.just("\ud800"), st.just("free"), st.just("ünï©ødé ✓ 😀"), st.just("line\nbreak"),
+)  # fmt: skip
+numbers = st.one_of(
+    st.integers(-(10**15), 10**15), st.integers(-5, 5), st.just(10**30),
+    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.5, 1.0, -0.0, 3.0]),
+    st.text(max_size=5), st.none(), st.booleans(),
+)  # fmt: skip
+values = st.one_of(texts, numbers)
+
+
+def _fresh(tmp: Path) -> tuple[Ledger, list[str]]:
+    led = Ledger(f"sqlite:///{tmp / 'ledger.db'}")
+    make_lane(led, "free", ceiling=1000, lease_seconds=30.0)
+    jobs = [led.submit("seed", 10, "free", key=f"seed-{i}") for i in range(3)]
+    led.tick("free")
+    led.park(led.submit("parked", 5, "free"), "operator")
+    return led, jobs
+
+
+@pytest.fixture(scope="module")
+def ledger_dir():
+    d = Path(tempfile.mkdtemp(prefix="lane-hostile-"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _api_call(led: Ledger, jobs: list[str], op: str, a, b, c):
+    job = a if not isinstance(a, int) or isinstance(a, bool) else jobs[a % len(jobs)]
+    if op == "submit":
+        return led.submit(a, b, c if isinstance(c, str) else "free")
+    if op == "submit_kw":
+        return led.submit("s", 5, "free", key=a, deadline=b, wait_seconds=c)
+    if op == "settle":
+        return led.settle(job, b, attempt=c)
+    if op == "renew":
+        return led.renew(job, b)
+    if op == "tick":
+        return led.tick(a)
+    if op == "park":
+        return led.park(job, b)
+    if op in ("requeue", "drop", "job", "acquire"):
+        return getattr(led, op)(job)
+    if op == "set_lane":
+        field = POLICY_FIELDS[abs(hash(str(b))) % len(POLICY_FIELDS)] if not isinstance(b, str) else b
+        return led.set_lane(a if isinstance(a, str) else "free", **{field if field.isidentifier() else "x": c})
+    raise AssertionError(op)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(op=st.sampled_from(["submit", "submit_kw", "settle", "renew", "tick", "park", "requeue", "drop", "job",
+                           "acquire", "set_lane"]),
+       a=st.one_of(values, st.integers(0, 2)), b=values, c=values)  # fmt: skip
+def test_api_hostile_input(ledger_dir, op, a, b, c):
+    tmp = Path(tempfile.mkdtemp(dir=ledger_dir))
+    led, jobs = _fresh(tmp)
+    before, audit_before = counts(led), led.audit()
+    CALLS["api"] += 1
+    try:
+        _api_call(led, jobs, op, a, b, c)
+    except LaneError as exc:
+        CALLS["api_failed"] += 1
+        msg = str(exc)
+        assert msg.strip() and len(msg) < 2000, f"unclear message {msg!r}"
+        assert counts(led) == before, f"failed {op} changed the ledger"
+    assert led.audit() == audit_before == []
+    led.close()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _cli_args(cmd: str, a, b) -> list[str]:
+    s = lambda v: v if isinstance(v, str) else repr(v)  # noqa: E731  CLI arguments are strings
+    return {
+        "submit": ["submit", "--stage", s(a), "--est", s(b)],
+        "submit_lane": ["submit", "--stage", "x", "--est", "5", "--lane", s(a), "--wait", s(b)],
+        "settle": ["settle", s(a), "--actual", s(b)],
+        "settle_attempt": ["settle", s(a), "--actual", "1", "--attempt", s(b), "--json"],
+        "tick": ["tick", "--lane", s(a), "--json"],
+        "set": ["lanes", "set", s(a), "--ceiling", s(b)],
+        "set_float": ["lanes", "set", "free", "--start-fraction", s(a), "--lease-seconds", s(b)],
+        "requeue": ["tail", "requeue", s(a)],
+        "drop": ["tail", "drop", s(a)],
+        "audit": ["audit", "--grace", s(a)],
+    }[cmd]
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(cmd=st.sampled_from(["submit", "submit_lane", "settle", "settle_attempt", "tick", "set", "set_float",
+                            "requeue", "drop", "audit"]), a=values, b=values)  # fmt: skip
+def test_cli_hostile_input(ledger_dir, cmd, a, b):
+    tmp = Path(tempfile.mkdtemp(dir=ledger_dir))
+    led, jobs = _fresh(tmp)
+    before = counts(led)
+    args = [x.replace("\x00", "") for x in _cli_args(cmd, a, b)]  # argv cannot carry NUL
+    args = [x.encode("utf-8", "replace").decode() for x in args]
+    CALLS["cli"] += 1
+    result = CliRunner().invoke(app, ["--db", str(led.url), *args])
+    exc = result.exception
+    if result.exit_code != 0:
+        CALLS["cli_failed"] += 1
+        assert isinstance(exc, (SystemExit, LaneError)), f"{cmd} {args!r} raised {type(exc).__name__}: {exc}"
+        if isinstance(exc, LaneError):
+            assert "\n" not in str(exc).strip() and str(exc).strip()
+        if not (cmd == "audit"):
+            assert counts(led) == before, f"failed {cmd} changed the ledger"
+    assert "Traceback" not in result.output
+    assert led.audit() == []
+    led.close()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+urls = st.one_of(
+    st.text(max_size=60),
+    st.builds(lambda s, r: s + r, st.sampled_from(["sqlite://", "sqlite:///", "sqlite:////", "postgresql://",
+              "postgresql+psycopg://", "postgres://", "mysql://", "postgresql+asyncpg://", "sqlite+pysqlite:///"]),
+              st.one_of(st.text(max_size=40), sql,
+                        st.sampled_from([f"u:{SECRET}@127.0.0.1:1/x", f"u:{SECRET}@127.0.0.1:99999/x",
+                                         f"u:{SECRET}@[::1/x", f"u:{SECRET}@h:port/x", f"u:{SECRET}@127.0.0.1:5432/",
+                                         f"root:{SECRET}@127.0.0.1:5432/test?connect_timeout=2",
+                                         f"root:{SECRET}@127.0.0.1:5432/test?nonsense=1",
+                                         f"root@127.0.0.1:5432/test?password={SECRET}&port=1",
+                                         "proc/self/nope/x.db", "dev/null", "tmp/\x00.db", "/"]))),
+)  # fmt: skip
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(url=urls)
+def test_malformed_urls(url):
+    CALLS["urls"] += 1
+    try:
+        led = Ledger(url, retry_for=0.5)
+        led.lanes()
+    except LaneError as exc:
+        assert SECRET not in str(exc), f"password printed: {exc}"
+        return
+    finally:
+        if "led" in locals():
+            led.close()
+
+
+def _lane(*args, env=None):
+    exe = Path(sys.executable).with_name("lane")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "lane_plugin.cli"]
+    return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})  # fmt: skip
+
+
+def test_real_cli_errors_are_one_line(tmp_path):
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    cases = [
+        ([ "--db", db, "submit", "--stage", "x" * 10_000, "--est", "5"], 2),
+        (["--db", db, "settle", "no-such-job", "--actual", "5"], 3),
+        (["--db", db, "submit", "--stage", "'; drop table job; --", "--est", "-5"], 2),
+        (["--db", db, "tick", "--lane", "no such lane"], 3),
+        (["--db", f"postgresql+psycopg://u:{SECRET}@127.0.0.1:1/x", "lanes"], 8),
+        (["--db", "mysql://u:{SECRET}@h/x", "lanes"], 2),
+    ]
+    for args, code in cases:
+        r = _lane(*args)
+        assert r.returncode == code, (args[:4], r.returncode, r.stderr[-500:])
+        assert "Traceback" not in r.stderr and SECRET not in r.stderr + r.stdout
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("lane: error: "), r.stderr[-500:]
+    r = _lane("--db", db, "submit", "--stage", "x", "--est", "NaN")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "Invalid value" in r.stderr  # typer usage error
+
+
+@pytest.mark.postgres
+def test_password_never_printed_pg(pg_url):
+    from .conftest import pg_admin
+
+    pg_admin().close()
+    url = pg_url.replace("root@", f"root:{SECRET}@")  # trust auth: the password is accepted and ignored
+    for args in (["db", "upgrade"], ["lanes", "--json"], ["lanes", "set", "free", "--ceiling", "100", "--json"],
+                 ["tick", "--json"], ["audit"], ["tail", "--json"]):  # fmt: skip
+        r = _lane("--db", url, *args)
+        assert r.returncode == 0, (args, r.stderr[-300:])
+        assert SECRET not in r.stdout + r.stderr, f"`lane {' '.join(args)}` printed the password"
+    r = _lane("--db", url.replace(":5432/", ":1/"), "lanes", "--json")
+    assert r.returncode == 8 and SECRET not in r.stdout + r.stderr
+
+
+def test_hostile_figure():
+    figure(f"hostile input: {CALLS['api']} API calls ({CALLS['api_failed']} refused with LaneError), "
+           f"{CALLS['cli']} CLI calls ({CALLS['cli_failed']} refused, no traceback), {CALLS['urls']} malformed URLs; "
+           "every refused call left row counts and audit unchanged; no password printed")  # fmt: skip
