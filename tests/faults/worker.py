@@ -102,7 +102,7 @@ def settle_once(url: str, job_id: str, attempt: str, actual: str, out: str) -> N
     _out(out, replay=r.replay, actual=r.actual, late=r.late)
 
 
-def hold(url: str, job_id: str, actual: str, out: str) -> None:
+def hold(url: str, job_id: str, actual: str, out: str, work: str = "0.5") -> None:
     """Acquire a job, report the lease, 'work' a while, then settle with the lease it holds."""
     from lane_plugin import Ledger
     from lane_plugin.ledger import wait_and_acquire
@@ -110,7 +110,7 @@ def hold(url: str, job_id: str, actual: str, out: str) -> None:
     led = Ledger(url)
     lease = wait_and_acquire(led, job_id, timeout=60, poll=0.02)
     _out(out, event="leased", attempt=lease.attempt, lease_until=lease.lease_until)
-    time.sleep(0.5)  # the parent SIGSTOPs us here, past the lease
+    time.sleep(float(work))  # a zombie is SIGSTOPped here, past its lease
     r = led.settle(lease, int(actual))
     _out(out, event="settled", attempt=r.attempt, late=r.late, replay=r.replay, actual=r.actual)
 
