@@ -15,12 +15,14 @@ from urllib.parse import unquote, urlsplit
 from .errors import InvalidInput
 
 ENV_VAR = "LANE_DATABASE_URL"
-_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*(@)")
+# Greedy up to the last "@" before the path: a password may itself contain "@".
+_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^/\s]*(@)")
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&\s]*", re.IGNORECASE)
 
 
 def redact(text: str) -> str:
-    """Mask the password of any database URL inside ``text``."""
-    return _PASSWORD.sub(r"\1***\2", str(text))
+    """Mask the password of any database URL inside ``text`` (in the userinfo or a ?password=)."""
+    return _QUERY_PASSWORD.sub(r"\1***", _PASSWORD.sub(r"\1***\2", str(text)))
 
 
 def default_url() -> str:
@@ -54,6 +56,8 @@ class DatabaseURL:
 def parse_url(url: str | None = None) -> DatabaseURL:
     """Parse a ledger URL, raising :class:`InvalidInput` naming the (redacted) URL."""
     raw = resolve_url(url)
+    if isinstance(raw, str) and "\x00" in raw:
+        raise InvalidInput("database URL", redact(raw), "contains a NUL character")
     if not isinstance(raw, str) or not raw.strip():
         raise InvalidInput("database URL", raw, "expected sqlite:///PATH or postgresql+psycopg://...")
     scheme, sep, rest = raw.partition("://")

@@ -143,10 +143,13 @@ class Database:
             path = Path(self.url.path)
             if path.is_dir():
                 raise NotALedger(f"{path} is a directory, not a ledger database")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(
-                str(path), timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
-            )
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(
+                    str(path), timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+                )
+            except OSError as exc:  # no such directory, permission denied...: the caller's URL is wrong
+                raise DatabaseError(f"cannot open {self.url}: {exc.strerror or exc}") from None
             try:
                 conn.execute(f"pragma busy_timeout={int(self.busy_timeout * 1000)}")
                 conn.execute("pragma journal_mode=wal")
@@ -160,7 +163,7 @@ class Database:
         import psycopg
 
         try:
-            conn = psycopg.connect(**self.url.conninfo, connect_timeout=10, autocommit=True)
+            conn = psycopg.connect(**{"connect_timeout": 10, **self.url.conninfo}, autocommit=True)
         except psycopg.OperationalError as exc:
             if not self._ever_connected:  # a wrong URL fails fast; a restart is waited out
                 raise DatabaseError(f"cannot connect to {self.url}: {_one_line(exc)}") from None
@@ -284,6 +287,15 @@ class Database:
                 if "not a database" in str(exc):
                     raise NotALedger(f"{self.url} is not a lane ledger (not an SQLite database)") from None
                 raise self._wrap(exc) from exc
+            except OSError as exc:  # the migration lock file could not be made
+                raise DatabaseError(f"cannot create the ledger in {self.url}: {exc.strerror or exc}") from None
+            except Exception as exc:
+                # Alembic speaks SQLAlchemy: hand on the driver's own error, so that a server
+                # restart during the migration is retried and anything else is a DatabaseError.
+                orig = getattr(exc, "orig", None)
+                if type(exc).__module__.startswith("sqlalchemy") and isinstance(orig, Exception):
+                    raise orig from exc
+                raise
             self._checked = True
 
 
