@@ -16,7 +16,7 @@ from lane_plugin.usage import UsageMissing
 
 from .conftest import job_rows, settlements
 
-pytestmark = pytest.mark.usefixtures("prefect_server")
+pytestmark = [pytest.mark.usefixtures("prefect_server"), pytest.mark.timeout(120)]
 
 
 @lane_task(stage="draft", estimate=lambda doc: 400 + len(doc) // 3, retries=1, tags=["team:docs"])
