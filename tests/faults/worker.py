@@ -163,3 +163,37 @@ def reap_only(url: str, offset: str, out: str) -> None:
 
 if __name__ == "__main__":
     globals()[sys.argv[1]](*sys.argv[2:])
+
+
+def prefect_flow(url: str, lane: str, n: str, est: str, out: str) -> None:
+    """One 'machine': a Prefect flow of n gated tasks against the shared ledger (PREFECT_API_URL set)."""
+    os.environ["LANE_DATABASE_URL"] = url
+    from prefect import flow
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    from lane_plugin import LaneError, lane_task, report_usage
+
+    @lane_task(stage="machine", estimate=int(est), lane=lane, deadline=12.0, ledger=url)
+    def work(i: int) -> int:
+        time.sleep(random.uniform(0.05, 0.3))
+        spent = random.randint(int(est) // 2, int(est))
+        report_usage(spent)
+        return spent
+
+    @flow(task_runner=ThreadPoolTaskRunner(max_workers=8))
+    def machine(count: int):
+        futures = [work.submit(i) for i in range(count)]
+        return [f.wait() or f.state for f in futures]
+
+    states = machine(int(n))
+    for state in states:
+        if state.is_completed():
+            _out(out, outcome="done", actual=state.result())
+            continue
+        try:
+            state.result()
+            _out(out, outcome="weird", detail=str(state))
+        except LaneError as exc:
+            _out(out, outcome=type(exc).__name__, detail=str(exc))
+        except Exception as exc:
+            _out(out, outcome="unclear", detail=_err(exc))
