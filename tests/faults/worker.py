@@ -161,9 +161,6 @@ def reap_only(url: str, offset: str, out: str) -> None:
     _out(out, reaped=list(moved.requeued))
 
 
-if __name__ == "__main__":
-    globals()[sys.argv[1]](*sys.argv[2:])
-
 
 def prefect_flow(url: str, lane: str, n: str, est: str, out: str) -> None:
     """One 'machine': a Prefect flow of n gated tasks against the shared ledger (PREFECT_API_URL set)."""
@@ -174,11 +171,11 @@ def prefect_flow(url: str, lane: str, n: str, est: str, out: str) -> None:
     from lane_plugin import LaneError, lane_task, report_usage
 
     @lane_task(stage="machine", estimate=int(est), lane=lane, deadline=12.0, ledger=url)
-    def work(i: int) -> int:
+    def work(i: int) -> str:
         time.sleep(random.uniform(0.05, 0.3))
         spent = random.randint(int(est) // 2, int(est))
         report_usage(spent)
-        return spent
+        return f"spent={spent}"  # a string: the gate reads no usage from it (an int would bill again)
 
     @flow(task_runner=ThreadPoolTaskRunner(max_workers=8))
     def machine(count: int):
@@ -188,7 +185,7 @@ def prefect_flow(url: str, lane: str, n: str, est: str, out: str) -> None:
     states = machine(int(n))
     for state in states:
         if state.is_completed():
-            _out(out, outcome="done", actual=state.result())
+            _out(out, outcome="done", actual=int(state.result().split("=")[1]))
             continue
         try:
             state.result()
@@ -197,3 +194,7 @@ def prefect_flow(url: str, lane: str, n: str, est: str, out: str) -> None:
             _out(out, outcome=type(exc).__name__, detail=str(exc))
         except Exception as exc:
             _out(out, outcome="unclear", detail=_err(exc))
+
+
+if __name__ == "__main__":
+    globals()[sys.argv[1]](*sys.argv[2:])
