@@ -325,8 +325,10 @@ def settle(
             job_id=job_id,
         )
     lane = job["lane"]
-    if cur.dialect == "postgresql":  # locks in the order lane, then job, as every writer does
-        cur.execute("select 1 from lane where name = :l for update", {"l": lane})
+    # Locks in the order lane, then job, as every writer does; and rolls the period first: a
+    # settlement arriving after a period boundary but before the next tick must count in the new
+    # period, not be wiped by that tick's reset.
+    roll_counters(cur, lock_lane(cur, lane), now)
     final = "done" if outcome == "done" else "failed"
     cur.execute(
         "update job set state = :st, actual = actual + :a, finished_at = :now, lease_token = null "
