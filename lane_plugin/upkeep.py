@@ -132,9 +132,13 @@ def move_to_fallback(cur: Cursor, job_id: str, *, now: float) -> str | None:
         raise UnknownJob(job_id)
     if not row[1] or row[2] != "new":
         return None
+    # A tick of the old lane may be choosing this job right now: wait for its lane lock, so the
+    # job is either leased there (and stays) or moved here, never leased there and billed here.
+    lock_lane(cur, row[0])
     cur.execute(
-        "update job set lane = :fb, fallback = null, wait_since = :now where id = :id and state = 'new'",
-        {"fb": row[1], "now": now, "id": job_id},
+        "update job set lane = :fb, fallback = null, wait_since = :now "
+        "where id = :id and state = 'new' and lane = :old",
+        {"fb": row[1], "now": now, "id": job_id, "old": row[0]},
     )
     return row[1] if cur.rowcount == 1 else None
 
