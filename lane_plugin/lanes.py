@@ -132,7 +132,7 @@ def roll_counters(cur: Cursor, row: LaneRow, now: float) -> LaneRow:
     ws = policy.window_start(now, row.window_seconds)
     ps = period_start(row.period, now)
     changes: dict = {}
-    if ws != row.window_start:
+    if ws > row.window_start:  # never backwards: a clock read a moment earlier must not reopen a window
         changes.update(window_start=ws, window_used=0)
     if row.period != "none" and ps > row.period_start:
         changes.update(period_start=ps, spent=0, overage=0)

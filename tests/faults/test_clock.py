@@ -63,3 +63,20 @@ def test_injected_clock_drives_expiry(sqlite_url):
     t[0] += 0.2
     assert led.reap().requeued == [job]
     assert_audit_clean(led)
+
+
+def test_a_worker_slightly_behind_cannot_reopen_a_burst_window(sqlite_url):
+    """Regression: a tick whose clock read a little earlier (another process, or a clock read before
+    a lock wait) moved the burst window *back* and zeroed its usage, so the burst was admitted twice."""
+    t = [1000.2]
+    ahead = Ledger(sqlite_url, clock=lambda: t[0])
+    behind = Ledger(sqlite_url, clock=lambda: t[0] - 0.5)
+    make_lane(ahead, "free", burst_tokens=10, window_seconds=1.0)
+    for _ in range(3):
+        ahead.submit("s", 10, "free")
+    assert len(ahead.tick("free")) == 1
+    assert behind.tick("free") == []  # still window 1000 for the ledger: the burst is used
+    assert ahead.tick("free") == []
+    t[0] += 1.0
+    assert len(ahead.tick("free")) == 1  # the next window opens on time
+    assert_audit_clean(ahead)
