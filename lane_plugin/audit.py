@@ -36,6 +36,7 @@ def audit(cur: Cursor, now: float, *, grace: float = 60.0) -> list[str]:
         if within > lane.ceiling:
             bad.append(
                 f"I1 lane {lane.name}: admitted {within} (spent - overage + reserved) > ceiling {lane.ceiling}"
+                " (an overspend, or the ceiling was lowered below what was already admitted)"
             )
         if min(lane.spent, lane.reserved, lane.overage, lane.leased) < 0:
             bad.append(f"counters of lane {lane.name} went negative")

@@ -94,7 +94,12 @@ def test_api_hostile_input(ledger_dir, op, a, b, c):
         msg = str(exc)
         assert msg.strip() and len(msg) < 2000, f"unclear message {msg!r}"
         assert counts(led) == before, f"failed {op} changed the ledger"
-    assert led.audit() == audit_before == []
+    after = led.audit()
+    if op == "set_lane" and after:  # a successful set_lane may lower the ceiling below what is admitted
+        assert all("or the ceiling was lowered" in line for line in after), after
+        assert led.lane("free").ceiling < 30
+    else:
+        assert after == audit_before == []
     led.close()
     shutil.rmtree(tmp, ignore_errors=True)
 
@@ -135,7 +140,11 @@ def test_cli_hostile_input(ledger_dir, cmd, a, b):
         if not (cmd == "audit"):
             assert counts(led) == before, f"failed {cmd} changed the ledger"
     assert "Traceback" not in result.output
-    assert led.audit() == []
+    after = led.audit()
+    if cmd == "set" and result.exit_code == 0 and after:  # the ceiling lowered below what is admitted
+        assert all("or the ceiling was lowered" in line for line in after), after
+    else:
+        assert after == []
     led.close()
     shutil.rmtree(tmp, ignore_errors=True)
 
