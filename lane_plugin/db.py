@@ -168,6 +168,8 @@ class Database:
             if not self._ever_connected:  # a wrong URL fails fast; a restart is waited out
                 raise DatabaseError(f"cannot connect to {self.url}: {_one_line(exc)}") from None
             raise
+        except (UnicodeError, ValueError) as exc:  # e.g. a host name that is not valid IDNA
+            raise DatabaseError(f"cannot connect to {self.url}: {_one_line(exc)}") from None
         self._ever_connected = True
         return conn
 
