@@ -46,6 +46,7 @@ class Renewer:
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None
         self._lease_seconds: dict[tuple[int, str], tuple[float, float]] = {}
+        self._wake_at = 0.0  # when the thread wakes next (monotonic)
 
     def _interval(self, ledger, lane: str) -> float:
         key, now = (id(ledger), lane), time.monotonic()
@@ -64,7 +65,8 @@ class Renewer:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="lane-lease-renewer", daemon=True)
                 self._thread.start()
-            self._cv.notify()
+            elif held.renew_at < self._wake_at:
+                self._cv.notify()  # due before the thread next wakes (short leases only)
         return held
 
     def release(self, held: Held) -> None:
@@ -79,7 +81,9 @@ class Renewer:
                 due = [h for h in self._held if h.renew_at <= now]
                 if not due:
                     nxt = min((h.renew_at for h in self._held), default=now + 5.0)
-                    self._cv.wait(max(0.01, min(nxt - now, 5.0)))
+                    self._wake_at = now + max(0.01, min(nxt - now, 5.0))
+                    self._cv.wait(self._wake_at - now)
+                    self._wake_at = 0.0
                     continue
             for held in due:
                 self._renew(held)

@@ -168,7 +168,7 @@ def test_the_wait_is_logged_with_its_numbers_and_ends_when_room_appears(ledger, 
     caplog.set_level(logging.INFO, logger="prefect.task_runs")
     tiny(ledger)
     blocker = hog(ledger, "tiny", 700)
-    threading.Timer(1.6, lambda: Ledger(ledger.url.raw).settle(blocker, 300)).start()
+    threading.Timer(2.5, lambda: Ledger(ledger.url.raw).settle(blocker, 300)).start()
 
     @flow
     def f():
@@ -176,7 +176,7 @@ def test_the_wait_is_logged_with_its_numbers_and_ends_when_room_appears(ledger, 
 
     t0 = time.monotonic()
     assert f() == 600
-    assert 1.5 < time.monotonic() - t0 < 12
+    assert 2.4 < time.monotonic() - t0 < 15
     waits = [r.getMessage() for r in caplog.records if "waiting" in r.getMessage()]
     assert waits, caplog.text
     assert "estimate 600, remaining 300 of ceiling 1000" in waits[0] and "position 1 of 1" in waits[0]
@@ -254,9 +254,11 @@ def test_a_restart_of_the_same_attempt_is_the_same_job(ledger):
         again.report(90)
     assert again.job_id == first.job_id and len(job_rows(ledger)) == 1
     assert [(s["attempt"], s["actual"]) for s in settlements(ledger)] == [(1, 90)]
+    from lane_plugin.gate import _current
     from lane_plugin.renewer import renewer
 
     renewer().release(first._held)
+    _current.reset(first._token)  # the "dead" first gate never exits: undo its context
     assert ledger.audit() == []
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 
 import pytest
 from prefect import flow, task
@@ -177,9 +178,10 @@ def test_cache_hits_neither_wait_nor_settle(ledger):
         return cached(x)
 
     ledger.set_lane("free", stopped=False)
-    assert f(12345) == 111
+    x = uuid.uuid4().int % 10**9  # results persist across sessions: a fresh cache key per run
+    assert f(x) == 111
     ledger.set_lane("free", stopped=True)
-    assert f(12345) == 111  # a cache hit: no body, so no wait for the stopped lane
+    assert f(x) == 111  # a cache hit: no body, so no wait for the stopped lane
     ledger.set_lane("free", stopped=False)
     assert cached_runs["n"] == 1 and hook_states == ["Completed", "Cached"]
     assert len(job_rows(ledger)) == 1 and len(settlements(ledger)) == 1
