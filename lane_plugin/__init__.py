@@ -33,7 +33,9 @@ def __getattr__(name: str):
         import importlib
 
         module = importlib.import_module(".gate", __name__)
-        globals().update({n: getattr(module, n) for n in _GATE})
+        task_module = importlib.import_module(".gated_task", __name__)
+        globals().update({n: getattr(module, n) for n in _GATE if n != "lane_task"})
+        globals()["lane_task"] = task_module.lane_task
         return globals()[name]
     raise AttributeError(f"module 'lane_plugin' has no attribute {name!r}")
 

@@ -424,6 +424,15 @@ class _GateModule(types.ModuleType):
 
 sys.modules[__name__].__class__ = _GateModule
 
-from .gated_task import lane_task  # noqa: E402  (re-exported as lane_plugin.lane_task)
+
+
+def __getattr__(name: str):
+    # lane_task lives in gated_task, which imports this module: fetch it lazily so that either
+    # module may be imported first.
+    if name == "lane_task":
+        from .gated_task import lane_task
+
+        return lane_task
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["Gate", "gate", "get_ledger", "lane_task", "report_usage", "resolve_estimate"]

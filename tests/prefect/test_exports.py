@@ -35,3 +35,7 @@ def test_ledger_import_does_not_import_prefect():
     code = "import sys, lane_plugin; lane_plugin.Ledger; print('prefect' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+def test_gated_task_module_imported_first():
+    assert run("import lane_plugin.gated_task") == "ok"
