@@ -350,8 +350,11 @@ class Ledger:
                 row = {**NEW_LANE, **clean, "name": name, "updated_at": now}
                 if "ceiling" not in clean and "allowance" in clean:
                     row["ceiling"] = int(row["allowance"] * 0.8)  # the seed's headroom under the allowance
-                cur.execute(f"insert into lane ({', '.join(row)}) values ({', '.join(':' + k for k in row)})", row)
-                return read_lane(cur, name)
+                cur.execute(f"insert into lane ({', '.join(row)}) values ({', '.join(':' + k for k in row)}) "
+                            "on conflict (name) do nothing", row)  # fmt: skip
+                if cur.rowcount == 1:
+                    return read_lane(cur, name)
+                lock_lane(cur, name)  # another caller created it a moment ago: change it like an existing one
             if clean:
                 sets = ", ".join(f"{k} = :{k}" for k in clean)
                 cur.execute(f"update lane set {sets}, updated_at = :now where name = :name",

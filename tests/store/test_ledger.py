@@ -438,3 +438,28 @@ def test_http_preflight_must_answer_2xx(led, http_status):
     http_status["code"] = 204
     assert len(led.tick("t")) == 1
     assert {s["lane"]: s for s in led.lanes()}["t"]["preflight_ok"]
+
+
+def test_two_callers_creating_the_same_lane_at_once_both_succeed(ledger_url):
+    import threading
+
+    errors, barrier = [], threading.Barrier(4)
+
+    def create(i):
+        led = Ledger(ledger_url)
+        barrier.wait()
+        try:
+            led.set_lane("racy", ceiling=1_000 + i, allowance=10_000)
+        except Exception as exc:  # noqa: BLE001 - the assertion below names it
+            errors.append(exc)
+        finally:
+            led.close()
+
+    Ledger(ledger_url).upgrade()
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert 1_000 <= Ledger(ledger_url).lane("racy").ceiling <= 1_003
