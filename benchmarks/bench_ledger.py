@@ -18,7 +18,6 @@ import multiprocessing as mp
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from lane_plugin import Ledger  # noqa: E402
 from lane_plugin.db import Database  # noqa: E402
@@ -162,40 +162,19 @@ def pg_factory(base: str):
 
 # -- scan cost -------------------------------------------------------------------
 def scan_cost(url_factory, label: str) -> list[str]:
+    """Tick latency at 1k and 100k waiting (each with 100k parked), and the admission scan's plan."""
+    from bench_tick import measure
+
     lines = []
     for waiting in (1_000, 100_000):
         url, cleanup = url_factory()
         try:
-            led = Ledger(url)
-            led.set_lane("scan", allowance=10**12, ceiling=10**12, start_fraction=1.0, burst_tokens=10**9,
-                         max_leased=25)  # fmt: skip
-            now = time.time()
-            rows = [dict(id=uuid.uuid4().hex, est=1 + (k * 7919) % 9000, st="new", now=now - k % 300)
-                    for k in range(waiting)]  # fmt: skip
-            rows += [dict(id=uuid.uuid4().hex, est=1 + k % 9000, st="parked", now=now) for k in range(100_000)]
-            led.db.transaction(lambda cur: cur.executemany(
-                "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, "
-                "created_at, wait_since) values (:id, 'scan', 'bench', :est, 0, :st, 1, 0, 0, :now, :now)", rows))  # fmt: skip
-            if led.url.dialect == "postgresql":
-                led.db.transaction(lambda cur: cur.execute("analyze job"))
-            times = []
-            for _ in range(30):
-                t = time.perf_counter()
-                leases = led.tick("scan")
-                times.append(time.perf_counter() - t)
-                for lease in leases:
-                    led.settle(lease, lease.est)
-            times.sort()
-            lines.append(f"| {label} | {waiting:,} waiting + 100,000 parked | {statistics.median(times) * 1e3:.2f} ms "
-                         f"| {times[int(len(times) * 0.95) - 1] * 1e3:.2f} ms |")  # fmt: skip
-            if waiting == 100_000:
-                q = ("select id, est, wait_since, run_key, stage, attempt from job where lane = 'scan' "
-                     "and state = 'new' order by est, wait_since limit 41")  # fmt: skip
-                plan = "explain query plan " if led.url.dialect == "sqlite" else "explain "
-                _, prows = led.rows(plan + q)
-                lines.append(f"|  | plan: {' / '.join(str(r[-1]) for r in prows)[:160]} | | |")
+            r = measure(url, waiting, 100)
         finally:
             cleanup()
+        lines.append(f"| {label} | {waiting:,} waiting + {waiting:,} parked | {r['p50'] * 1e3:.2f} ms "
+                     f"| {r['p99'] * 1e3:.2f} ms |")  # fmt: skip
+    lines.append(f"|  | plan at 100k: {r['plan'][:160]} | | |")
     return lines
 
 
@@ -252,7 +231,7 @@ def main() -> None:
             line = f"| {label} | {procs} | {ledger:,.0f}/s | {plain:,.0f}/s | {ledger / plain:.0%} |"
             print(line, flush=True)
             lines.append(line)
-    lines += ["", "### tick latency and the admission scan", "", "| database | queue | p50 | p95 |", "|---|---|---|---|"]
+    lines += ["", "### tick latency and the admission scan", "", "| database | queue | p50 | p99 |", "|---|---|---|---|"]
     for label, factory in dbs:
         for line in scan_cost(factory, label):
             print(line, flush=True)

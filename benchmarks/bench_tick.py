@@ -20,7 +20,6 @@ import sys
 import tempfile
 import time
 import tracemalloc
-import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,10 +68,13 @@ def measure(url: str, waiting: int, ticks: int) -> dict:
             led.settle(lease, lease.est)
     tracemalloc.stop()
     assert led.audit() == [], led.audit()
+    head = ("select id, est, wait_since, run_key, stage, attempt from job where lane = 'scan' "
+            "and state = 'new' order by est, wait_since limit 41")  # fmt: skip
+    _, plan = led.rows(("explain query plan " if led.url.dialect == "sqlite" else "explain ") + head)
     times.sort()
     led.close()
     return {"p50": statistics.median(times), "p99": times[max(0, int(len(times) * 0.99) - 1)], "peak": peak,
-            "fill": filled}  # fmt: skip
+            "fill": filled, "plan": " / ".join(str(r[-1]).strip() for r in plan)}  # fmt: skip
 
 
 def main() -> None:

@@ -435,4 +435,4 @@ def __getattr__(name: str):
         return lane_task
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-__all__ = ["Gate", "gate", "get_ledger", "lane_task", "report_usage", "resolve_estimate"]
+__all__ = ["Gate", "gate", "get_ledger", "lane_task", "report_usage", "resolve_estimate"]  # noqa: F822 - lazy

@@ -80,7 +80,7 @@ def test_concurrent_duplicate_submit_is_one_job(pg_url):
         ids, errors = [], []
         barrier = threading.Barrier(16)
 
-        def one():
+        def one(barrier=barrier, ids=ids, errors=errors, rnd=rnd):
             try:
                 own = Ledger(pg_url)
                 own.lane("free")
