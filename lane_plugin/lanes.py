@@ -62,14 +62,7 @@ class LaneRow:
 
     @property
     def policy(self) -> policy.LanePolicy:
-        return policy.LanePolicy(
-            ceiling=self.ceiling,
-            start_fraction=self.start_fraction,
-            burst_tokens=self.burst_tokens,
-            window_seconds=self.window_seconds,
-            max_leased=self.max_leased,
-            max_wait_seconds=self.max_wait_seconds,
-        )
+        return policy.LanePolicy.of(self)
 
     @property
     def hard_stopped(self) -> bool:

@@ -45,6 +45,11 @@ class LanePolicy:
     max_leased: int = 25
     max_wait_seconds: float = 600.0
 
+    @classmethod
+    def of(cls, source) -> LanePolicy:
+        """The policy of anything carrying these fields by name (a lane row, simulator settings)."""
+        return cls(**{f: getattr(source, f) for f in cls.__dataclass_fields__})
+
     @property
     def start_limit(self) -> int:
         """Most tokens a lane may have committed when a job *starts* a run."""

@@ -96,14 +96,7 @@ class SimConfig:
     @property
     def lane_policy(self) -> LanePolicy:
         """The :class:`LanePolicy` the ledger would build from these fields."""
-        return LanePolicy(
-            ceiling=self.ceiling,
-            start_fraction=self.start_fraction,
-            burst_tokens=self.burst_tokens,
-            window_seconds=self.window_seconds,
-            max_leased=self.max_leased,
-            max_wait_seconds=self.max_wait_seconds,
-        )
+        return LanePolicy.of(self)
 
     @property
     def slots(self) -> int:

@@ -19,6 +19,21 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 PG_ENV = "LANE_TEST_POSTGRES_URL"
 
 
+class Clock:
+    """An injected ledger clock a test moves by hand: ``Ledger(url, clock=clock); clock.t += 31``."""
+
+    def __init__(self, t: float = 1_800_000_000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
 def _pg_base() -> str | None:
     return os.environ.get(PG_ENV)
 

@@ -19,19 +19,6 @@ from lane_plugin import (
 from lane_plugin.reports import ARTICLE_SQL, drift
 
 
-class Clock:
-    def __init__(self, t: float = 1_800_000_000.0):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-@pytest.fixture
-def clock():
-    return Clock()
-
-
 @pytest.fixture
 def led(ledger_url, clock):
     ledger = Ledger(ledger_url, clock=clock)

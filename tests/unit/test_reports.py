@@ -12,19 +12,6 @@ from lane_plugin import InvalidInput, Ledger
 from lane_plugin.reports import ARTICLE_SQL, drift, drift_over_time, render, summary_markdown, verdict, worst
 
 
-class Clock:
-    def __init__(self, t: float = 1_700_000_000.0):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-@pytest.fixture
-def clock():
-    return Clock()
-
-
 @pytest.fixture
 def led(tmp_path, clock):
     led = Ledger(f"sqlite:///{tmp_path / 'lane.db'}", clock=clock)
