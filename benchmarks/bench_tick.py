@@ -34,7 +34,7 @@ def fill(led: Ledger, waiting: int) -> None:
     if led.url.dialect == "postgresql":
         sql = ("insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, "
                "created_at, wait_since) select md5(random()::text || g::text || :st), 'scan', 'bench', "
-               "1 + (g * 7919) % 9000, 0, :st, 1, 0, 0, :now, :now - g % 300 from generate_series(1, :n) g")  # fmt: skip
+               "1 + (g::bigint * 7919) % 9000, 0, :st, 1, 0, 0, :now, :now - g % 300 from generate_series(1, :n) g")  # fmt: skip
     else:
         sql = ("with recursive g(i) as (select 1 union all select i + 1 from g where i < :n) "
                "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, "

@@ -4,7 +4,6 @@ and a failed call changes nothing. Passwords in database URLs are never printed.
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import subprocess
@@ -21,7 +20,7 @@ from lane_plugin import LaneError, Ledger
 from lane_plugin.cli import app
 from lane_plugin.lanes import POLICY_FIELDS
 
-from .conftest import FULL, PG_BASE, counts, figure, make_lane
+from .conftest import FULL, counts, figure, make_lane
 
 EXAMPLES = 600 if FULL else 60
 SECRET = "s3cr3t-Pa55"
