@@ -125,6 +125,11 @@ def park(cur: Cursor, job_id: str, *, reason: str, now: float) -> dict | None:
     return tail
 
 
+# In its fallback lane a job gets the same time to wait again: otherwise park_overdue would
+# park it there at once for the deadline it just missed in its first lane.
+_FRESH_DEADLINE = "deadline = case when deadline is null then null else :now + (deadline - wait_since) end"
+
+
 def move_to_fallback(cur: Cursor, job_id: str, *, now: float) -> str | None:
     """Send a waiting job to its fallback lane; returns that lane, or None if it has none."""
     row = cur.one("select lane, fallback, state from job where id = :id", {"id": job_id})
@@ -136,7 +141,7 @@ def move_to_fallback(cur: Cursor, job_id: str, *, now: float) -> str | None:
     # job is either leased there (and stays) or moved here, never leased there and billed here.
     lock_lane(cur, row[0])
     cur.execute(
-        "update job set lane = :fb, fallback = null, wait_since = :now "
+        f"update job set lane = :fb, fallback = null, wait_since = :now, {_FRESH_DEADLINE} "
         "where id = :id and state = 'new' and lane = :old",
         {"fb": row[1], "now": now, "id": job_id, "old": row[0]},
     )
@@ -146,7 +151,7 @@ def move_to_fallback(cur: Cursor, job_id: str, *, now: float) -> str | None:
 def fall_back_waiting(cur: Cursor, lane: str, *, now: float) -> int:
     """Preflight failed: every waiting job of ``lane`` that may fall back moves to its fallback."""
     cur.execute(
-        "update job set lane = fallback, fallback = null, wait_since = :now "
+        f"update job set lane = fallback, fallback = null, wait_since = :now, {_FRESH_DEADLINE} "
         "where lane = :l and state = 'new' and fallback is not null",
         {"l": lane, "now": now},
     )

@@ -333,6 +333,19 @@ def test_give_up_waiting_moves_to_the_fallback_or_parks(led):
     assert led.audit() == []
 
 
+def test_a_job_that_falls_back_gets_its_wait_again_in_the_fallback_lane(led, clock):
+    small_lane(led, fallback="paid")
+    jid = led.submit("s", 10, "t", fallback=True, wait_seconds=10)
+    clock.t += 11
+    assert led.give_up_waiting(jid, "deadline") == "paid"
+    assert led.job(jid)["deadline"] == clock.t + 10
+    led.set_lane("paid", stopped=True)
+    assert led.park_overdue().parked == []  # not parked for the deadline it missed in lane t
+    clock.t += 11
+    assert [p["job_id"] for p in led.park_overdue().parked] == [jid]
+    assert led.audit() == []
+
+
 def test_drop_fails_a_parked_job(led):
     jid = led.submit("s", 10)
     led.park(jid, "operator")
