@@ -10,8 +10,9 @@ and settled with a biased, noisy actual. ``calibrated`` refits from the ledger
 every ``--refit`` settled jobs per stage, minting a new version whenever a
 factor changes.
 
-Stage model (flows/pipeline.py did not exist when this was written): a
-prompt of 200-6000 characters, the chars/4 estimator with an expected output
+Stage model: by default flows/pipeline.py's own local model, corpus, prompts and
+estimator (its ``critique`` stage writes far more than the estimator expects).
+With ``--model synthetic``: a prompt of 200-6000 characters, the chars/4 estimator with an expected output
 per stage, and actual = estimate x bias x lognormal(0, sigma) noise:
 ``draft`` bias 1.9 (the model writes far more than expected), ``review`` 1.0,
 ``summarize`` 0.55 (over-estimated: wasted admission room).
@@ -42,26 +43,55 @@ STAGES = {  # stage: (expected output tokens, bias of actual over the estimate, 
 }
 
 
-def run(jobs: int, refit: int, seed: int, url: str) -> tuple:
+def synthetic_items(rng: random.Random, n: int):
+    """``(stage, prompt, actual)`` of ``n`` items per stage of the synthetic model."""
+    base = TextLength(expected_output={s: out for s, (out, _, _) in STAGES.items()})
+    for stage, (_, bias, sigma) in STAGES.items():
+        for _ in range(n):
+            prompt = "x" * rng.randrange(200, 6000)
+            yield stage, prompt, int(base.estimate(prompt, stage=stage) * bias * rng.lognormvariate(0, sigma))
+
+
+def pipeline_items(rng: random.Random, n: int):
+    """``(stage, text estimated, actual)`` of ``n`` documents through flows/pipeline.py's model and prompts."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "flows"))
+    import pipeline as p
+
+    model = p.LocalModel(seed=rng.randrange(1 << 30), latency=0.0)
+    for doc in p.corpus(n, rng.randrange(1 << 30)):
+        d = model.complete(f"Summarise:\n{doc}", stage="draft")
+        c = model.complete(f"Critique this summary:\n{d.text}", stage="critique")
+        f = model.complete(f"Rewrite using the critique:\n{doc}\n{c.text}", stage="final")
+        # the texts the pipeline's estimators see (flows/pipeline.py: draft, critique, final)
+        yield "draft", doc, d.usage.total_tokens
+        yield "critique", d.text, c.usage.total_tokens
+        yield "final", doc + c.text, f.usage.total_tokens
+
+
+def run(jobs: int, refit: int, seed: int, url: str, model: str = "pipeline") -> tuple:
     rng = random.Random(seed)
     led = Ledger(url)
     led.set_lane("free", allowance=10**12, ceiling=10**12, burst_tokens=10**12, max_leased=100_000)
-    base = TextLength(expected_output={s: out for s, (out, _, _) in STAGES.items()})
+    if model == "pipeline":
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "flows"))
+        import pipeline as p
+
+        base, items, stages = p.ESTIMATOR, pipeline_items, ("draft", "critique", "final")
+    else:
+        base = TextLength(expected_output={s: out for s, (out, _, _) in STAGES.items()})
+        items, stages = synthetic_items, tuple(STAGES)
     cal = calibrated(base, window=200)
-    used_after_warmup: dict[str, set[str]] = {s: set() for s in STAGES}
+    used_after_warmup: dict[str, set[str]] = {s: set() for s in stages}
     settled = 0
     for batch_start in range(0, jobs, refit):
         n = min(refit, jobs - batch_start)
         ids = []
-        for stage, (_, bias, sigma) in STAGES.items():
-            for _ in range(n):
-                prompt = "x" * rng.randrange(200, 6000)
-                est = base.estimate(prompt, stage=stage)
-                ids.append((led.submit(stage, est, est_version=base.version,
-                                       shadows={cal.version: cal.estimate(prompt, stage=stage)}),
-                            int(est * bias * rng.lognormvariate(0, sigma))))  # fmt: skip
-                if batch_start >= 200:
-                    used_after_warmup[stage].add(cal.version)
+        for stage, text, actual in items(rng, n):
+            est = base.estimate(text, stage=stage)
+            ids.append((led.submit(stage, est, est_version=base.version,
+                                   shadows={cal.version: cal.estimate(text, stage=stage)}), actual))  # fmt: skip
+            if batch_start >= 200:
+                used_after_warmup[stage].add(cal.version)
         leased = {x.job_id for x in led.tick("free")}
         assert len(leased) == len(ids), f"admitted {len(leased)} of {len(ids)}"
         for jid, actual in ids:
@@ -93,20 +123,25 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=400, help="settled jobs per stage")
     ap.add_argument("--refit", type=int, default=100, help="refit calibrated every this many jobs per stage")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--model", choices=("pipeline", "synthetic"), default="pipeline",
+                    help="pipeline: flows/pipeline.py's model and estimator (its critique stage is biased); "
+                         "synthetic: three made-up stages, one biased x1.9, one over-estimated")  # fmt: skip
     args = ap.parse_args()
+    biased = "critique" if args.model == "pipeline" else "draft"
     with tempfile.TemporaryDirectory() as tmp:
-        led, base, cal, report, used = run(args.jobs, args.refit, args.seed, f"sqlite:///{tmp}/calibration.db")
+        led, base, cal, report, used = run(args.jobs, args.refit, args.seed, f"sqlite:///{tmp}/calibration.db",
+                                           args.model)  # fmt: skip
         print()
         print(render(report, "table"))
         print()
         rows = report.set_index(["stage", "version"])
-        plain = rows.loc[("draft", base.version), "drift"]
-        after = warmed_up_drift(led, used["draft"], "draft") if used["draft"] else float("nan")
-        print(f"draft, plain estimator {base.version}: drift {plain:.2f} "
+        plain = rows.loc[(biased, base.version), "drift"]
+        after = warmed_up_drift(led, used[biased], biased) if used[biased] else float("nan")
+        print(f"{biased} ({args.model} model), plain estimator {base.version}: drift {plain:.2f} "
               f"({'PASS' if plain > 1.5 else 'FAIL'}: > 1.5)")  # fmt: skip
-        print(f"draft, calibrated after 200 settled jobs ({len(used['draft'])} version(s)): drift {after:.3f} "
+        print(f"{biased}, calibrated after 200 settled jobs ({len(used[biased])} version(s)): drift {after:.3f} "
               f"({'PASS' if abs(after - 1) <= 0.15 else 'FAIL'}: within 1.0 +/- 0.15)")  # fmt: skip
-        for stage in ("review", "summarize"):
+        for stage in (s for s in used if s != biased):
             if used[stage]:
                 print(f"{stage}, plain {rows.loc[(stage, base.version), 'drift']:.2f}; calibrated after 200: "
                       f"{warmed_up_drift(led, used[stage], stage):.3f}")  # fmt: skip
