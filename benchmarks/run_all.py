@@ -41,8 +41,8 @@ BENCHMARKS = [
      "park_overdue is set-based: 100k overdue jobs in under 10 s, each parked exactly once, with two "
      "copies running at once."),
     ("Estimator calibration", "bench_calibration.py", [], [], None,
-     "a stage with a biased estimator shows drift > 1.5 under the plain estimator and 1.0 +- 0.15 under "
-     "calibrated after 200 settled jobs, side by side in one report."),
+     "on the example pipeline (flows/pipeline.py's model and estimator) the biased critique stage shows drift > 1.5 "
+     "under the plain estimator and 1.0 +- 0.15 under calibrated after 200 settled jobs, side by side in one report."),
 ]
 
 
