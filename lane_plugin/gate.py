@@ -51,9 +51,10 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import InvalidInput, JobParked, LaneError, NeverFits
-from .ledger import Ledger, tokens
+from .ledger import Ledger
 from .renewer import Held, renewer
 from .usage import UsageMissing, check_missing_policy, extract_usage, usage_of
+from .validate import tokens
 
 log = logging.getLogger("lane_plugin.gate")
 POLL = 0.1  # first poll delay while waiting (seconds); grows 1.5x per poll

@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 
 from . import policy
 from .db import Cursor
-from .errors import InvalidInput, UnknownLane
+from .errors import InvalidInput, LaneError, UnknownLane
 
 POLICY_FIELDS = (
     "allowance", "ceiling", "start_fraction", "burst_tokens", "window_seconds", "max_leased",
@@ -170,9 +170,7 @@ def validate_settings(settings: dict, current: LaneRow | None = None) -> dict:
     merged = {f.name: getattr(current, f.name) for f in fields(LaneRow)} if current else dict(NEW_LANE)
     merged.update(out)
     if merged.get("ceiling") and merged.get("allowance") and merged["ceiling"] > merged["allowance"]:
-        raise InvalidInput(
-            "ceiling", merged["ceiling"], f"must not exceed the allowance {merged['allowance']}"
-        )
+        raise InvalidInput("ceiling", merged["ceiling"], f"must not exceed the allowance {merged['allowance']}")
     return out
 
 
@@ -195,3 +193,30 @@ def _float(field: str, value, *, low: float, high: float, low_open: bool = False
         bound = f"above {low}" if low_open else f"at least {low}"
         raise InvalidInput(field, value, f"expected a number {bound} and at most {high:g}")
     return value
+
+
+def write_lane_settings(cur: Cursor, now: float, name: str, settings: dict) -> LaneRow:
+    """Apply checked settings to a lane under its lock, creating it from NEW_LANE if it is new."""
+    try:
+        current = lock_lane(cur, name)
+    except LaneError:
+        current = None
+    clean = validate_settings(settings, current)
+    if "fallback" in clean and clean["fallback"] is not None:
+        if clean["fallback"] == name:
+            raise InvalidInput("fallback", clean["fallback"], "a lane cannot fall back to itself")
+        read_lane(cur, clean["fallback"])
+    if current is None:
+        row = {**NEW_LANE, **clean, "name": name, "updated_at": now}
+        if "ceiling" not in clean and "allowance" in clean:
+            row["ceiling"] = int(row["allowance"] * 0.8)  # the seed's headroom under the allowance
+        cur.execute(f"insert into lane ({', '.join(row)}) values ({', '.join(':' + k for k in row)}) "
+                    "on conflict (name) do nothing", row)  # fmt: skip
+        if cur.rowcount == 1:
+            return read_lane(cur, name)
+        lock_lane(cur, name)  # another caller created it a moment ago: change it like an existing one
+    if clean:
+        sets = ", ".join(f"{k} = :{k}" for k in clean)
+        cur.execute(f"update lane set {sets}, updated_at = :now where name = :name",
+                    {**clean, "now": now, "name": name})  # fmt: skip
+    return read_lane(cur, name)

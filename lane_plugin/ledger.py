@@ -11,7 +11,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
 from collections.abc import Callable
@@ -20,51 +19,13 @@ from dataclasses import asdict
 from . import store, upkeep
 from .config import parse_url
 from .db import Database
-from .errors import InvalidInput, JobParked, LaneError
-from .lanes import MAX_TOKENS, NEW_LANE, LaneRow, all_lanes, lock_lane, read_lane, validate_settings
+from .errors import InvalidInput, JobParked
+from .lanes import LaneRow, all_lanes, lock_lane, read_lane, write_lane_settings
 from .preflight import PreflightCache
 from .store import Lease, Settled
+from .validate import text, tokens, when
 
 Listener = Callable[[str, str, dict], None]
-MAX_TEXT = 200  # stage, est_version and run keys are short labels, not documents
-
-
-def _text(field: str, value, *, required: bool = True, limit: int = MAX_TEXT) -> str | None:
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or (required and not value.strip()):
-        raise InvalidInput(field, value, "expected a non-empty string")
-    if len(value) > limit:
-        raise InvalidInput(field, value, f"longer than {limit} characters ({len(value)})")
-    if "\x00" in value:
-        raise InvalidInput(field, value, "contains a NUL character")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInput(field, value, "is not valid unicode text") from None
-    return value
-
-
-def tokens(field: str, value, *, low: int = 1) -> int:
-    """A token count: a whole number from ``low`` to 10**12, or InvalidInput naming the field."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-            value = int(value)
-        else:
-            raise InvalidInput(field, value, "expected a whole number of tokens")
-    if value < low:
-        raise InvalidInput(field, value, f"expected at least {low}")
-    if value > MAX_TOKENS:
-        raise InvalidInput(field, value, f"absurdly large (more than {MAX_TOKENS:,} tokens)")
-    return value
-
-
-def _when(field: str, value) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InvalidInput(field, value, "expected epoch seconds")
-    return float(value)
 
 
 class Ledger:
@@ -140,21 +101,21 @@ class Ledger:
         Raises:
             InvalidInput, UnknownLane, NeverFits, ConflictingReplay.
         """
-        stage = _text("stage", stage)
-        lane = _text("lane", lane)
+        stage = text("stage", stage)
+        lane = text("lane", lane)
         est = tokens("est", est)
-        est_version = _text("est_version", est_version, required=False)
-        run_key = _text("run_key", run_key, required=False)
-        key = _text("key", key, required=False)
+        est_version = text("est_version", est_version, required=False)
+        run_key = text("run_key", run_key, required=False)
+        key = text("key", key, required=False)
         attempt = tokens("attempt", attempt)
-        deadline = _when("deadline", deadline)
+        deadline = when("deadline", deadline)
         if wait_seconds is not None:
-            wait_seconds = _when("wait_seconds", wait_seconds)
+            wait_seconds = when("wait_seconds", wait_seconds)
             if wait_seconds < 0:
                 raise InvalidInput("wait_seconds", wait_seconds, "expected at least 0")
         if fallback is not None and not isinstance(fallback, bool):
-            fallback = _text("fallback", fallback)
-        shadows = {_text("shadow version", v): tokens(f"shadow estimate {v!r}", e) for v, e in (shadows or {}).items()}
+            fallback = text("fallback", fallback)
+        shadows = {text("shadow version", v): tokens(f"shadow estimate {v!r}", e) for v, e in (shadows or {}).items()}
         job_id = uuid.uuid4().hex  # chosen before the transaction: a retried commit finds it
 
         def intake(cur, now):
@@ -169,7 +130,7 @@ class Ledger:
     # -- admission -----------------------------------------------------------------
     def tick(self, lane: str = "free") -> list[Lease]:
         """Lease what fits in ``lane`` now (one short transaction); returns the leases."""
-        lane = _text("lane", lane)
+        lane = text("lane", lane)
         spec = self._lane_spec(lane)
         ok, err, fresh = self.preflight.check(lane, spec.preflight, spec.preflight_timeout)
         if fresh or not ok:
@@ -230,7 +191,7 @@ class Ledger:
 
     def renew(self, job_id: str, token: str) -> float:
         """Extend a held lease by the lane's ``lease_seconds``; returns the new expiry."""
-        job_id, token = _text("job id", job_id), _text("lease token", token)
+        job_id, token = text("job id", job_id), text("lease token", token)
         return self._run(lambda cur, now: store.renew(cur, job_id, token, now=now))
 
     # -- settlement ----------------------------------------------------------------
@@ -251,7 +212,7 @@ class Ledger:
         if isinstance(job, Lease):
             attempt = job.attempt if attempt is None else attempt
             job = job.job_id
-        job_id = _text("job id", job)
+        job_id = text("job id", job)
         actual = tokens("actual", actual, low=0)
         if attempt is not None:
             attempt = tokens("attempt", attempt)
@@ -304,7 +265,7 @@ class Ledger:
 
     def park(self, job_id: str, reason: str = "parked by operator") -> bool:
         """Park a waiting job (it leaves the admission scan); False if it was not waiting."""
-        job_id, reason = _text("job id", job_id), _text("reason", reason, limit=1000)
+        job_id, reason = text("job id", job_id), text("reason", reason, limit=1000)
         tail = self._run(lambda cur, now: upkeep.park(cur, job_id, reason=reason, now=now))
         if tail:
             self._emit("lane.job.parked", tail["lane"], tail)
@@ -312,7 +273,7 @@ class Ledger:
 
     def give_up_waiting(self, job_id: str, reason: str) -> str | None:
         """Deadline passed: move to the fallback lane if allowed (returns it), else park."""
-        job_id = _text("job id", job_id)
+        job_id = text("job id", job_id)
         lane = self._run(lambda cur, now: upkeep.move_to_fallback(cur, job_id, now=now))
         if lane is None:
             self.park(job_id, reason)
@@ -320,12 +281,12 @@ class Ledger:
 
     def requeue(self, job_id: str) -> None:
         """Return a parked job to the queue."""
-        job_id = _text("job id", job_id)
+        job_id = text("job id", job_id)
         self._run(lambda cur, now: upkeep.requeue(cur, job_id, now=now))
 
     def drop(self, job_id: str) -> None:
         """Fail a parked job for good."""
-        job_id = _text("job id", job_id)
+        job_id = text("job id", job_id)
         self._run(lambda cur, now: upkeep.drop(cur, job_id, now=now))
 
     # -- lanes ---------------------------------------------------------------------
@@ -334,34 +295,9 @@ class Ledger:
 
     def set_lane(self, name: str, **settings) -> LaneRow:
         """Change a lane's policy (``ceiling=...``); creates the lane if it is new."""
-        name = _text("lane", name, limit=64)
+        name = text("lane", name, limit=64)
 
-        def apply(cur, now):
-            try:
-                current = lock_lane(cur, name)
-            except LaneError:
-                current = None
-            clean = validate_settings(settings, current)
-            if "fallback" in clean and clean["fallback"] is not None:
-                if clean["fallback"] == name:
-                    raise InvalidInput("fallback", clean["fallback"], "a lane cannot fall back to itself")
-                read_lane(cur, clean["fallback"])
-            if current is None:
-                row = {**NEW_LANE, **clean, "name": name, "updated_at": now}
-                if "ceiling" not in clean and "allowance" in clean:
-                    row["ceiling"] = int(row["allowance"] * 0.8)  # the seed's headroom under the allowance
-                cur.execute(f"insert into lane ({', '.join(row)}) values ({', '.join(':' + k for k in row)}) "
-                            "on conflict (name) do nothing", row)  # fmt: skip
-                if cur.rowcount == 1:
-                    return read_lane(cur, name)
-                lock_lane(cur, name)  # another caller created it a moment ago: change it like an existing one
-            if clean:
-                sets = ", ".join(f"{k} = :{k}" for k in clean)
-                cur.execute(f"update lane set {sets}, updated_at = :now where name = :name",
-                            {**clean, "now": now, "name": name})  # fmt: skip
-            return read_lane(cur, name)
-
-        return self._run(apply)
+        return self._run(lambda cur, now: write_lane_settings(cur, now, name, settings))
 
     def lanes(self) -> list[dict]:
         """Every lane with its counters, remaining room and waiting / parked counts."""
@@ -372,7 +308,7 @@ class Ledger:
     # -- reading -------------------------------------------------------------------
     def job(self, job_id: str) -> dict:
         """One job as a dict (every column of the ``job`` table)."""
-        job_id = _text("job id", job_id)
+        job_id = text("job id", job_id)
 
         def read(cur, now):
             store.get_job(cur, job_id)
@@ -394,41 +330,14 @@ class Ledger:
             >>> led.wait_status(job)["position"]                     # doctest: +SKIP
             3
         """
-        from .policy import blocking_rule, window_start
+        from .status import wait_status
 
-        job_id = _text("job id", job_id)
-
-        def read(cur, now):
-            job = store.get_job(cur, job_id)
-            row = read_lane(cur, job["lane"])
-            wait_since = cur.scalar("select wait_since from job where id = :id", {"id": job_id})
-            base = "select count(*) from job where lane = :l and state = 'new'"
-            p = {"l": row.name, "cut": now - row.max_wait_seconds, "e": job["est"], "w": wait_since, "id": job_id}
-            older = "(wait_since < :w or (wait_since = :w and id < :id))"
-            if job["state"] != "new":
-                position = 0
-            elif wait_since <= p["cut"]:
-                position = 1 + cur.scalar(f"{base} and wait_since <= :cut and {older}", p)
-            else:
-                position = 1 + cur.scalar(f"{base} and (wait_since <= :cut or est < :e or (est = :e and {older}))", p)
-            starts_run = job["run_key"] is None or not store._run_started(cur, row.name, job["run_key"])
-            window_used = row.window_used if window_start(now, row.window_seconds) == row.window_start else 0
-            blocked_by = blocking_rule(
-                row.policy, est=job["est"], starts_run=starts_run, committed=row.spent + row.reserved,
-                leased=row.leased, window_used=window_used, stopped=row.is_stopped,
-            )  # fmt: skip
-            return {
-                "job_id": job_id, "lane": row.name, "stage": job["stage"], "est": job["est"],
-                "state": job["state"], "position": position, "waiting": cur.scalar(base, p),
-                "remaining": row.remaining, "spent": row.spent, "reserved": row.reserved,
-                "ceiling": row.ceiling, "start_limit": row.policy.start_limit, "leased": row.leased,
-                "max_leased": row.max_leased, "starts_run": starts_run, "blocked_by": blocked_by,
-            }  # fmt: skip
-
-        return self._run(read, write=False)
+        job_id = text("job id", job_id)
+        return self._run(lambda cur, now: wait_status(cur, now, job_id), write=False)
 
     def tail(self, lane: str | None = None) -> list[dict]:
         """Parked jobs, oldest first."""
+
         def read(cur, now):
             q = "select job_id, lane, stage, est, reason, parked_at, deadline from tail"
             rows = cur.all(q + (" where lane = :l" if lane else "") + " order by parked_at, job_id", {"l": lane})

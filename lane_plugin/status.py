@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from . import store
 from .db import Cursor
-from .lanes import all_lanes
+from .lanes import all_lanes, read_lane
+from .policy import blocking_rule, window_start
 
 
 def lane_status(cur: Cursor, now: float) -> list[dict]:
@@ -46,3 +48,32 @@ def lane_status(cur: Cursor, now: float) -> list[dict]:
             }
         )
     return out
+
+
+def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
+    """Where a waiting job stands: its place in admission order and the lane's room (Ledger.wait_status)."""
+    job = store.get_job(cur, job_id)
+    row = read_lane(cur, job["lane"])
+    wait_since = cur.scalar("select wait_since from job where id = :id", {"id": job_id})
+    base = "select count(*) from job where lane = :l and state = 'new'"
+    p = {"l": row.name, "cut": now - row.max_wait_seconds, "e": job["est"], "w": wait_since, "id": job_id}
+    older = "(wait_since < :w or (wait_since = :w and id < :id))"
+    if job["state"] != "new":
+        position = 0
+    elif wait_since <= p["cut"]:
+        position = 1 + cur.scalar(f"{base} and wait_since <= :cut and {older}", p)
+    else:
+        position = 1 + cur.scalar(f"{base} and (wait_since <= :cut or est < :e or (est = :e and {older}))", p)
+    starts_run = job["run_key"] is None or not store._run_started(cur, row.name, job["run_key"])
+    window_used = row.window_used if window_start(now, row.window_seconds) == row.window_start else 0
+    blocked_by = blocking_rule(
+        row.policy, est=job["est"], starts_run=starts_run, committed=row.spent + row.reserved,
+        leased=row.leased, window_used=window_used, stopped=row.is_stopped,
+    )  # fmt: skip
+    return {
+        "job_id": job_id, "lane": row.name, "stage": job["stage"], "est": job["est"],
+        "state": job["state"], "position": position, "waiting": cur.scalar(base, p),
+        "remaining": row.remaining, "spent": row.spent, "reserved": row.reserved,
+        "ceiling": row.ceiling, "start_limit": row.policy.start_limit, "leased": row.leased,
+        "max_leased": row.max_leased, "starts_run": starts_run, "blocked_by": blocked_by,
+    }  # fmt: skip
