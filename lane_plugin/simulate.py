@@ -37,11 +37,12 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from heapq import heappop, heappush
 
 from lane_plugin.policy import Candidate, LanePolicy, never_fits, window_start
 from lane_plugin.sim_policies import POLICIES, USES_EST_HEAP, candidate_for
+from lane_plugin.sim_result import SimResult, big_threshold, percentile
 from lane_plugin.sim_traffic import Trace
 
 INF = math.inf
@@ -102,47 +103,6 @@ class SimConfig:
     def slots(self) -> int:
         """Lease slots of the count baseline (defaults to ``max_leased``)."""
         return self.count_slots or self.max_leased
-
-
-@dataclass
-class SimResult:
-    """What one policy did with one trace."""
-
-    policy: str
-    jobs: int
-    done: int
-    spent: int
-    over_ceiling: int
-    over_allowance: int
-    busy_pct: float
-    wait_p50: float
-    wait_p99: float
-    big_wait_p50: float
-    big_wait_p99: float
-    starved: int
-    parked: int
-    expired: int
-    waiting_at_end: int
-    wall_seconds: float
-    jobs_per_s: float
-    peak_period_spent: int
-    series_t: list[float] = field(default_factory=list, repr=False)
-    series_spent: list[int] = field(default_factory=list, repr=False)
-    waits: list[float | None] = field(default_factory=list, repr=False)
-    log: list[tuple] = field(default_factory=list, repr=False)
-
-    def summary(self) -> dict:
-        """The figures, without the per-job series (for ``--json``)."""
-        skip = {"series_t", "series_spent", "waits", "log"}
-        return {k: v for k, v in self.__dict__.items() if k not in skip}
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile of ``values`` (0 <= q <= 1); NaN when empty."""
-    if not values:
-        return math.nan
-    xs = sorted(values)
-    return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]
 
 
 def refused_at_intake(trace: Trace, cfg: SimConfig) -> list[bool]:
@@ -433,12 +393,6 @@ class Sim:
             waits=waits,
             log=self.log,
         )
-
-
-def big_threshold(trace: Trace, refused: list[bool]) -> int:
-    """Smallest estimate of the largest decile of (admissible) jobs."""
-    ests = [e for e, r in zip(trace.est, refused) if not r]
-    return percentile(ests, 0.9) if ests else 0
 
 
 def simulate(trace: Trace, cfg: SimConfig, policies: list[str] | tuple[str, ...] = tuple(POLICIES),
