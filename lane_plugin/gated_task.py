@@ -16,12 +16,15 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidInput, JobParked, NeverFits
 from .gate import Gate, _check_estimate, _next_seq, _wait_seconds
 from .ledger import Ledger
 from .usage import UsageMissing, check_missing_policy
+
+if TYPE_CHECKING:
+    from prefect import Task
 
 _REFUSALS = (NeverFits, JobParked, UsageMissing, InvalidInput)
 
@@ -123,9 +126,23 @@ def lane_task(stage: str, estimate: Any, lane: str = "free", usage: Callable[[An
         opts["tags"] = sorted(tags | {f"lane:{lane}", f"stage:{stage}"})
         opts.setdefault("task_run_name", _default_run_name(stage, fn.__name__))
         opts["retry_condition_fn"] = _retry_unless_refused(opts.get("retry_condition_fn"))
-        return Task(fn=body, **opts)
+        return _keep_lane_tags(Task(fn=body, **opts), {f"lane:{lane}", f"stage:{stage}"})
 
     return decorate
+
+
+def _keep_lane_tags(task: Task, lane_tags: set[str]) -> Task:
+    """``task.with_options(tags=[...])`` replaces a task's tags; keep the lane's on every copy."""
+    plain = task.with_options
+
+    def with_options(*args, **kwargs) -> Task:
+        if kwargs.get("tags") is not None:
+            kwargs["tags"] = sorted(set(kwargs["tags"]) | lane_tags)
+        return _keep_lane_tags(plain(*args, **kwargs), lane_tags)
+
+    with_options.__doc__ = plain.__doc__
+    task.with_options = with_options  # an instance attribute: the Task class is not touched
+    return task
 
 
 __all__ = ["lane_task"]

@@ -58,6 +58,14 @@ def test_task_is_a_real_prefect_task_with_lane_tags_and_options():
     assert draft.fn.__wrapped__.__name__ == "draft"
 
 
+def test_with_options_keeps_the_lane_tags():
+    copy = draft.with_options(tags=["team:search"], retries=0)
+    assert set(copy.tags) == {"lane:free", "stage:draft", "team:search"} and copy.retries == 0
+    again = copy.with_options(tags=[])
+    assert set(again.tags) == {"lane:free", "stage:draft"}
+    assert set(draft.with_options(name="other").tags) == {"lane:free", "stage:draft", "team:docs"}
+
+
 def test_task_run_name_and_tags_show_in_prefect(ledger):
     from prefect.client.orchestration import get_client
 
