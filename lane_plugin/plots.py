@@ -51,7 +51,9 @@ def plot_drift(series, path: str | os.PathLike, *, title: str = "Drift per stage
         ax.set_ylabel("drift")
         ax.set_xlabel("finished (UTC)")
         ax.set_title(title if len(series) else title + " -- no settled jobs")
-        ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M"))
+        locator = mdates.AutoDateLocator()  # minutes-long runs get seconds, weeks get days
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
         fig.autofmt_xdate()
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", fontsize=8, ncol=2)
