@@ -23,6 +23,7 @@ ALL_JOB_COLUMNS = (
     "wait_since", "admitted_at", "finished_at",
 )  # fmt: skip
 JOB_COLS = "id, lane, stage, est, attempt, run_key, state, lease_until, lease_token, lease_attempt, fallback, key"
+JOB_KEYS = tuple(c.strip() for c in JOB_COLS.split(","))
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class Replay(LaneError):
 
 def _job(cur: Cursor, job_id: str) -> dict | None:
     row = cur.one(f"select {JOB_COLS} from job where id = :id", {"id": job_id})
-    return None if row is None else dict(zip([c.strip() for c in JOB_COLS.split(",")], row))
+    return None if row is None else dict(zip(JOB_KEYS, row))
 
 
 def get_job(cur: Cursor, job_id: str) -> dict:
@@ -142,7 +143,7 @@ def submit(
 
 
 def _replay_submit(cur: Cursor, existing, *, stage: str, est: int, attempt: int, now: float):
-    job = dict(zip([c.strip() for c in JOB_COLS.split(",")] + ["est_version"], existing))
+    job = dict(zip(JOB_KEYS + ("est_version",), existing))
     if job["stage"] != stage or job["est"] != est:
         raise ConflictingReplay(
             f"key {job['key']!r} already names job {job['id']} with stage {job['stage']!r} and "
@@ -225,8 +226,11 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = 16
             r[0]
             for r in cur.all(f"select run_key from lane_run where lane = :l and run_key in ({marks})", params)
         }
-    snapshot = policy.LaneSnapshot(**snap_kw, started_runs=frozenset(started))
-    decision = policy.admit(snapshot, [policy.Candidate(r[0], r[1], r[2], r[3]) for r in rows.values()])
+    def decide() -> policy.Decision:
+        snapshot = policy.LaneSnapshot(**snap_kw, started_runs=frozenset(started))
+        return policy.admit(snapshot, [policy.Candidate(r[0], r[1], r[2], r[3]) for r in rows.values()])
+
+    decision = decide()
     if decision.head_reason == policy.START_LIMIT and len(decision.admitted) < free_slots:
         # Past the start limit the head holds jobs that would start runs; the later stages of
         # runs under way (which may still use the last fifth) can sit further down. Read their head.
@@ -239,8 +243,7 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = 16
         if any(r[0] not in rows for r in finishing):
             rows.update({r[0]: r for r in finishing})
             started |= {r[3] for r in finishing}
-            snapshot = policy.LaneSnapshot(**snap_kw, started_runs=frozenset(started))
-            decision = policy.admit(snapshot, [policy.Candidate(r[0], r[1], r[2], r[3]) for r in rows.values()])
+            decision = decide()
     if not decision.admitted:
         return [], decision, row
     n, tokens = len(decision.admitted), decision.tokens
@@ -308,13 +311,13 @@ def settle(
     Returns the settlement and the lane's ``(spent, ceiling, overage)`` after it.
     """
     row = cur.one(
-        f"select {', '.join('j.' + c.strip() for c in JOB_COLS.split(','))}, s.id from job j "
+        f"select {', '.join('j.' + c for c in JOB_KEYS)}, s.id from job j "
         "left join settlement s on s.job_id = j.id and s.attempt = coalesce(:a, j.attempt) where j.id = :id",
         {"id": job_id, "a": attempt},
     )
     if row is None:
         raise UnknownJob(job_id)
-    job = dict(zip([c.strip() for c in JOB_COLS.split(",")], row[:-1]))
+    job = dict(zip(JOB_KEYS, row[:-1]))
     attempt = job["attempt"] if attempt is None else attempt
     if row[-1] is not None:
         raise Replay()
