@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from lane_plugin import Ledger  # noqa: E402
-from lane_plugin.db import Database  # noqa: E402
+from lane_plugin.ledger.db import Database  # noqa: E402
 
 JOBS_PER_PROC = 400_000  # more than any run can consume
 
@@ -76,7 +76,7 @@ def _ledger_worker(url: str, lane: str, seconds: float, out) -> None:
 
 def _plain_worker(url: str, lane: str, seconds: float, out) -> None:
     """The same two transactions with nothing but SQL: the practical limit."""
-    from lane_plugin.config import parse_url
+    from lane_plugin.ledger.url import parse_url
 
     db = Database(parse_url(url))
     n = 0
@@ -142,7 +142,7 @@ def sqlite_factory():
 def pg_factory(base: str):
     import psycopg
 
-    from lane_plugin.config import parse_url
+    from lane_plugin.ledger.url import parse_url
 
     def make():
         name = f"bench_{uuid.uuid4().hex[:10]}"
@@ -216,7 +216,7 @@ def main() -> None:
     try:
         import psycopg
 
-        from lane_plugin.config import parse_url
+        from lane_plugin.ledger.url import parse_url
 
         psycopg.connect(**parse_url(args.pg).conninfo, connect_timeout=3).close()
         dbs.append(("PostgreSQL", pg_factory(args.pg)))

@@ -111,7 +111,7 @@ def main() -> None:
     if args.postgres:
         import psycopg
 
-        from lane_plugin.config import parse_url
+        from lane_plugin.ledger.url import parse_url
 
         schema = f"bench_{uuid.uuid4().hex[:10]}"
         kwargs = dict(parse_url(args.postgres).conninfo)

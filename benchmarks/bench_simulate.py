@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lane_plugin import sim_report  # noqa: E402
-from lane_plugin.sim_traffic import generate  # noqa: E402
-from lane_plugin.simulate import SimConfig, simulate  # noqa: E402
+from lane_plugin.sim import report as sim_report  # noqa: E402
+from lane_plugin.sim.engine import SimConfig, simulate  # noqa: E402
+from lane_plugin.sim.traffic import generate  # noqa: E402
 
 LANE = dict(
     ceiling=8_000_000, allowance=10_000_000, start_fraction=0.8, burst_tokens=40_000, window_seconds=1.0,

@@ -14,22 +14,16 @@ Stop with Ctrl-C (the schedules are paused on shutdown).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # lane_plugin from this checkout when it is not installed
-sys.path.insert(0, str(ROOT / "flows"))
+from prefect.flows import load_flow_from_entrypoint
 
-from drift_report import drift_report  # noqa: E402
-from lane_status import lane_status  # noqa: E402
-from park_overdue import park_overdue  # noqa: E402
-
+FLOWS = Path(__file__).resolve().parents[1] / "flows"
 NAME = "lane-ops"
-SCHEDULES = {  # flow name -> (flow, interval seconds, default parameters)
-    "drift-report": (drift_report, 3600, {"since": "24h", "by": "stage"}),
-    "park-overdue": (park_overdue, 60, {"tail_alert": 100, "max_events": 500}),
-    "lane-status": (lane_status, 300, {"tail_alert": 100}),
+SCHEDULES = {  # flow name -> (entrypoint in flows/, interval seconds, default parameters)
+    "drift-report": ("drift_report.py:drift_report", 3600, {"since": "24h", "by": "stage"}),
+    "park-overdue": ("park_overdue.py:park_overdue", 60, {"tail_alert": 100, "max_events": 500}),
+    "lane-status": ("lane_status.py:lane_status", 300, {"tail_alert": 100}),
 }
 
 
@@ -41,9 +35,10 @@ def deployments(only: list[str] | None = None, *, schedule: bool = True) -> list
     if unknown:
         raise SystemExit(f"serve.py: unknown flow {', '.join(unknown)}; expected {', '.join(SCHEDULES)}")
     out = []
-    for name, (flow, every, params) in SCHEDULES.items():
+    for name, (entrypoint, every, params) in SCHEDULES.items():
         if only and name not in only:
             continue
+        flow = load_flow_from_entrypoint(f"{FLOWS / entrypoint}", use_placeholder_flow=False)
         out.append(flow.to_deployment(
             name=NAME, interval=every if schedule else None, parameters=params, tags=["lane"],
             concurrency_limit=ConcurrencyLimitConfig(limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW),

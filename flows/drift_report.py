@@ -23,7 +23,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 
 from lane_plugin import Ledger
-from lane_plugin.publish import publish_drift
+from lane_plugin.gating.artifacts import publish_drift
 from lane_plugin.reports import HIGH, drift, drift_over_time, render, summary_markdown
 
 
@@ -51,8 +51,8 @@ def drift_report(db: str | None = None, lane: str | None = None, since: str | No
     Returns:
         The ``lane-drift`` table's rows.
     """
-    from lane_plugin.plots import plot_drift
-    from lane_plugin.publish import drift_table
+    from lane_plugin.gating.artifacts import drift_table
+    from lane_plugin.reports import plot_drift
 
     log = get_run_logger()
     led = Ledger(db)

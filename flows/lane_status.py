@@ -21,7 +21,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from lane_plugin import Ledger
-from lane_plugin.publish import publish_status, status_table
+from lane_plugin.gating.artifacts import publish_status, status_table
 
 
 @flow(name="lane-status", log_prints=True)

@@ -21,7 +21,8 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from lane_plugin import Ledger
-from lane_plugin.publish import emit, publish_status
+from lane_plugin.gating.artifacts import publish_status
+from lane_plugin.gating.events import emit
 
 
 @flow(name="park-overdue", log_prints=True)

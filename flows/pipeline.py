@@ -27,10 +27,6 @@ import random
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-
-if __package__ in (None, ""):  # `python flows/pipeline.py` from the repository root
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner

@@ -145,14 +145,11 @@ def report(
 
     `--by stage,version` puts each shadow estimator beside the admission one on the same jobs.
     """
-    from .reports import drift, render
+    from .reports import drift, drift_over_time, plot_drift, render
 
     led = ledger()
     df = drift(led, lane=lane, since=since, by=by)
     if plot:
-        from .plots import plot_drift
-        from .reports import drift_over_time
-
         plot_drift(drift_over_time(led, lane=lane, since=since), plot)
         typer.echo(f"plot written to {plot}", err=True)
     typer.echo(render(df, fmt))
@@ -265,7 +262,7 @@ def audit(grace: float = typer.Option(60.0, help="Reap interval: how long a leas
     typer.echo("ledger sound: I1-I6 hold")
 
 
-from .cli_simulate import simulate  # noqa: E402 - registered like the commands above
+from .sim.command import simulate  # noqa: E402 - registered like the commands above
 
 app.command("simulate")(simulate)
 
@@ -277,7 +274,7 @@ def main() -> None:
     except ImportError:  # pragma: no cover - depends on the installed typer
         import click
 
-    from .config import redact
+    from .ledger.url import redact
 
     try:
         code = app(standalone_mode=False)

@@ -90,3 +90,25 @@ class DatabaseError(LaneError):
 
 class NotALedger(DatabaseError):
     """The database exists but is not a lane ledger."""
+
+
+class UsageMissing(LaneError):
+    """The gated body finished but reported no token usage."""
+
+
+class TiktokenUnavailable(InvalidInput):
+    """tiktoken or its encoding is not available on this machine."""
+
+
+class TraceError(LaneError, ValueError):
+    """Bad traffic input for the simulator; the message names the field and the value."""
+
+    exit_code = 2
+
+
+class Replay(LaneError):
+    """This (job, attempt) is already settled.
+
+    Raised inside the ledger's settlement transaction to roll it back; the
+    ledger answers the caller with the first settlement, never with this.
+    """

@@ -5,7 +5,7 @@ feeds it a snapshot of one lane and the head of that lane's waiting queue and
 applies the decision atomically; ``lane simulate`` feeds it a simulated clock.
 Both run this very code, so what the simulator shows is what the ledger does.
 
-Rules, in order (DESIGN.md, "Admission policy"):
+Rules, in order (docs/architecture.md, "Admission"):
 
 1. nothing while the lane is stopped (hard stop or failed preflight);
 2. ``leased < max_leased``;
@@ -25,6 +25,22 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+# Every lane setting's default, the one place they are written: the ledger's table
+# (models.Lane), a lane created by `lane lanes set NEW`, and the simulator read them here.
+LANE_DEFAULTS: dict = dict(
+    allowance=10_000_000, ceiling=8_000_000, start_fraction=0.8, burst_tokens=40_000, window_seconds=1.0,
+    max_leased=25, lease_seconds=90.0, max_wait_seconds=600.0, max_attempts=3, park_seconds=86_400.0,
+    fallback=None, preflight=None, preflight_timeout=2.0, period="none", stopped=False,
+)  # fmt: skip
+# The two lanes of a new ledger: the free tier (the article's 10M with an 80% ceiling) and a paid one.
+DEFAULT_LANES: dict[str, dict] = {
+    "free": dict(LANE_DEFAULTS),
+    "paid": dict(LANE_DEFAULTS, allowance=100_000_000, ceiling=100_000_000, start_fraction=1.0,
+                 burst_tokens=400_000, max_leased=100),
+}  # fmt: skip
+# Admission reads the head of its indexes: the free lease slots plus this many rows.
+HEAD_SLACK = 16
+
 # Reasons a job is not admitted, in rule order. They are stable strings: the
 # gate logs them, the CLI prints them and tests compare them.
 STOPPED = "stopped"
@@ -39,11 +55,11 @@ class LanePolicy:
     """The numbers admission obeys for one lane."""
 
     ceiling: int
-    start_fraction: float = 0.8
-    burst_tokens: int = 40_000
-    window_seconds: float = 1.0
-    max_leased: int = 25
-    max_wait_seconds: float = 600.0
+    start_fraction: float = LANE_DEFAULTS["start_fraction"]
+    burst_tokens: int = LANE_DEFAULTS["burst_tokens"]
+    window_seconds: float = LANE_DEFAULTS["window_seconds"]
+    max_leased: int = LANE_DEFAULTS["max_leased"]
+    max_wait_seconds: float = LANE_DEFAULTS["max_wait_seconds"]
 
     @classmethod
     def of(cls, source) -> LanePolicy:

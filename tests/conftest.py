@@ -1,4 +1,9 @@
-"""Shared fixtures: a ledger URL on SQLite and, when reachable, on PostgreSQL.
+"""Shared fixtures: a ledger URL on SQLite and, when reachable, on PostgreSQL; one Prefect server.
+
+``prefect_test_harness`` starts a server subprocess (~9 s): it is started once,
+lazily, by the first test that asks for ``prefect_server``. The ``ledger``
+fixture gives each Prefect test its own SQLite ledger through
+``LANE_DATABASE_URL`` (the gate keeps one Ledger per URL).
 
 PostgreSQL is read from LANE_TEST_POSTGRES_URL. Each test gets a private schema
 (``search_path`` through the URL's ``options``), dropped afterwards. When the
@@ -15,6 +20,7 @@ from urllib.parse import quote
 import pytest
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 PG_ENV = "LANE_TEST_POSTGRES_URL"
 
@@ -39,7 +45,7 @@ def _pg_base() -> str | None:
 
 
 def _pg_connect_kwargs(url: str) -> dict:
-    from lane_plugin.config import parse_url
+    from lane_plugin.ledger.url import parse_url
 
     return dict(parse_url(url).conninfo)
 
@@ -103,3 +109,24 @@ def ledger_url(request, tmp_path):
     schema = PgSchema(postgres_or_skip())
     yield schema.url
     schema.drop()
+
+
+# -- Prefect: one test server for the whole session (~9 s to start), a fresh ledger per test ---------
+@pytest.fixture(scope="session")
+def prefect_server():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=60):
+        yield
+
+
+@pytest.fixture
+def ledger(tmp_path, monkeypatch):
+    """The ledger the gate uses in this test (a fresh SQLite file); audited afterwards."""
+    from lane_plugin.gating import get_ledger
+
+    url = f"sqlite:///{tmp_path / 'lane.db'}"
+    monkeypatch.setenv("LANE_DATABASE_URL", url)
+    led = get_ledger(url)
+    yield led
+    led.close()

@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 
 from lane_plugin import Ledger
-from lane_plugin.reports import ARTICLE_SQL, drift
+from lane_plugin.reports import drift
+
+from ..tables import ARTICLE_SQL
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 ROOT = Path(__file__).resolve().parents[2]

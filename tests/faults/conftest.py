@@ -23,6 +23,7 @@ WORKER = HERE / "worker.py"
 PG_BASE = os.environ.get("LANE_TEST_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/test")
 FULL = os.environ.get("LANE_FAULT_FULL") == "1"
 FIGURES: list[str] = []
+LATE: list = []
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
@@ -38,7 +39,13 @@ def figure(line: str) -> None:
     print(f"\n[fault figure] {line}", flush=True)
 
 
+def late_figure(make) -> None:
+    """Register ``make() -> str | None``: a figure counted across several tests, said once at the end."""
+    LATE.append(make)
+
+
 def pytest_terminal_summary(terminalreporter):
+    FIGURES.extend(line for line in (make() for make in LATE) if line)
     if FIGURES:
         terminalreporter.section(f"fault figures ({'full' if FULL else 'CI'} counts)")
         for line in FIGURES:

@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 
 from lane_plugin import LaneError, Ledger
 from lane_plugin.cli import app
-from lane_plugin.lanes import POLICY_FIELDS
+from lane_plugin.ledger.lanes import POLICY_FIELDS
 
-from .conftest import FULL, counts, figure, make_lane
+from .conftest import FULL, counts, figure, late_figure, make_lane
 
 EXAMPLES = 600 if FULL else 60
 SECRET = "s3cr3t-Pa55"
@@ -250,7 +250,12 @@ def test_password_never_printed_pg(pg_url):
     assert r.returncode == 8 and SECRET not in r.stdout + r.stderr
 
 
-def test_hostile_figure():
-    figure(f"hostile input: {CALLS['api']} API calls ({CALLS['api_failed']} refused with LaneError), "
+def _hostile_figure() -> str | None:
+    if not CALLS["api"] and not CALLS["cli"]:
+        return None
+    return (f"hostile input: {CALLS['api']} API calls ({CALLS['api_failed']} refused with LaneError), "
            f"{CALLS['cli']} CLI calls ({CALLS['cli_failed']} refused, no traceback), {CALLS['urls']} malformed URLs; "
            "every refused call left row counts and audit unchanged; no password printed")  # fmt: skip
+
+
+late_figure(_hostile_figure)

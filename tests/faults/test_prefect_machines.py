@@ -10,9 +10,6 @@ from lane_plugin import Ledger
 from .conftest import assert_audit_clean, figure, make_lane, read_json_lines, reps, spawn, wait_all
 from .monitor import Monitor
 
-if not hasattr(pytest.importorskip("lane_plugin.gate"), "lane_task"):
-    pytest.skip("lane_plugin.gate has no lane_task yet", allow_module_level=True)
-
 
 @pytest.mark.postgres
 @pytest.mark.slow

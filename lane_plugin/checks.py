@@ -1,0 +1,90 @@
+"""Checks on values that come from callers: each failure names the field and the value.
+
+Every entry point (the ledger's API, the gate, the estimators, the simulator's
+traffic and the CLI) runs its arguments through these before any work starts,
+so bad input writes nothing and an estimate is checked once on its way in.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .errors import InvalidInput
+
+MAX_TOKENS = 10**12
+MAX_TEXT = 200  # stage, est_version and run keys are short labels, not documents
+
+
+def text(field: str, value, *, required: bool = True, limit: int = MAX_TEXT) -> str | None:
+    """A non-empty label of at most ``limit`` characters (None allowed when not ``required``)."""
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise InvalidInput(field, value, "expected a non-empty string")
+    if len(value) > limit:
+        raise InvalidInput(field, value, f"longer than {limit} characters ({len(value)})")
+    if "\x00" in value:
+        raise InvalidInput(field, value, "contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(field, value, "is not valid unicode text") from None
+    return value
+
+
+def tokens(field: str, value, *, low: int = 1) -> int:
+    """A token count: a whole number from ``low`` to 10**12, or InvalidInput naming the field.
+
+    Example:
+        >>> tokens("est", 12.0)
+        12
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)
+        else:
+            raise InvalidInput(field, value, "expected a whole number of tokens")
+    if value < low:
+        raise InvalidInput(field, value, f"expected at least {low}")
+    if value > MAX_TOKENS:
+        raise InvalidInput(field, value, f"absurdly large (more than {MAX_TOKENS:,} tokens)")
+    return value
+
+
+def whole(field: str, value, *, low: int) -> int:
+    """A whole number from ``low`` to 10**12 (lane settings: ceilings, slots, attempts)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)
+        else:
+            raise InvalidInput(field, value, "expected a whole number")
+    if value < low or value > MAX_TOKENS:
+        raise InvalidInput(field, value, f"expected a whole number from {low} to {MAX_TOKENS:,}")
+    return value
+
+
+def number(field: str, value, *, low: float, high: float, low_open: bool = False) -> float:
+    """A finite number in ``[low, high]`` (``(low, high]`` when ``low_open``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput(field, value, "expected a number")
+    value = float(value)
+    if value != value or value > high or value < low or (low_open and value == low):
+        bound = f"above {low:g}" if low_open else f"at least {low:g}"
+        raise InvalidInput(field, value, f"expected a number {bound} and at most {high:g}")
+    return value
+
+
+def when(field: str, value) -> float | None:
+    """Epoch seconds (or None)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidInput(field, value, "expected epoch seconds")
+    return float(value)
+
+
+def label(field: str, value, *, limit: int = 64) -> str:
+    """A short name (a stage in an estimator's table, a version label)."""
+    if not isinstance(value, str) or not value.strip() or len(value) > limit:
+        raise InvalidInput(field, value, f"expected a non-empty label of at most {limit} characters")
+    return value

@@ -1,0 +1,12 @@
+"""The Prefect gate: ``@lane_task``, ``gate()`` and ``report_usage()``.
+
+A gated body is admitted against its lane's budget, holds a renewed lease while
+it runs and settles what it really spent; the modules here are the decorator,
+the gate itself, lease renewal, usage capture, Prefect events and artifacts.
+"""
+
+from .context import Gate, gate, report_usage
+from .decorator import lane_task
+from .ledgers import get_ledger
+
+__all__ = ["Gate", "gate", "get_ledger", "lane_task", "report_usage"]

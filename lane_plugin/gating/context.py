@@ -1,0 +1,299 @@
+"""The Prefect gate: admit a task's body against the token ledger, then settle what it spent.
+
+Change one decorator and an LLM stage waits for room in its lane, holds a
+lease while it runs and bills what it really used:
+
+Example:
+    >>> from prefect import flow
+    >>> from lane_plugin import lane_task
+    >>> @lane_task(stage="draft", estimate=lambda doc: 400 + len(doc) // 3, retries=2)
+    ... def draft(doc: str):
+    ...     return client.chat.completions.create(...)   # usage read from resp.usage
+    >>> @flow
+    ... def summarize(docs: list[str]):
+    ...     return [draft(d) for d in docs]
+
+Inside a task you cannot re-decorate, gate one block:
+
+    >>> with gate(stage="critique", estimate=1800) as g:        # doctest: +SKIP
+    ...     g.report(client.messages.create(...))
+
+What happens, in order, when the body is about to run (a cache hit runs no
+body, so it neither waits nor settles):
+
+1. intake: the job is keyed by the Prefect task run id; its attempt is the task
+   run's ``run_count`` (a retry is a new attempt of the same job, a restart of
+   the same attempt is the same job) and its run key the flow run id, so a flow
+   run already under way may finish its later stages past the start limit;
+2. admission: the waiter polls the ledger with jittered backoff and runs the
+   lane's tick itself (no daemon needed); the wait is logged with its numbers;
+   past the deadline the job goes to its fallback lane or is parked
+   (:class:`~lane_plugin.errors.JobParked`);
+3. while the body runs, a background thread renews the lease;
+4. settlement: tokens reported with :func:`report_usage` plus the usage read
+   from the return value; on an exception, what was reported so far.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import InvalidInput, JobParked, LaneError, NeverFits, UsageMissing
+from ..ledger import Ledger
+from .estimates import is_estimator, resolve_estimate, wait_seconds
+from .ledgers import get_ledger, next_seq, prefect_run, run_logger
+from .renewal import Held, renewer
+from .usage import check_missing_policy, extract_usage, usage_of
+
+POLL = 0.1  # first poll delay while waiting (seconds); grows 1.5x per poll
+MAX_POLL = 2.0  # the slowest poll: a waiter never hammers the ledger
+LOG_EVERY = 10.0  # a waiting job logs where it stands at least this often
+REAP_EVERY = 30.0  # a long waiter reaps expired leases of dead workers this often
+_current: contextvars.ContextVar[Gate | None] = contextvars.ContextVar("lane_gate", default=None)
+_settled = threading.Condition()  # a settlement in this process wakes its local waiters early
+
+
+# -- the gate -------------------------------------------------------------------------
+class Gate:
+    """One gated block: intake, admission, a renewed lease and one settlement.
+
+    Use :func:`gate` (or :func:`lane_task`) rather than building one directly.
+
+    Args:
+        stage: the pipeline stage, e.g. ``"draft"``.
+        estimate: tokens as an int, or an estimator object (called with ``stage=``).
+        lane: the lane to wait in (default ``free``).
+        deadline: how long to wait for admission: seconds, a timedelta or a datetime.
+        fallback: a lane name, or True for the lane's configured fallback.
+        est_version: what ``est_version`` to record (an estimator's own by default).
+        missing_usage: ``estimate`` (bill the estimate and warn) or ``fail``.
+        ledger: a :class:`Ledger` or URL; default ``LANE_DATABASE_URL`` or lane.db.
+        key: idempotency key; default the Prefect task run id (and a sequence number).
+        attempt: default the task run's ``run_count``.
+        run_key: default the Prefect flow run id.
+
+    Example:
+        >>> with gate(stage="critique", estimate=1800) as g:            # doctest: +SKIP
+        ...     g.report(client.messages.create(...))
+    """
+
+    def __init__(self, stage: str, estimate: Any, lane: str = "free", *, deadline: Any = None,
+                 fallback: str | bool | None = None, est_version: str | None = None,
+                 missing_usage: str | None = None, ledger: Ledger | str | None = None, key: str | None = None,
+                 attempt: int | None = None, run_key: str | None = None, _args: tuple = (),
+                 _kwargs: dict | None = None):  # fmt: skip
+        self.stage, self.lane = stage, lane
+        self.est, version = resolve_estimate(estimate, stage, _args, _kwargs)
+        self.est_version = est_version or version
+        self.wait_seconds = wait_seconds(deadline)
+        self.fallback = fallback
+        self.missing_usage = check_missing_policy(missing_usage or os.environ.get("LANE_MISSING_USAGE", "estimate"))
+        self._ledger_arg = ledger
+        self.key, self.attempt, self.run_key = key, attempt, run_key
+        self.job_id: str | None = None
+        self.lease = None
+        self.used = 0
+        self._found = False
+        self._held: Held | None = None
+        self._token = None
+        self.settled = None
+        self._whole_task = False  # lane_task: the job is the whole task run
+
+    # -- usage ----------------------------------------------------------------------
+    def report(self, usage: Any) -> int:
+        """Add tokens spent inside the block: an int or an LLM response; returns the running total."""
+        found = extract_usage(usage)
+        if found is None:
+            raise InvalidInput("usage", usage, "no token count found (expected an int or a response with .usage)")
+        self.used += found
+        self._found = True
+        return self.used
+
+    def report_result(self, result: Any, reader: Callable[[Any], Any] | None = None) -> None:
+        """Add the usage read from the block's return value, if any can be found."""
+        found = usage_of(result, reader)
+        if found is not None:
+            self.used += found
+            self._found = True
+
+    # -- enter ----------------------------------------------------------------------
+    def _intake(self) -> Ledger:
+        led = get_ledger(self._ledger_arg)
+        task_run, run_count, flow_run = prefect_run()
+        if self.key is None and task_run is not None:
+            self.key = f"prefect-task-run:{task_run}"
+            if not self._whole_task:  # gate() blocks: several per task run, numbered per stage
+                self.key += f":{self.stage}:{next_seq((task_run, run_count, self.stage))}"
+        if self.attempt is None:
+            self.attempt = run_count or 1
+        if self.run_key is None:
+            self.run_key = flow_run
+        try:
+            self.job_id = led.submit(self.stage, self.est, self.lane, est_version=self.est_version,
+                                     run_key=self.run_key, key=self.key, attempt=self.attempt,
+                                     wait_seconds=self.wait_seconds, fallback=self.fallback)  # fmt: skip
+        except NeverFits as exc:
+            run_logger().error("lane gate: %s job (%s tokens) can never be admitted: %s", self.stage, self.est, exc)
+            raise
+        return led
+
+    def _poll(self, led: Ledger, state: dict) -> float | None:
+        """One look at the ledger: None once leased, else how long to sleep."""
+        if state.pop("first", False):  # just submitted: one tick usually admits it (2 reads fewer)
+            lease = next((x for x in led.tick(self.lane) if x.job_id == self.job_id), None)
+        else:
+            lease = led.acquire(self.job_id)
+        if lease is not None:
+            self.lease = lease
+            return None
+        now = time.monotonic()
+        if self.wait_seconds is not None and now - state["t0"] >= self.wait_seconds:
+            self._give_up(led, state)
+            return 0.0 if self.lease is None else None
+        if now >= state["next_log"]:
+            self._log_wait(led, now - state["t0"])
+            state["next_log"] = now + LOG_EVERY
+        if now >= state["next_reap"]:
+            led.reap()
+            state["next_reap"] = now + REAP_EVERY
+        delay = state["delay"]
+        state["delay"] = min(delay * 1.5, MAX_POLL)
+        sleep = delay * (0.5 + random.random())
+        if self.wait_seconds is not None:
+            sleep = min(sleep, max(0.0, state["t0"] + self.wait_seconds - now) + 0.01)
+        return sleep
+
+    def _log_wait(self, led: Ledger, waited: float) -> None:
+        s = led.wait_status(self.job_id)
+        why = s["blocked_by"] or f"{s['position'] - 1} job(s) ahead"
+        run_logger().info(
+            "lane gate: %s job waiting %.1fs in lane %r: estimate %d, remaining %d of ceiling %d "
+            "(spent %d, reserved %d), position %d of %d waiting, leased %d/%d, blocked by %s",
+            self.stage, waited, s["lane"], s["est"], s["remaining"], s["ceiling"], s["spent"], s["reserved"],
+            s["position"], s["waiting"], s["leased"], s["max_leased"], why,
+        )  # fmt: skip
+
+    def _give_up(self, led: Ledger, state: dict) -> None:
+        s = led.wait_status(self.job_id)
+        moved_to = led.give_up_waiting(self.job_id, f"admission deadline of {self.wait_seconds:g}s passed")
+        if moved_to is not None:
+            run_logger().warning("lane gate: %s job waited %.1fs in lane %r (remaining %d); falling back to lane %r",
+                              self.stage, self.wait_seconds, s["lane"], s["remaining"], moved_to)  # fmt: skip
+            state["t0"], state["delay"] = time.monotonic(), POLL
+            return
+        try:
+            self.lease = led.acquire(self.job_id)  # admitted while we were giving up?
+        except JobParked:
+            self.lease = None
+        if self.lease is not None:
+            return
+        msg = (f"job {self.job_id} (stage {self.stage!r}, estimate {s['est']} tokens) parked in lane {s['lane']!r}: "
+               f"not admitted within its deadline of {self.wait_seconds:g}s; {s['remaining']} tokens remained of "
+               f"ceiling {s['ceiling']} (spent {s['spent']}, reserved {s['reserved']}), blocked by "
+               f"{s['blocked_by'] or 'jobs ahead'}, {s['waiting']} job(s) waiting")  # fmt: skip
+        run_logger().error("lane gate: %s", msg)
+        raise JobParked(msg, job_id=self.job_id, lane=s["lane"], est=s["est"], remaining=s["remaining"])
+
+    def _admitted(self, led: Ledger, waited: float) -> None:
+        self._held = renewer().hold(led, self.lease, run_logger())
+        run_logger().debug("lane gate: %s job %s admitted in lane %r after %.2fs (estimate %d, attempt %d)",
+                        self.stage, self.job_id, self.lease.lane, waited, self.est, self.lease.attempt)  # fmt: skip
+        self._token = _current.set(self)
+
+    def __enter__(self) -> Gate:
+        led = self._intake()
+        state = {"t0": time.monotonic(), "delay": POLL, "next_log": time.monotonic() + 1.0,
+                 "next_reap": time.monotonic() + REAP_EVERY, "first": True}  # fmt: skip
+        while (sleep := self._poll(led, state)) is not None:
+            with _settled:
+                _settled.wait(sleep)
+        self._admitted(led, time.monotonic() - state["t0"])
+        return self
+
+    async def __aenter__(self) -> Gate:
+        led = self._intake()
+        state = {"t0": time.monotonic(), "delay": POLL, "next_log": time.monotonic() + 1.0,
+                 "next_reap": time.monotonic() + REAP_EVERY, "first": True}  # fmt: skip
+        while (sleep := self._poll(led, state)) is not None:
+            await asyncio.sleep(sleep)
+        self._admitted(led, time.monotonic() - state["t0"])
+        return self
+
+    # -- exit -----------------------------------------------------------------------
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._token is not None:
+            _current.reset(self._token)
+            self._token = None
+        held, self._held = self._held, None
+        if held is not None:
+            renewer().release(held)
+        led = get_ledger(self._ledger_arg)
+        if exc_type is not None:
+            self._settle(led, held, self.used, "failed")
+            return
+        if self._found:
+            self._settle(led, held, self.used, "done")
+            return
+        if self.missing_usage == "fail":
+            self._settle(led, held, self.est, "failed")
+            raise UsageMissing(
+                f"stage {self.stage!r} (job {self.job_id}) returned no token usage and reported none; "
+                f"billed its estimate of {self.est} tokens. Return the LLM response, pass usage=, "
+                f"or call report_usage(n)", job_id=self.job_id,
+            )  # fmt: skip
+        run_logger().warning("lane gate: %s job %s found no token usage (no response with .usage returned, "
+                          "no report_usage call); billing its estimate of %d tokens",
+                          self.stage, self.job_id, self.est)  # fmt: skip
+        self._settle(led, held, self.est, "done")
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    def _settle(self, led: Ledger, held: Held | None, actual: int, outcome: str) -> None:
+        self.settled = led.settle(self.job_id, actual, attempt=self.lease.attempt, outcome=outcome)
+        with _settled:
+            _settled.notify_all()
+        if held is not None and held.lost:
+            run_logger().error("lane gate: %s job %s lost its lease while running; settled %d tokens late "
+                            "(billed, marked late)", self.stage, self.job_id, actual)  # fmt: skip
+            if led.job(self.job_id)["state"] == "new":  # reaped and requeued: nobody will run it now
+                led.park(self.job_id, "lease lost while running; the Prefect task run already finished")
+
+
+def gate(stage: str, estimate: Any, lane: str = "free", **options) -> Gate:
+    """Gate one block inside a task: ``with gate(...) as g: ...; g.report(resp)``.
+
+    Options are those of :class:`Gate`. Works with ``with`` and ``async with``.
+
+    Example:
+        >>> with gate(stage="critique", estimate=1800, deadline=60) as g:   # doctest: +SKIP
+        ...     g.report(resp)
+    """
+    if isinstance(estimate, bool) or not (isinstance(estimate, int) or is_estimator(estimate)):
+        raise InvalidInput("estimate", estimate, "gate() takes an int or an estimator object")
+    return Gate(stage, estimate, lane, **options)
+
+
+def report_usage(usage: Any) -> int:
+    """Add tokens to the innermost running gate: an int or an LLM response; returns its total so far.
+
+    Example:
+        >>> report_usage(resp)       # inside a @lane_task body          # doctest: +SKIP
+        1412
+    """
+    g = _current.get()
+    if g is None:
+        raise LaneError(
+            "report_usage() called outside a gated block: use it inside a @lane_task body or `with gate(...)`"
+        )
+    return g.report(usage)
+
+
+__all__ = ["Gate", "gate", "report_usage"]

@@ -1,0 +1,59 @@
+"""Estimates as the gate takes them: an int, a callable of the task's arguments, or an estimator."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+from ..checks import tokens
+from ..errors import InvalidInput
+
+
+def is_estimator(obj: Any) -> bool:
+    """An estimator object: has ``name``, ``version`` and a callable ``estimate``."""
+    return hasattr(obj, "name") and hasattr(obj, "version") and callable(getattr(obj, "estimate", None))
+
+
+def estimator_label(obj: Any) -> str:
+    """What ``est_version`` records for an estimator: its version, prefixed by its name if absent."""
+    name, version = str(obj.name), str(obj.version)
+    return version if name in version else f"{name}/{version}"
+
+
+def resolve_estimate(estimate: Any, stage: str, args: tuple = (), kwargs: dict | None = None) -> tuple[int, str | None]:
+    """``(tokens, est_version or None)`` for an int, a callable of the task's arguments, or an estimator.
+
+    Example:
+        >>> resolve_estimate(lambda doc: 400 + len(doc) // 3, "draft", ("x" * 30,))
+        (410, None)
+    """
+    kwargs = dict(kwargs or {})
+    if is_estimator(estimate):
+        kwargs.setdefault("stage", stage)
+        value, version = estimate.estimate(*args, **kwargs), estimator_label(estimate)
+    elif callable(estimate):
+        value, version = estimate(*args, **kwargs), None
+    else:
+        value, version = estimate, None
+    return tokens(f"estimate for stage {stage!r}", value), version
+
+
+def check_estimate(estimate: Any) -> None:
+    if isinstance(estimate, bool) or not (isinstance(estimate, int) or callable(estimate) or is_estimator(estimate)):
+        raise InvalidInput("estimate", estimate, "expected an int, a callable of the task's arguments or an estimator")
+    if isinstance(estimate, int):
+        tokens("estimate", estimate)
+
+
+def wait_seconds(deadline: Any) -> float | None:
+    """``deadline``: seconds to wait for admission, a timedelta, or an aware/naive datetime."""
+    if deadline is None:
+        return None
+    if isinstance(deadline, dt.timedelta):
+        return deadline.total_seconds()
+    if isinstance(deadline, dt.datetime):
+        return deadline.timestamp() - time.time()
+    if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or deadline < 0:
+        raise InvalidInput("deadline", deadline, "expected seconds to wait (>= 0), a timedelta or a datetime")
+    return float(deadline)

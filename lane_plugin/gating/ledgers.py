@@ -1,0 +1,73 @@
+"""The gate's view of the process: one ledger per URL, and the Prefect run it is in."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+
+from ..ledger import Ledger
+from ..ledger.url import resolve_url
+from .events import prefect_listener
+
+log = logging.getLogger("lane_plugin.gate")
+_ledgers: dict[str, Ledger] = {}
+_ledgers_lock = threading.Lock()
+_seq: OrderedDict[tuple, int] = OrderedDict()
+_seq_lock = threading.Lock()
+
+
+def get_ledger(ledger: Ledger | str | None = None) -> Ledger:
+    """The process's ledger for ``ledger`` (a Ledger, a URL or None for the default), with events on.
+
+    One :class:`Ledger` per URL per process (it keeps a connection per thread);
+    its listeners emit every ledger event as a Prefect event.
+
+    Example:
+        >>> get_ledger("sqlite:////tmp/lanes.db") is get_ledger("sqlite:////tmp/lanes.db")   # doctest: +SKIP
+        True
+    """
+    if isinstance(ledger, Ledger):
+        if prefect_listener not in ledger.listeners:
+            ledger.listeners.append(prefect_listener)
+        return ledger
+    url = resolve_url(ledger)
+    with _ledgers_lock:
+        if url not in _ledgers:
+            _ledgers[url] = Ledger(url, listeners=[prefect_listener])
+        return _ledgers[url]
+
+
+def run_logger():
+    try:
+        from prefect.context import FlowRunContext, TaskRunContext
+        from prefect.logging import get_run_logger
+
+        if TaskRunContext.get() or FlowRunContext.get():
+            return get_run_logger()
+    except Exception:
+        pass
+    return log
+
+
+def prefect_run() -> tuple[str | None, int | None, str | None]:
+    """``(task run id, run_count, flow run id)`` of the task run we are in, or Nones."""
+    try:
+        from prefect.context import TaskRunContext
+    except ImportError:  # pragma: no cover - prefect is a dependency
+        return None, None, None
+    ctx = TaskRunContext.get()
+    if ctx is None or ctx.task_run is None:
+        return None, None, None
+    tr = ctx.task_run
+    return str(tr.id), max(1, int(tr.run_count or 1)), str(tr.flow_run_id) if tr.flow_run_id else None
+
+
+def next_seq(scope: tuple) -> int:
+    with _seq_lock:
+        n = _seq.get(scope, 0) + 1
+        _seq[scope] = n
+        _seq.move_to_end(scope)
+        while len(_seq) > 10_000:
+            _seq.popitem(last=False)
+        return n

@@ -1,0 +1,387 @@
+"""The public face of the token ledger: :class:`Ledger`.
+
+Example:
+    >>> from lane_plugin import Ledger
+    >>> led = Ledger("sqlite:////tmp/doc-ledger.db")          # doctest: +SKIP
+    >>> job = led.submit(stage="draft", est=1200)              # doctest: +SKIP
+    >>> [lease] = led.tick("free")                             # doctest: +SKIP
+    >>> led.settle(lease.job_id, actual=1310).overage          # doctest: +SKIP
+    110
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict
+
+from ..checks import number, text, tokens, when
+from ..errors import InvalidInput, JobParked, Replay
+from . import admission, intake, reads, settlement, status, upkeep
+from .audit import audit as audit_tables
+from .db import Database
+from .jobs import Lease, Settled
+from .lanes import LaneRow, lock_lane, read_lane, write_lane_settings
+from .preflight import PreflightCache
+from .url import parse_url
+
+Listener = Callable[[str, str, dict], None]
+
+
+class Ledger:
+    """A token ledger in one database: lanes, jobs, leases and settlements.
+
+    Args:
+        url: ``sqlite:///PATH`` or ``postgresql+psycopg://...``; default
+            ``LANE_DATABASE_URL`` or ``lane.db`` under ``PREFECT_HOME``.
+        clock: a callable returning epoch seconds, for tests and simulations;
+            default the database's clock (PostgreSQL) or the machine's (SQLite).
+        listeners: callables ``(event, lane, payload)`` told after each commit
+            (the Prefect gate turns them into Prefect events).
+    """
+
+    def __init__(self, url: str | None = None, *, clock: Callable[[], float] | None = None,
+                 listeners: list[Listener] | None = None, retry_for: float = 60.0):  # fmt: skip
+        self.url = parse_url(url)
+        self.db = Database(self.url, retry_for=retry_for)
+        self.clock = clock
+        self.listeners: list[Listener] = list(listeners or [])
+        self.preflight = PreflightCache()
+        self._specs: dict[str, tuple[float, LaneRow]] = {}
+
+    def __repr__(self) -> str:
+        return f"Ledger({str(self.url)!r})"
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- plumbing ----------------------------------------------------------------
+    def _now(self, cur) -> float:
+        return float(self.clock()) if self.clock is not None else cur.now()
+
+    def _run(self, fn, *, write: bool = True, fault: str | None = None):
+        return self.db.transaction(lambda cur: fn(cur, self._now(cur)), write=write, fault=fault)
+
+    def _emit(self, event: str, lane: str, payload: dict) -> None:
+        for listener in self.listeners:
+            try:
+                listener(event, lane, payload)
+            except Exception:  # a broken listener must never undo a committed write
+                pass
+
+    def now(self) -> float:
+        """The ledger's clock (the database's on PostgreSQL)."""
+        return self._run(lambda cur, now: now, write=False)
+
+    def upgrade(self) -> str | None:
+        """Create or upgrade the schema (``lane db upgrade``); returns the revision."""
+        self.db.ensure_schema()
+        return self.db.revision()
+
+    # -- intake ------------------------------------------------------------------
+    def submit(self, stage: str, est: int, lane: str = "free", *, est_version: str | None = None,
+               run_key: str | None = None, key: str | None = None, attempt: int = 1,
+               deadline: float | None = None, wait_seconds: float | None = None,
+               fallback: str | bool | None = None, shadows: dict[str, int] | None = None) -> str:  # fmt: skip
+        """Record a job waiting for admission; returns its id.
+
+        Args:
+            stage: the pipeline stage (stored verbatim).
+            est: estimated tokens, a whole number from 1 to 10**12.
+            lane: the lane to wait in.
+            est_version: the estimator (name and version) that produced ``est``.
+            run_key: the pipeline run this job belongs to (the Prefect flow run id).
+            key: idempotency key; the same key again returns the same job.
+            attempt: with ``key``, a higher attempt reopens the job (a retry).
+            deadline: epoch seconds after which the job is parked if still waiting.
+            wait_seconds: alternatively, the deadline relative to now.
+            fallback: True for the lane's fallback, a lane name, or None.
+            shadows: other estimators' numbers for this job, by version.
+
+        Raises:
+            InvalidInput, UnknownLane, NeverFits, ConflictingReplay.
+        """
+        stage = text("stage", stage)
+        lane = text("lane", lane)
+        est = tokens("est", est)
+        est_version = text("est_version", est_version, required=False)
+        run_key = text("run_key", run_key, required=False)
+        key = text("key", key, required=False)
+        attempt = tokens("attempt", attempt)
+        deadline = when("deadline", deadline)
+        if wait_seconds is not None:
+            wait_seconds = when("wait_seconds", wait_seconds)
+            if wait_seconds < 0:
+                raise InvalidInput("wait_seconds", wait_seconds, "expected at least 0")
+        if fallback is not None and not isinstance(fallback, bool):
+            fallback = text("fallback", fallback)
+        shadows = {text("shadow version", v): tokens(f"shadow estimate {v!r}", e) for v, e in (shadows or {}).items()}
+        job_id = uuid.uuid4().hex  # chosen before the transaction: a retried commit finds it
+
+        def record(cur, now):
+            dl = now + wait_seconds if wait_seconds is not None else deadline
+            return intake.submit(cur, job_id=job_id, lane=lane, stage=stage, est=est, now=now,
+                                est_version=est_version, run_key=run_key, key=key, attempt=attempt,
+                                deadline=dl, fallback=fallback, shadows=shadows)  # fmt: skip
+
+        jid, _ = self._run(record)
+        return jid
+
+    # -- admission -----------------------------------------------------------------
+    def tick(self, lane: str = "free") -> list[Lease]:
+        """Lease what fits in ``lane`` now (one short transaction); returns the leases."""
+        lane = text("lane", lane)
+        spec = self._lane_spec(lane)
+        ok, err, fresh = self.preflight.check(lane, spec.preflight, spec.preflight_timeout)
+        if fresh or not ok:
+            moved = self._run(lambda cur, now: self._record_preflight(cur, now, lane, ok, err))
+            if not ok and fresh:
+                self._emit("lane.preflight.failed", lane, {"error": err, "fell_back": moved})
+        token = uuid.uuid4().hex
+        leases, decision, before = self._run(lambda cur, now: admission.tick(cur, lane, now=now, token=token))
+        if leases:
+            self._after_admission(lane, leases, before, decision.tokens)
+        return leases
+
+    def _lane_spec(self, lane: str) -> LaneRow:
+        """The lane's preflight settings, re-read at most every few seconds (not per tick)."""
+        hit = self._specs.get(lane)
+        if hit is None or time.monotonic() - hit[0] > self.preflight.ttl:
+            hit = (time.monotonic(), self._run(lambda cur, now: read_lane(cur, lane), write=False))
+            self._specs[lane] = hit
+        return hit[1]
+
+    def _record_preflight(self, cur, now, lane, ok, err) -> int:
+        lock_lane(cur, lane)
+        cur.execute(
+            "update lane set preflight_ok = :ok, preflight_error = :err, preflight_at = :now where name = :l",
+            {"ok": ok, "err": err, "now": now, "l": lane},
+        )
+        return 0 if ok else upkeep.fall_back_waiting(cur, lane, now=now)
+
+    def _after_admission(self, lane: str, leases: list[Lease], before: LaneRow, admitted: int) -> None:
+        for lease in leases:
+            self._emit("lane.job.admitted", lane, {**asdict(lease), "token": None})
+        committed_before = before.spent + before.reserved
+        limit = before.policy.start_limit
+        if committed_before < limit <= committed_before + admitted:
+            self._emit("lane.lane.start-stop", lane, {
+                "start_limit": limit, "ceiling": before.ceiling,
+                "committed": committed_before + admitted, "spent": before.spent})  # fmt: skip
+
+    def acquire(self, job_id: str) -> Lease | None:
+        """Tick the job's lane and return the job's lease if it holds one now.
+
+        Raises :class:`JobParked` if the job was parked (or failed) while waiting.
+        """
+        job = self.job(job_id)
+        if job["state"] == "new":
+            self.tick(job["lane"])
+            job = self.job(job_id)
+        if job["state"] == "leased":
+            return Lease(job["id"], job["lane"], job["stage"], job["est"], job["attempt"],
+                         job["lease_token"], job["lease_until"], job["run_key"])  # fmt: skip
+        if job["state"] in ("parked", "failed"):
+            raise JobParked(
+                f"job {job_id} ({job['stage']!r}, {job['est']} tokens) in lane {job['lane']!r} is "
+                f"{job['state']}: {job['reason'] or 'no reason recorded'}",
+                job_id=job_id, lane=job["lane"], est=job["est"],
+            )  # fmt: skip
+        return None
+
+    def renew(self, job_id: str, token: str) -> float:
+        """Extend a held lease by the lane's ``lease_seconds``; returns the new expiry."""
+        job_id, token = text("job id", job_id), text("lease token", token)
+        return self._run(lambda cur, now: admission.renew(cur, job_id, token, now=now))
+
+    # -- settlement ----------------------------------------------------------------
+    def settle(self, job: str | Lease, actual: int, *, attempt: int | None = None,
+               outcome: str = "done") -> Settled:  # fmt: skip
+        """Bill what an attempt really spent, exactly once.
+
+        Args:
+            job: a job id, or the :class:`Lease` being settled (its attempt is used).
+            actual: tokens really spent by this attempt (0 or more).
+            attempt: the attempt to settle; default the lease's, else the job's current one.
+            outcome: ``done`` or ``failed`` (the job's state afterwards, if the lease is live).
+
+        A replay of the same (job, attempt) returns the first result with
+        ``replay=True`` and bills nothing. A settlement after the lease expired
+        is still billed, marked ``late``: the provider billed those tokens.
+        """
+        if isinstance(job, Lease):
+            attempt = job.attempt if attempt is None else attempt
+            job = job.job_id
+        job_id = text("job id", job)
+        actual = tokens("actual", actual, low=0)
+        if attempt is not None:
+            attempt = tokens("attempt", attempt)
+        if outcome not in ("done", "failed"):
+            raise InvalidInput("outcome", outcome, "expected done or failed")
+        try:
+            result = self._run(
+                lambda cur, now: settlement.settle(cur, job_id, actual=actual, attempt=attempt, outcome=outcome, now=now),
+                fault="settle",
+            )
+        except Replay:
+            return self._run(lambda cur, now: settlement.first_settlement(cur, job_id, attempt), write=False)
+        result, (spent, ceiling, overage) = result
+        self._emit("lane.job.settled", result.lane, asdict(result))
+        if spent >= ceiling and spent - result.actual < ceiling:
+            self._emit("lane.lane.hard-stop", result.lane, {"spent": spent, "ceiling": ceiling, "overage": overage})
+        return result
+
+    # -- upkeep --------------------------------------------------------------------
+    def reap(self) -> upkeep.Moved:
+        """Expired leases go back to the queue (attempt + 1) or, attempts exhausted, to the tail."""
+        moved = self._run(lambda cur, now: upkeep.reap(cur, now=now))
+        self._emit_parked(moved)
+        return moved
+
+    def park_overdue(self) -> upkeep.Moved:
+        """Reap, park jobs waiting past their deadline, and expire the tail."""
+        moved = self.reap()
+        parked = self._run(lambda cur, now: upkeep.park_overdue(cur, now=now))
+        expired = self._run(lambda cur, now: upkeep.expire_tail(cur, now=now))
+        self._emit_parked(parked)
+        for job in expired.expired:
+            self._emit("lane.job.expired", job["lane"], job)
+        return upkeep.Moved(moved.requeued, moved.parked + parked.parked, expired.expired)
+
+    def roll_periods(self) -> list[dict]:
+        """Reset ``spent`` and ``overage`` of every lane whose period (daily/monthly) rolled over.
+
+        Returns one dict per lane rolled (``lane, period, period_start, previous``)
+        and emits ``lane.lane.period-reset`` for each.
+        """
+        rolled = self._run(lambda cur, now: upkeep.roll_periods(cur, now=now))
+        for r in rolled:
+            self._emit("lane.lane.period-reset", r["lane"], r)
+        return rolled
+
+    def _emit_parked(self, moved: upkeep.Moved) -> None:
+        for job in moved.parked:
+            self._emit("lane.job.parked", job["lane"], job)
+
+    def park(self, job_id: str, reason: str = "parked by operator") -> bool:
+        """Park a waiting job (it leaves the admission scan); False if it was not waiting."""
+        job_id, reason = text("job id", job_id), text("reason", reason, limit=1000)
+        tail = self._run(lambda cur, now: upkeep.park(cur, job_id, reason=reason, now=now))
+        if tail:
+            self._emit("lane.job.parked", tail["lane"], tail)
+        return tail is not None
+
+    def give_up_waiting(self, job_id: str, reason: str) -> str | None:
+        """Deadline passed: move to the fallback lane if allowed (returns it), else park."""
+        job_id = text("job id", job_id)
+        lane = self._run(lambda cur, now: upkeep.move_to_fallback(cur, job_id, now=now))
+        if lane is None:
+            self.park(job_id, reason)
+        return lane
+
+    def requeue(self, job_id: str) -> None:
+        """Return a parked job to the queue."""
+        job_id = text("job id", job_id)
+        self._run(lambda cur, now: upkeep.requeue(cur, job_id, now=now))
+
+    def drop(self, job_id: str) -> None:
+        """Fail a parked job for good."""
+        job_id = text("job id", job_id)
+        self._run(lambda cur, now: upkeep.drop(cur, job_id, now=now))
+
+    # -- lanes ---------------------------------------------------------------------
+    def lane(self, name: str) -> LaneRow:
+        return self._run(lambda cur, now: read_lane(cur, name), write=False)
+
+    def set_lane(self, name: str, **settings) -> LaneRow:
+        """Change a lane's policy (``ceiling=...``); creates the lane if it is new."""
+        name = text("lane", name, limit=64)
+
+        return self._run(lambda cur, now: write_lane_settings(cur, now, name, settings))
+
+    def lanes(self) -> list[dict]:
+        """Every lane with its counters, remaining room and waiting / parked counts."""
+        return self._run(lambda cur, now: status.lane_status(cur, now), write=False)
+
+    # -- reading -------------------------------------------------------------------
+    def job(self, job_id: str) -> dict:
+        """One job as a dict (every column of the ``job`` table)."""
+        job_id = text("job id", job_id)
+        return self._run(lambda cur, now: reads.job(cur, job_id), write=False)
+
+    def wait_status(self, job_id: str) -> dict:
+        """Where a job stands while it waits: its place in the queue and the lane's room.
+
+        ``position`` follows the admission order (due jobs oldest first, then
+        smallest estimate first): 1 means admission considers it first; 0 means
+        the job is not waiting. ``blocked_by`` is the first admission rule the
+        job fails right now (``ceiling``, ``start_limit``, ``burst``,
+        ``lease_cap``, ``stopped``) or None if only jobs ahead of it are in the way.
+
+        Example:
+            >>> led.wait_status(job)["position"]                     # doctest: +SKIP
+            3
+        """
+        job_id = text("job id", job_id)
+        return self._run(lambda cur, now: status.wait_status(cur, now, job_id), write=False)
+
+    def tail(self, lane: str | None = None) -> list[dict]:
+        """Parked jobs, oldest first, with their ``age`` in seconds."""
+        return self._run(lambda cur, now: reads.tail(cur, now, lane), write=False)
+
+    def settled_jobs(self, *, lane: str | None = None, since: float | None = None) -> list[dict]:
+        """Done jobs (finished within ``since`` seconds, if given) with what they cost.
+
+        Keys: ``id, lane, stage, est, est_version, actual, overage, finished_at``;
+        the drift report's input.
+        """
+        since = None if since is None else number("since", since, low=0.0, high=1e12)
+        return self._run(lambda cur, now: reads.settled_jobs(cur, now, lane=lane, since=since), write=False)
+
+    def shadow_estimates(self, *, lane: str | None = None) -> list[dict]:
+        """Shadow estimates of done jobs: ``job_id, version, est`` (the article's ``est_v2``)."""
+        return self._run(lambda cur, now: reads.shadow_estimates(cur, lane=lane), write=False)
+
+    def estimator_samples(self, version: str, *, lane: str | None = None) -> list[dict]:
+        """Done jobs estimated by ``version`` (admission or shadow): ``stage, est, actual, finished_at``."""
+        version = text("version", version)
+        return self._run(lambda cur, now: reads.estimator_samples(cur, version, lane=lane), write=False)
+
+    def history(self, days: float) -> list[dict]:
+        """Done jobs submitted in the last ``days`` days, oldest first (``lane simulate --from-ledger``).
+
+        Keys: ``created_at, stage, est, actual, run_key``.
+        """
+        days = number("days", days, low=0.0, high=36_500.0, low_open=True)
+        return self._run(lambda cur, now: reads.history(cur, now - days * 86_400.0), write=False)
+
+    def rows(self, sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
+        """Run a read-only query of your own (``:name`` parameters); returns ``(columns, rows)``."""
+        return self._run(lambda cur, now: reads.query(cur, sql, params), write=False)
+
+    def audit(self, *, grace: float = 60.0) -> list[str]:
+        """Invariant violations I1-I6 found in the tables; empty when the ledger is sound."""
+        def run(cur):
+            if cur.dialect == "postgresql":  # one snapshot for every query: no torn reads under load
+                cur.execute("set transaction isolation level repeatable read, read only")
+            return audit_tables(cur, self._now(cur), grace=grace)
+
+        return self.db.transaction(run, write=False)
+
+
+def wait_and_acquire(ledger: Ledger, job_id: str, *, timeout: float, poll: float = 0.2) -> Lease | None:
+    """Poll :meth:`Ledger.acquire` with jittered backoff; None if ``timeout`` passes first."""
+    import random
+
+    end = time.monotonic() + timeout
+    delay = poll
+    while True:
+        lease = ledger.acquire(job_id)
+        if lease is not None or time.monotonic() >= end:
+            return lease
+        time.sleep(min(delay * (0.5 + random.random()), max(0.0, end - time.monotonic())))
+        delay = min(delay * 1.5, 2.0)
+
+
+__all__ = ["Ledger", "Lease", "Settled", "wait_and_acquire"]

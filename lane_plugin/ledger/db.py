@@ -1,0 +1,312 @@
+"""Connections and transactions over the DB-API (sqlite3 or psycopg).
+
+One connection per thread and process. Every ledger operation is one function
+run inside :meth:`Database.transaction`; transient failures (SQLite busy, a
+PostgreSQL restart, a killed session, a serialization failure) roll back and
+run the *whole* function again, which is safe because every write the ledger
+makes is idempotent by id.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import TypeVar
+
+from ..errors import DatabaseError, LaneError, NotALedger
+from .schema import HEAD_REVISION, upgrade
+from .url import DatabaseURL, redact
+
+T = TypeVar("T")
+
+_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+@lru_cache(maxsize=512)
+def _pyformat(sql: str) -> str:
+    """``:name`` placeholders to psycopg's ``%(name)s``."""
+    return _PARAM.sub(r"%(\1)s", sql.replace("%", "%%"))
+
+
+class Cursor:
+    """A thin cursor speaking ``:name`` parameters on both databases."""
+
+    def __init__(self, raw, dialect: str, clock: DatabaseClock | None = None):
+        self.raw = raw
+        self.dialect = dialect
+        self.clock = clock
+
+    def execute(self, sql: str, params: dict | None = None):
+        if self.dialect == "postgresql":
+            sql = _pyformat(sql)
+        self.raw.execute(sql, params or {})
+        return self
+
+    def executemany(self, sql: str, rows: list[dict]):
+        if self.dialect == "postgresql":
+            sql = _pyformat(sql)
+        self.raw.executemany(sql, rows)
+        return self
+
+    def one(self, sql: str, params: dict | None = None):
+        return self.execute(sql, params).raw.fetchone()
+
+    def all(self, sql: str, params: dict | None = None) -> list:
+        return self.execute(sql, params).raw.fetchall()
+
+    def scalar(self, sql: str, params: dict | None = None):
+        row = self.one(sql, params)
+        return None if row is None else row[0]
+
+    @property
+    def rowcount(self) -> int:
+        return self.raw.rowcount
+
+    def now(self) -> float:
+        """The database's clock on PostgreSQL (one clock for every worker), else this machine's."""
+        if self.dialect == "postgresql" and self.clock is not None:
+            return self.clock.now(self)
+        if self.dialect == "postgresql":
+            return float(self.scalar("select extract(epoch from clock_timestamp())"))
+        return time.time()
+
+
+class DatabaseClock:
+    """The database server's clock, without a round trip per transaction.
+
+    The offset between the server's clock and this machine's is measured
+    (midpoint of the query) and re-measured every ``refresh`` seconds, so a
+    worker whose own clock is minutes off still reads the server's time.
+    """
+
+    def __init__(self, refresh: float = 10.0):
+        self.refresh = refresh
+        self.offset = 0.0
+        self.measured_at = -1e18
+
+    def now(self, cur: Cursor) -> float:
+        if time.monotonic() - self.measured_at > self.refresh:
+            t0 = time.time()
+            server = float(cur.scalar("select extract(epoch from clock_timestamp())"))
+            t1 = time.time()
+            self.offset = server - (t0 + t1) / 2
+            self.measured_at = time.monotonic()
+        return time.time() + self.offset
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(redact(str(exc)).split())
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, sqlite3.OperationalError):
+        msg = str(exc).lower()
+        return "locked" in msg or "busy" in msg
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - psycopg is a dependency
+        return False
+    if isinstance(exc, (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)):
+        return True
+    if isinstance(exc, psycopg.OperationalError):
+        return True  # connection refused / terminated / server restarting
+    return isinstance(exc, psycopg.InterfaceError)
+
+
+class Database:
+    """The ledger's database: connections, transactions and schema checks."""
+
+    def __init__(self, url: DatabaseURL, *, busy_timeout: float = 30.0, retry_for: float = 60.0):
+        self.url = url
+        self.dialect = url.dialect
+        self.busy_timeout = busy_timeout
+        self.retry_for = retry_for
+        self._local = threading.local()
+        self._checked = False
+        self.clock = DatabaseClock()
+        self._ever_connected = False
+        self._check_lock = threading.Lock()
+
+    # -- connections ---------------------------------------------------------
+    def _connect(self):
+        if self.dialect == "sqlite":
+            path = Path(self.url.path)
+            if path.is_dir():
+                raise NotALedger(f"{path} is a directory, not a ledger database")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(
+                    str(path), timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+                )
+            except OSError as exc:  # no such directory, permission denied...: the caller's URL is wrong
+                raise DatabaseError(f"cannot open {self.url}: {exc.strerror or exc}") from None
+            try:
+                conn.execute(f"pragma busy_timeout={int(self.busy_timeout * 1000)}")
+                conn.execute("pragma journal_mode=wal")
+                conn.execute("pragma synchronous=normal")
+            except sqlite3.DatabaseError as exc:
+                conn.close()
+                if "not a database" in str(exc) or "malformed" in str(exc):
+                    raise NotALedger(f"{path} is not a lane ledger (not an SQLite database)") from None
+                raise
+            return conn
+        import psycopg
+
+        try:
+            conn = psycopg.connect(**{"connect_timeout": 10, **self.url.conninfo}, autocommit=True)
+        except psycopg.OperationalError as exc:
+            if not self._ever_connected:  # a wrong URL fails fast; a restart is waited out
+                raise DatabaseError(f"cannot connect to {self.url}: {_one_line(exc)}") from None
+            raise
+        except (UnicodeError, ValueError) as exc:  # e.g. a host name that is not valid IDNA
+            raise DatabaseError(f"cannot connect to {self.url}: {_one_line(exc)}") from None
+        self._ever_connected = True
+        return conn
+
+    def connection(self):
+        conn = getattr(self._local, "conn", None)
+        if conn is None or self._local.pid != os.getpid():
+            conn = self._connect()
+            self._local.conn = conn
+            self._local.pid = os.getpid()
+        return conn
+
+    def discard(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None and self._local.pid == os.getpid():
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    close = discard
+
+    # -- transactions --------------------------------------------------------
+    @contextmanager
+    def _txn(self, write: bool):
+        conn = self.connection()
+        if self.dialect == "sqlite":
+            conn.execute("begin immediate" if write else "begin")
+            try:
+                yield Cursor(conn.cursor(), "sqlite")
+                conn.execute("commit")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("rollback")
+                raise
+        else:
+            with conn.transaction():
+                with conn.cursor() as raw:
+                    yield Cursor(raw, "postgresql", self.clock)
+
+    def transaction(self, fn: Callable[[Cursor], T], *, write: bool = True, fault: str | None = None) -> T:
+        """Run ``fn(cursor)`` in one transaction, retrying the whole of it when transient."""
+        deadline = time.monotonic() + self.retry_for
+        delay = 0.005
+        while True:
+            try:
+                self.ensure_schema()
+                with self._txn(write) as cur:
+                    result = fn(cur)
+                    if fault:
+                        fault_point(fault + ".before_commit")
+                if fault:
+                    fault_point(fault + ".after_commit")
+                return result
+            except Exception as exc:
+                if not _is_transient(exc):
+                    raise self._wrap(exc) from exc
+                if self.dialect == "postgresql":
+                    self.discard()
+                if time.monotonic() > deadline:
+                    raise DatabaseError(f"database {self.url} unavailable: {_one_line(exc)}") from None
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 1.0)
+
+    def _wrap(self, exc: Exception) -> Exception:
+        if isinstance(exc, LaneError):
+            return exc
+        if isinstance(exc, (sqlite3.Error,)) or type(exc).__module__.startswith("psycopg"):
+            return DatabaseError(f"database error on {self.url}: {_one_line(exc)}")
+        return exc
+
+    # -- schema --------------------------------------------------------------
+    def tables(self) -> set[str]:
+        conn = self.connection()
+        if self.dialect == "sqlite":
+            rows = conn.execute("select name from sqlite_master where type='table'").fetchall()
+        else:
+            with conn.cursor() as cur:
+                cur.execute("select tablename from pg_tables where schemaname = current_schema()")
+                rows = cur.fetchall()
+        return {r[0] for r in rows}
+
+    def revision(self) -> str | None:
+        if "alembic_version" not in self.tables():
+            return None
+        conn = self.connection()
+        if self.dialect == "sqlite":
+            row = conn.execute("select version_num from alembic_version").fetchone()
+        else:
+            with conn.cursor() as cur:
+                cur.execute("select version_num from alembic_version")
+                row = cur.fetchone()
+        return row[0] if row else None
+
+    def ensure_schema(self) -> None:
+        """Create and upgrade a fresh ledger on first use; refuse a foreign database."""
+        if self._checked:
+            return
+        with self._check_lock:
+            if self._checked:
+                return
+            try:
+                rev = self.revision()
+                if rev != HEAD_REVISION:
+                    tables = self.tables()
+                    if rev is None and tables - {"alembic_version"}:
+                        raise NotALedger(
+                            f"{self.url} is not a lane ledger (it has tables {sorted(tables)[:5]} "
+                            "but no lane_plugin schema)"
+                        )
+                    upgrade(self)
+            except sqlite3.DatabaseError as exc:
+                if "not a database" in str(exc):
+                    raise NotALedger(f"{self.url} is not a lane ledger (not an SQLite database)") from None
+                raise self._wrap(exc) from exc
+            except OSError as exc:  # the migration lock file could not be made
+                raise DatabaseError(f"cannot create the ledger in {self.url}: {exc.strerror or exc}") from None
+            except Exception as exc:
+                # Alembic speaks SQLAlchemy: hand on the driver's own error, so that a server
+                # restart during the migration is retried and anything else is a DatabaseError.
+                orig = getattr(exc, "orig", None)
+                if type(exc).__module__.startswith("sqlalchemy") and isinstance(orig, Exception):
+                    raise orig from exc
+                raise
+            self._checked = True
+
+
+def fault_point(name: str) -> None:
+    """Test hook: SIGKILL this process at ``name`` when ``LANE_FAULT`` names it.
+
+    Enabled only by the environment variable, used by tests/faults to prove
+    that a crash inside (or just after) a transaction loses nothing.
+    """
+    if os.environ.get("LANE_FAULT") != name:
+        return
+    marker = os.environ.get("LANE_FAULT_MARKER")
+    if marker:
+        Path(marker).write_text(name)
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+

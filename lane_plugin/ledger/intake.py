@@ -1,0 +1,122 @@
+"""Intake: a job enters the ledger (or is found again by its idempotency key)."""
+
+from __future__ import annotations
+
+from .. import policy
+from ..errors import ConflictingReplay, NeverFits, UnknownLane
+from .db import Cursor
+from .jobs import JOB_COLS, JOB_KEYS, run_started
+from .lanes import LaneRow, lock_lane, read_lane
+
+
+def submit(
+    cur: Cursor,
+    *,
+    job_id: str,
+    lane: str,
+    stage: str,
+    est: int,
+    now: float,
+    est_version: str | None = None,
+    run_key: str | None = None,
+    key: str | None = None,
+    attempt: int = 1,
+    deadline: float | None = None,
+    fallback: str | bool | None = None,
+    shadows: dict[str, int] | None = None,
+) -> tuple[str, str]:
+    """Record a job (or find it by ``key``); returns ``(job_id, lane)``.
+
+    A known ``key`` with the same stage and estimate is the same job: a higher
+    ``attempt`` reopens it (a retry), the same one returns it untouched.
+    """
+    if key is not None:
+        existing = cur.one(f"select {JOB_COLS}, est_version from job where key = :k", {"k": key})
+        if existing is not None:
+            return _replay_submit(cur, existing, stage=stage, est=est, attempt=attempt, now=now)
+    row = read_lane(cur, lane)
+    target = row
+    fallback_lane = _resolve_fallback(cur, row, fallback)
+    starts_run = run_key is None or not run_started(cur, lane, run_key)
+    why = policy.never_fits(row.policy, est, starts_run=starts_run)
+    if why is not None:
+        if fallback_lane is None:
+            raise NeverFits(f"job refused at intake in lane {lane!r}: {why}", lane=lane, est=est)
+        target = read_lane(cur, fallback_lane)
+        why_fb = policy.never_fits(target.policy, est, starts_run=True)
+        if why_fb is not None:
+            raise NeverFits(
+                f"job refused at intake: lane {lane!r}: {why}; fallback lane {fallback_lane!r}: {why_fb}",
+                lane=lane,
+                est=est,
+            )
+        fallback_lane = None
+    # No conflict target: a concurrent submit of the same key (PostgreSQL does not serialise
+    # intake) or a retried commit of this very id must be a replay, never a unique violation.
+    if cur.dialect == "postgresql":
+        insert = "insert into job ({cols}) values ({vals}) on conflict do nothing"
+    else:
+        insert = "insert or ignore into job ({cols}) values ({vals})"
+    fields = dict(
+        id=job_id, lane=target.name, stage=stage, est=est, est_version=est_version, actual=0,
+        state="new", attempt=attempt, lease_attempt=0, lease_until=0.0, run_key=run_key, key=key,
+        deadline=deadline, fallback=fallback_lane, created_at=now, wait_since=now,
+    )  # fmt: skip
+    cur.execute(
+        insert.format(cols=", ".join(fields), vals=", ".join(":" + k for k in fields)), fields
+    )
+    if cur.rowcount != 1:
+        if key is not None:
+            existing = cur.one(f"select {JOB_COLS}, est_version from job where key = :k", {"k": key})
+            if existing is not None and existing[0] != job_id:
+                return _replay_submit(cur, existing, stage=stage, est=est, attempt=attempt, now=now)
+        return job_id, target.name  # this id was committed by an earlier try of this transaction
+    for version, shadow_est in (shadows or {}).items():
+        cur.execute(
+            "insert into shadow_estimate (job_id, version, est) values (:j, :v, :e)",
+            {"j": job_id, "v": version, "e": shadow_est},
+        )
+    return job_id, target.name
+
+
+def _replay_submit(cur: Cursor, existing, *, stage: str, est: int, attempt: int, now: float):
+    job = dict(zip(JOB_KEYS + ("est_version",), existing))
+    if job["stage"] != stage or job["est"] != est:
+        raise ConflictingReplay(
+            f"key {job['key']!r} already names job {job['id']} with stage {job['stage']!r} and "
+            f"estimate {job['est']}; this request has stage {stage!r} and estimate {est}",
+            job_id=job["id"],
+        )
+    if attempt > job["attempt"]:
+        reopen(cur, job, attempt=attempt, now=now)
+    return job["id"], job["lane"]
+
+
+def reopen(cur: Cursor, job: dict, *, attempt: int, now: float) -> None:
+    """Start a new attempt of a job; a lease still held by an older attempt is voided."""
+    lock_lane(cur, job["lane"])
+    if job["state"] == "leased":
+        cur.execute(
+            "update lane set reserved = reserved - :e, leased = leased - 1 where name = :l",
+            {"e": job["est"], "l": job["lane"]},
+        )
+    if job["state"] == "parked":
+        cur.execute("delete from tail where job_id = :id", {"id": job["id"]})
+    cur.execute(
+        "update job set state = 'new', attempt = :a, lease_token = null, lease_until = 0, "
+        "wait_since = :now, reason = null, finished_at = null where id = :id",
+        {"a": attempt, "now": now, "id": job["id"]},
+    )
+
+
+def _resolve_fallback(cur: Cursor, row: LaneRow, fallback: str | bool | None) -> str | None:
+    if fallback is None or fallback is False:
+        return None
+    name = row.fallback if fallback is True else fallback
+    if name is None:
+        return None
+    if name == row.name:
+        return None
+    if cur.scalar("select name from lane where name = :n", {"n": name}) is None:
+        raise UnknownLane(name)
+    return name

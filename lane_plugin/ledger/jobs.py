@@ -1,0 +1,64 @@
+"""Job rows as the ledger's writers read them, and what a caller gets back (leases, settlements)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import UnknownJob
+from .db import Cursor
+
+ALL_JOB_COLUMNS = (
+    "id", "lane", "stage", "est", "est_version", "actual", "state", "attempt", "lease_attempt",
+    "lease_until", "lease_token", "deadline", "run_key", "key", "fallback", "reason", "created_at",
+    "wait_since", "admitted_at", "finished_at",
+)  # fmt: skip
+JOB_COLS = "id, lane, stage, est, attempt, run_key, state, lease_until, lease_token, lease_attempt, fallback, key"
+JOB_KEYS = tuple(c.strip() for c in JOB_COLS.split(","))
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A job the caller may now run, until ``lease_until`` unless renewed."""
+
+    job_id: str
+    lane: str
+    stage: str
+    est: int
+    attempt: int
+    token: str
+    lease_until: float
+    run_key: str | None = None
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The result of settling one attempt; a replay returns the first result."""
+
+    job_id: str
+    attempt: int
+    lane: str
+    est: int
+    actual: int
+    overage: int
+    late: bool
+    outcome: str
+    replay: bool = False
+
+
+def find_job(cur: Cursor, job_id: str) -> dict | None:
+    row = cur.one(f"select {JOB_COLS} from job where id = :id", {"id": job_id})
+    return None if row is None else dict(zip(JOB_KEYS, row))
+
+
+def get_job(cur: Cursor, job_id: str) -> dict:
+    job = find_job(cur, job_id)
+    if job is None:
+        raise UnknownJob(job_id)
+    return job
+
+
+def run_started(cur: Cursor, lane: str, run_key: str) -> bool:
+    return (
+        cur.scalar("select 1 from lane_run where lane = :l and run_key = :r", {"l": lane, "r": run_key})
+        is not None
+    )

@@ -1,0 +1,197 @@
+"""Lane rows: reading, locking, configuring, and rolling windows and periods."""
+
+from __future__ import annotations
+
+import calendar
+import time
+from dataclasses import dataclass, fields
+
+from .. import checks, policy
+from ..errors import InvalidInput, LaneError, UnknownLane
+from .db import Cursor
+from .preflight import validate_spec
+
+POLICY_FIELDS = (
+    "allowance", "ceiling", "start_fraction", "burst_tokens", "window_seconds", "max_leased",
+    "lease_seconds", "max_wait_seconds", "max_attempts", "park_seconds", "fallback", "preflight",
+    "preflight_timeout", "period", "stopped",
+)  # fmt: skip
+COUNTER_FIELDS = (
+    "spent", "reserved", "overage", "leased", "window_start", "window_used", "period_start",
+    "preflight_ok", "preflight_error", "preflight_at", "updated_at",
+)  # fmt: skip
+PERIODS = ("none", "daily", "monthly")
+# A lane created with `lane lanes set NEW ...` starts from the policy's defaults and empty counters.
+NEW_LANE = dict(
+    policy.LANE_DEFAULTS, spent=0, reserved=0, overage=0, leased=0, window_start=0.0, window_used=0,
+    period_start=0.0, preflight_ok=True,
+)  # fmt: skip
+
+
+@dataclass
+class LaneRow:
+    name: str
+    allowance: int
+    ceiling: int
+    start_fraction: float
+    burst_tokens: int
+    window_seconds: float
+    max_leased: int
+    lease_seconds: float
+    max_wait_seconds: float
+    max_attempts: int
+    park_seconds: float
+    fallback: str | None
+    preflight: str | None
+    preflight_timeout: float
+    period: str
+    stopped: bool
+    spent: int
+    reserved: int
+    overage: int
+    leased: int
+    window_start: float
+    window_used: int
+    period_start: float
+    preflight_ok: bool
+    preflight_error: str | None
+    preflight_at: float | None
+    updated_at: float
+
+    @property
+    def policy(self) -> policy.LanePolicy:
+        return policy.LanePolicy.of(self)
+
+    @property
+    def hard_stopped(self) -> bool:
+        """Stopped by an operator, or the ceiling is spent."""
+        return bool(self.stopped) or self.spent >= self.ceiling
+
+    @property
+    def is_stopped(self) -> bool:
+        return self.hard_stopped or not self.preflight_ok
+
+    @property
+    def remaining(self) -> int:
+        return self.ceiling - self.spent - self.reserved
+
+
+_COLS = ("name",) + POLICY_FIELDS + COUNTER_FIELDS
+_SELECT = "select " + ", ".join(_COLS) + " from lane"
+
+
+def _row(r) -> LaneRow:
+    d = dict(zip(_COLS, r))
+    d["stopped"] = bool(d["stopped"])
+    d["preflight_ok"] = bool(d["preflight_ok"])
+    return LaneRow(**d)
+
+
+def read_lane(cur: Cursor, name: str) -> LaneRow:
+    r = cur.one(_SELECT + " where name = :n", {"n": name})
+    if r is None:
+        raise UnknownLane(name)
+    return _row(r)
+
+
+def lock_lane(cur: Cursor, name: str) -> LaneRow:
+    """Read a lane row holding its lock until the transaction ends."""
+    suffix = " for update" if cur.dialect == "postgresql" else ""
+    r = cur.one(_SELECT + " where name = :n" + suffix, {"n": name})
+    if r is None:
+        raise UnknownLane(name)
+    return _row(r)
+
+
+def all_lanes(cur: Cursor, *, lock: bool = False) -> list[LaneRow]:
+    suffix = " order by name" + (" for update" if lock and cur.dialect == "postgresql" else "")
+    return [_row(r) for r in cur.all(_SELECT + suffix)]
+
+
+def period_start(period: str, now: float) -> float:
+    """Start (UTC) of the accounting period containing ``now``; 0 for no period."""
+    if period == "none":
+        return 0.0
+    t = time.gmtime(now)
+    if period == "daily":
+        return float(calendar.timegm((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0)))
+    return float(calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0)))
+
+
+def roll_counters(cur: Cursor, row: LaneRow, now: float) -> LaneRow:
+    """Start a new burst window and a new period when they have rolled over (row is locked)."""
+    ws = policy.window_start(now, row.window_seconds)
+    ps = period_start(row.period, now)
+    changes: dict = {}
+    if ws > row.window_start:  # never backwards: a clock read a moment earlier must not reopen a window
+        changes.update(window_start=ws, window_used=0)
+    if row.period != "none" and ps > row.period_start:
+        changes.update(period_start=ps, spent=0, overage=0)
+    if changes:
+        sets = ", ".join(f"{k} = :{k}" for k in changes)
+        cur.execute(f"update lane set {sets} where name = :name", {**changes, "name": row.name})
+        for k, v in changes.items():
+            setattr(row, k, v)
+    return row
+
+
+def validate_settings(settings: dict, current: LaneRow | None = None) -> dict:
+    """Check lane settings; returns them normalised or raises InvalidInput naming the field."""
+    out = {}
+    for key, value in settings.items():
+        if key not in POLICY_FIELDS:
+            raise InvalidInput("lane setting", key, f"expected one of {', '.join(POLICY_FIELDS)}")
+        if key in ("allowance", "ceiling", "burst_tokens", "max_leased", "max_attempts"):
+            value = checks.whole(key, value, low=1)
+        elif key in ("start_fraction",):
+            value = checks.number(key, value, low=0.0, high=1.0, low_open=True)
+        elif key in ("window_seconds", "lease_seconds", "preflight_timeout"):
+            value = checks.number(key, value, low=0.0, high=365 * 86400.0, low_open=True)
+        elif key in ("max_wait_seconds", "park_seconds"):
+            value = checks.number(key, value, low=0.0, high=10 * 365 * 86400.0)
+        elif key == "period":
+            if value not in PERIODS:
+                raise InvalidInput(key, value, f"expected one of {', '.join(PERIODS)}")
+        elif key == "stopped":
+            if not isinstance(value, bool):
+                raise InvalidInput(key, value, "expected true or false")
+        elif key in ("fallback", "preflight"):
+            if value in ("", None):
+                value = None
+            elif not isinstance(value, str):
+                raise InvalidInput(key, value, "expected a string")
+            elif key == "preflight":
+                validate_spec(value)
+        out[key] = value
+    merged = {f.name: getattr(current, f.name) for f in fields(LaneRow)} if current else dict(NEW_LANE)
+    merged.update(out)
+    if merged.get("ceiling") and merged.get("allowance") and merged["ceiling"] > merged["allowance"]:
+        raise InvalidInput("ceiling", merged["ceiling"], f"must not exceed the allowance {merged['allowance']}")
+    return out
+
+
+def write_lane_settings(cur: Cursor, now: float, name: str, settings: dict) -> LaneRow:
+    """Apply checked settings to a lane under its lock, creating it from NEW_LANE if it is new."""
+    try:
+        current = lock_lane(cur, name)
+    except LaneError:
+        current = None
+    clean = validate_settings(settings, current)
+    if "fallback" in clean and clean["fallback"] is not None:
+        if clean["fallback"] == name:
+            raise InvalidInput("fallback", clean["fallback"], "a lane cannot fall back to itself")
+        read_lane(cur, clean["fallback"])
+    if current is None:
+        row = {**NEW_LANE, **clean, "name": name, "updated_at": now}
+        if "ceiling" not in clean and "allowance" in clean:
+            row["ceiling"] = int(row["allowance"] * 0.8)  # the seed's headroom under the allowance
+        cur.execute(f"insert into lane ({', '.join(row)}) values ({', '.join(':' + k for k in row)}) "
+                    "on conflict (name) do nothing", row)  # fmt: skip
+        if cur.rowcount == 1:
+            return read_lane(cur, name)
+        lock_lane(cur, name)  # another caller created it a moment ago: change it like an existing one
+    if clean:
+        sets = ", ".join(f"{k} = :{k}" for k in clean)
+        cur.execute(f"update lane set {sets}, updated_at = :now where name = :name",
+                    {**clean, "now": now, "name": name})  # fmt: skip
+    return read_lane(cur, name)

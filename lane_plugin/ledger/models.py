@@ -1,0 +1,167 @@
+"""The ledger's tables, as SQLModel classes.
+
+These classes are the schema's source of truth: the Alembic migrations shipped
+in ``lane_plugin/ledger/migrations`` create exactly this (a test compares them on
+SQLite and PostgreSQL), and users may query the ledger with them. The store
+itself speaks plain SQL through the DB-API so that the CLI starts fast.
+
+Times are Unix epoch seconds (floats), as in the article's ``lease_until real``;
+on PostgreSQL they come from the database's clock. The ``job`` table keeps the
+article's column names (``id, stage, est, actual, state, lease_until``) so its
+drift query runs verbatim against a ledger.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from sqlalchemy import BigInteger, CheckConstraint, Column, Index, Integer, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+from ..policy import LANE_DEFAULTS as D
+
+JOB_STATES = ("new", "leased", "done", "failed", "parked")
+
+
+def _big(**kw):
+    return Field(sa_column_kwargs={}, sa_type=BigInteger, **kw)
+
+
+class Lane(SQLModel, table=True):
+    """A budget account: its policy and its counters."""
+
+    __tablename__ = "lane"
+    __table_args__ = (
+        CheckConstraint("spent >= 0 and reserved >= 0 and overage >= 0 and leased >= 0", name="ck_lane_counters"),
+        CheckConstraint("ceiling > 0 and burst_tokens > 0 and max_leased > 0", name="ck_lane_policy"),
+    )
+
+    name: str = Field(primary_key=True, max_length=64)
+    allowance: int = _big(default=D["allowance"])
+    ceiling: int = _big(default=D["ceiling"])
+    start_fraction: float = Field(default=D["start_fraction"])
+    burst_tokens: int = _big(default=D["burst_tokens"])
+    window_seconds: float = Field(default=D["window_seconds"])
+    max_leased: int = Field(default=D["max_leased"])
+    lease_seconds: float = Field(default=D["lease_seconds"])
+    max_wait_seconds: float = Field(default=D["max_wait_seconds"])
+    max_attempts: int = Field(default=D["max_attempts"])
+    park_seconds: float = Field(default=D["park_seconds"])
+    fallback: Optional[str] = Field(default=None, max_length=64)
+    preflight: Optional[str] = Field(default=None)
+    preflight_timeout: float = Field(default=D["preflight_timeout"])
+    period: str = Field(default=D["period"], max_length=16)
+    stopped: bool = Field(default=False)
+    # counters
+    spent: int = _big(default=0)
+    reserved: int = _big(default=0)
+    overage: int = _big(default=0)
+    leased: int = Field(default=0)
+    window_start: float = Field(default=0.0)
+    window_used: int = _big(default=0)
+    period_start: float = Field(default=0.0)
+    preflight_ok: bool = Field(default=True)
+    preflight_error: Optional[str] = Field(default=None)
+    preflight_at: Optional[float] = Field(default=None)
+    updated_at: float = Field(default=0.0)
+
+
+class Job(SQLModel, table=True):
+    """One stage of one pipeline item."""
+
+    __tablename__ = "job"
+    __table_args__ = (
+        # The admission scan reads only the head of these two.
+        Index("ix_job_admission", "lane", "state", "est", "wait_since"),
+        Index("ix_job_aging", "lane", "state", "wait_since"),
+        Index("ix_job_lease", "state", "lease_until"),
+        Index("ix_job_deadline", "state", "deadline"),
+        Index("ix_job_run", "lane", "run_key"),
+        CheckConstraint("est > 0 and actual >= 0 and attempt >= 1", name="ck_job_numbers"),
+        CheckConstraint(f"state in {JOB_STATES!r}", name="ck_job_state"),
+    )
+
+    id: str = Field(primary_key=True, max_length=64)
+    lane: str = Field(max_length=64)
+    stage: str
+    est: int = _big()
+    est_version: Optional[str] = Field(default=None)
+    actual: int = _big(default=0)
+    state: str = Field(default="new", max_length=16)
+    attempt: int = Field(default=1)
+    lease_attempt: int = Field(default=0)
+    lease_until: float = Field(default=0.0)
+    lease_token: Optional[str] = Field(default=None, max_length=64)
+    deadline: Optional[float] = Field(default=None)
+    run_key: Optional[str] = Field(default=None)
+    key: Optional[str] = Field(default=None, unique=True)
+    fallback: Optional[str] = Field(default=None, max_length=64)
+    reason: Optional[str] = Field(default=None)
+    created_at: float = Field(default=0.0)
+    wait_since: float = Field(default=0.0)
+    admitted_at: Optional[float] = Field(default=None)
+    finished_at: Optional[float] = Field(default=None)
+
+
+class Settlement(SQLModel, table=True):
+    """What one attempt of one job really spent. The only way ``spent`` grows."""
+
+    __tablename__ = "settlement"
+    __table_args__ = (
+        UniqueConstraint("job_id", "attempt", name="uq_settlement_job_attempt"),
+        Index("ix_settlement_lane_at", "lane", "settled_at"),
+        CheckConstraint("actual >= 0 and overage >= 0", name="ck_settlement_numbers"),
+    )
+
+    # BIGINT on PostgreSQL; INTEGER on SQLite, where only that is an alias of the rowid.
+    id: Optional[int] = Field(
+        default=None,
+        sa_column=Column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    )
+    job_id: str = Field(max_length=64)
+    attempt: int
+    lane: str = Field(max_length=64)
+    est: int = _big()
+    actual: int = _big()
+    overage: int = _big(default=0)
+    late: bool = Field(default=False)
+    outcome: str = Field(default="done", max_length=16)
+    settled_at: float = Field(default=0.0)
+
+
+class Tail(SQLModel, table=True):
+    """Parked jobs, kept out of the admission scan, each with a deadline."""
+
+    __tablename__ = "tail"
+    __table_args__ = (Index("ix_tail_lane_deadline", "lane", "deadline"),)
+
+    job_id: str = Field(primary_key=True, max_length=64)
+    lane: str = Field(max_length=64)
+    stage: str
+    est: int = _big()
+    reason: str
+    parked_at: float
+    deadline: float
+
+
+class ShadowEstimate(SQLModel, table=True):
+    """A candidate estimator's number for a job (the article's ``est_v2``)."""
+
+    __tablename__ = "shadow_estimate"
+
+    job_id: str = Field(primary_key=True, max_length=64)
+    version: str = Field(primary_key=True, max_length=128)
+    est: int = _big()
+
+
+class LaneRun(SQLModel, table=True):
+    """Runs that have an admitted job in a lane: their later stages are *finishing*."""
+
+    __tablename__ = "lane_run"
+
+    lane: str = Field(primary_key=True, max_length=64)
+    run_key: str = Field(primary_key=True)
+    started_at: float = Field(default=0.0)
+
+
+metadata = SQLModel.metadata

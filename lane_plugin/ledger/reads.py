@@ -1,0 +1,88 @@
+"""What the reports, estimators and simulator read from the ledger, as typed queries.
+
+Each function runs inside a read transaction the :class:`~lane_plugin.Ledger`
+opens; nothing outside this package writes SQL.
+"""
+
+from __future__ import annotations
+
+from .db import Cursor
+from .jobs import ALL_JOB_COLUMNS, get_job
+
+_TAIL = ("job_id", "lane", "stage", "est", "reason", "parked_at", "deadline")
+_SETTLED = ("id", "lane", "stage", "est", "est_version", "actual", "overage", "finished_at")
+
+
+def _dicts(keys: tuple[str, ...], rows) -> list[dict]:
+    return [dict(zip(keys, r)) for r in rows]
+
+
+def job(cur: Cursor, job_id: str) -> dict:
+    get_job(cur, job_id)  # UnknownJob
+    row = cur.one(f"select {', '.join(ALL_JOB_COLUMNS)} from job where id = :id", {"id": job_id})
+    return dict(zip(ALL_JOB_COLUMNS, row))
+
+
+def tail(cur: Cursor, now: float, lane: str | None) -> list[dict]:
+    rows = cur.all(
+        f"select {', '.join(_TAIL)} from tail" + (" where lane = :l" if lane else "") + " order by parked_at, job_id",
+        {"l": lane},
+    )
+    return [dict(zip(_TAIL, r), age=now - r[5]) for r in rows]
+
+
+def settled_jobs(cur: Cursor, now: float, *, lane: str | None, since: float | None) -> list[dict]:
+    where, params = ["j.state = 'done'"], {}
+    if lane:
+        where.append("j.lane = :lane")
+        params["lane"] = lane
+    if since is not None:
+        where.append("j.finished_at >= :cut")
+        params["cut"] = now - since
+    rows = cur.all(
+        "select j.id, j.lane, j.stage, j.est, coalesce(j.est_version, '-'), j.actual, coalesce(s.overage, 0), "
+        "j.finished_at from job j left join (select job_id, sum(overage) as overage from settlement "
+        f"group by job_id) s on s.job_id = j.id where {' and '.join(where)}",
+        params,
+    )
+    return _dicts(_SETTLED, rows)
+
+
+def shadow_estimates(cur: Cursor, *, lane: str | None) -> list[dict]:
+    rows = cur.all(
+        "select s.job_id, s.version, s.est from shadow_estimate s join job j on j.id = s.job_id "
+        "where j.state = 'done'" + (" and j.lane = :lane" if lane else ""),
+        {"lane": lane} if lane else {},
+    )
+    return _dicts(("job_id", "version", "est"), rows)
+
+
+def estimator_samples(cur: Cursor, version: str, *, lane: str | None) -> list[dict]:
+    params = {"v": version}
+    where = ""
+    if lane:
+        where = " and j.lane = :lane"
+        params["lane"] = lane
+    rows = cur.all(
+        "select j.stage, j.est, j.actual, j.finished_at from job j where j.state = 'done' and j.est_version = :v"
+        + where
+        + " union all select j.stage, s.est, j.actual, j.finished_at from job j join shadow_estimate s "
+        "on s.job_id = j.id where j.state = 'done' and s.version = :v" + where,
+        params,
+    )
+    return _dicts(("stage", "est", "actual", "finished_at"), rows)
+
+
+def history(cur: Cursor, since: float) -> list[dict]:
+    rows = cur.all(
+        "select created_at, stage, est, actual, run_key from job "
+        "where state = 'done' and created_at >= :since order by created_at, id",
+        {"since": since},
+    )
+    return _dicts(("created_at", "stage", "est", "actual", "run_key"), rows)
+
+
+def query(cur: Cursor, sql: str, params: dict | None) -> tuple[list[str], list[tuple]]:
+    cur.execute(sql, params or {})
+    cols = [d[0] for d in cur.raw.description or ()]
+    return cols, [tuple(r) for r in cur.raw.fetchall()]

@@ -1,0 +1,63 @@
+"""Schema management with the Alembic migrations shipped in this package.
+
+``lane db upgrade`` runs :func:`upgrade`; a fresh embedded ledger runs it on
+first use. Concurrent first uses are serialised (a file lock on SQLite, an
+advisory lock on PostgreSQL) so many processes may start at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+from contextlib import contextmanager
+from pathlib import Path
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+# Bump together with a new file in lane_plugin/ledger/migrations/versions.
+HEAD_REVISION = "0001"
+_PG_LOCK_ID = 0x1A4E_0001
+
+
+def alembic_config(url: str):
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+@contextmanager
+def _migration_lock(db):
+    if db.dialect == "sqlite":
+        lock_path = Path(db.url.path + ".migrate.lock")
+        with open(lock_path, "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+        return
+    conn = db.connection()
+    conn.execute("select pg_advisory_lock(%s)", (_PG_LOCK_ID,))
+    try:
+        yield
+    finally:
+        conn.execute("select pg_advisory_unlock(%s)", (_PG_LOCK_ID,))
+
+
+def upgrade(db, revision: str = "head") -> str | None:
+    """Bring the ledger's schema to ``revision``; returns the revision it is at."""
+    from alembic import command
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    with _migration_lock(db):
+        engine = create_engine(db.url.sqlalchemy_url, poolclass=NullPool)
+        try:
+            cfg = alembic_config(db.url.sqlalchemy_url)
+            with engine.begin() as conn:
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, revision)
+        finally:
+            engine.dispose()
+    return db.revision()

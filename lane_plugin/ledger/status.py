@@ -1,0 +1,79 @@
+"""Lane status: counters, remaining room and queue sizes, as people read them."""
+
+from __future__ import annotations
+
+from ..policy import blocking_rule, window_start
+from .db import Cursor
+from .jobs import get_job, run_started
+from .lanes import all_lanes, read_lane
+
+
+def lane_status(cur: Cursor, now: float) -> list[dict]:
+    counts: dict[tuple[str, str], int] = {
+        (r[0], r[1]): r[2]
+        for r in cur.all("select lane, state, count(*) from job where state in ('new', 'parked') group by lane, state")
+    }
+    out = []
+    for row in all_lanes(cur):
+        committed = row.spent + row.reserved
+        out.append(
+            {
+                "lane": row.name,
+                "allowance": row.allowance,
+                "ceiling": row.ceiling,
+                "spent": row.spent,
+                "reserved": row.reserved,
+                "remaining": row.ceiling - committed,
+                "overage": row.overage,
+                "pct_of_ceiling": round(100.0 * committed / row.ceiling, 2),
+                "start_limit": row.policy.start_limit,
+                "leased": row.leased,
+                "max_leased": row.max_leased,
+                "waiting": counts.get((row.name, "new"), 0),
+                "parked": counts.get((row.name, "parked"), 0),
+                "burst_tokens": row.burst_tokens,
+                "window_seconds": row.window_seconds,
+                "lease_seconds": row.lease_seconds,
+                "max_wait_seconds": row.max_wait_seconds,
+                "max_attempts": row.max_attempts,
+                "fallback": row.fallback,
+                "period": row.period,
+                "stopped": row.stopped,
+                "hard_stopped": row.hard_stopped,
+                "starting_stopped": committed >= row.policy.start_limit,
+                "preflight": row.preflight,
+                "preflight_ok": row.preflight_ok,
+                "preflight_error": row.preflight_error,
+                "preflight_at": row.preflight_at,
+            }
+        )
+    return out
+
+
+def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
+    """Where a waiting job stands: its place in admission order and the lane's room (Ledger.wait_status)."""
+    job = get_job(cur, job_id)
+    row = read_lane(cur, job["lane"])
+    wait_since = cur.scalar("select wait_since from job where id = :id", {"id": job_id})
+    base = "select count(*) from job where lane = :l and state = 'new'"
+    p = {"l": row.name, "cut": now - row.max_wait_seconds, "e": job["est"], "w": wait_since, "id": job_id}
+    older = "(wait_since < :w or (wait_since = :w and id < :id))"
+    if job["state"] != "new":
+        position = 0
+    elif wait_since <= p["cut"]:
+        position = 1 + cur.scalar(f"{base} and wait_since <= :cut and {older}", p)
+    else:
+        position = 1 + cur.scalar(f"{base} and (wait_since <= :cut or est < :e or (est = :e and {older}))", p)
+    starts_run = job["run_key"] is None or not run_started(cur, row.name, job["run_key"])
+    window_used = row.window_used if window_start(now, row.window_seconds) == row.window_start else 0
+    blocked_by = blocking_rule(
+        row.policy, est=job["est"], starts_run=starts_run, committed=row.spent + row.reserved,
+        leased=row.leased, window_used=window_used, stopped=row.is_stopped,
+    )  # fmt: skip
+    return {
+        "job_id": job_id, "lane": row.name, "stage": job["stage"], "est": job["est"],
+        "state": job["state"], "position": position, "waiting": cur.scalar(base, p),
+        "remaining": row.remaining, "spent": row.spent, "reserved": row.reserved,
+        "ceiling": row.ceiling, "start_limit": row.policy.start_limit, "leased": row.leased,
+        "max_leased": row.max_leased, "starts_run": starts_run, "blocked_by": blocked_by,
+    }  # fmt: skip

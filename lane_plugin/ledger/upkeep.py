@@ -1,0 +1,206 @@
+"""Upkeep writes: reaping expired leases, parking, requeueing, dropping and expiring the tail.
+
+All are set-based (one UPDATE ... RETURNING per kind, not a loop per job) so
+that parking 100,000 overdue jobs is a few statements, and all are guarded by
+the state they expect (``where state = 'new'``...), so two copies running at
+once move each job exactly once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import LaneError, UnknownJob
+from .db import Cursor
+from .lanes import all_lanes, lock_lane, period_start, roll_counters
+
+
+@dataclass
+class Moved:
+    """Jobs an upkeep pass moved, by what happened to them."""
+
+    requeued: list[str] = field(default_factory=list)
+    parked: list[dict] = field(default_factory=list)
+    expired: list[dict] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.requeued or self.parked or self.expired)
+
+
+def _insert_tail(cur: Cursor, rows: list[dict]) -> None:
+    if rows:
+        cur.executemany(
+            "insert into tail (job_id, lane, stage, est, reason, parked_at, deadline) "
+            "values (:job_id, :lane, :stage, :est, :reason, :parked_at, :deadline)",
+            rows,
+        )
+
+
+def reap(cur: Cursor, *, now: float) -> Moved:
+    """Return expired leases to the queue (attempt + 1), or park them when attempts are exhausted."""
+    lanes = {row.name: row for row in all_lanes(cur, lock=True)}
+    moved = Moved()
+    released: dict[str, list[int]] = {}
+    for lane in lanes.values():
+        requeued = cur.all(
+            "update job set state = 'new', attempt = attempt + 1, lease_token = null, lease_until = 0, "
+            "reason = 'lease expired' where lane = :l and state = 'leased' and lease_until < :now "
+            "and attempt < :max returning id, est",
+            {"l": lane.name, "now": now, "max": lane.max_attempts},
+        )
+        parked = cur.all(
+            "update job set state = 'parked', lease_token = null, lease_until = 0, finished_at = :now, "
+            "reason = :why where lane = :l and state = 'leased' and lease_until < :now "
+            "returning id, stage, est",
+            {"l": lane.name, "now": now, "why": f"lease expired on attempt {lane.max_attempts} of {lane.max_attempts}"},
+        )
+        moved.requeued += [r[0] for r in requeued]
+        tail = [
+            dict(job_id=r[0], lane=lane.name, stage=r[1], est=r[2], reason=f"lease expired on attempt "
+                 f"{lane.max_attempts} of {lane.max_attempts}", parked_at=now, deadline=now + lane.park_seconds)
+            for r in parked
+        ]  # fmt: skip
+        _insert_tail(cur, tail)
+        moved.parked += tail
+        ests = [r[1] for r in requeued] + [r[2] for r in parked]
+        if ests:
+            released[lane.name] = ests
+    for name, ests in released.items():
+        cur.execute(
+            "update lane set reserved = reserved - :e, leased = leased - :n, updated_at = :now where name = :l",
+            {"e": sum(ests), "n": len(ests), "now": now, "l": name},
+        )
+    return moved
+
+
+def park_overdue(cur: Cursor, *, now: float) -> Moved:
+    """Park jobs still waiting past their admission deadline."""
+    moved = Moved()
+    for lane in all_lanes(cur, lock=True):
+        rows = cur.all(
+            "update job set state = 'parked', reason = 'deadline passed while waiting', finished_at = :now "
+            "where lane = :l and state = 'new' and deadline < :now returning id, stage, est",
+            {"l": lane.name, "now": now},
+        )
+        tail = [
+            dict(job_id=r[0], lane=lane.name, stage=r[1], est=r[2], reason="deadline passed while waiting",
+                 parked_at=now, deadline=now + lane.park_seconds)
+            for r in rows
+        ]  # fmt: skip
+        _insert_tail(cur, tail)
+        moved.parked += tail
+    return moved
+
+
+def expire_tail(cur: Cursor, *, now: float) -> Moved:
+    """Fail parked jobs whose time in the tail ran out."""
+    rows = cur.all(
+        "delete from tail where deadline < :now returning job_id, lane, stage, est, reason", {"now": now}
+    )
+    moved = Moved()
+    if rows:
+        cur.executemany(
+            "update job set state = 'failed', reason = :reason where id = :id and state = 'parked'",
+            [{"id": r[0], "reason": f"expired in the tail ({r[4]})"} for r in rows],
+        )
+        moved.expired = [dict(job_id=r[0], lane=r[1], stage=r[2], est=r[3], reason=r[4]) for r in rows]
+    return moved
+
+
+def park(cur: Cursor, job_id: str, *, reason: str, now: float) -> dict | None:
+    """Park one waiting job; None if it was no longer waiting."""
+    row = cur.one("select lane, stage, est, state from job where id = :id", {"id": job_id})
+    if row is None:
+        raise UnknownJob(job_id)
+    lane = lock_lane(cur, row[0])
+    cur.execute(
+        "update job set state = 'parked', reason = :why, finished_at = :now where id = :id and state = 'new'",
+        {"why": reason, "now": now, "id": job_id},
+    )
+    if cur.rowcount != 1:
+        return None
+    tail = dict(job_id=job_id, lane=lane.name, stage=row[1], est=row[2], reason=reason, parked_at=now,
+                deadline=now + lane.park_seconds)  # fmt: skip
+    _insert_tail(cur, [tail])
+    return tail
+
+
+# In its fallback lane a job gets the same time to wait again: otherwise park_overdue would
+# park it there at once for the deadline it just missed in its first lane.
+_FRESH_DEADLINE = "deadline = case when deadline is null then null else :now + (deadline - wait_since) end"
+
+
+def move_to_fallback(cur: Cursor, job_id: str, *, now: float) -> str | None:
+    """Send a waiting job to its fallback lane; returns that lane, or None if it has none."""
+    row = cur.one("select lane, fallback, state from job where id = :id", {"id": job_id})
+    if row is None:
+        raise UnknownJob(job_id)
+    if not row[1] or row[2] != "new":
+        return None
+    # A tick of the old lane may be choosing this job right now: wait for its lane lock, so the
+    # job is either leased there (and stays) or moved here, never leased there and billed here.
+    lock_lane(cur, row[0])
+    cur.execute(
+        f"update job set lane = :fb, fallback = null, wait_since = :now, {_FRESH_DEADLINE} "
+        "where id = :id and state = 'new' and lane = :old",
+        {"fb": row[1], "now": now, "id": job_id, "old": row[0]},
+    )
+    return row[1] if cur.rowcount == 1 else None
+
+
+def fall_back_waiting(cur: Cursor, lane: str, *, now: float) -> int:
+    """Preflight failed: every waiting job of ``lane`` that may fall back moves to its fallback."""
+    cur.execute(
+        f"update job set lane = fallback, fallback = null, wait_since = :now, {_FRESH_DEADLINE} "
+        "where lane = :l and state = 'new' and fallback is not null",
+        {"l": lane, "now": now},
+    )
+    return max(cur.rowcount, 0)
+
+
+def requeue(cur: Cursor, job_id: str, *, now: float) -> None:
+    """Put a parked job back in the queue, as a new attempt if its last one was leased."""
+    row = cur.one("select state, lane from job where id = :id", {"id": job_id})
+    if row is None:
+        raise UnknownJob(job_id)
+    if row[0] != "parked":
+        raise LaneError(f"job {job_id} is {row[0]}, not parked: only parked jobs can be requeued")
+    lock_lane(cur, row[1])
+    cur.execute("delete from tail where job_id = :id", {"id": job_id})
+    cur.execute(
+        "update job set state = 'new', reason = null, finished_at = null, wait_since = :now, "
+        "attempt = case when lease_attempt >= attempt then attempt + 1 else attempt end "
+        "where id = :id and state = 'parked'",
+        {"now": now, "id": job_id},
+    )
+
+
+def drop(cur: Cursor, job_id: str, *, now: float) -> None:
+    """Give up on a parked job: it fails with the reason 'dropped'."""
+    row = cur.one("select state from job where id = :id", {"id": job_id})
+    if row is None:
+        raise UnknownJob(job_id)
+    if row[0] != "parked":
+        raise LaneError(f"job {job_id} is {row[0]}, not parked: only parked jobs can be dropped")
+    cur.execute("delete from tail where job_id = :id", {"id": job_id})
+    cur.execute(
+        "update job set state = 'failed', reason = 'dropped from the tail', finished_at = :now "
+        "where id = :id and state = 'parked'",
+        {"now": now, "id": job_id},
+    )
+
+
+def roll_periods(cur: Cursor, *, now: float) -> list[dict]:
+    """Start a new accounting period in every lane whose period rolled over (spent and overage reset).
+
+    Admission does this lazily for the lane it ticks; this does it for all lanes,
+    so an idle lane's counters (and ``lane lanes``) show the new period too.
+    """
+    rolled = []
+    for row in all_lanes(cur, lock=True):
+        if row.period != "none" and period_start(row.period, now) > row.period_start:
+            before = dict(spent=row.spent, overage=row.overage, period_start=row.period_start)
+            roll_counters(cur, row, now)
+            rolled.append(dict(lane=row.name, period=row.period, period_start=row.period_start,
+                               previous=before))  # fmt: skip
+    return rolled

@@ -1,0 +1,102 @@
+"""Where the ledger lives: ``--db``, ``LANE_DATABASE_URL``, or ``lane.db`` under PREFECT_HOME.
+
+Parsed without SQLAlchemy so that the CLI starts fast. Passwords never leave
+this module unmasked: use :func:`redact` on anything that may be shown.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from ..errors import InvalidInput
+
+ENV_VAR = "LANE_DATABASE_URL"
+# Greedy up to the last "@" before the path: a password may itself contain "@".
+_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^/\s]*(@)")
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&\s]*", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """Mask the password of any database URL inside ``text`` (in the userinfo or a ?password=)."""
+    return _QUERY_PASSWORD.sub(r"\1***", _PASSWORD.sub(r"\1***\2", str(text)))
+
+
+def default_url() -> str:
+    home = os.environ.get("PREFECT_HOME") or str(Path.home() / ".prefect")
+    return f"sqlite:///{Path(home).expanduser() / 'lane.db'}"
+
+
+def resolve_url(url: str | None = None) -> str:
+    return url or os.environ.get(ENV_VAR) or default_url()
+
+
+@dataclass(frozen=True)
+class DatabaseURL:
+    """A parsed ledger URL: ``sqlite:///path`` or ``postgresql[+psycopg]://...``."""
+
+    raw: str
+    dialect: str  # "sqlite" | "postgresql"
+    path: str | None = None  # sqlite file
+    conninfo: dict | None = None  # psycopg keyword arguments
+
+    def __str__(self) -> str:
+        return redact(self.raw)
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        if self.dialect == "sqlite":
+            return f"sqlite:///{self.path}"
+        return re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql+psycopg://", self.raw)
+
+
+def parse_url(url: str | None = None) -> DatabaseURL:
+    """Parse a ledger URL, raising :class:`InvalidInput` naming the (redacted) URL."""
+    raw = resolve_url(url)
+    if isinstance(raw, str) and "\x00" in raw:
+        raise InvalidInput("database URL", redact(raw), "contains a NUL character")
+    if not isinstance(raw, str) or not raw.strip():
+        raise InvalidInput("database URL", raw, "expected sqlite:///PATH or postgresql+psycopg://...")
+    scheme, sep, rest = raw.partition("://")
+    base = scheme.split("+", 1)[0].lower()
+    shown = redact(raw)
+    if not sep:
+        raise InvalidInput("database URL", shown, "expected sqlite:///PATH or postgresql+psycopg://...")
+    if base == "sqlite":
+        driver = scheme.partition("+")[2]
+        if driver not in ("", "pysqlite"):
+            raise InvalidInput("database URL", shown, f"unsupported SQLite driver {driver!r}")
+        if not rest.startswith("/") or rest in ("/", "/:memory:"):
+            raise InvalidInput("database URL", shown, "a ledger needs a file: sqlite:///relative.db or sqlite:////abs.db")
+        path = rest[1:].split("?", 1)[0]
+        return DatabaseURL(raw, "sqlite", path=str(Path(path).expanduser()))
+    if base in ("postgresql", "postgres"):
+        driver = scheme.partition("+")[2]
+        if driver not in ("", "psycopg"):
+            raise InvalidInput("database URL", shown, f"unsupported PostgreSQL driver {driver!r}; use postgresql+psycopg://")
+        try:
+            parts = urlsplit("postgresql://" + rest)
+            port = parts.port
+        except ValueError as exc:
+            raise InvalidInput("database URL", shown, str(exc)) from None
+        info: dict = {}
+        if parts.hostname:
+            info["host"] = parts.hostname
+        if port:
+            info["port"] = port
+        if parts.username:
+            info["user"] = unquote(parts.username)
+        if parts.password:
+            info["password"] = unquote(parts.password)
+        dbname = parts.path.lstrip("/")
+        if not dbname:
+            raise InvalidInput("database URL", shown, "no database name")
+        info["dbname"] = unquote(dbname)
+        for item in filter(None, parts.query.split("&")):
+            k, _, v = item.partition("=")
+            info[k] = unquote(v)
+        return DatabaseURL(raw, "postgresql", conninfo=info)
+    raise InvalidInput("database URL", shown, f"unsupported scheme {scheme!r}; expected sqlite or postgresql+psycopg")

@@ -1,0 +1,25 @@
+"""Reports on a ledger: drift (estimate against actual, pandas) and its plot over time."""
+
+from .drift import (
+    GROUPS,
+    HIGH,
+    LOW,
+    advice,
+    done_jobs,
+    drift,
+    drift_over_time,
+    parse_since,
+    ratio2,
+    render,
+    round2,
+    summary_markdown,
+    verdict,
+    version_jobs,
+    worst,
+)  # fmt: skip
+from .plots import plot_drift
+
+__all__ = [
+    "GROUPS", "HIGH", "LOW", "advice", "done_jobs", "drift", "drift_over_time", "parse_since", "plot_drift",
+    "ratio2", "render", "round2", "summary_markdown", "verdict", "version_jobs", "worst",
+]  # fmt: skip

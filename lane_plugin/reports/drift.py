@@ -1,0 +1,267 @@
+"""Drift: what jobs really spent against what the estimator promised (pandas).
+
+The article's definition, per stage: ``drift = sum(actual) / sum(est)`` over
+jobs in state ``done``. Near 1.0 the gate is honest; above 1.5 the lane
+overspends on every promise; well below 1.0 it wastes admission room.
+"""
+
+from __future__ import annotations
+
+import decimal
+import re
+
+from ..errors import InvalidInput
+
+HIGH = 1.5
+LOW = 0.67
+_SPAN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+GROUPS = ("stage", "est_version", "lane", "version")
+SETTLED_COLUMNS = ("id", "lane", "stage", "est", "est_version", "actual", "overage", "finished_at")
+
+def ratio2(actual, est) -> float | None:
+    """``actual / est`` rounded to 2 places as the article's SQL does (half away from zero).
+
+    Computed in decimal to 15 significant digits, like SQLite's ``round`` (and
+    PostgreSQL's on ``numeric``), so 1.725 becomes 1.73 where binary floats and
+    pandas would give 1.72.
+
+    Example:
+        >>> ratio2(6900, 4000), ratio2(1015, 1000), ratio2(5, 0)
+        (1.73, 1.02, None)
+    """
+    if not est:
+        return None
+    with decimal.localcontext() as ctx:
+        ctx.prec = 15
+        q = decimal.Decimal(int(actual)) / decimal.Decimal(int(est))
+    return float(q.quantize(decimal.Decimal("0.01"), rounding=decimal.ROUND_HALF_UP))
+
+
+def round2(x: float) -> float:
+    """A float rounded to 2 places half away from zero, through its 15-digit decimal form."""
+    if x != x:
+        return x
+    return float(decimal.Decimal(format(x, ".15g")).quantize(decimal.Decimal("0.01"), rounding=decimal.ROUND_HALF_UP))
+
+
+def parse_since(text: str | None) -> float | None:
+    """``'24h'`` -> seconds; None stays None."""
+    if text is None:
+        return None
+    m = _SPAN.match(str(text))
+    if not m:
+        raise InvalidInput("since", text, "expected a span like 90s, 30m, 24h, 7d or 2w")
+    return float(m.group(1)) * _UNIT[m.group(2)]
+
+
+def verdict(drift: float | None) -> str:
+    if drift is None or drift != drift:
+        return "no data"
+    if drift > HIGH:
+        return "overspends: fix the estimator before you touch the ceiling"
+    if drift < LOW:
+        return "wastes admission room: estimates are too high"
+    return "honest"
+
+
+def done_jobs(ledger, *, lane: str | None = None, since: str | float | None = None):
+    """Settled jobs as a DataFrame: id, lane, stage, est, est_version, actual, overage, finished_at."""
+    import pandas as pd
+
+    span = parse_since(since) if isinstance(since, str) else since
+    return pd.DataFrame(ledger.settled_jobs(lane=lane, since=span), columns=list(SETTLED_COLUMNS))
+
+
+def version_jobs(ledger, *, lane: str | None = None, since: str | float | None = None):
+    """Settled jobs once per estimate they carry: the admission one and every shadow.
+
+    Columns: those of :func:`done_jobs` plus ``version`` and ``role``
+    (``admission`` or ``shadow``). A shadow row's ``est`` is the shadow's number
+    and its ``overage`` what the lane would have overrun had it admitted with
+    it, ``max(0, actual - est)``, so versions compare on the same jobs.
+    """
+    import pandas as pd
+
+    df = done_jobs(ledger, lane=lane, since=since)
+    primary = df.assign(version=df["est_version"], role="admission")
+    if df.empty:
+        return primary
+    shadows = pd.DataFrame(ledger.shadow_estimates(lane=lane), columns=["job_id", "version", "est"])
+    shadows = shadows.rename(columns={"job_id": "id", "est": "shadow_est"})
+    shadows = shadows.merge(df, on="id", how="inner")  # the window and lane filters of df apply
+    shadows = shadows.assign(est=shadows["shadow_est"], role="shadow",
+                             overage=(shadows["actual"] - shadows["shadow_est"]).clip(lower=0))  # fmt: skip
+    return pd.concat([primary, shadows[primary.columns]], ignore_index=True)
+
+
+def _check_by(by) -> list[str]:
+    if isinstance(by, str):
+        by = [g.strip() for g in by.split(",") if g.strip()]
+    by = list(by)
+    if not by:
+        raise InvalidInput("group by", by, f"expected at least one of {', '.join(GROUPS)}")
+    for g in by:
+        if g not in GROUPS:
+            raise InvalidInput("group by", g, f"expected one of {', '.join(GROUPS)}")
+    if "version" in by and "est_version" in by:
+        raise InvalidInput("group by", ",".join(by), "use version (admission and shadow) or est_version, not both")
+    return by
+
+
+def drift(ledger, *, lane: str | None = None, since: str | float | None = None, by=("stage",)):
+    """Drift per group (default per stage), with p50/p90 of the per-job ratio and a verdict.
+
+    Args:
+        ledger: a :class:`~lane_plugin.Ledger`.
+        lane: only this lane.
+        since: only jobs finished within this span (``"24h"``) or seconds.
+        by: group columns from ``stage``, ``lane``, ``est_version`` (the
+            admission estimate only) and ``version`` (admission *and* shadow
+            estimates: a shadow's drift is ``sum(actual) / sum(shadow est)`` over
+            the same done jobs, and a ``role`` column says which it is).
+
+    Example:
+        >>> drift(Ledger("sqlite:///lane.db")).to_dict("records")   # doctest: +SKIP
+        [{'stage': 'draft', 'jobs': 200, 'est_tokens': ..., 'drift': 1.02, ...}]
+        >>> drift(led, by="stage,version")[["stage", "version", "role", "drift"]]   # doctest: +SKIP
+          stage                        version       role  drift
+          draft                       const-v1  admission   1.81
+          draft  calibrated(const-v1)#5daa705d     shadow   0.98
+    """
+    import pandas as pd
+
+    by = _check_by(by)
+    versions = "version" in by
+    df = version_jobs(ledger, lane=lane, since=since) if versions else done_jobs(ledger, lane=lane, since=since)
+    keys = by + (["role"] if versions else [])
+    columns = keys + ["jobs", "est_tokens", "actual_tokens", "drift", "p50", "p90", "overage_tokens", "verdict"]
+    if df.empty:
+        return pd.DataFrame(columns=columns)
+    df["ratio"] = df["actual"] / df["est"]
+    g = df.groupby(keys, sort=True)
+    out = g.agg(
+        jobs=("id", "count"),
+        est_tokens=("est", "sum"),
+        actual_tokens=("actual", "sum"),
+        p50=("ratio", lambda s: s.quantile(0.5)),
+        p90=("ratio", lambda s: s.quantile(0.9)),
+        overage_tokens=("overage", "sum"),
+    ).reset_index()
+    for col in ("jobs", "est_tokens", "actual_tokens", "overage_tokens"):
+        out[col] = out[col].astype("int64")
+    out["drift"] = [ratio2(a, e) for a, e in zip(out["actual_tokens"], out["est_tokens"])]
+    out["p50"] = out["p50"].map(round2)
+    out["p90"] = out["p90"].map(round2)
+    out["verdict"] = out["drift"].map(verdict)
+    if versions:  # admission row first, then shadows, within each group
+        out = out.sort_values(by=[k for k in by if k != "version"] + ["role", "version"], kind="stable")
+    return out[columns].reset_index(drop=True)
+
+
+def drift_over_time(ledger, *, lane: str | None = None, since: str | float | None = None,
+                    buckets: int = 24, by: str = "stage"):  # fmt: skip
+    """Drift per ``by`` (stage) per time bucket of ``finished_at``, for plotting.
+
+    Returns columns ``[by, "bucket", "jobs", "drift"]`` where ``bucket`` is the
+    bucket's start (epoch seconds); the span is split into ``buckets`` equal parts.
+    """
+    import pandas as pd
+
+    if isinstance(buckets, bool) or not isinstance(buckets, int) or not 1 <= buckets <= 1000:
+        raise InvalidInput("buckets", buckets, "expected a whole number from 1 to 1000")
+    by = _check_by([by])[0]
+    df = version_jobs(ledger, lane=lane, since=since) if by == "version" else done_jobs(ledger, lane=lane, since=since)
+    cols = [by, "bucket", "jobs", "drift"]
+    df = df.dropna(subset=["finished_at"])
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    lo, hi = float(df["finished_at"].min()), float(df["finished_at"].max())
+    width = max((hi - lo) / buckets, 1e-9)
+    idx = ((df["finished_at"] - lo) / width).astype(int).clip(upper=buckets - 1)
+    df = df.assign(bucket=lo + idx * width)
+    out = df.groupby([by, "bucket"], sort=True).agg(jobs=("id", "count"), est=("est", "sum"),
+                                                    actual=("actual", "sum")).reset_index()  # fmt: skip
+    out["drift"] = out["actual"] / out["est"]
+    return out[cols]
+
+
+def worst(report) -> dict | None:
+    """The row of a drift report furthest from honest (ratio-wise: 2.0 and 0.5 are equally bad).
+
+    Only admission rows count (a shadow's drift is a candidate, not the lane's truth).
+    """
+    if report is None or report.empty:
+        return None
+    rows = report[report["role"] == "admission"] if "role" in report.columns else report
+    if rows.empty:
+        return None
+    badness = rows["drift"].map(lambda d: max(d, 1 / d) if d and d > 0 else float("inf"))
+    return rows.loc[badness.idxmax()].to_dict()
+
+
+def advice(row: dict, report=None) -> str:
+    """What to do about one report row, in the article's words."""
+    d = row.get("drift")
+    stage = row.get("stage", "this group")
+    if d is None or d != d:
+        return "no settled jobs: nothing to judge yet."
+    better = ""
+    if report is not None and "version" in report.columns and "stage" in report.columns:
+        cands = report[(report["stage"] == stage) & (report["role"] == "shadow")]
+        if not cands.empty:
+            best = cands.loc[(cands["drift"] - 1.0).abs().idxmin()]
+            better = (f" Shadow estimator `{best['version']}` has drift {best['drift']:.2f} on the same "
+                      f"{int(best['jobs'])} jobs: switch admission to it.")  # fmt: skip
+    if d > HIGH:
+        return (f"`{stage}` spends {d:.2f}x what it promises, so every admission overspends the lane. "
+                "Fix the estimator before you touch the ceiling (e.g. admit with `calibrated(base)`)." + better)
+    if d < LOW:
+        return (f"`{stage}` spends only {d:.2f}x its estimate: admission room is wasted. "
+                "Lower the estimate (or calibrate it) rather than raising the ceiling." + better)
+    return f"`{stage}` is honest (drift {d:.2f}): leave the estimator alone."
+
+
+def summary_markdown(report, *, title: str = "Lane drift", since: str | None = None, plot: str | None = None) -> str:
+    """A short markdown summary: the worst stage, what to do, and the table."""
+    lines = [f"# {title}" + (f" (last {since})" if since else ""), ""]
+    row = worst(report)
+    if row is None:
+        lines.append("No settled jobs in the window: nothing to report yet.")
+        return "\n".join(lines)
+    admitted = report[report["role"] == "admission"] if "role" in report.columns else report
+    high = admitted[admitted["drift"] > HIGH]
+    label = " / ".join(str(row[k]) for k in ("stage", "lane", "est_version", "version") if k in row)
+    lines += [
+        f"**Worst: {label}** -- drift {row['drift']:.2f} over {int(row['jobs'])} jobs "
+        f"(p50 {row['p50']:.2f}, p90 {row['p90']:.2f}, overage {int(row['overage_tokens']):,} tokens).",
+        "",
+        advice(row, report),
+        "",
+        f"{len(high)} group(s) above {HIGH} (overspending on every promise)." if len(high) else
+        f"No group above {HIGH}.",
+        "",
+        "Drift = sum(actual) / sum(est) over done jobs. Near 1.0: honest; above 1.5: the lane overspends "
+        "on every promise; well below 1.0: it wastes admission room. Read drift, not totals.",
+        "",
+        render(report, "markdown"),
+    ]  # fmt: skip
+    if plot:
+        lines += ["", f"Plot: `{plot}`"]
+    return "\n".join(lines)
+
+
+def render(df, fmt: str = "table") -> str:
+    """The report as text: ``table`` (aligned), ``csv``, ``json`` or ``markdown``."""
+    if fmt == "csv":
+        return df.to_csv(index=False)
+    if fmt == "json":
+        return df.to_json(orient="records", indent=2)
+    if fmt == "markdown":
+        head = "| " + " | ".join(df.columns) + " |"
+        sep = "|" + "|".join("---" for _ in df.columns) + "|"
+        body = ["| " + " | ".join(str(v) for v in row) + " |" for row in df.itertuples(index=False)]
+        return "\n".join([head, sep, *body])
+    if fmt == "table":
+        return df.to_string(index=False) if not df.empty else "no settled jobs yet"
+    raise InvalidInput("format", fmt, "expected table, csv, json or markdown")

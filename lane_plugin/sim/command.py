@@ -1,0 +1,167 @@
+"""``lane simulate``: try a week of traffic in seconds before you trust a lane.
+
+Registered in :mod:`lane_plugin.cli` as ``app.command("simulate")(simulate)``.
+Imports neither Prefect nor pandas; matplotlib only for ``--plot``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import TraceError
+from .engine import PERIODS, SimConfig
+from .engine import simulate as run_policies
+from .policies import POLICIES
+from .traffic import MIXES, from_ledger, generate, load_csv
+
+LANE_FIELDS = (
+    "ceiling", "allowance", "start_fraction", "burst_tokens", "window_seconds", "max_leased",
+    "lease_seconds", "max_wait_seconds", "max_attempts",
+)  # fmt: skip
+
+
+def _fail(msg: str) -> typer.Exit:
+    typer.echo(f"lane simulate: error: {msg}", err=True)
+    return typer.Exit(2)
+
+
+def _lane_settings(url: Optional[str], name: str) -> dict:
+    """The policy fields of an existing lane, read through the ledger."""
+    from ..ledger import Ledger
+
+    ledger = Ledger(url)
+    try:
+        row = ledger.lane(name)
+    finally:
+        ledger.close()
+    out = {f: getattr(row, f) for f in LANE_FIELDS}
+    out["period_seconds"] = PERIODS.get(row.period)
+    return out
+
+
+def simulate(
+    ctx: typer.Context,
+    trace: Optional[Path] = typer.Option(
+        None, "--trace", help="Trace CSV: arrival_s,stage,est,actual[,run_key] (seconds from the start).",
+        exists=True, dir_okay=False, show_default=False,
+    ),
+    jobs: int = typer.Option(10_000, "--jobs", help="Generator: number of jobs (used when neither --trace nor --from-ledger)."),
+    mix: str = typer.Option("lognormal", "--mix", help=f"Generator: estimate mix, one of {', '.join(MIXES)}."),
+    drift: float = typer.Option(1.0, "--drift", help="Generator: actual/estimate ratio (1.3 = the estimator is 30% low)."),
+    noise: float = typer.Option(0.2, "--noise", help="Generator: sigma of the lognormal noise on each actual."),
+    seed: int = typer.Option(0, "--seed", help="Generator: random seed."),
+    days: float = typer.Option(7.0, "--days", help="Generator: days the traffic spans; --from-ledger: days of history."),
+    stages: int = typer.Option(3, "--stages", help="Generator: jobs per pipeline run (same run_key)."),
+    median: float = typer.Option(1_000.0, "--median", help="Generator: median estimate in tokens."),
+    from_ledger_: bool = typer.Option(
+        False, "--from-ledger", help="Replay the settled jobs of the last --days days of the ledger at --db."
+    ),
+    db: Optional[str] = typer.Option(
+        None, "--db", help="Ledger URL for --from-ledger/--lane (default: lane --db, $LANE_DATABASE_URL, lane.db).",
+        show_default=False,
+    ),
+    lane: Optional[str] = typer.Option(
+        None, "--lane", help="Start from this existing lane's settings (flags below override them).", show_default=False
+    ),
+    ceiling: Optional[int] = typer.Option(None, help="Never admit past this many tokens [8,000,000]."),
+    allowance: Optional[int] = typer.Option(None, help="The provider's allowance, for the over-allowance column [10,000,000]."),
+    start_fraction: Optional[float] = typer.Option(None, help="Starting a run stops at this share of the ceiling [0.8]."),
+    burst_tokens: Optional[int] = typer.Option(None, help="Tokens admitted per window [40,000]."),
+    window_seconds: Optional[float] = typer.Option(None, help="Burst window length [1.0]."),
+    max_leased: Optional[int] = typer.Option(None, help="Leases held at once [25]."),
+    lease_seconds: Optional[float] = typer.Option(None, help="A lease the worker has not started by then expires [90]."),
+    max_wait_seconds: Optional[float] = typer.Option(None, help="Aging: a job waiting this long goes first [600]."),
+    max_attempts: Optional[int] = typer.Option(None, help="Leases per job before it is parked [3]."),
+    period: Optional[str] = typer.Option(
+        None, help=f"Budget reset: {', '.join(PERIODS)} (monthly = 30 days) [none].", show_default=False
+    ),
+    workers: int = typer.Option(1, help="Parallel slots of the slow worker."),
+    service_base: float = typer.Option(1.0, help="Worker: seconds per job."),
+    service_per_token: float = typer.Option(0.001, help="Worker: extra seconds per actual token."),
+    sleep_seconds: float = typer.Option(0.0, help="Cold drainer: the worker sleeps this long..."),
+    sleep_every: float = typer.Option(0.0, help="...at the end of every this many seconds."),
+    preflight: bool = typer.Option(False, "--preflight", help="The lane's preflight fails (lane stopped) while the worker sleeps."),
+    deadline: Optional[float] = typer.Option(None, help="Park a job still waiting this many seconds after arrival."),
+    count_slots: Optional[int] = typer.Option(None, help="K of the count policy [max_leased]."),
+    horizon: Optional[float] = typer.Option(None, help="Stop the clock here, in seconds [the last arrival]."),
+    starve_after: float = typer.Option(3_600.0, help="A never-admitted, overtaken job waiting this long is starved."),
+    policies: str = typer.Option(",".join(POLICIES), help="Comma-separated policies to compare."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the table."),
+    plot: Optional[Path] = typer.Option(
+        None, "--plot", help="Write a PNG: spent over time per policy vs the ceiling, and wait by job size.",
+        dir_okay=False, show_default=False,
+    ),
+) -> None:
+    """Replay traffic through the ledger's admission policy and three baselines, side by side.
+
+    The ``lane`` row runs lane_plugin.policy.admit, the very code the ledger
+    runs, on a simulated clock with a simulated slow worker (service time =
+    base + per-token x actual). Baselines: ``count`` (K leases, FIFO, blind to
+    tokens), ``token-fifo`` (stops at the first job past the ceiling) and
+    ``smallest-first`` (the article's tick, bugs kept). Traffic comes from
+    --trace, --from-ledger, or the generator (--jobs --mix --drift --seed).
+
+    Example: lane simulate --jobs 100000 --mix lognormal --drift 1.3 --period daily --plot sim.png
+    """
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    bad = [p for p in names if p not in POLICIES]
+    if bad or not names:
+        raise _fail(f"policies={policies!r}: expected a comma-separated subset of {', '.join(POLICIES)}")
+    if period is not None and period not in PERIODS:
+        raise _fail(f"period={period!r}: expected one of {', '.join(PERIODS)}")
+    if trace is not None and from_ledger_:
+        raise _fail("--trace and --from-ledger both given: choose one source of traffic")
+    url = db or (ctx.parent.params.get("db") if ctx is not None and ctx.parent is not None else None)
+
+    settings: dict = {}
+    try:
+        if lane is not None:
+            settings.update(_lane_settings(url, lane))
+    except Exception as exc:  # noqa: BLE001 - any ledger error ends the command with its message
+        raise _fail(f"lane={lane!r}: cannot read its settings: {exc}") from None
+    flags = dict(
+        ceiling=ceiling, allowance=allowance, start_fraction=start_fraction, burst_tokens=burst_tokens,
+        window_seconds=window_seconds, max_leased=max_leased, lease_seconds=lease_seconds,
+        max_wait_seconds=max_wait_seconds, max_attempts=max_attempts,
+    )  # fmt: skip
+    settings.update({k: v for k, v in flags.items() if v is not None})
+    if period is not None:
+        settings["period_seconds"] = PERIODS[period]
+    if "ceiling" in settings and "allowance" not in settings:
+        settings["allowance"] = max(settings["ceiling"], int(settings["ceiling"] / 0.8))
+    try:
+        cfg = SimConfig(
+            **settings, workers=workers, service_base=service_base, service_per_token=service_per_token,
+            sleep_seconds=sleep_seconds, sleep_every=sleep_every, preflight=preflight, deadline=deadline,
+            count_slots=count_slots, horizon=horizon, starve_after=starve_after,
+        )  # fmt: skip
+        if trace is not None:
+            tr = load_csv(trace)
+        elif from_ledger_:
+            tr = from_ledger(url, days)
+        else:
+            tr = generate(jobs, mix=mix, drift=drift, noise=noise, seed=seed, days=days, stages=stages,
+                          median=median)  # fmt: skip
+    except (ValueError, TraceError) as exc:
+        raise _fail(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - e.g. the ledger database cannot be read
+        raise _fail(f"cannot read traffic: {exc}") from None
+
+    from . import report as sim_report
+
+    wall = time.perf_counter()
+    results = run_policies(tr, cfg, names)
+    wall = time.perf_counter() - wall
+    if as_json:
+        typer.echo(json.dumps(sim_report.to_json(tr, cfg, results, wall), indent=2, default=str))
+    else:
+        sim_report.print_table(tr, cfg, results, wall)
+    if plot is not None:
+        sim_report.plot(tr, cfg, results, str(plot))
+        if not as_json:
+            typer.echo(f"wrote {plot}")

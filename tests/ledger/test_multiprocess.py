@@ -1,0 +1,45 @@
+"""Several OS processes ticking and settling one lane at once: I1-I4 hold on both databases."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lane_plugin import Ledger
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("procs", [4])
+def test_concurrent_workers_keep_the_invariants(ledger_url, procs):
+    led = Ledger(ledger_url)
+    led.set_lane("mp", allowance=3_000, ceiling=3_000, start_fraction=1.0, burst_tokens=2_000, max_leased=8,
+                 window_seconds=0.05)  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    workers = [
+        subprocess.Popen([sys.executable, "-m", "tests.ledger.worker", ledger_url, "mp", "60", str(seed)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        for seed in range(procs)
+    ]  # fmt: skip
+    results = []
+    for w in workers:
+        out, err = w.communicate(timeout=120)
+        assert w.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert all(r["errors"] == [] for r in results)
+    total = procs * 60
+    assert sum(r["submitted"] for r in results) == total
+    lane = led.lane("mp")
+    cols, rows = led.rows("select count(*), coalesce(sum(actual), 0) from settlement where lane = 'mp'")
+    settled, billed = rows[0]
+    assert settled == sum(r["settled"] for r in results)
+    assert lane.spent == billed  # I3
+    assert lane.reserved == 0 and lane.leased == 0  # I2 once everything settled
+    assert lane.spent - lane.overage > 2_500, "the ceiling was meant to bind"
+    assert lane.spent - lane.overage <= lane.ceiling  # I1
+    assert led.audit() == []  # I1-I4 from the tables
