@@ -208,8 +208,9 @@ class ProviderEmulator:
                 used = {"tokens": lim.used_tokens(self.clock()), "requests": lim.rpm,
                         "daily": lim.billed_today}[rec.limit]  # fmt: skip
             limit = {"tokens": lim.tpm, "requests": lim.rpm, "daily": lim.daily_tokens}[rec.limit]
+            asked = {"tokens": requested, "requests": 1, "daily": rec.prompt_tokens}[rec.limit]
             message = (f"Rate limit reached for {model} in organization org-emulator on {_LIMIT_TEXT[rec.limit]}: "
-                       f"Limit {limit}, Used {used}, Requested {1 if rec.limit == 'requests' else requested}. "
+                       f"Limit {limit}, Used {used}, Requested {asked}. "
                        f"Please try again in {duration(retry or 0)}.")  # fmt: skip
         kind = "requests" if rec.limit == "requests" else "tokens"
         return {"error": {"message": message, "type": kind, "param": None, "code": "rate_limit_exceeded"}}
@@ -263,6 +264,11 @@ class _Handler(BaseHTTPRequestHandler):
         messages = body.get("messages") if isinstance(body, dict) else None
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
             return self._error(400, "'messages' must be a non-empty array of objects.", code="invalid_value")
+        cap = body.get("max_completion_tokens", body.get("max_tokens"))
+        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
+            return self._error(
+                400, f"Invalid 'max_tokens': {cap!r}; expected a positive integer.", code="invalid_value"
+            )
         emu, stream = self.emulator, bool(body.get("stream"))
         model = body.get("model") or emu.model
         rec, headers, retry = emu.admit(body, stream)

@@ -205,6 +205,8 @@ def test_max_in_window_and_errors():
         c = client(emu)
         with pytest.raises(openai.BadRequestError):
             c.chat.completions.create(model="emu-1", messages=[], max_tokens=5)
+        with pytest.raises(openai.BadRequestError):
+            c.chat.completions.create(model="emu-1", messages=msgs(3), max_tokens=0)
         with pytest.raises(openai.NotFoundError):
             c.embeddings.create(model="emu-1", input="x")
     with pytest.raises(RuntimeError):
