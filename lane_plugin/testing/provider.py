@@ -1,0 +1,327 @@
+"""A local OpenAI-compatible provider with OpenAI's rate limits, for tests and benchmarks (stdlib only).
+
+``POST /v1/chat/completions`` answers in OpenAI's JSON shape (and as server-sent
+events with ``stream: true``, with a final usage chunk when
+``stream_options.include_usage`` is set), so the real ``openai`` SDK parses it
+into its own types. Limits are counted as OpenAI counts them (see
+:mod:`lane_plugin.testing.limits`): a sliding window of ``window_seconds``
+charged ``prompt_tokens + max_tokens`` at request time (TPM), a sliding window
+of request counts (RPM), and a daily quota of billed tokens. Over a limit the
+answer is HTTP 429 with an OpenAI-shaped error, ``retry-after`` (whole seconds,
+rounded up), ``retry-after-ms`` (exact) and the ``x-ratelimit-*`` headers,
+which every 200 carries too.
+
+Output lengths are drawn from a real trace (a hash of the seed and the request
+picks a row), capped at the request's ``max_tokens`` (``finish_reason``
+``length`` then); each output token is the 4-character word the counting rule
+makes one token. Latency is ``latency_base + latency_per_token * completion``.
+
+Example:
+    >>> from openai import OpenAI                                             # doctest: +SKIP
+    >>> with ProviderEmulator(tpm=90_000, rpm=3_500) as emu:                  # doctest: +SKIP
+    ...     client = OpenAI(base_url=emu.base_url, api_key="x", max_retries=0)
+    ...     resp = client.chat.completions.create(model="emu-1", max_tokens=64,
+    ...                                           messages=[{"role": "user", "content": "hi"}])
+    ...     emu.billed_tokens == resp.usage.total_tokens
+    True
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from .limits import Limits, Record, count_tokens, draw_length, duration, load_trace, max_in_window
+
+WORDS = ("the ", "fox ", "ran ", "far ", "and ", "hid ", "in ", "a ", "den ")
+WORDS = tuple(w.ljust(4) for w in WORDS)  # each exactly one token under the 4-characters rule
+_LIMIT_TEXT = {"tokens": "tokens per min (TPM)", "requests": "requests per min (RPM)", "daily": "tokens per day (TPD)"}
+
+
+class ProviderEmulator:
+    """An OpenAI-compatible chat completions server in a background thread; a context manager.
+
+    Args:
+        tpm: rate tokens allowed per ``window_seconds`` (OpenAI's TPM when the window is 60 s).
+        rpm: requests allowed per ``window_seconds``; None for no request limit.
+        daily_tokens: billed tokens allowed per ``day_seconds``; None for no quota.
+        window_seconds: the sliding window (60 like OpenAI; shorter, with a proportionally
+            smaller ``tpm``, to run a benchmark quickly).
+        day_seconds: the length of a quota day.
+        trace: the trace whose output lengths are drawn: ``azure-code``, ``mooncake`` or a CSV path.
+        output_lengths: explicit output lengths to draw from instead of a trace.
+        seed: the seed of the draw.
+        latency_base: seconds before the first token.
+        latency_per_token: seconds per output token.
+        default_max_tokens: the cap of a request that sets none.
+        model: the model name reported when a request names none.
+        clock: the time source (tests inject one); seconds, monotonic.
+        sleep: how latency is spent (tests may pass a no-op).
+        host: the interface to bind; the port is chosen free.
+    """
+
+    def __init__(self, tpm: int = 90_000, rpm: int | None = 3_500, daily_tokens: int | None = None, *,
+                 window_seconds: float = 60.0, day_seconds: float = 86_400.0, trace: str = "azure-code",
+                 output_lengths: list[int] | None = None, seed: int = 0, latency_base: float = 0.0,
+                 latency_per_token: float = 0.0, default_max_tokens: int = 1024, model: str = "emu-1",
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 host: str = "127.0.0.1"):  # fmt: skip
+        self.outputs = list(output_lengths) if output_lengths else [o for _, o in load_trace(trace)]
+        if not self.outputs or min(self.outputs) < 0:
+            raise ValueError("output lengths must be a non-empty list of non-negative ints")
+        self.tpm, self.rpm, self.daily_tokens, self.window_seconds = tpm, rpm, daily_tokens, window_seconds
+        self.day_seconds, self.seed, self.model = day_seconds, seed, model
+        self.latency_base, self.latency_per_token = latency_base, latency_per_token
+        self.default_max_tokens, self.host = default_max_tokens, host
+        self.clock, self.sleep = clock, sleep
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.reset()
+
+    # -- lifecycle -------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget every record and charge: empty windows, a new day, time 0 is now."""
+        with self._lock:
+            self.t0 = self.clock()
+            self.limits = Limits(self.tpm, self.rpm, self.daily_tokens, self.window_seconds, self.day_seconds,
+                                 t0=self.t0)  # fmt: skip
+            self._records: list[Record] = []
+
+    def start(self) -> ProviderEmulator:
+        """Bind a free port and serve in a daemon thread."""
+        handler = type("Handler", (_Handler,), {"emulator": self})
+        self._server = ThreadingHTTPServer((self.host, 0), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="provider-emulator", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> ProviderEmulator:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port/v1``: pass it as the SDK's ``base_url``."""
+        if self._server is None:
+            raise RuntimeError("the emulator is not running: use `with ProviderEmulator(...) as emu:`")
+        return f"http://{self.host}:{self._server.server_address[1]}/v1"
+
+    # -- what it saw -----------------------------------------------------------------
+    @property
+    def records(self) -> list[Record]:
+        """Every request since the start (or the last :meth:`reset`), in arrival order."""
+        with self._lock:
+            return list(self._records)
+
+    @property
+    def billed_tokens(self) -> int:
+        """Prompt plus completion tokens of every completed request."""
+        return sum(r.billed for r in self.records)
+
+    @property
+    def rejected(self) -> int:
+        """How many requests were answered 429."""
+        return sum(r.status == 429 for r in self.records)
+
+    def max_window_tokens(self, window_seconds: float | None = None) -> int:
+        """The most rate tokens charged in any span of ``window_seconds`` (default: the emulator's window).
+
+        Compare it with ``tpm``: at most ``tpm`` proves no span of the window exceeded TPM.
+        """
+        events = [(r.t, r.rate_tokens) for r in self.records if r.rate_tokens]
+        return max_in_window(events, window_seconds or self.window_seconds)[0]
+
+    def stats(self) -> dict:
+        """Totals: requests, 200s, 429s by limit, billed, rate tokens, the busiest window, first and last times."""
+        recs = self.records
+        ok = [r for r in recs if r.status == 200]
+        by_limit: dict[str, int] = {}
+        for r in recs:
+            if r.status == 429:
+                by_limit[r.limit or "?"] = by_limit.get(r.limit or "?", 0) + 1
+        return {
+            "requests": len(recs), "ok": len(ok), "rejected_429": sum(by_limit.values()),
+            "rejected_by_limit": by_limit, "billed_tokens": sum(r.billed for r in ok),
+            "rate_tokens": sum(r.rate_tokens for r in recs),
+            "max_window_tokens": self.max_window_tokens(), "tpm": self.tpm, "window_seconds": self.window_seconds,
+            "truncated": sum(r.finish_reason == "length" for r in ok),
+            "first_t": recs[0].t if recs else None, "last_done": max((r.t_done or r.t for r in recs), default=None),
+        }  # fmt: skip
+
+    # -- the request path ------------------------------------------------------------
+    def admit(self, body: dict, stream: bool) -> tuple[Record, dict[str, str], float | None]:
+        """Count a request against the limits and record it: the record (200 or 429), headers, retry-after."""
+        messages = body.get("messages")
+        prompt = count_tokens(messages)
+        cap = body.get("max_completion_tokens") or body.get("max_tokens") or self.default_max_tokens
+        with self._lock:
+            now = self.clock()
+            rec = Record(t=now - self.t0, status=429, prompt_tokens=prompt, max_tokens=int(cap), stream=stream)
+            limit, retry = self.limits.check(now, prompt + rec.max_tokens, prompt)
+            if limit is None:
+                rec.status, rec.rate_tokens = 200, prompt + rec.max_tokens
+                self.limits.charge(now, rec.rate_tokens)
+                full = draw_length(self.outputs, self.seed, body)
+                rec.completion_tokens = min(full, rec.max_tokens)
+                rec.finish_reason = "length" if full > rec.max_tokens else "stop"
+            else:
+                rec.limit, rec.t_done = limit, now - self.t0
+            headers = self.limits.headers(now)
+            self._records.append(rec)
+        if limit is not None and retry is not None:
+            headers["retry-after"] = str(max(1, math.ceil(retry)))
+            headers["retry-after-ms"] = str(max(1, math.ceil(retry * 1000)))
+        return rec, headers, retry
+
+    def finish(self, rec: Record) -> None:
+        """Bill a completed request (at the end of generation, as a provider does)."""
+        with self._lock:
+            now = self.clock()
+            rec.t_done = now - self.t0
+            self.limits.bill(now, rec.billed)
+
+    def refusal(self, rec: Record, model: str, retry: float | None) -> dict:
+        """The OpenAI-shaped error body of a 429."""
+        lim, requested = self.limits, rec.prompt_tokens + rec.max_tokens
+        if rec.limit == "too_large":
+            message = (f"Request too large for {model} in organization org-emulator on tokens per min (TPM): "
+                       f"Limit {lim.tpm}, Requested {requested}.")  # fmt: skip
+        else:
+            with self._lock:
+                used = {"tokens": lim.used_tokens(self.clock()), "requests": lim.rpm,
+                        "daily": lim.billed_today}[rec.limit]  # fmt: skip
+            limit = {"tokens": lim.tpm, "requests": lim.rpm, "daily": lim.daily_tokens}[rec.limit]
+            asked = {"tokens": requested, "requests": 1, "daily": rec.prompt_tokens}[rec.limit]
+            message = (f"Rate limit reached for {model} in organization org-emulator on {_LIMIT_TEXT[rec.limit]}: "
+                       f"Limit {limit}, Used {used}, Requested {asked}. "
+                       f"Please try again in {duration(retry or 0)}.")  # fmt: skip
+        kind = "requests" if rec.limit == "requests" else "tokens"
+        return {"error": {"message": message, "type": kind, "param": None, "code": "rate_limit_exceeded"}}
+
+    def next_id(self) -> str:
+        return f"chatcmpl-emu{next(self._ids):06d}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One HTTP/1.1 connection (keep-alive): JSON answers, SSE streams in chunked encoding."""
+
+    emulator: ProviderEmulator
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as separate writes: no 40 ms delayed-ACK stall
+    server_version = "provider-emulator/1"
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - the stdlib's name
+        pass
+
+    def _send_json(self, status: int, body: dict, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.send_header("x-request-id", f"req_{self.emulator.next_id()}")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status: int, message: str, kind: str = "invalid_request_error", code: str | None = None):
+        self._send_json(status, {"error": {"message": message, "type": kind, "param": None, "code": code}})
+
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        if self.path.rstrip("/") == "/v1/models":
+            model = {"id": self.emulator.model, "object": "model", "created": 0, "owned_by": "emulator"}
+            return self._send_json(200, {"object": "list", "data": [model]})
+        self._error(404, f"Unknown request URL: GET {self.path}.", code="unknown_url")
+
+    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if self.path.split("?")[0].rstrip("/") != "/v1/chat/completions":
+            return self._error(404, f"Unknown request URL: POST {self.path}.", code="unknown_url")
+        if not (self.headers.get("authorization") or "").startswith("Bearer "):
+            return self._error(401, "You didn't provide an API key.", code="invalid_api_key")
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            return self._error(400, "We could not parse the JSON body of your request.")
+        messages = body.get("messages") if isinstance(body, dict) else None
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            return self._error(400, "'messages' must be a non-empty array of objects.", code="invalid_value")
+        cap = body.get("max_completion_tokens", body.get("max_tokens"))
+        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
+            return self._error(
+                400, f"Invalid 'max_tokens': {cap!r}; expected a positive integer.", code="invalid_value"
+            )
+        emu, stream = self.emulator, bool(body.get("stream"))
+        model = body.get("model") or emu.model
+        rec, headers, retry = emu.admit(body, stream)
+        if rec.status != 200:
+            return self._send_json(429, emu.refusal(rec, model, retry), headers)
+        text = "".join(WORDS[i % len(WORDS)] for i in range(rec.completion_tokens))
+        usage = {"prompt_tokens": rec.prompt_tokens, "completion_tokens": rec.completion_tokens,
+                 "total_tokens": rec.prompt_tokens + rec.completion_tokens}  # fmt: skip
+        base = {"id": emu.next_id(), "created": int(time.time()), "model": model, "system_fingerprint": "fp_emu"}
+        if stream:
+            include = bool((body.get("stream_options") or {}).get("include_usage"))
+            return self._stream(rec, headers, base, text, usage if include else None)
+        emu.sleep(emu.latency_base + emu.latency_per_token * rec.completion_tokens)
+        emu.finish(rec)
+        choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
+                  "logprobs": None, "finish_reason": rec.finish_reason}  # fmt: skip
+        self._send_json(200, {**base, "object": "chat.completion", "choices": [choice], "usage": usage}, headers)
+
+    def _stream(self, rec: Record, headers: dict, base: dict, text: str, usage: dict | None) -> None:
+        emu = self.emulator
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("transfer-encoding", "chunked")
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        extra = {"usage": None} if usage is not None else {}
+
+        def chunk(delta: dict, finish: str | None = None) -> dict:
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return {**base, "object": "chat.completion.chunk", "choices": [choice], **extra}
+
+        def send(data: str) -> None:
+            payload = f"data: {data}\n\n".encode()
+            self.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
+            self.wfile.flush()
+
+        try:
+            emu.sleep(emu.latency_base)
+            send(json.dumps(chunk({"role": "assistant", "content": "", "refusal": None})))
+            step = 4  # tokens per chunk
+            for i in range(0, rec.completion_tokens, step):
+                n = min(step, rec.completion_tokens - i)
+                emu.sleep(emu.latency_per_token * n)
+                send(json.dumps(chunk({"content": text[i * 4 : (i + n) * 4]})))
+            send(json.dumps(chunk({}, rec.finish_reason)))
+            if usage is not None:
+                send(json.dumps({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage}))
+            send("[DONE]")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:  # the client went away: the tokens were generated and are billed all the same
+            self.close_connection = True
+        finally:
+            emu.finish(rec)
