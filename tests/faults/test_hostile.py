@@ -20,7 +20,7 @@ from lane_plugin import LaneError, Ledger
 from lane_plugin.cli import app
 from lane_plugin.ledger.lanes import POLICY_FIELDS
 
-from .conftest import FULL, counts, figure, late_figure, make_lane
+from .conftest import FULL, counts, late_figure, make_lane
 
 EXAMPLES = 600 if FULL else 60
 SECRET = "s3cr3t-Pa55"

@@ -14,11 +14,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from lane_plugin import Ledger
 from lane_plugin.sim.command import simulate as simulate_command
 from lane_plugin.sim.engine import SimConfig, simulate
 from lane_plugin.sim.traffic import Trace
-
-from lane_plugin import Ledger
 
 T0 = 1_800_000_000.0  # a multiple of the window, so windows line up
 
