@@ -14,6 +14,7 @@ from .errors import (
     LaneError,
     LeaseLost,
     NeverFits,
+    NoLedger,
     NotALedger,
     NotLeased,
     UnknownJob,
@@ -37,6 +38,6 @@ def __getattr__(name: str):
 
 __all__ = [
     "ConflictingReplay", "DatabaseError", "InvalidInput", "JobParked", "LaneError", "Lease",
-    "LeaseLost", "Ledger", "NeverFits", "NotALedger", "NotLeased", "Settled", "UnknownJob",
+    "LeaseLost", "Ledger", "NeverFits", "NoLedger", "NotALedger", "NotLeased", "Settled", "UnknownJob",
     "UnknownLane", "UsageMissing", "__version__", *_GATING,
 ]  # fmt: skip

@@ -88,6 +88,12 @@ class DatabaseError(LaneError):
     exit_code = 8
 
 
+class NoLedger(LaneError):
+    """There is no ledger at this URL."""
+
+    exit_code = 3
+
+
 class NotALedger(DatabaseError):
     """The database exists but is not a lane ledger."""
 

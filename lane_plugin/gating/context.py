@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import os
 import random
 import threading
 import time
@@ -47,6 +46,9 @@ from typing import Any
 
 from ..errors import InvalidInput, JobParked, LaneError, NeverFits, UsageMissing
 from ..ledger import Ledger
+from ..settings import lane_settings
+from . import tokenlog
+from .bill import note_run
 from .estimates import is_estimator, resolve_estimate, wait_seconds
 from .ledgers import get_ledger, next_seq, prefect_run, run_logger
 from .renewal import Held, renewer
@@ -94,7 +96,7 @@ class Gate:
         self.est_version = est_version or version
         self.wait_seconds = wait_seconds(deadline)
         self.fallback = fallback
-        self.missing_usage = check_missing_policy(missing_usage or os.environ.get("LANE_MISSING_USAGE", "estimate"))
+        self.missing_usage = check_missing_policy(missing_usage or lane_settings().missing_usage)
         self._ledger_arg = ledger
         self.key, self.attempt, self.run_key = key, attempt, run_key
         self.job_id: str | None = None
@@ -135,6 +137,8 @@ class Gate:
             self.attempt = run_count or 1
         if self.run_key is None:
             self.run_key = flow_run
+        if flow_run is not None and self.run_key == flow_run:
+            note_run(flow_run, led)  # the flow run's lane-bill is published when it finishes
         try:
             self.job_id = led.submit(self.stage, self.est, self.lane, est_version=self.est_version,
                                      run_key=self.run_key, key=self.key, attempt=self.attempt,
@@ -203,8 +207,8 @@ class Gate:
 
     def _admitted(self, led: Ledger, waited: float) -> None:
         self._held = renewer().hold(led, self.lease, run_logger())
-        run_logger().debug("lane gate: %s job %s admitted in lane %r after %.2fs (estimate %d, attempt %d)",
-                        self.stage, self.job_id, self.lease.lane, waited, self.est, self.lease.attempt)  # fmt: skip
+        tokenlog.admitted(run_logger(), led, stage=self.stage, lane=self.lease.lane, est=self.est, waited=waited,
+                          attempt=self.lease.attempt)  # fmt: skip
         self._token = _current.set(self)
 
     def __enter__(self) -> Gate:
@@ -242,7 +246,7 @@ class Gate:
             self._settle(led, held, self.used, "done")
             return
         if self.missing_usage == "fail":
-            self._settle(led, held, self.est, "failed")
+            self._settle(led, held, self.est, "failed", by_estimate=True)
             raise UsageMissing(
                 f"stage {self.stage!r} (job {self.job_id}) returned no token usage and reported none; "
                 f"billed its estimate of {self.est} tokens. Return the LLM response, pass usage=, "
@@ -251,13 +255,15 @@ class Gate:
         run_logger().warning("lane gate: %s job %s found no token usage (no response with .usage returned, "
                           "no report_usage call); billing its estimate of %d tokens",
                           self.stage, self.job_id, self.est)  # fmt: skip
-        self._settle(led, held, self.est, "done")
+        self._settle(led, held, self.est, "done", by_estimate=True)
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
         self.__exit__(exc_type, exc, tb)
 
-    def _settle(self, led: Ledger, held: Held | None, actual: int, outcome: str) -> None:
-        self.settled = led.settle(self.job_id, actual, attempt=self.lease.attempt, outcome=outcome)
+    def _settle(self, led: Ledger, held: Held | None, actual: int, outcome: str, by_estimate: bool = False) -> None:
+        self.settled = led.settle(self.job_id, actual, attempt=self.lease.attempt, outcome=outcome,
+                                  by_estimate=by_estimate)  # fmt: skip
+        tokenlog.settled(run_logger(), self.settled, stage=self.stage, est=self.est)
         with _settled:
             _settled.notify_all()
         if held is not None and held.lost:

@@ -1,20 +1,29 @@
-"""Ledger events as Prefect events, so that an Automation can page someone: the one path.
+"""Ledger events as Prefect events, so that people can read them and Automations can page: the one path.
 
-The ledger calls its listeners after each commit with ``(event, lane, payload)``;
-:func:`prefect_listener` forwards them, and the scheduled flows publish theirs,
+Job events come from the ledger through :class:`PrefectListener` (one per
+ledger the gate uses); the scheduled flows publish theirs; everything goes
 through :func:`emit`. The resource is the lane (``lane.<name>``), or a stage
 (``lane.stage.<name>``) for drift; inside a task run Prefect attaches the task
 run and flow run as related resources.
 
-Event names: ``lane.job.admitted``, ``lane.job.settled``, ``lane.job.parked``,
-``lane.job.expired``, ``lane.lane.start-stop`` (the start limit, 80% of the
-ceiling by default, was crossed), ``lane.lane.hard-stop`` (the ceiling is spent),
-``lane.lane.period-reset``, ``lane.preflight.failed``, ``lane.lane.status``,
+Job events: ``lane.job.admitted``, ``lane.job.settled``, ``lane.job.parked``,
+``lane.job.expired``; their resource carries the job's numbers as labels
+(``lane.stage``, ``lane.estimate``, and ``lane.actual``, ``lane.overage`` once
+settled), so the event card shows them.
+
+Lane state events are sent only when a lane's state changes (see
+:meth:`Ledger.report_lane_states`: each change is told once, by whichever
+process sees it first), and are named in words, which is what the Prefect UI
+shows as their title: ``lane.free.crossed-80%-of-its-ceiling`` reads "Lane free
+crossed 80% of its ceiling". Their resource has the label ``lane.state``
+(``finishing-only``, ``ceiling-spent``, ``stopped``, ``preflight-failed``,
+``ok``) for Automations to match (``expect: ["lane.*"]``, ``match:
+{"lane.state": "finishing-only"}``). Also: ``lane.lane.period-reset``,
 ``lane.tail.high`` and ``lane.drift.high``.
 
 Example:
-    >>> from lane_plugin import Ledger
-    >>> Ledger(listeners=[prefect_listener])                   # doctest: +SKIP
+    >>> state_title({"lane": "free", "state": "finishing-only", "start_fraction": 0.8})
+    'lane free crossed 80% of its ceiling'
 """
 
 from __future__ import annotations
@@ -66,9 +75,71 @@ def emit(event: str, about: str | dict, payload: dict | None = None) -> None:
         log.warning("could not emit Prefect event %s about %s", event, about, exc_info=True)
 
 
-def prefect_listener(event: str, lane: str, payload: dict) -> None:
-    """A :class:`~lane_plugin.Ledger` listener forwarding every ledger event to Prefect."""
-    emit(event, lane, payload)
+_JOB_LABELS = (("stage", "lane.stage"), ("est", "lane.estimate"), ("actual", "lane.actual"),
+               ("overage", "lane.overage"), ("attempt", "lane.attempt"), ("job_id", "lane.job"))  # fmt: skip
+# Ledger events that may change a lane's state: each makes the listener look (rare: at crossings).
+_LANE_EVENTS = ("lane.lane.start-stop", "lane.lane.hard-stop", "lane.preflight.failed", "lane.lane.period-reset")
 
 
-__all__ = ["emit", "prefect_listener", "resource", "stage_resource"]
+def job_resource(lane: str, payload: dict) -> dict[str, str]:
+    """The lane resource of a job event, with the job's numbers as labels (shown on the event card)."""
+    out = resource(lane)
+    for key, label in _JOB_LABELS:
+        if payload.get(key) is not None:
+            out[label] = str(payload[key])
+    return out
+
+
+def _pct(fraction: float) -> str:
+    return f"{round(float(fraction) * 100, 1):g}%"
+
+
+def state_title(change: dict) -> str:
+    """A lane state change in words, e.g. ``lane free crossed 80% of its ceiling``."""
+    lane, state = change["lane"], change["state"]
+    if state == "finishing-only":
+        return f"lane {lane} crossed {_pct(change.get('start_fraction', 0.8))} of its ceiling"
+    words = {"ceiling-spent": "spent its whole ceiling", "stopped": "was stopped",
+             "preflight-failed": "failed its preflight check", "ok": "is admitting new runs again"}  # fmt: skip
+    return f"lane {lane} {words.get(state, 'is ' + state)}"
+
+
+def state_event_name(change: dict) -> str:
+    """The event name whose UI title is :func:`state_title`: ``lane.free.crossed-80%-of-its-ceiling``."""
+    words = state_title(change).split(" ", 2)[2]
+    return f"lane.{change['lane']}.{words.replace(' ', '-')}"
+
+
+def publish_lane_states(ledger, lane: str | None = None) -> list[dict]:
+    """Emit one event per lane whose state changed since it was last told; returns the changes."""
+    changes = ledger.report_lane_states(lane)
+    for c in changes:
+        res = {**resource(c["lane"]), "lane.state": c["state"], "lane.previous-state": c["previous"] or "none"}
+        emit(state_event_name(c), res, {**c, "title": state_title(c)})
+    return changes
+
+
+class PrefectListener:
+    """A :class:`~lane_plugin.Ledger` listener: job events to Prefect, lane changes as state events."""
+
+    def __init__(self, ledger=None):
+        self.ledger = ledger
+
+    def __call__(self, event: str, lane: str, payload: dict) -> None:
+        if event in _LANE_EVENTS:
+            if event == "lane.lane.period-reset":
+                emit(event, lane, payload)
+            if self.ledger is not None:
+                try:
+                    publish_lane_states(self.ledger, lane)
+                except Exception:
+                    log.warning("could not publish the state of lane %s", lane, exc_info=True)
+            return
+        emit(event, job_resource(lane, payload) if event.startswith("lane.job.") else lane, payload)
+
+
+prefect_listener = PrefectListener()  # job events only: a ledger-less listener cannot read lane states
+
+
+__all__ = ["PrefectListener", "emit", "job_resource", "prefect_listener", "publish_lane_states", "resource",
+           "stage_resource", "state_event_name", "state_title"]

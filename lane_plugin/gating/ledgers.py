@@ -8,7 +8,7 @@ from collections import OrderedDict
 
 from ..ledger import Ledger
 from ..ledger.url import resolve_url
-from .events import prefect_listener
+from .events import PrefectListener
 
 log = logging.getLogger("lane_plugin.gate")
 _ledgers: dict[str, Ledger] = {}
@@ -18,23 +18,28 @@ _seq_lock = threading.Lock()
 
 
 def get_ledger(ledger: Ledger | str | None = None) -> Ledger:
-    """The process's ledger for ``ledger`` (a Ledger, a URL or None for the default), with events on.
+    """The process's ledger for ``ledger``, with events on.
 
+    ``ledger`` is a :class:`Ledger`, a URL, a block (``lane-ledger/prod`` or
+    ``block:lane-ledger/prod``), or None for ``LANE_DATABASE_URL`` / the default.
     One :class:`Ledger` per URL per process (it keeps a connection per thread);
-    its listeners emit every ledger event as a Prefect event.
+    its :class:`~lane_plugin.gating.events.PrefectListener` turns ledger events
+    into Prefect events.
 
     Example:
         >>> get_ledger("sqlite:////tmp/lanes.db") is get_ledger("sqlite:////tmp/lanes.db")   # doctest: +SKIP
         True
     """
     if isinstance(ledger, Ledger):
-        if prefect_listener not in ledger.listeners:
-            ledger.listeners.append(prefect_listener)
+        if not any(isinstance(x, PrefectListener) for x in ledger.listeners):
+            ledger.listeners.append(PrefectListener(ledger))
         return ledger
     url = resolve_url(ledger)
     with _ledgers_lock:
         if url not in _ledgers:
-            _ledgers[url] = Ledger(url, listeners=[prefect_listener])
+            led = Ledger(url)
+            led.listeners.append(PrefectListener(led))
+            _ledgers[url] = led
         return _ledgers[url]
 
 

@@ -6,6 +6,7 @@ audit, reads), all in plain DB-API SQL so that the CLI starts fast.
 """
 
 from .api import Ledger, wait_and_acquire
+from .bill import BillLine
 from .jobs import Lease, Settled
 
-__all__ = ["Ledger", "Lease", "Settled", "wait_and_acquire"]
+__all__ = ["BillLine", "Ledger", "Lease", "Settled", "wait_and_acquire"]

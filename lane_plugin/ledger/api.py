@@ -20,9 +20,10 @@ from ..checks import number, text, tokens, when
 from ..errors import InvalidInput, JobParked, Replay
 from . import admission, intake, reads, settlement, status, upkeep
 from .audit import audit as audit_tables
+from .bill import BillLine, run_bill
 from .db import Database
 from .jobs import Lease, Settled
-from .lanes import LaneRow, lock_lane, read_lane, write_lane_settings
+from .lanes import LaneRow, delete_lane, lock_lane, read_lane, write_lane_settings
 from .preflight import PreflightCache
 from .url import parse_url
 
@@ -39,12 +40,16 @@ class Ledger:
             default the database's clock (PostgreSQL) or the machine's (SQLite).
         listeners: callables ``(event, lane, payload)`` told after each commit
             (the Prefect gate turns them into Prefect events).
+        create: create the ledger on first use if there is none (default); with
+            False a missing ledger raises :class:`~lane_plugin.errors.NoLedger`
+            and nothing is created (read-only commands).
     """
 
     def __init__(self, url: str | None = None, *, clock: Callable[[], float] | None = None,
-                 listeners: list[Listener] | None = None, retry_for: float = 60.0):  # fmt: skip
+                 listeners: list[Listener] | None = None, retry_for: float = 60.0,
+                 create: bool = True):  # fmt: skip
         self.url = parse_url(url)
-        self.db = Database(self.url, retry_for=retry_for)
+        self.db = Database(self.url, retry_for=retry_for, create=create)
         self.clock = clock
         self.listeners: list[Listener] = list(listeners or [])
         self.preflight = PreflightCache()
@@ -197,7 +202,7 @@ class Ledger:
 
     # -- settlement ----------------------------------------------------------------
     def settle(self, job: str | Lease, actual: int, *, attempt: int | None = None,
-               outcome: str = "done") -> Settled:  # fmt: skip
+               outcome: str = "done", by_estimate: bool = False) -> Settled:  # fmt: skip
         """Bill what an attempt really spent, exactly once.
 
         Args:
@@ -205,6 +210,8 @@ class Ledger:
             actual: tokens really spent by this attempt (0 or more).
             attempt: the attempt to settle; default the lease's, else the job's current one.
             outcome: ``done`` or ``failed`` (the job's state afterwards, if the lease is live).
+            by_estimate: ``actual`` is the estimate, billed because no usage was found
+                (counted in the run's bill).
 
         A replay of the same (job, attempt) returns the first result with
         ``replay=True`` and bills nothing. A settlement after the lease expired
@@ -221,7 +228,8 @@ class Ledger:
             raise InvalidInput("outcome", outcome, "expected done or failed")
         try:
             result = self._run(
-                lambda cur, now: settlement.settle(cur, job_id, actual=actual, attempt=attempt, outcome=outcome, now=now),
+                lambda cur, now: settlement.settle(cur, job_id, actual=actual, attempt=attempt, outcome=outcome,
+                                                   now=now, by_estimate=by_estimate),
                 fault="settle",
             )
         except Replay:
@@ -294,11 +302,25 @@ class Ledger:
     def lane(self, name: str) -> LaneRow:
         return self._run(lambda cur, now: read_lane(cur, name), write=False)
 
-    def set_lane(self, name: str, **settings) -> LaneRow:
-        """Change a lane's policy (``ceiling=...``); creates the lane if it is new."""
+    def set_lane(self, name: str, *, create: bool = True, **settings) -> LaneRow:
+        """Change a lane's policy (``ceiling=...``); creates the lane if it is new, unless ``create=False``."""
         name = text("lane", name, limit=64)
+        return self._run(lambda cur, now: write_lane_settings(cur, now, name, settings, create))
 
-        return self._run(lambda cur, now: write_lane_settings(cur, now, name, settings))
+    def delete_lane(self, name: str) -> None:
+        """Delete a lane no job ever used (a typo); a used lane is stopped instead (``stopped=True``)."""
+        name = text("lane", name, limit=64)
+        self._run(lambda cur, now: delete_lane(cur, name))
+
+    def report_lane_states(self, lane: str | None = None) -> list[dict]:
+        """Lanes whose state (``ok``, ``finishing-only``, ``ceiling-spent``, ``preflight-failed``,
+        ``stopped``) changed since last reported; each change is returned to one caller only.
+
+        Example:
+            >>> [c["state"] for c in led.report_lane_states()]          # doctest: +SKIP
+            ['finishing-only']
+        """
+        return self._run(lambda cur, now: status.report_states(cur, now, lane))
 
     def lanes(self) -> list[dict]:
         """Every lane with its counters, remaining room and waiting / parked counts."""
@@ -348,6 +370,16 @@ class Ledger:
         version = text("version", version)
         return self._run(lambda cur, now: reads.estimator_samples(cur, version, lane=lane), write=False)
 
+    def run_bill(self, run_key: str) -> list[BillLine]:
+        """What one run (a Prefect flow run id) was estimated, billed and waited, per stage and lane.
+
+        Example:
+            >>> [(b.stage, b.jobs, b.drift) for b in led.run_bill(flow_run_id)]   # doctest: +SKIP
+            [('critique', 24, 2.1), ('draft', 24, 1.0)]
+        """
+        run_key = text("run_key", run_key)
+        return self._run(lambda cur, now: run_bill(cur, run_key), write=False)
+
     def history(self, days: float) -> list[dict]:
         """Done jobs submitted in the last ``days`` days, oldest first (``lane simulate --from-ledger``).
 
@@ -384,4 +416,4 @@ def wait_and_acquire(ledger: Ledger, job_id: str, *, timeout: float, poll: float
         delay = min(delay * 1.5, 2.0)
 
 
-__all__ = ["Ledger", "Lease", "Settled", "wait_and_acquire"]
+__all__ = ["BillLine", "Ledger", "Lease", "Settled", "wait_and_acquire"]

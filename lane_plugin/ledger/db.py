@@ -21,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TypeVar
 
-from ..errors import DatabaseError, LaneError, NotALedger
+from ..errors import DatabaseError, LaneError, NoLedger, NotALedger
 from .schema import HEAD_REVISION, upgrade
 from .url import DatabaseURL, redact
 
@@ -124,8 +124,10 @@ def _is_transient(exc: BaseException) -> bool:
 class Database:
     """The ledger's database: connections, transactions and schema checks."""
 
-    def __init__(self, url: DatabaseURL, *, busy_timeout: float = 30.0, retry_for: float = 60.0):
+    def __init__(self, url: DatabaseURL, *, busy_timeout: float = 30.0, retry_for: float = 60.0,
+                 create: bool = True):  # fmt: skip
         self.url = url
+        self.create = create
         self.dialect = url.dialect
         self.busy_timeout = busy_timeout
         self.retry_for = retry_for
@@ -141,6 +143,8 @@ class Database:
             path = Path(self.url.path)
             if path.is_dir():
                 raise NotALedger(f"{path} is a directory, not a ledger database")
+            if not self.create and not path.exists():
+                raise self._no_ledger()
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 conn = sqlite3.connect(
@@ -232,6 +236,10 @@ class Database:
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 1.0)
 
+    def _no_ledger(self) -> NoLedger:
+        return NoLedger(f"no ledger at {self.url}: nothing was created (check --db or LANE_DATABASE_URL; "
+                        "'lane db upgrade' creates one)")  # fmt: skip
+
     def _wrap(self, exc: Exception) -> Exception:
         if isinstance(exc, LaneError):
             return exc
@@ -273,6 +281,8 @@ class Database:
                 rev = self.revision()
                 if rev != HEAD_REVISION:
                     tables = self.tables()
+                    if rev is None and not self.create and not tables - {"alembic_version"}:
+                        raise self._no_ledger()
                     if rev is None and tables - {"alembic_version"}:
                         raise NotALedger(
                             f"{self.url} is not a lane ledger (it has tables {sorted(tables)[:5]} "

@@ -43,6 +43,7 @@ class Settled:
     late: bool
     outcome: str
     replay: bool = False
+    by_estimate: bool = False  # billed its estimate: no usage was found
 
 
 def find_job(cur: Cursor, job_id: str) -> dict | None:

@@ -170,11 +170,16 @@ def validate_settings(settings: dict, current: LaneRow | None = None) -> dict:
     return out
 
 
-def write_lane_settings(cur: Cursor, now: float, name: str, settings: dict) -> LaneRow:
-    """Apply checked settings to a lane under its lock, creating it from NEW_LANE if it is new."""
+def write_lane_settings(cur: Cursor, now: float, name: str, settings: dict, create: bool = True) -> LaneRow:
+    """Apply checked settings to a lane under its lock, creating it from NEW_LANE if it is new.
+
+    With ``create=False`` an unknown lane raises :class:`UnknownLane` and nothing is written.
+    """
     try:
         current = lock_lane(cur, name)
     except LaneError:
+        if not create:
+            raise
         current = None
     clean = validate_settings(settings, current)
     if "fallback" in clean and clean["fallback"] is not None:
@@ -195,3 +200,16 @@ def write_lane_settings(cur: Cursor, now: float, name: str, settings: dict) -> L
         cur.execute(f"update lane set {sets}, updated_at = :now where name = :name",
                     {**clean, "now": now, "name": name})  # fmt: skip
     return read_lane(cur, name)
+
+
+def delete_lane(cur: Cursor, name: str) -> None:
+    """Delete a lane that no job ever used and no lane falls back to (raises otherwise)."""
+    lock_lane(cur, name)  # UnknownLane
+    jobs = cur.scalar("select count(*) from job where lane = :n", {"n": name})
+    if jobs:
+        raise InvalidInput("lane", name, f"it has {jobs} job(s); stop it instead (lane lanes set {name} --stop)")
+    users = [r[0] for r in cur.all("select name from lane where fallback = :n order by name", {"n": name})]
+    if users:
+        raise InvalidInput("lane", name, f"lane(s) {', '.join(users)} fall back to it")
+    cur.execute("delete from lane_run where lane = :n", {"n": name})
+    cur.execute("delete from lane where name = :n", {"n": name})

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+import sqlalchemy as sa
 from sqlalchemy import BigInteger, CheckConstraint, Column, Index, Integer, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
@@ -64,6 +65,7 @@ class Lane(SQLModel, table=True):
     preflight_error: Optional[str] = Field(default=None)
     preflight_at: Optional[float] = Field(default=None)
     updated_at: float = Field(default=0.0)
+    reported_state: Optional[str] = Field(default=None, max_length=32)
 
 
 class Job(SQLModel, table=True):
@@ -125,6 +127,7 @@ class Settlement(SQLModel, table=True):
     actual: int = _big()
     overage: int = _big(default=0)
     late: bool = Field(default=False)
+    by_estimate: bool = Field(default=False, sa_column_kwargs={"server_default": sa.false()})
     outcome: str = Field(default="done", max_length=16)
     settled_at: float = Field(default=0.0)
 

@@ -8,12 +8,15 @@ advisory lock on PostgreSQL) so many processes may start at once.
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import os
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 # Bump together with a new file in lane_plugin/ledger/migrations/versions.
-HEAD_REVISION = "0001"
+HEAD_REVISION = "0002"
 _PG_LOCK_ID = 0x1A4E_0001
 
 
@@ -26,11 +29,20 @@ def alembic_config(url: str):
     return cfg
 
 
+def migration_lock_path(ledger_path: str) -> Path:
+    """The lock file that serialises first uses of one SQLite ledger.
+
+    It lives in the temporary directory, named by the ledger's absolute path, so
+    nothing is left beside the ledger (never unlinked: a waiter may hold it open).
+    """
+    digest = hashlib.sha256(os.path.realpath(ledger_path).encode()).hexdigest()[:24]
+    return Path(tempfile.gettempdir()) / f"lane-ledger-{digest}.migrate.lock"
+
+
 @contextmanager
 def _migration_lock(db):
     if db.dialect == "sqlite":
-        lock_path = Path(db.url.path + ".migrate.lock")
-        with open(lock_path, "w") as fh:
+        with open(migration_lock_path(db.url.path), "w") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield

@@ -9,10 +9,12 @@ from .lanes import lock_lane, roll_counters
 
 
 def settle(
-    cur: Cursor, job_id: str, *, actual: int, attempt: int | None, outcome: str, now: float
+    cur: Cursor, job_id: str, *, actual: int, attempt: int | None, outcome: str, now: float,
+    by_estimate: bool = False,
 ) -> tuple[Settled, tuple[int, int, int]]:
     """Bill what one attempt really spent, exactly once (raises :class:`Replay` if already).
 
+    ``by_estimate`` marks an attempt billed its estimate because no usage was found.
     Returns the settlement and the lane's ``(spent, ceiling, overage)`` after it.
     """
     row = cur.one(
@@ -47,10 +49,10 @@ def settle(
     est = job["est"]
     overage = max(0, actual - est) if live else actual
     cur.execute(
-        "insert into settlement (job_id, attempt, lane, est, actual, overage, late, outcome, settled_at) "
-        "values (:j, :att, :l, :e, :a, :o, :late, :out, :now) on conflict do nothing",
+        "insert into settlement (job_id, attempt, lane, est, actual, overage, late, by_estimate, outcome, "
+        "settled_at) values (:j, :att, :l, :e, :a, :o, :late, :be, :out, :now) on conflict do nothing",
         {"j": job_id, "att": attempt, "l": lane, "e": est if live else 0, "a": actual, "o": overage,
-         "late": not live, "out": outcome, "now": now},
+         "late": not live, "be": bool(by_estimate), "out": outcome, "now": now},
     )  # fmt: skip
     if cur.rowcount != 1:
         raise Replay()  # a concurrent settle of the same attempt won; roll back ours
@@ -67,17 +69,21 @@ def settle(
             "returning spent, ceiling, overage",
             {"a": actual, "o": overage, "now": now, "l": lane},
         )
-    return Settled(job_id, attempt, lane, est if live else 0, actual, overage, not live, outcome), tuple(after)
+    settled = Settled(job_id, attempt, lane, est if live else 0, actual, overage, not live, outcome,
+                      by_estimate=bool(by_estimate))  # fmt: skip
+    return settled, tuple(after)
 
 
 def first_settlement(cur: Cursor, job_id: str, attempt: int | None) -> Settled:
     if attempt is None:
         attempt = get_job(cur, job_id)["attempt"]
     row = cur.one(
-        "select lane, est, actual, overage, late, outcome from settlement where job_id = :j and attempt = :a",
+        "select lane, est, actual, overage, late, outcome, by_estimate from settlement "
+        "where job_id = :j and attempt = :a",
         {"j": job_id, "a": attempt},
     )
     if row is None:
         raise NotLeased(f"job {job_id} attempt {attempt} has no settlement", job_id=job_id)
-    lane, est, actual, overage, late, outcome = row
-    return Settled(job_id, attempt, lane, est, actual, overage, bool(late), outcome, replay=True)
+    lane, est, actual, overage, late, outcome, by_estimate = row
+    return Settled(job_id, attempt, lane, est, actual, overage, bool(late), outcome, replay=True,
+                   by_estimate=bool(by_estimate))  # fmt: skip

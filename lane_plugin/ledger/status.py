@@ -5,7 +5,50 @@ from __future__ import annotations
 from ..policy import blocking_rule, window_start
 from .db import Cursor
 from .jobs import get_job, run_started
-from .lanes import all_lanes, read_lane
+from .lanes import LaneRow, all_lanes, read_lane
+
+# A lane's state as people are told it, worst first (the first that holds is the state).
+LANE_STATES = ("stopped", "preflight-failed", "ceiling-spent", "finishing-only", "ok")
+
+
+def lane_state(row: LaneRow) -> str:
+    """The lane's state in one word: see :data:`LANE_STATES`."""
+    if row.stopped:
+        return "stopped"
+    if not row.preflight_ok:
+        return "preflight-failed"
+    if row.spent >= row.ceiling:
+        return "ceiling-spent"
+    if row.spent + row.reserved >= row.policy.start_limit:
+        return "finishing-only"
+    return "ok"
+
+
+def report_states(cur: Cursor, now: float, lane: str | None = None) -> list[dict]:
+    """Lanes whose state changed since it was last reported; records the new state (lanes locked).
+
+    A lane seen for the first time in state ``ok`` is recorded without a change:
+    there is nothing to tell. Each change is returned once, to whichever caller
+    records it first.
+    """
+    changes = []
+    for row in all_lanes(cur, lock=True):
+        if lane is not None and row.name != lane:
+            continue
+        state = lane_state(row)
+        previous = cur.scalar("select reported_state from lane where name = :n", {"n": row.name})
+        if previous == state:
+            continue
+        cur.execute("update lane set reported_state = :s where name = :n", {"s": state, "n": row.name})
+        if previous is None and state == "ok":
+            continue
+        changes.append({
+            "lane": row.name, "state": state, "previous": previous, "ceiling": row.ceiling,
+            "start_limit": row.policy.start_limit, "start_fraction": row.start_fraction, "spent": row.spent,
+            "reserved": row.reserved, "committed": row.spent + row.reserved, "overage": row.overage,
+            "preflight_error": row.preflight_error,
+        })  # fmt: skip
+    return changes
 
 
 def lane_status(cur: Cursor, now: float) -> list[dict]:

@@ -1,5 +1,11 @@
 """Where the ledger lives: ``--db``, ``LANE_DATABASE_URL``, or ``lane.db`` under PREFECT_HOME.
 
+One resolution for every entry point (the CLI, the gate, the scheduled flows):
+an explicit URL, else ``LANE_DATABASE_URL`` (:mod:`lane_plugin.settings`), else
+:func:`default_url`. Any of them may name a Prefect block instead of a URL
+(``block:lane-ledger/prod``, or ``lane-ledger/prod``), loaded through the
+Prefect API by :mod:`lane_plugin.blocks`.
+
 Parsed without SQLAlchemy so that the CLI starts fast. Passwords never leave
 this module unmasked: use :func:`redact` on anything that may be shown.
 """
@@ -15,6 +21,8 @@ from urllib.parse import unquote, urlsplit
 from ..errors import InvalidInput
 
 ENV_VAR = "LANE_DATABASE_URL"
+BLOCK_SLUG = "lane-ledger"
+_BLOCK = re.compile(r"^block:(?:lane-ledger/)?(?P<name>[\w][\w.-]*)$|^lane-ledger/(?P<bare>[\w][\w.-]*)$")
 # Greedy up to the last "@" before the path: a password may itself contain "@".
 _PASSWORD = re.compile(r"(://[^:/@\s]*:)[^/\s]*(@)")
 _QUERY_PASSWORD = re.compile(r"([?&]password=)[^&\s]*", re.IGNORECASE)
@@ -30,8 +38,34 @@ def default_url() -> str:
     return f"sqlite:///{Path(home).expanduser() / 'lane.db'}"
 
 
+def block_ref(value) -> str | None:
+    """The block name in ``block:NAME``, ``block:lane-ledger/NAME`` or ``lane-ledger/NAME``; else None.
+
+    Example:
+        >>> block_ref("block:prod"), block_ref("lane-ledger/prod"), block_ref("sqlite:///x.db")
+        ('prod', 'prod', None)
+    """
+    if not isinstance(value, str) or "://" in value:
+        return None
+    m = _BLOCK.match(value.strip())
+    if m is None:
+        if value.strip().startswith("block:"):
+            raise InvalidInput("ledger block", value, f"expected block:NAME or block:{BLOCK_SLUG}/NAME")
+        return None
+    return m.group("name") or m.group("bare")
+
+
 def resolve_url(url: str | None = None) -> str:
-    return url or os.environ.get(ENV_VAR) or default_url()
+    """The ledger URL to use: ``url``, else ``LANE_DATABASE_URL``, else :func:`default_url`; blocks loaded."""
+    from ..settings import database_url
+
+    raw = url or database_url() or default_url()
+    name = block_ref(raw)
+    if name is None:
+        return raw
+    from ..blocks import load_url  # imports Prefect: only for a block reference
+
+    return load_url(name)
 
 
 @dataclass(frozen=True)

@@ -67,9 +67,11 @@ def find_trace(name: str) -> Path:
     if path.suffix == ".csv" and path.exists():
         return path
     file = TRACE_NAMES.get(name, name)
-    import os
 
-    dirs = [Path(os.environ["LANE_TRACES_DIR"])] if os.environ.get("LANE_TRACES_DIR") else []
+    from ..settings import lane_settings
+
+    traces = lane_settings().traces_dir
+    dirs = [Path(traces)] if traces else []
     for parent in Path(__file__).resolve().parents:
         dirs += [parent / "shared" / "traces", parent / "traces"]
     for d in dirs:

@@ -238,7 +238,7 @@ def test_ledger_events_become_prefect_events(ledger, monkeypatch):
     @flow
     def f():
         ev(1)
-        ev(2)  # crosses the 500 start limit: lane.lane.start-stop
+        ev(2)  # crosses the 500 start limit: "lane tiny crossed 50% of its ceiling"
 
     f()
 
@@ -249,12 +249,18 @@ def test_ledger_events_become_prefect_events(ledger, monkeypatch):
     g(return_state=True)
     names = [e["event"] for e in seen]
     assert names.count("lane.job.admitted") == 2 and names.count("lane.job.settled") == 2
-    assert "lane.lane.start-stop" in names and "lane.job.parked" in names
-    stop = next(e for e in seen if e["event"] == "lane.lane.start-stop")
-    assert stop["resource"]["prefect.resource.id"] == "lane.tiny"
+    assert "lane.job.parked" in names and "lane.lane.start-stop" not in names
+    # the lane's state change is told once, named in words (the UI's title), with a label to match on
+    [stop] = [e for e in seen if e["event"].startswith("lane.tiny.")]
+    assert stop["event"] == "lane.tiny.crossed-50%-of-its-ceiling"
+    assert stop["resource"]["prefect.resource.id"] == "lane.tiny" and stop["resource"]["lane.state"] == "finishing-only"
     assert stop["payload"]["start_limit"] == 500 and stop["payload"]["committed"] == 600
     settled = next(e for e in seen if e["event"] == "lane.job.settled")
     assert settled["payload"]["actual"] == 300 and settled["payload"]["lane"] == "tiny"
+    # the job's numbers are resource labels, which the Prefect UI's event card shows
+    assert settled["resource"]["lane.estimate"] == "300" and settled["resource"]["lane.actual"] == "300"
+    admitted = next(e for e in seen if e["event"] == "lane.job.admitted")
+    assert admitted["resource"]["lane.estimate"] == "300" and admitted["resource"]["lane.stage"] == "ev"
 
 
 def test_a_restart_of_the_same_attempt_is_the_same_job(ledger):

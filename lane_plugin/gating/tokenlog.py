@@ -1,0 +1,46 @@
+"""The two INFO lines a gated task run's own log carries: admitted, and settled.
+
+Example (what a task run's log shows)::
+
+    lane gate: draft admitted in lane 'free' after waiting 0.12s: estimate 1,204 tokens; 7,012,330 of 8,000,000 remaining
+    lane gate: draft settled 1,311 tokens (estimate 1,204, drift 1.09, overage 107)
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..ledger import Ledger, Settled
+
+
+def admitted(logger, led: Ledger, *, stage: str, lane: str, est: int, waited: float, attempt: int) -> None:
+    """Log the admission at INFO, with the lane's room left after it (one extra read, only when logged)."""
+    if hasattr(logger, "isEnabledFor") and not logger.isEnabledFor(logging.INFO):
+        return
+    try:
+        row = led.lane(lane)
+        room = f"; {row.remaining:,} of {row.ceiling:,} remaining"
+    except Exception:  # the line must never fail a run
+        room = ""
+    again = f", attempt {attempt}" if attempt > 1 else ""
+    logger.info("lane gate: %s admitted in lane %r after waiting %.2fs: estimate %s tokens%s%s",
+                stage, lane, waited, f"{est:,}", room, again)  # fmt: skip
+
+
+def settled(logger, s: Settled, *, stage: str, est: int) -> None:
+    """Log the settlement at INFO: actual, drift against the estimate, overage, and late / by estimate."""
+    if s.replay:
+        return
+    notes = []
+    if s.by_estimate:
+        notes.append("billed by estimate: no usage was found")
+    if s.late:
+        notes.append("late: its lease had expired, billed anyway")
+    if s.outcome == "failed":
+        notes.append("the attempt failed")
+    drift = f"{s.actual / est:.2f}" if est else "-"
+    logger.info("lane gate: %s settled %s tokens (estimate %s, drift %s, overage %s)%s", stage, f"{s.actual:,}",
+                f"{est:,}", drift, f"{s.overage:,}", "; " + "; ".join(notes) if notes else "")  # fmt: skip
+
+
+__all__ = ["admitted", "settled"]

@@ -1,0 +1,61 @@
+"""Every ``LANE_*`` setting, read in one place (pydantic-settings).
+
+==========================  =====================================================
+``LANE_DATABASE_URL``       where the ledger lives: ``sqlite:///PATH``,
+                            ``postgresql+psycopg://...`` or a block,
+                            ``block:lane-ledger/prod`` (default: ``lane.db`` under
+                            ``PREFECT_HOME``, usually ``~/.prefect/lane.db``)
+``LANE_MISSING_USAGE``      ``estimate`` (bill the estimate and warn) or ``fail``
+                            when a gated body reports no token usage
+``LANE_TRACES_DIR``         where ``lane simulate`` and the provider emulator look
+                            for trace files by name
+==========================  =====================================================
+
+Read afresh on every call (a process may change its environment; reading is
+microseconds once the class is imported).
+
+Example:
+    >>> import os; os.environ["LANE_MISSING_USAGE"] = "fail"
+    >>> lane_settings().missing_usage
+    'fail'
+    >>> del os.environ["LANE_MISSING_USAGE"]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .errors import InvalidInput
+
+
+class LaneSettings(BaseSettings):
+    """The plugin's settings from the environment (prefix ``LANE_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="LANE_", extra="ignore", case_sensitive=False)
+
+    database_url: Optional[SecretStr] = Field(default=None, description="the ledger URL or block reference")
+    missing_usage: Literal["estimate", "fail"] = Field(default="estimate")
+    traces_dir: Optional[Path] = Field(default=None)
+
+
+def lane_settings() -> LaneSettings:
+    """The current settings; a bad value raises :class:`InvalidInput` naming the variable."""
+    try:
+        return LaneSettings()
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = "LANE_" + str(err["loc"][0]).upper() if err.get("loc") else "LANE_*"
+        raise InvalidInput(name, err.get("input"), err.get("msg", "invalid")) from None
+
+
+def database_url() -> str | None:
+    """``LANE_DATABASE_URL`` (the secret revealed: only the ledger's URL parser may see it), or None."""
+    value = lane_settings().database_url
+    return value.get_secret_value() if value is not None and value.get_secret_value().strip() else None
+
+
+__all__ = ["LaneSettings", "database_url", "lane_settings"]
