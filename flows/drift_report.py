@@ -5,11 +5,12 @@ article's definition) and publishes:
 
 * table artifact ``lane-drift`` -- jobs, est_tokens, actual_tokens, drift, p50,
   p90, overage_tokens and verdict per group;
-* markdown artifact ``lane-drift-summary`` -- the worst stage and what to do
-  ("fix the estimator before you touch the ceiling"), comparing shadow
-  estimator versions on the same jobs when there are any;
+* markdown artifact ``lane-drift-summary`` -- the worst overspender and what to
+  do ("fix the estimator before you touch the ceiling"), comparing shadow
+  estimator versions on the same jobs when there are any, then how to read it;
 * markdown artifact ``lane-drift-plot`` -- drift per stage over time with the
-  1.0 and 1.5 lines (the PNG is also left at ``plot``);
+  1.0 and 1.5 lines, and each lane's spend as % of its ceiling with the ceiling
+  and start-limit lines (the PNG is also left at ``plot``);
 * event ``lane.drift.high`` for each stage above 1.5.
 
 Run once: ``python flows/drift_report.py``; hourly: see ``deployments/``.
@@ -24,7 +25,7 @@ from prefect import flow, get_run_logger
 
 from lane_plugin import Ledger
 from lane_plugin.gating.artifacts import publish_drift
-from lane_plugin.reports import HIGH, drift, drift_over_time, render, summary_markdown
+from lane_plugin.reports import HIGH, drift, drift_over_time, render, spend_over_time, summary_markdown
 
 
 def default_plot_path() -> str:
@@ -39,7 +40,8 @@ def drift_report(db: str | None = None, lane: str | None = None, since: str | No
     """Compute and publish the drift report.
 
     Args:
-        db: ledger URL (default ``LANE_DATABASE_URL``, else ``lane.db`` under PREFECT_HOME).
+        db: ledger URL or block (``block:lane-ledger/prod``); default ``LANE_DATABASE_URL``,
+            else ``lane.db`` under PREFECT_HOME.
         lane: only this lane.
         since: only jobs finished within this span (``24h``); None for all time.
         by: group columns for the ``lane-drift`` table (``stage``, ``lane``,
@@ -56,18 +58,20 @@ def drift_report(db: str | None = None, lane: str | None = None, since: str | No
 
     log = get_run_logger()
     led = Ledger(db)
+    log.info("ledger: %s", led.url)
     try:
         report = drift(led, lane=lane, since=since, by=by)
         versions = drift(led, lane=lane, since=since, by="stage,version")
         path = None
         if plot != "":
-            path = plot_drift(drift_over_time(led, lane=lane, since=since), plot or default_plot_path())
+            path = plot_drift(drift_over_time(led, lane=lane, since=since), plot or default_plot_path(),
+                              spend=spend_over_time(led, lane=lane, since=since))  # fmt: skip
     finally:
         led.close()
     summary = summary_markdown(versions, title="Lane drift" + (f" in lane {lane}" if lane else ""),
-                               since=since, plot=path)  # fmt: skip
+                               since=since, ledger=str(led.url))  # fmt: skip
     high_rows = publish_drift(report, summary, plot=path, high=high)
-    print(render(report, "table"))
+    print(render(report, "table") if not report.empty else f"no settled jobs in the ledger at {led.url}")
     for r in high_rows:
         log.warning("stage %s drift %.2f > %s: fix the estimator before you touch the ceiling",
                     r.get("stage"), r["drift"], high)  # fmt: skip

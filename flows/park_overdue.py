@@ -8,7 +8,8 @@
 3. parks jobs still waiting past their admission deadline into the tail;
 4. fails parked jobs whose tail deadline passed (event ``lane.job.expired``);
 5. publishes lane status: table ``lane-status`` with the parked counter and a
-   progress artifact per lane (% of ceiling committed).
+   progress artifact per lane (% of ceiling committed), and an event for each
+   lane whose state changed (e.g. "lane free is admitting new runs again").
 
 Every ledger write is set-based and guarded by the state it expects, so two
 copies running at once park each job exactly once. Per-job events
@@ -22,7 +23,7 @@ from prefect import flow, get_run_logger
 
 from lane_plugin import Ledger
 from lane_plugin.gating.artifacts import publish_status
-from lane_plugin.gating.events import emit
+from lane_plugin.gating.events import emit, publish_lane_states
 
 
 @flow(name="park-overdue", log_prints=True)
@@ -30,7 +31,8 @@ def park_overdue(db: str | None = None, tail_alert: int | None = None, max_event
     """Run one upkeep pass and publish the tail counter.
 
     Args:
-        db: ledger URL (default ``LANE_DATABASE_URL``, else ``lane.db`` under PREFECT_HOME).
+        db: ledger URL or block (``block:lane-ledger/prod``); default ``LANE_DATABASE_URL``,
+            else ``lane.db`` under PREFECT_HOME.
         tail_alert: emit ``lane.tail.high`` for a lane with more parked jobs than this.
         max_events: at most this many per-job events per run (a backlog of
             100,000 parked jobs must not become 100,000 events).
@@ -40,10 +42,12 @@ def park_overdue(db: str | None = None, tail_alert: int | None = None, max_event
     """
     log = get_run_logger()
     led = Ledger(db)
+    log.info("ledger: %s", led.url)
     try:
         rolled = led.roll_periods()
         moved = led.park_overdue()
         status = led.lanes()
+        publish_lane_states(led)  # an event only for a lane whose state changed
     finally:
         led.close()
     for r in rolled:

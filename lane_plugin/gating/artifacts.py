@@ -2,8 +2,11 @@
 
 Artifact keys are stable, so the Artifacts page shows each one's history:
 ``lane-status`` (table), ``lane-<name>-ceiling`` (progress: % of the ceiling
-committed), ``lane-drift`` (table), ``lane-drift-summary`` (markdown).
-Events name the lane as resource ``lane.<name>``, like the gate's.
+committed), ``lane-drift`` (table), ``lane-drift-summary`` (markdown),
+``lane-drift-plot`` (markdown with the image). The flow run's own bill,
+``lane-bill``, is published by :mod:`lane_plugin.gating.bill`. Lane status is
+not an event every run: only a change of a lane's state is
+(:func:`~lane_plugin.gating.events.publish_lane_states`).
 """
 
 from __future__ import annotations
@@ -70,7 +73,6 @@ def publish_status(status: list[dict], *, tail_alert: int | None = None) -> dict
             description=f"lane {s['lane']}: {s['spent'] + s['reserved']:,} of {s['ceiling']:,} tokens committed "
             f"(spent {s['spent']:,}, reserved {s['reserved']:,}); {s['parked']} parked",
         )
-        emit("lane.lane.status", s["lane"], {k: s[k] for k in STATUS_COLUMNS if k in s and k != "state"})
         if tail_alert is not None and s["parked"] > tail_alert:
             alerts.append(s["lane"])
             emit("lane.tail.high", s["lane"], {"parked": s["parked"], "threshold": tail_alert})
@@ -106,8 +108,10 @@ def publish_drift(report, summary: str, *, plot: str | None = None, high: float 
         with open(plot, "rb") as fh:
             data = base64.b64encode(fh.read()).decode("ascii")
         create_markdown_artifact(
-            markdown=f"![drift per stage over time](data:image/png;base64,{data})\n\nFile: `{plot}`",
-            key="lane-drift-plot", description="Drift per stage over time, with the 1.0 and 1.5 lines",
+            markdown=f"![drift per stage and budget over time](data:image/png;base64,{data})",
+            key="lane-drift-plot",
+            description="Drift per stage over time with the 1.0 and 1.5 lines; below it, each lane's spend as % "
+            "of its ceiling with the ceiling and start-limit lines",
         )  # fmt: skip
     high_rows = [r for r in rows if r.get("role", "admission") == "admission" and r["drift"] is not None
                  and r["drift"] > high]  # fmt: skip

@@ -361,6 +361,11 @@ class Ledger:
         since = None if since is None else number("since", since, low=0.0, high=1e12)
         return self._run(lambda cur, now: reads.settled_jobs(cur, now, lane=lane, since=since), write=False)
 
+    def spend(self, *, lane: str | None = None, since: float | None = None) -> list[dict]:
+        """Settlements in time order (``lane, settled_at, actual``), finished within ``since`` seconds."""
+        since = None if since is None else number("since", since, low=0.0, high=1e12)
+        return self._run(lambda cur, now: reads.spend(cur, now, lane=lane, since=since), write=False)
+
     def shadow_estimates(self, *, lane: str | None = None) -> list[dict]:
         """Shadow estimates of done jobs: ``job_id, version, est`` (the article's ``est_v2``)."""
         return self._run(lambda cur, now: reads.shadow_estimates(cur, lane=lane), write=False)

@@ -48,6 +48,23 @@ def settled_jobs(cur: Cursor, now: float, *, lane: str | None, since: float | No
     return _dicts(_SETTLED, rows)
 
 
+def spend(cur: Cursor, now: float, *, lane: str | None, since: float | None) -> list[dict]:
+    """Settlements (``lane, settled_at, actual``) in time order, within ``since`` seconds if given."""
+    where, params = [], {}
+    if lane:
+        where.append("lane = :lane")
+        params["lane"] = lane
+    if since is not None:
+        where.append("settled_at >= :cut")
+        params["cut"] = now - since
+    rows = cur.all(
+        "select lane, settled_at, actual from settlement" + (f" where {' and '.join(where)}" if where else "")
+        + " order by settled_at, id",
+        params,
+    )
+    return _dicts(("lane", "settled_at", "actual"), rows)
+
+
 def shadow_estimates(cur: Cursor, *, lane: str | None) -> list[dict]:
     rows = cur.all(
         "select s.job_id, s.version, s.est from shadow_estimate s join job j on j.id = s.job_id "

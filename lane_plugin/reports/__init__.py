@@ -12,6 +12,7 @@ from .drift import (
     ratio2,
     render,
     round2,
+    spend_over_time,
     summary_markdown,
     verdict,
     version_jobs,
@@ -21,5 +22,5 @@ from .plots import plot_drift
 
 __all__ = [
     "GROUPS", "HIGH", "LOW", "advice", "done_jobs", "drift", "drift_over_time", "parse_since", "plot_drift",
-    "ratio2", "render", "round2", "summary_markdown", "verdict", "version_jobs", "worst",
+    "ratio2", "render", "round2", "spend_over_time", "summary_markdown", "verdict", "version_jobs", "worst",
 ]  # fmt: skip

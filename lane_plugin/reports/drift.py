@@ -56,12 +56,18 @@ def parse_since(text: str | None) -> float | None:
 
 
 def verdict(drift: float | None) -> str:
+    """A verdict short enough for a table cell (the summary explains them below the table).
+
+    Example:
+        >>> verdict(1.73), verdict(1.1), verdict(0.52), verdict(None)
+        ('overspends', 'honest', 'wastes room', 'no data')
+    """
     if drift is None or drift != drift:
         return "no data"
     if drift > HIGH:
-        return "overspends: fix the estimator before you touch the ceiling"
+        return "overspends"
     if drift < LOW:
-        return "wastes admission room: estimates are too high"
+        return "wastes room"
     return "honest"
 
 
@@ -186,18 +192,55 @@ def drift_over_time(ledger, *, lane: str | None = None, since: str | float | Non
     return out[cols]
 
 
-def worst(report) -> dict | None:
-    """The row of a drift report furthest from honest (ratio-wise: 2.0 and 0.5 are equally bad).
+def spend_over_time(ledger, *, lane: str | None = None, since: str | float | None = None, points: int = 400):
+    """Each lane's spend in its current period over time, as % of its ceiling, for the budget panel.
 
-    Only admission rows count (a shadow's drift is a candidate, not the lane's truth).
+    ``spent`` at time t is the lane's ``spent`` now less what settled after t
+    (settlements are the only thing that moves it), within the current period.
+    Returns columns ``lane, t, pct_of_ceiling, start_pct`` (at most ``points`` rows per lane).
+    """
+    import pandas as pd
+
+    cols = ["lane", "t", "pct_of_ceiling", "start_pct"]
+    window = parse_since(since) if isinstance(since, str) or since is None else float(since)
+    rows = []
+    for s in ledger.lanes():
+        if lane and s["lane"] != lane:
+            continue
+        found = [r for r in ledger.spend(lane=s["lane"], since=window)]
+        if not found:
+            continue
+        later = sum(r["actual"] for r in found)
+        spent = s["spent"]
+        pts = [(found[0]["settled_at"], spent - later)]
+        for r in found:
+            later -= r["actual"]
+            pts.append((r["settled_at"], spent - later))
+        step = max(1, len(pts) // points)
+        pts = pts[::step] + ([pts[-1]] if (len(pts) - 1) % step else [])
+        start_pct = 100.0 * s["start_limit"] / s["ceiling"]
+        rows += [(s["lane"], t, max(0.0, 100.0 * v / s["ceiling"]), round(start_pct, 1)) for t, v in pts]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def worst(report) -> dict | None:
+    """The row a drift summary leads with: the worst overspender, if any row spends more than it promised.
+
+    An overspender takes budget the lane did not plan for (runs may not finish);
+    an underspender only leaves room idle, so it leads only when nothing
+    overspends (then the one furthest below 1.0). Only admission rows count (a
+    shadow's drift is a candidate, not the lane's truth).
     """
     if report is None or report.empty:
         return None
     rows = report[report["role"] == "admission"] if "role" in report.columns else report
+    rows = rows[rows["drift"].notna()]
     if rows.empty:
         return None
-    badness = rows["drift"].map(lambda d: max(d, 1 / d) if d and d > 0 else float("inf"))
-    return rows.loc[badness.idxmax()].to_dict()
+    over = rows[rows["drift"] > 1.0]
+    if not over.empty:
+        return over.loc[over["drift"].idxmax()].to_dict()
+    return rows.loc[rows["drift"].idxmin()].to_dict()
 
 
 def advice(row: dict, report=None) -> str:
@@ -222,32 +265,41 @@ def advice(row: dict, report=None) -> str:
     return f"`{stage}` is honest (drift {d:.2f}): leave the estimator alone."
 
 
-def summary_markdown(report, *, title: str = "Lane drift", since: str | None = None, plot: str | None = None) -> str:
-    """A short markdown summary: the worst stage, what to do, and the table."""
+def summary_markdown(report, *, title: str = "Lane drift", since: str | None = None, plot: str | None = None,
+                     ledger: str | None = None) -> str:  # fmt: skip
+    """A short markdown summary: the worst overspender and what to do, the table, then how to read it.
+
+    ``plot`` is accepted for compatibility and not shown: a path on the worker
+    means nothing to the reader (the flow publishes the image itself).
+    ``ledger`` (a redacted URL) is named when there is nothing to report.
+    """
     lines = [f"# {title}" + (f" (last {since})" if since else ""), ""]
     row = worst(report)
     if row is None:
-        lines.append("No settled jobs in the window: nothing to report yet.")
+        where = f" in the ledger at {ledger}" if ledger else ""
+        lines.append(f"No settled jobs{where} in the window: nothing to report yet.")
         return "\n".join(lines)
     admitted = report[report["role"] == "admission"] if "role" in report.columns else report
     high = admitted[admitted["drift"] > HIGH]
     label = " / ".join(str(row[k]) for k in ("stage", "lane", "est_version", "version") if k in row)
+    lead = "Worst overspender" if row["drift"] > 1.0 else "No stage overspends; furthest below its estimate"
     lines += [
-        f"**Worst: {label}** -- drift {row['drift']:.2f} over {int(row['jobs'])} jobs "
+        f"**{lead}: {label}**, drift {row['drift']:.2f} over {int(row['jobs'])} jobs "
         f"(p50 {row['p50']:.2f}, p90 {row['p90']:.2f}, overage {int(row['overage_tokens']):,} tokens).",
         "",
         advice(row, report),
         "",
-        f"{len(high)} group(s) above {HIGH} (overspending on every promise)." if len(high) else
-        f"No group above {HIGH}.",
-        "",
-        "Drift = sum(actual) / sum(est) over done jobs. Near 1.0: honest; above 1.5: the lane overspends "
-        "on every promise; well below 1.0: it wastes admission room. Read drift, not totals.",
+        f"{len(high)} group(s) above {HIGH}." if len(high) else f"No group above {HIGH}.",
         "",
         render(report, "markdown"),
+        "",
+        "**How to read this.** Drift = sum(actual) / sum(est) over done jobs; p50 and p90 are the spread of "
+        "the per-job ratio. Verdicts: *honest* (from "
+        f"{LOW} to {HIGH}); *overspends* (above {HIGH}): every admission promises less than the stage "
+        "spends, so the lane runs out before its runs finish: fix the estimator before you touch the "
+        f"ceiling; *wastes room* (below {LOW}): estimates are too high and admission room sits idle: "
+        "lower or calibrate the estimate rather than raising the ceiling. Read drift, not totals.",
     ]  # fmt: skip
-    if plot:
-        lines += ["", f"Plot: `{plot}`"]
     return "\n".join(lines)
 
 

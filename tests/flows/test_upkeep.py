@@ -100,7 +100,10 @@ def test_drift_report_publishes_table_summary_plot_and_high_events(prefect_serve
     assert got["draft"]["drift"] > 1.5 and 0.85 < got["review"]["drift"] < 1.15
 
     summary = latest("lane-drift-summary").data
-    assert "**Worst: draft" in summary and "Fix the estimator before you touch the ceiling" in summary
+    assert "**Worst overspender: draft" in summary and "Fix the estimator before you touch the ceiling" in summary
+    # short verdicts in the table, the explanation below it, and no path that only exists on the worker
+    assert summary.index("| overspends |") < summary.index("How to read this")
+    assert str(tmp_path) not in summary and str(tmp_path) not in latest("lane-drift-plot").data
     assert cal.version in summary  # the shadow that would fix it, compared on the same jobs
     assert "data:image/png;base64," in latest("lane-drift-plot").data
     assert (tmp_path / "drift.png").read_bytes()[:4] == b"\x89PNG"
@@ -114,6 +117,7 @@ def test_drift_report_on_an_empty_ledger_says_so(prefect_server, url, tmp_path):
     rows = load("flows/drift_report.py:drift_report")(db=url, plot="")
     assert rows == []
     assert "nothing to report yet" in latest("lane-drift-summary").data
+    assert f"No settled jobs in the ledger at {url}" in latest("lane-drift-summary").data
 
 
 def test_park_overdue_flow_reaps_parks_expires_and_publishes_the_counter(prefect_server, led, url, events):
@@ -174,4 +178,16 @@ def test_lane_status_flow(prefect_server, led, url, events):
     assert float(latest("lane-free-ceiling").data) == 55.0
     assert {r["lane"] for r in json.loads(latest("lane-status").data)} >= {"free", "paid"}
     assert not [e for e in events() if e.event == "lane.tail.high"]
-    assert {e.resource.id for e in events() if e.event == "lane.lane.status"} >= {"lane.free", "lane.paid"}
+    # status events only on a state change: 55% of the ceiling is "ok", and a lane first seen ok says nothing
+    assert not [e for e in events() if e.resource.id.startswith("lane.") and "lane.state" in e.resource]
+    led.submit("draft", 2500)  # 8,000 committed: the 8,000 start limit reached
+    led.tick("free")
+    load("flows/lane_status.py:lane_status")(db=url)
+    load("flows/lane_status.py:lane_status")(db=url)  # the second run sees no change: no second event
+    changes = [e for e in events() if "lane.state" in e.resource]
+    assert [(e.event, e.resource["lane.state"]) for e in changes] == [
+        ("lane.free.crossed-80%-of-its-ceiling", "finishing-only")]
+    led.set_lane("free", ceiling=10_000, allowance=100_000, start_fraction=1.0)
+    load("flows/park_overdue.py:park_overdue")(db=url)  # either flow tells what it sees first
+    changes = [e for e in events() if "lane.state" in e.resource]
+    assert changes[-1].event == "lane.free.is-admitting-new-runs-again" and len(changes) == 2

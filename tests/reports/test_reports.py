@@ -186,8 +186,9 @@ def test_worst_is_ratio_symmetric_and_verdicts():
 
     rep = pd.DataFrame({"stage": ["a", "b"], "jobs": [1, 1], "drift": [1.6, 0.3], "p50": [1, 1], "p90": [1, 1],
                         "overage_tokens": [0, 0]})  # fmt: skip
-    assert worst(rep)["stage"] == "b"
-    assert verdict(1.0) == "honest" and verdict(1.51).startswith("overspends") and verdict(0.5).startswith("wastes")
+    assert worst(rep)["stage"] == "a"  # the overspender leads, though 0.3 is further from 1.0
+    assert worst(rep[rep["stage"] == "b"])["stage"] == "b"  # with no overspender, the underspender does
+    assert verdict(1.0) == "honest" and verdict(1.51) == "overspends" and verdict(0.5) == "wastes room"
     assert verdict(None) == "no data"
 
 
