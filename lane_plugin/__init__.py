@@ -17,6 +17,7 @@ from .errors import (
     NoLedger,
     NotALedger,
     NotLeased,
+    NotParked,
     UnknownJob,
     UnknownLane,
     UsageMissing,
@@ -38,6 +39,6 @@ def __getattr__(name: str):
 
 __all__ = [
     "ConflictingReplay", "DatabaseError", "InvalidInput", "JobParked", "LaneError", "Lease",
-    "LeaseLost", "Ledger", "NeverFits", "NoLedger", "NotALedger", "NotLeased", "Settled", "UnknownJob",
+    "LeaseLost", "Ledger", "NeverFits", "NoLedger", "NotALedger", "NotLeased", "NotParked", "Settled", "UnknownJob",
     "UnknownLane", "UsageMissing", "__version__", *_GATING,
 ]  # fmt: skip

@@ -2,8 +2,10 @@
 
 ``submit``, ``tick`` and ``settle`` import neither Prefect nor pandas, so a
 shell loop of them stays fast. Errors print one line and exit non-zero:
-2 bad input, 3 unknown lane or job, 4 never fits, 5 not leased, 6 conflicting
-replay, 7 parked, 8 database.
+1 audit found violations, 2 bad input, 3 unknown lane, job or ledger, 4 never
+fits, 5 wrong state (not leased, not parked), 6 conflicting replay, 7 parked,
+8 database. ``--db`` may come before or after the command. Read-only commands
+(``lanes``, ``status``, ``report``, ``tail``, ``audit``) never create a ledger.
 """
 
 from __future__ import annotations
@@ -14,42 +16,49 @@ from typing import Optional
 
 import typer
 
+from .cli_text import duration, for_json, hoist_db
 from .errors import LaneError
 
+# Plain click help (no rich boxes): switches show no <bool>, and it reads the same piped or not.
+_PLAIN = dict(rich_markup_mode=None, pretty_exceptions_enable=False, add_completion=False)
 app = typer.Typer(
-    help="Token-weighted admission for LLM pipelines: a ledger of lanes, jobs, leases and settlements.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-lanes_app = typer.Typer(help="Show lanes (spent / reserved / remaining / overage) or change one.", invoke_without_command=True)
-tail_app = typer.Typer(help="Parked jobs: list them, requeue one, or drop one.", invoke_without_command=True)
-db_app = typer.Typer(help="The ledger's database schema.", no_args_is_help=True)
+    help="Token-weighted admission for LLM pipelines: a ledger of lanes, jobs, leases and settlements. "
+    "Exit codes: 1 audit violations, 2 bad input, 3 unknown lane, job or ledger, 4 never fits, "
+    "5 wrong state, 6 conflicting replay, 7 parked, 8 database.",
+    no_args_is_help=True, **_PLAIN,
+)  # fmt: skip
+lanes_app = typer.Typer(help="Show lanes (spent / reserved / remaining / overage), or change, create or delete one.",
+                        invoke_without_command=True, **_PLAIN)  # fmt: skip
+tail_app = typer.Typer(help="Parked jobs: list them, requeue one, or drop one.", invoke_without_command=True, **_PLAIN)
+db_app = typer.Typer(help="The ledger's database schema.", no_args_is_help=True, **_PLAIN)
 app.add_typer(lanes_app, name="lanes")
 app.add_typer(tail_app, name="tail")
 app.add_typer(db_app, name="db")
 
 _state: dict = {"db": None}
-JSON = typer.Option(False, "--json", help="Print JSON for scripts.")
+JSON = typer.Option(False, "--json", help="Print JSON for scripts (times in ISO-8601 UTC).")
 
 
 @app.callback()
 def main_options(
     db: Optional[str] = typer.Option(
-        None, "--db", help="Ledger URL (default: $LANE_DATABASE_URL or lane.db under PREFECT_HOME).", show_default=False
+        None, "--db", metavar="URL",
+        help="Ledger URL, or block:lane-ledger/NAME (default: $LANE_DATABASE_URL, else lane.db under "
+        "PREFECT_HOME). May come before or after the command.", show_default=False,
     ),
-):
+):  # fmt: skip
     _state["db"] = db
 
 
-def ledger():
+def ledger(create: bool = True):
+    """The ledger named by --db; ``create=False`` for read-only commands (a missing ledger is exit 3)."""
     from .ledger import Ledger
 
-    return Ledger(_state["db"])
+    return Ledger(_state["db"], create=create)
 
 
 def _print_json(data) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str, ensure_ascii=False))
+    typer.echo(json.dumps(for_json(data), indent=2, default=str, ensure_ascii=False))
 
 
 def _table(title: str, columns: list[str], rows: list[list]) -> None:
@@ -78,7 +87,7 @@ def submit(
     wait: Optional[float] = typer.Option(None, help="Seconds it may wait before it is parked."),
     fallback: Optional[str] = typer.Option(None, help="Lane to fall back to ('lane' = the lane's own fallback)."),
 ):
-    """Record a job; prints only its id, so `id=$(lane submit ...)` works."""
+    """Record a job; prints only its id, so id=$(lane submit ...) works."""
     fb = True if fallback == "lane" else fallback
     typer.echo(ledger().submit(stage, est, lane, est_version=est_version, run_key=run_key, key=key,
                                wait_seconds=wait, fallback=fb))  # fmt: skip
@@ -143,15 +152,21 @@ def report(
 ):
     """Drift per stage: sum(actual) / sum(est) of done jobs, as in the article.
 
-    `--by stage,version` puts each shadow estimator beside the admission one on the same jobs.
+    With --by stage,version each shadow estimator sits beside the admission one on the same jobs.
     """
-    from .reports import drift, drift_over_time, plot_drift, render
+    led = ledger(create=False)
+    if lane is not None:
+        led.lane(lane)  # an unknown lane is exit 3, not an empty report
+    from .reports import drift, drift_over_time, plot_drift, render, spend_over_time
 
-    led = ledger()
     df = drift(led, lane=lane, since=since, by=by)
     if plot:
-        plot_drift(drift_over_time(led, lane=lane, since=since), plot)
+        plot_drift(drift_over_time(led, lane=lane, since=since), plot, spend=spend_over_time(led, lane=lane, since=since))
         typer.echo(f"plot written to {plot}", err=True)
+    if df.empty and fmt == "table":
+        typer.echo(f"no settled jobs in the ledger at {led.url}" + (f" in lane {lane}" if lane else "")
+                   + (f" in the last {since}" if since else ""))  # fmt: skip
+        return
     typer.echo(render(df, fmt))
 
 
@@ -160,7 +175,7 @@ def lanes(ctx: typer.Context, as_json: bool = JSON):
     """Spent / reserved / remaining / overage per lane, % of ceiling, leased, waiting and parked."""
     if ctx.invoked_subcommand:
         return
-    status = ledger().lanes()
+    status = ledger(create=False).lanes()
     if as_json:
         _print_json(status)
         return
@@ -178,7 +193,8 @@ def lanes(ctx: typer.Context, as_json: bool = JSON):
 
 @lanes_app.command("set")
 def lanes_set(
-    name: str = typer.Argument(..., help="Lane to change (created if new)."),
+    name: str = typer.Argument(..., help="Lane to change (an unknown name is refused unless --create)."),
+    create: bool = typer.Option(False, "--create", help="Create the lane if it does not exist (from the defaults)."),
     allowance: Optional[int] = typer.Option(None, help="The provider's allowance."),
     ceiling: Optional[int] = typer.Option(None, help="Never admit past this many tokens."),
     start_fraction: Optional[float] = typer.Option(None, help="Share of the ceiling jobs that start a run may use."),
@@ -196,21 +212,70 @@ def lanes_set(
     stop: Optional[bool] = typer.Option(None, "--stop/--resume", help="Hard-stop the lane, or resume it."),
     as_json: bool = JSON,
 ):
-    """Change a lane's numbers, e.g. `lane lanes set free --ceiling 6000000`."""
+    """Change a lane's numbers, e.g. lane lanes set free --ceiling 6000000 (new lanes need --create)."""
     settings = {k: v for k, v in dict(
         allowance=allowance, ceiling=ceiling, start_fraction=start_fraction, burst_tokens=burst_tokens,
         window_seconds=window_seconds, max_leased=max_leased, lease_seconds=lease_seconds,
         max_wait_seconds=max_wait_seconds, max_attempts=max_attempts, park_seconds=park_seconds,
         fallback=fallback, preflight=preflight, preflight_timeout=preflight_timeout, period=period, stopped=stop,
     ).items() if v is not None}  # fmt: skip
-    row = ledger().set_lane(name, **settings)
+    from .errors import UnknownLane
+
+    try:
+        row = ledger().set_lane(name, create=create, **settings)
+    except UnknownLane as exc:
+        if create or exc.details.get("lane") != name:
+            raise
+        raise UnknownLane(name, hint="a typo? to create a new lane, add --create") from None
     if as_json:
         from dataclasses import asdict
 
         _print_json(asdict(row))
         return
-    typer.echo(f"lane {row.name}: ceiling {row.ceiling:,}, burst {row.burst_tokens:,}/{row.window_seconds:g}s, "
-               f"max leased {row.max_leased}, lease {row.lease_seconds:g}s, fallback {row.fallback or '-'}")  # fmt: skip
+    typer.echo(f"lane {row.name}: ceiling {row.ceiling:,}, burst {row.burst_tokens:,} per {duration(row.window_seconds)}, "
+               f"max leased {row.max_leased}, lease {duration(row.lease_seconds)}, fallback {row.fallback or '-'}")  # fmt: skip
+
+
+@lanes_app.command("delete")
+def lanes_delete(name: str = typer.Argument(..., help="Lane to delete: one no job ever used.")):
+    """Delete a lane no job ever used (a typo); stop a used lane instead (lanes set NAME --stop)."""
+    ledger(create=False).delete_lane(name)
+    typer.echo(f"deleted lane {name}")
+
+
+@app.command()
+def status(
+    job_id: Optional[str] = typer.Argument(None, help="A job: where it stands. Without one: every lane's state."),
+    as_json: bool = JSON,
+):
+    """Each lane's state in words, or where one job stands (its place in the queue and what blocks it)."""
+    led = ledger(create=False)
+    if job_id is not None:
+        s = led.wait_status(job_id)
+        if as_json:
+            _print_json(s)
+            return
+        if s["state"] != "new":
+            typer.echo(f"job {job_id} ({s['stage']}, estimate {s['est']:,}) is {s['state']} in lane {s['lane']}")
+            return
+        why = s["blocked_by"] or f"{s['position'] - 1} job(s) ahead"
+        typer.echo(f"job {job_id} ({s['stage']}, estimate {s['est']:,}) waits in lane {s['lane']}: "
+                   f"position {s['position']} of {s['waiting']}, blocked by {why}; "
+                   f"{s['remaining']:,} of {s['ceiling']:,} tokens remaining")  # fmt: skip
+        return
+    from .ledger.status import lane_state
+
+    rows = []
+    for s in led.lanes():
+        state = lane_state(led.lane(s["lane"]))
+        rows.append({"lane": s["lane"], "state": state, "pct_of_ceiling": s["pct_of_ceiling"],
+                     "remaining": s["remaining"], "waiting": s["waiting"], "parked": s["parked"]})  # fmt: skip
+    if as_json:
+        _print_json(rows)
+        return
+    for r in rows:
+        typer.echo(f"lane {r['lane']}: {r['state']}, {r['pct_of_ceiling']:.1f}% of ceiling committed, "
+                   f"{r['remaining']:,} remaining, {r['waiting']} waiting, {r['parked']} parked")  # fmt: skip
 
 
 @tail_app.callback()
@@ -218,27 +283,28 @@ def tail(ctx: typer.Context, lane: Optional[str] = typer.Option(None, help="Only
     """List parked jobs with age, deadline and reason."""
     if ctx.invoked_subcommand:
         return
-    import time
-
-    jobs = ledger().tail(lane)
+    led = ledger(create=False)
+    if lane is not None:
+        led.lane(lane)  # unknown lane: exit 3
+    jobs = led.tail(lane)
     if as_json:
         _print_json(jobs)
         return
-    now = time.time()
-    _table(f"tail: {len(jobs)} parked", ["job", "lane", "stage", "est", "age", "expires in", "reason"],
-           [[j["job_id"], j["lane"], j["stage"], j["est"], f"{j['age']:.0f}s", f"{j['deadline'] - now:.0f}s",
+    now = led.now()
+    _table(f"tail: {len(jobs)} parked", ["job", "lane", "stage", "est", "parked for", "expires in", "reason"],
+           [[j["job_id"], j["lane"], j["stage"], f"{j['est']:,}", duration(j["age"]), duration(j["deadline"] - now),
              j["reason"]] for j in jobs])  # fmt: skip
 
 
 @tail_app.command("requeue")
-def tail_requeue(job_id: str):
+def tail_requeue(job_id: str = typer.Argument(..., help="A parked job.")):
     """Put a parked job back in the queue."""
     ledger().requeue(job_id)
     typer.echo(f"requeued {job_id}")
 
 
 @tail_app.command("drop")
-def tail_drop(job_id: str):
+def tail_drop(job_id: str = typer.Argument(..., help="A parked job.")):
     """Fail a parked job for good."""
     ledger().drop(job_id)
     typer.echo(f"dropped {job_id}")
@@ -254,7 +320,7 @@ def db_upgrade():
 @app.command()
 def audit(grace: float = typer.Option(60.0, help="Reap interval: how long a lease may outlive its expiry.")):
     """Check invariants I1-I6 from the tables; exits 1 naming each violation."""
-    bad = ledger().audit(grace=grace)
+    bad = ledger(create=False).audit(grace=grace)
     for line in bad:
         typer.echo(line)
     if bad:
@@ -267,7 +333,7 @@ from .sim.command import simulate  # noqa: E402 - registered like the commands a
 app.command("simulate")(simulate)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Entry point: every error is one line on stderr and a shell exit code."""
     try:  # newer typer vendors its own click; older ones use click itself
         from typer import _click as click
@@ -276,10 +342,13 @@ def main() -> None:
 
     from .ledger.url import redact
 
+    args = hoist_db(list(sys.argv[1:] if argv is None else argv))
     try:
-        code = app(standalone_mode=False)
+        code = app(args=args, prog_name="lane", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError as exc:
-        typer.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        help_text = exc.format_message()  # computed (and, by a rich console, already shown) once
+        if help_text.strip():
+            typer.echo(help_text)
         sys.exit(0)
     except click.ClickException as exc:
         typer.echo(f"lane: error: {' '.join(redact(exc.format_message()).split())}", err=True)

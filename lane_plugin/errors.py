@@ -39,8 +39,8 @@ class UnknownLane(LaneError):
 
     exit_code = 3
 
-    def __init__(self, name: str):
-        super().__init__(f"unknown lane {_shown(name)} (see `lane lanes`)", lane=name)
+    def __init__(self, name: str, hint: str = "lane lanes lists them"):
+        super().__init__(f"unknown lane {_shown(name)} ({hint})", lane=name)
 
 
 class UnknownJob(LaneError):
@@ -60,6 +60,12 @@ class NeverFits(LaneError):
 
 class NotLeased(LaneError):
     """The job holds no lease for this attempt."""
+
+    exit_code = 5
+
+
+class NotParked(LaneError):
+    """The job is not parked (only parked jobs can be requeued or dropped)."""
 
     exit_code = 5
 

@@ -165,6 +165,8 @@ def validate_settings(settings: dict, current: LaneRow | None = None) -> dict:
         out[key] = value
     merged = {f.name: getattr(current, f.name) for f in fields(LaneRow)} if current else dict(NEW_LANE)
     merged.update(out)
+    if current is None and "allowance" in out and "ceiling" not in out:
+        merged["ceiling"] = int(out["allowance"] * 0.8)  # a new lane's ceiling follows its allowance
     if merged.get("ceiling") and merged.get("allowance") and merged["ceiling"] > merged["allowance"]:
         raise InvalidInput("ceiling", merged["ceiling"], f"must not exceed the allowance {merged['allowance']}")
     return out

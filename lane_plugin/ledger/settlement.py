@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import NotLeased, Replay, UnknownJob
+from ..errors import JobParked, NotLeased, Replay, UnknownJob
 from .db import Cursor
 from .jobs import JOB_KEYS, Settled, get_job
 from .lanes import lock_lane, roll_counters
@@ -29,6 +29,9 @@ def settle(
     if row[-1] is not None:
         raise Replay()
     if attempt > job["lease_attempt"] or attempt < 1:
+        if job["state"] == "parked":
+            raise JobParked(f"job {job_id} is parked and was never leased for attempt {attempt}: nothing to settle "
+                            "(requeue it with lane tail requeue, or drop it)", job_id=job_id)  # fmt: skip
         raise NotLeased(
             f"job {job_id} attempt {attempt} was never leased (state {job['state']}, "
             f"last leased attempt {job['lease_attempt'] or 'none'})",

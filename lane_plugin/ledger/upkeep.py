@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import LaneError, UnknownJob
+from ..errors import NotParked, UnknownJob
 from .db import Cursor
 from .lanes import all_lanes, lock_lane, period_start, roll_counters
 
@@ -164,7 +164,7 @@ def requeue(cur: Cursor, job_id: str, *, now: float) -> None:
     if row is None:
         raise UnknownJob(job_id)
     if row[0] != "parked":
-        raise LaneError(f"job {job_id} is {row[0]}, not parked: only parked jobs can be requeued")
+        raise NotParked(f"job {job_id} is {row[0]}, not parked: only parked jobs can be requeued", job_id=job_id)
     lock_lane(cur, row[1])
     cur.execute("delete from tail where job_id = :id", {"id": job_id})
     cur.execute(
@@ -181,7 +181,7 @@ def drop(cur: Cursor, job_id: str, *, now: float) -> None:
     if row is None:
         raise UnknownJob(job_id)
     if row[0] != "parked":
-        raise LaneError(f"job {job_id} is {row[0]}, not parked: only parked jobs can be dropped")
+        raise NotParked(f"job {job_id} is {row[0]}, not parked: only parked jobs can be dropped", job_id=job_id)
     cur.execute("delete from tail where job_id = :id", {"id": job_id})
     cur.execute(
         "update job set state = 'failed', reason = 'dropped from the tail', finished_at = :now "

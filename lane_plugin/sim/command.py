@@ -99,11 +99,11 @@ def simulate(
 ) -> None:
     """Replay traffic through the ledger's admission policy and three baselines, side by side.
 
-    The ``lane`` row runs lane_plugin.policy.admit, the very code the ledger
+    The lane row runs lane_plugin.policy.admit, the very code the ledger
     runs, on a simulated clock with a simulated slow worker (service time =
-    base + per-token x actual). Baselines: ``count`` (K leases, FIFO, blind to
-    tokens), ``token-fifo`` (stops at the first job past the ceiling) and
-    ``smallest-first`` (the article's tick, bugs kept). Traffic comes from
+    base + per-token x actual). Baselines: count (K leases, FIFO, blind to
+    tokens), token-fifo (stops at the first job past the ceiling) and
+    smallest-first (the article's tick, bugs kept). Traffic comes from
     --trace, --from-ledger, or the generator (--jobs --mix --drift --seed).
 
     Example: lane simulate --jobs 100000 --mix lognormal --drift 1.3 --period daily --plot sim.png

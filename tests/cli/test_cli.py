@@ -102,7 +102,7 @@ def test_lanes_set_and_tail(run):
 
 
 def test_db_upgrade_and_help(run):
-    assert "schema at revision 0001" in run("db", "upgrade").stdout
+    assert "schema at revision 0002" in run("db", "upgrade").stdout
     for cmd in (["--help"], ["submit", "--help"], ["lanes", "set", "--help"], ["tail", "--help"]):
         assert "Usage" in run(*cmd).stdout
 

@@ -1,0 +1,87 @@
+"""How the ``lane`` command shows things: durations in words, times in ISO-8601 UTC, ``--db`` anywhere.
+
+Example:
+    >>> duration(86340), duration(95), duration(0.4), duration(-30)
+    ('23h 59m', '1m 35s', '0s', 'overdue by 30s')
+    >>> iso(0)
+    '1970-01-01T00:00:00Z'
+    >>> hoist_db(["lanes", "--db", "sqlite:///x.db"])
+    ['--db', 'sqlite:///x.db', 'lanes']
+"""
+
+from __future__ import annotations
+
+import time
+
+# Keys whose values are epoch seconds: shown as ISO-8601 UTC in --json output.
+TIME_KEYS = frozenset({
+    "lease_until", "deadline", "parked_at", "preflight_at", "created_at", "wait_since", "admitted_at",
+    "finished_at", "settled_at", "updated_at", "period_start", "window_start",
+})  # fmt: skip
+# Keys whose values are seconds of duration: renamed with their unit in --json output.
+DURATION_KEYS = {"age": "age_seconds"}
+
+
+def duration(seconds: float) -> str:
+    """A span in words, largest two units: ``2d 3h``, ``23h 59m``, ``1m 35s``, ``45s``."""
+    s = float(seconds)
+    if s < 0:
+        return "overdue by " + duration(-s)
+    s = int(s)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if s >= size or (unit == "s" and not parts):
+            n, s = divmod(s, size)
+            parts.append(f"{n}{unit}")
+    return " ".join(parts[:2])
+
+
+def iso(epoch: float | None) -> str | None:
+    """Epoch seconds as ISO-8601 UTC (``2026-05-01T12:00:00Z``, milliseconds when there are any)."""
+    if epoch is None:
+        return None
+    epoch = float(epoch)
+    if epoch <= 0:
+        return None if epoch < 0 else "1970-01-01T00:00:00Z"
+    whole = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch))
+    ms = int(round((epoch - int(epoch)) * 1000))
+    return f"{whole}.{ms:03d}Z" if ms and ms < 1000 else f"{whole}Z"
+
+
+def for_json(data):
+    """Times as ISO-8601 UTC and durations named with their unit, recursively."""
+    if isinstance(data, list):
+        return [for_json(x) for x in data]
+    if isinstance(data, dict):
+        out = {}
+        for k, v in data.items():
+            if k in TIME_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[k] = iso(v) if v else None
+            elif k in DURATION_KEYS and isinstance(v, (int, float)):
+                out[DURATION_KEYS[k]] = round(float(v), 3)
+            else:
+                out[k] = for_json(v)
+        return out
+    return data
+
+
+def hoist_db(args: list[str]) -> list[str]:
+    """Move ``--db URL`` (or ``--db=URL``) from anywhere before ``--`` to the front, where click reads it."""
+    out, db = [], []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            out += args[i:]
+            break
+        if a == "--db" and i + 1 < len(args):
+            db = ["--db", args[i + 1]]
+            i += 2
+            continue
+        if a.startswith("--db="):
+            db = [a]
+            i += 1
+            continue
+        out.append(a)
+        i += 1
+    return db + out

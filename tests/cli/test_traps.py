@@ -1,0 +1,173 @@
+"""The `lane` CLI without traps (issue 13): what a new user runs into, each as a shell sees it."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+LANE = str(Path(sys.executable).with_name("lane"))
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {**os.environ, "LANE_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}", "COLUMNS": "200"}
+
+
+@pytest.fixture
+def run(env):
+    def run(*args, check=True, extra=None):
+        p = subprocess.run([LANE, *args], capture_output=True, text=True, env={**env, **(extra or {})}, timeout=60)
+        if check:
+            assert p.returncode == 0, p.stderr
+        return p
+
+    return run
+
+
+def one_line_error(p, code: int, needle: str) -> None:
+    assert p.returncode == code, (p.returncode, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def in_a_terminal(args: list[str], env: dict) -> str:
+    """Run ``lane`` on a pseudo-terminal (as a person would) and return everything it printed."""
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.execve(LANE, [LANE, *args], env)
+    chunks = []
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.waitpid(pid, 0)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_bare_lane_prints_its_help_once_in_a_terminal_and_piped(run, env):
+    shown = in_a_terminal([], env)
+    assert shown.count("Usage: lane") == 1, shown
+    piped = run()
+    assert piped.stdout.count("Usage: lane") == 1 and piped.stderr == ""
+    assert in_a_terminal(["db"], env).count("Usage: lane db") == 1
+
+
+def test_help_shows_switches_without_bool_and_no_literal_backticks(run):
+    for cmd in ([], ["submit"], ["tick"], ["settle"], ["reap"], ["report"], ["lanes"], ["lanes", "set"],
+                ["lanes", "delete"], ["status"], ["tail"], ["tail", "drop"], ["audit"], ["db", "upgrade"],
+                ["simulate"]):  # fmt: skip
+        text = run(*cmd, "--help").stdout
+        assert "Usage:" in text
+        assert "<bool>" not in text and "`" not in text, (cmd, text)
+    assert re.search(r"^\s+--json\s+Print JSON", run("tick", "--help").stdout, re.M)
+
+
+def test_read_only_commands_on_a_missing_ledger_say_so_exit_3_and_create_nothing(run, tmp_path):
+    missing = tmp_path / "nowhere" / "lane.db"
+    for cmd in (["lanes"], ["status"], ["report"], ["tail"], ["audit"], ["lanes", "--json"], ["report", "--lane", "free"]):
+        p = run("--db", f"sqlite:///{missing}", *cmd, check=False)
+        one_line_error(p, 3, f"no ledger at sqlite:///{missing}")
+    assert not missing.parent.exists()
+    # the default location too: nothing appears beside it
+    p = run("lanes", check=False)
+    one_line_error(p, 3, "no ledger at")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_db_goes_before_or_after_the_command(run, tmp_path):
+    url = f"sqlite:///{tmp_path / 'other.db'}"
+    run("--db", url, "db", "upgrade")
+    jid = run("submit", "--db", url, "--stage", "s", "--est", "7").stdout.strip()
+    assert run("tick", "--json", f"--db={url}").stdout.count(jid) == 1
+    assert json.loads(run("lanes", "--json", "--db", url).stdout)[0]["reserved"] == 7
+    assert run("lanes", "--json", check=False).returncode == 3  # the default ledger was never made
+
+
+def test_lanes_set_refuses_an_unknown_lane_without_create_and_delete_removes_an_unused_one(run):
+    run("db", "upgrade")
+    p = run("lanes", "set", "fre", "--ceiling", "100", check=False)
+    one_line_error(p, 3, "unknown lane 'fre' (a typo? to create a new lane, add --create)")
+    assert [x["lane"] for x in json.loads(run("lanes", "--json").stdout)] == ["free", "paid"]
+    out = run("lanes", "set", "batch", "--create", "--allowance", "50000").stdout
+    assert "lane batch: ceiling 40,000" in out and "lease 1m 30s" in out
+    assert run("lanes", "set", "batch", "--burst-tokens", "1000").returncode == 0  # exists now: no --create
+    assert "deleted lane batch" in run("lanes", "delete", "batch").stdout
+    one_line_error(run("lanes", "delete", "batch", check=False), 3, "unknown lane 'batch'")
+    run("submit", "--stage", "s", "--est", "5")
+    one_line_error(run("lanes", "delete", "free", check=False), 2, "it has 1 job(s); stop it instead")
+    run("lanes", "set", "free", "--fallback", "paid")
+    one_line_error(run("lanes", "delete", "paid", check=False), 2, "lane(s) free fall back to it")
+    assert [x["lane"] for x in json.loads(run("lanes", "--json").stdout)] == ["free", "paid"]
+
+
+def test_every_exit_code_in_the_readme(run, tmp_path):
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    listed = {int(c) for c in re.findall(r"(\d) [a-z]", readme.split("exit codes a shell can use:")[1].split("\n\n")[0])}
+    assert listed == {1, 2, 3, 4, 5, 6, 7, 8}
+    run("db", "upgrade")
+    seen = {}
+    seen[2] = run("submit", "--stage", "s", "--est", "0", check=False)
+    seen[3] = run("report", "--lane", "unknown", check=False)
+    seen[4] = run("submit", "--stage", "s", "--est", "50000", check=False)  # burst 40,000
+    waiting = run("submit", "--stage", "s", "--est", "10", "--key", "k1").stdout.strip()
+    seen[5] = run("tail", "drop", waiting, check=False)  # a job that is not parked
+    seen[6] = run("submit", "--stage", "s", "--est", "11", "--key", "k1", check=False)  # same key, other values
+    run("lanes", "set", "free", "--stop")
+    parked = run("submit", "--stage", "s", "--est", "5", "--wait", "0").stdout.strip()
+    time.sleep(0.05)
+    run("reap", "--overdue")
+    run("lanes", "set", "free", "--resume")
+    seen[7] = run("settle", parked, "--actual", "5", check=False)
+    seen[8] = run("--db", "postgresql+psycopg://u:pw@127.0.0.1:1/db", "lanes", check=False)
+    for code, p in seen.items():
+        assert p.returncode == code, (code, p.stderr)
+        assert len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith("lane: error: ")
+    assert "not parked" in seen[5].stderr and "unknown lane 'unknown'" in seen[3].stderr
+    # 1: the audit found a violation
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "cli.db") as conn:
+        conn.execute("update lane set reserved = reserved + 999 where name = 'free'")
+    p = run("audit", check=False)
+    assert p.returncode == 1 and "I2" in p.stdout
+
+
+def test_durations_in_words_and_iso_utc_in_json(run):
+    run("db", "upgrade")
+    jid = run("submit", "--stage", "s", "--est", "5", "--wait", "0").stdout.strip()
+    time.sleep(0.05)
+    run("reap", "--overdue")
+    table = run("tail").stdout
+    assert re.search(r"expires in", table) and re.search(r"23h 59m", table), table
+    [row] = json.loads(run("tail", "--json").stdout)
+    assert row["job_id"] == jid
+    iso = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3})?Z$")
+    assert iso.match(row["parked_at"]) and iso.match(row["deadline"]) and "age" not in row
+    assert 0 <= row["age_seconds"] < 60
+    lease = run("submit", "--stage", "s", "--est", "6").stdout.strip()
+    [leased] = json.loads(run("tick", "--json").stdout)
+    assert leased["id"] == lease and iso.match(leased["lease_until"])
+    status = json.loads(run("status", lease, "--json").stdout)
+    assert status["state"] == "leased"
+    assert "lane free: ok" in run("status").stdout
+
+
+def test_no_lock_file_is_left_beside_the_ledger(run, tmp_path):
+    run("db", "upgrade")
+    run("submit", "--stage", "s", "--est", "5")
+    beside = sorted(p.name for p in tmp_path.iterdir())
+    assert all(not n.endswith(".lock") for n in beside), beside
+    assert set(beside) <= {"cli.db", "cli.db-wal", "cli.db-shm"}
