@@ -31,9 +31,11 @@ lanes_app = typer.Typer(help="Show lanes (spent / reserved / remaining / overage
                         invoke_without_command=True, **_PLAIN)  # fmt: skip
 tail_app = typer.Typer(help="Parked jobs: list them, requeue one, or drop one.", invoke_without_command=True, **_PLAIN)
 db_app = typer.Typer(help="The ledger's database schema.", no_args_is_help=True, **_PLAIN)
+auto_app = typer.Typer(help="Prefect Automations that page on lane events.", no_args_is_help=True, **_PLAIN)
 app.add_typer(lanes_app, name="lanes")
 app.add_typer(tail_app, name="tail")
 app.add_typer(db_app, name="db")
+app.add_typer(auto_app, name="automations")
 
 _state: dict = {"db": None}
 JSON = typer.Option(False, "--json", help="Print JSON for scripts (times in ISO-8601 UTC).")
@@ -326,6 +328,27 @@ def audit(grace: float = typer.Option(60.0, help="Reap interval: how long a leas
     if bad:
         raise typer.Exit(1)
     typer.echo("ledger sound: I1-I6 hold")
+
+
+@auto_app.command("apply")
+def automations_apply(
+    block: Optional[str] = typer.Option(None, "--block", metavar="TYPE/NAME",
+                                        help="Notification block to notify, e.g. slack-webhook/lane-alerts."),
+    block_id: Optional[str] = typer.Option(None, "--block-id", metavar="UUID", help="Or the block document's id."),
+    file: str = typer.Option("deployments/automations.yaml", "--file", help="The automations file."),
+):  # fmt: skip
+    """Create the automations in the file on the Prefect API, with the block's id in place of its placeholder."""
+    from pathlib import Path
+
+    from . import automations
+
+    if (block is None) == (block_id is None):
+        from .errors import InvalidInput
+
+        raise InvalidInput("--block", block, "give a notification block (--block TYPE/NAME or --block-id UUID)")
+    bid = block_id if block_id is not None else automations.block_document_id(block)
+    for line in automations.apply(Path(file), bid):
+        typer.echo(line)
 
 
 from .sim.command import simulate  # noqa: E402 - registered like the commands above
