@@ -171,3 +171,34 @@ def test_no_lock_file_is_left_beside_the_ledger(run, tmp_path):
     beside = sorted(p.name for p in tmp_path.iterdir())
     assert all(not n.endswith(".lock") for n in beside), beside
     assert set(beside) <= {"cli.db", "cli.db-wal", "cli.db-shm"}
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_automations_apply_fills_the_block_id_and_says_what_it_created(capsys, monkeypatch):
+    from prefect import get_client
+    from prefect.blocks.notifications import SlackWebhook
+
+    from lane_plugin import cli
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    block_id = SlackWebhook(url="http://127.0.0.1:9/hook").save("t13-alerts", overwrite=True)
+
+    def lane(*args):
+        with pytest.raises(SystemExit) as done:
+            cli.main(list(args))
+        return done.value.code, capsys.readouterr()
+
+    code, out = lane("automations", "apply", "--block", "slack-webhook/t13-alerts")
+    assert code == 0, out.err
+    created = out.out.strip().splitlines()
+    assert len(created) == 4 and all(line.startswith("created automation '") for line in created)
+    assert "'lane crossed its start limit'" in created[0] and "on lane.* -> send-notification" in created[0]
+    with get_client(sync_client=True) as client:
+        [auto] = client.read_automations_by_name("lane tail above threshold")
+    assert str(auto.actions[0].block_document_id) == str(block_id)
+    code, out = lane("automations", "apply", "--block", "slack-webhook/t13-alerts")  # again: updated, not doubled
+    assert code == 0 and all(line.startswith("updated automation '") for line in out.out.strip().splitlines())
+    code, out = lane("automations", "apply", "--block", "slack-webhook/nope")
+    assert code == 2 and "no such block" in out.err
+    code, out = lane("automations", "apply")
+    assert code == 2 and "give a notification block" in out.err

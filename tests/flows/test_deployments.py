@@ -56,3 +56,38 @@ def test_automation_examples_validate():
     autos = [AutomationCore.model_validate(a) for a in docs["automations"]]
     names = {a.trigger.expect.pop() if a.trigger.expect else None for a in autos}
     assert names == {"lane.*", "lane.tail.high", "lane.job.parked", "lane.drift.high"}
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_serve_refuses_to_take_over_a_worker_deployment_unless_asked(monkeypatch, capsys):
+    """prefect.yaml + worker, then serve.py: reproduced on a real server, every run crashed with
+    'Downloading flow code from storage at None'. serve.py now refuses, naming the deployment."""
+    from prefect import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.syspath_prepend(str(ROOT / "deployments"))
+    import serve
+
+    deps = serve.deployments(["lane-status"], schedule=False)
+    with get_client(sync_client=True) as client:
+        try:
+            client.create_work_pool(WorkPoolCreate(name="lane-ops-t13", type="process"))
+        except ObjectAlreadyExists:
+            pass
+        flow_id = client.create_flow_from_name("lane-status")
+        client.create_deployment(flow_id=flow_id, name="lane-status", work_pool_name="lane-ops-t13",
+                                 entrypoint="flows/lane_status.py:lane_status")  # fmt: skip
+    assert serve.pooled(deps) == [("lane-status/lane-status", "lane-ops-t13")]
+    with pytest.raises(SystemExit) as refused:
+        serve.main(["--only", "lane-status", "--no-schedule"])
+    msg = str(refused.value)
+    assert "lane-status/lane-status (work pool lane-ops-t13)" in msg and "--take-over" in msg
+    assert "prefect deployment delete lane-status/lane-status" in msg
+    serve.take_over(["lane-status/lane-status"])
+    assert "deleted deployment lane-status/lane-status" in capsys.readouterr().out
+    with get_client(sync_client=True) as client, pytest.raises(ObjectNotFound):
+        client.read_deployment_by_name("lane-status/lane-status")
+    assert serve.pooled(deps) == []
+    sys.modules.pop("serve", None)
