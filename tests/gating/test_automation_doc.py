@@ -19,8 +19,18 @@ def test_the_documented_automation_validates_and_matches_our_events():
     block = re.search(r"```yaml\n(.*?)```", DOC.read_text(), re.S).group(1)
     automation = AutomationCore.model_validate(yaml.safe_load(block))
     trigger = automation.trigger
-    assert trigger.expect == {"lane.lane.start-stop"}
-    event = Event(event="lane.lane.start-stop", resource=resource("free"), payload={"committed": 1})
-    assert trigger.match.matches(event.resource) and event.event in trigger.expect
+    assert trigger.expect == {"lane.*"}
+    from prefect.events.schemas.events import matches
+
+    from lane_plugin.gating.events import job_resource, state_event_name
+
+    change = {"lane": "free", "state": "finishing-only", "start_fraction": 0.8}
+    event = Event(event=state_event_name(change), resource={**resource("free"), "lane.state": "finishing-only"})
+    assert trigger.match.matches(event.resource) and any(matches(e, event.event) for e in trigger.expect)
+    # a job event of the same lane is not a state change: its resource has no lane.state
+    job = Event(event="lane.job.settled", resource=job_resource("free", {"est": 5, "actual": 6}))
+    assert any(matches(e, job.event) for e in trigger.expect) and not trigger.match.matches(job.resource)
+    recovered = {**resource("free"), "lane.state": "ok"}
+    assert not trigger.match.matches(Event(event="x", resource=recovered).resource)
     assert not trigger.match.matches(Event(event="x", resource={"prefect.resource.id": "prefect.flow-run.1"}).resource)
     assert automation.actions[0].type == "send-notification"
