@@ -11,8 +11,10 @@
                             for trace files by name
 ==========================  =====================================================
 
-Read afresh on every call (a process may change its environment; reading is
-microseconds once the class is imported).
+Read afresh whenever a ``LANE_*`` variable changed (a process may change its
+environment, e.g. ``flows/pipeline.py --db``); otherwise the last reading is
+reused, because building a settings object costs about a millisecond and the gate
+asks on every task.
 
 Example:
     >>> import os; os.environ["LANE_MISSING_USAGE"] = "fail"
@@ -23,6 +25,8 @@ Example:
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -42,14 +46,26 @@ class LaneSettings(BaseSettings):
     traces_dir: Optional[Path] = Field(default=None)
 
 
+_cache: dict = {}
+_lock = threading.Lock()
+
+
 def lane_settings() -> LaneSettings:
     """The current settings; a bad value raises :class:`InvalidInput` naming the variable."""
+    key = tuple(sorted((k, v) for k, v in os.environ.items() if k[:5].upper() == "LANE_"))
+    with _lock:
+        hit = _cache.get("settings")
+        if hit is not None and hit[0] == key:
+            return hit[1]
     try:
-        return LaneSettings()
+        settings = LaneSettings()
     except ValidationError as exc:
         err = exc.errors()[0]
         name = "LANE_" + str(err["loc"][0]).upper() if err.get("loc") else "LANE_*"
         raise InvalidInput(name, err.get("input"), err.get("msg", "invalid")) from None
+    with _lock:
+        _cache["settings"] = (key, settings)
+    return settings
 
 
 def database_url() -> str | None:
