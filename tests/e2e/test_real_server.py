@@ -75,7 +75,7 @@ CLIENT = textwrap.dedent(
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowRunFilter, FlowRunFilterId
     from prefect.deployments import run_deployment
 
-    name = "drift-report/lane-ops"
+    name = "drift-report/drift-report"
     with get_client(sync_client=True) as client:
         end = time.monotonic() + 90
         while True:  # the serving process registers the deployment when it starts
@@ -165,7 +165,7 @@ def test_drift_report_deployment_on_a_real_server(tmp_path):
             assert (row["p50"], row["p90"], row["overage_tokens"]) == (
                 expected.loc[stage, "p50"], expected.loc[stage, "p90"], expected.loc[stage, "overage_tokens"])  # fmt: skip
         assert table["draft"]["drift"] > 1.5 and table["draft"]["verdict"].startswith("overspends")
-        assert "**Worst: draft" in result["artifacts"]["lane-drift-summary"]
+        assert "**Worst overspender: draft" in result["artifacts"]["lane-drift-summary"]
         assert (tmp_path / "drift.png").stat().st_size > 5000
     finally:
         stop(serve)
