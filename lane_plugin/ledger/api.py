@@ -24,13 +24,14 @@ from .bill import BillLine, run_bill
 from .db import Database
 from .jobs import Lease, Settled
 from .lanes import LaneRow, delete_lane, lock_lane, read_lane, write_lane_settings
+from .learning import LearningStore
 from .preflight import PreflightCache
 from .url import parse_url
 
 Listener = Callable[[str, str, dict], None]
 
 
-class Ledger:
+class Ledger(LearningStore):
     """A token ledger in one database: lanes, jobs, leases and settlements.
 
     Args:
@@ -88,7 +89,8 @@ class Ledger:
     def submit(self, stage: str, est: int, lane: str = "free", *, est_version: str | None = None,
                run_key: str | None = None, key: str | None = None, attempt: int = 1,
                deadline: float | None = None, wait_seconds: float | None = None,
-               fallback: str | bool | None = None, shadows: dict[str, int] | None = None) -> str:  # fmt: skip
+               fallback: str | bool | None = None, shadows: dict[str, int] | None = None,
+               est_input: int | None = None) -> str:  # fmt: skip
         """Record a job waiting for admission; returns its id.
 
         Args:
@@ -103,6 +105,8 @@ class Ledger:
             wait_seconds: alternatively, the deadline relative to now.
             fallback: True for the lane's fallback, a lane name, or None.
             shadows: other estimators' numbers for this job, by version.
+            est_input: the input (prompt) tokens counted for this job, if known; a
+                learned estimator learns ``actual - est_input`` from settled jobs.
 
         Raises:
             InvalidInput, UnknownLane, NeverFits, ConflictingReplay.
@@ -111,6 +115,7 @@ class Ledger:
         lane = text("lane", lane)
         est = tokens("est", est)
         est_version = text("est_version", est_version, required=False)
+        est_input = None if est_input is None else tokens("est_input", est_input, low=0)
         run_key = text("run_key", run_key, required=False)
         key = text("key", key, required=False)
         attempt = tokens("attempt", attempt)
@@ -127,7 +132,7 @@ class Ledger:
         def record(cur, now):
             dl = now + wait_seconds if wait_seconds is not None else deadline
             return intake.submit(cur, job_id=job_id, lane=lane, stage=stage, est=est, now=now,
-                                est_version=est_version, run_key=run_key, key=key, attempt=attempt,
+                                est_version=est_version, est_input=est_input, run_key=run_key, key=key, attempt=attempt,
                                 deadline=dl, fallback=fallback, shadows=shadows)  # fmt: skip
 
         jid, _ = self._run(record)
@@ -211,7 +216,7 @@ class Ledger:
             attempt: the attempt to settle; default the lease's, else the job's current one.
             outcome: ``done`` or ``failed`` (the job's state afterwards, if the lease is live).
             by_estimate: ``actual`` is the estimate, billed because no usage was found
-                (counted in the run's bill).
+                (counted in the run's bill; never learned from).
 
         A replay of the same (job, attempt) returns the first result with
         ``replay=True`` and bills nothing. A settlement after the lease expired
@@ -229,7 +234,7 @@ class Ledger:
         try:
             result = self._run(
                 lambda cur, now: settlement.settle(cur, job_id, actual=actual, attempt=attempt, outcome=outcome,
-                                                   now=now, by_estimate=by_estimate),
+                                                   now=now, by_estimate=bool(by_estimate)),
                 fault="settle",
             )
         except Replay:

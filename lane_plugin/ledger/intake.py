@@ -18,6 +18,7 @@ def submit(
     est: int,
     now: float,
     est_version: str | None = None,
+    est_input: int | None = None,
     run_key: str | None = None,
     key: str | None = None,
     attempt: int = 1,
@@ -58,7 +59,7 @@ def submit(
     else:
         insert = "insert or ignore into job ({cols}) values ({vals})"
     fields = dict(
-        id=job_id, lane=target.name, stage=stage, est=est, est_version=est_version, actual=0,
+        id=job_id, lane=target.name, stage=stage, est=est, est_version=est_version, est_input=est_input, actual=0,
         state="new", attempt=attempt, lease_attempt=0, lease_until=0.0, run_key=run_key, key=key,
         deadline=deadline, fallback=fallback_lane, created_at=now, wait_since=now,
     )  # fmt: skip

@@ -8,7 +8,7 @@ from ..errors import UnknownJob
 from .db import Cursor
 
 ALL_JOB_COLUMNS = (
-    "id", "lane", "stage", "est", "est_version", "actual", "state", "attempt", "lease_attempt",
+    "id", "lane", "stage", "est", "est_version", "est_input", "actual", "state", "attempt", "lease_attempt",
     "lease_until", "lease_token", "deadline", "run_key", "key", "fallback", "reason", "created_at",
     "wait_since", "admitted_at", "finished_at",
 )  # fmt: skip

@@ -88,6 +88,9 @@ class Job(SQLModel, table=True):
     stage: str
     est: int = _big()
     est_version: Optional[str] = Field(default=None)
+    # The input (prompt) tokens counted at intake, when the estimator knew them: a learned
+    # estimator learns output = actual - est_input from settled jobs.
+    est_input: Optional[int] = Field(default=None, sa_type=BigInteger)
     actual: int = _big(default=0)
     state: str = Field(default="new", max_length=16)
     attempt: int = Field(default=1)
@@ -165,6 +168,33 @@ class LaneRun(SQLModel, table=True):
     lane: str = Field(primary_key=True, max_length=64)
     run_key: str = Field(primary_key=True)
     started_at: float = Field(default=0.0)
+
+
+class EstimatorState(SQLModel, table=True):
+    """A learned estimator's fitted state per stage, shared by every process that estimates.
+
+    ``allowance`` is what the estimator adds to a job's counted input tokens (the
+    mean of ``actual - est_input`` when it was last published); ``revision`` is
+    the digest of all of the estimator's published allowances, the ``#...`` part
+    of its version. ``jobs``, ``mean``, ``m2`` (sum of squared deviations),
+    ``p50``/``p90``/``p99`` describe the residuals of the newest settled jobs,
+    refreshed at every refit, for admission headroom and reports.
+    """
+
+    __tablename__ = "estimator_state"
+
+    estimator: str = Field(primary_key=True, max_length=64)
+    stage: str = Field(primary_key=True)
+    revision: str = Field(max_length=16)
+    allowance: int = _big()
+    jobs: int = Field(default=0)
+    mean: float = Field(default=0.0)
+    m2: float = Field(default=0.0)
+    mean_input: float = Field(default=0.0)
+    p50: float = Field(default=0.0)
+    p90: float = Field(default=0.0)
+    p99: float = Field(default=0.0)
+    fitted_at: float = Field(default=0.0)
 
 
 metadata = SQLModel.metadata

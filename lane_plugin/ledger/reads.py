@@ -10,7 +10,8 @@ from .db import Cursor
 from .jobs import ALL_JOB_COLUMNS, get_job
 
 _TAIL = ("job_id", "lane", "stage", "est", "reason", "parked_at", "deadline")
-_SETTLED = ("id", "lane", "stage", "est", "est_version", "actual", "overage", "finished_at")
+_SETTLED = ("id", "lane", "stage", "est", "est_version", "actual", "overage", "finished_at", "est_input",
+            "by_estimate")
 
 
 def _dicts(keys: tuple[str, ...], rows) -> list[dict]:
@@ -41,11 +42,12 @@ def settled_jobs(cur: Cursor, now: float, *, lane: str | None, since: float | No
         params["cut"] = now - since
     rows = cur.all(
         "select j.id, j.lane, j.stage, j.est, coalesce(j.est_version, '-'), j.actual, coalesce(s.overage, 0), "
-        "j.finished_at from job j left join (select job_id, sum(overage) as overage from settlement "
+        "j.finished_at, j.est_input, coalesce(s.by_estimate, 0) from job j left join (select job_id, "
+        "sum(overage) as overage, max(case when by_estimate then 1 else 0 end) as by_estimate from settlement "
         f"group by job_id) s on s.job_id = j.id where {' and '.join(where)}",
         params,
     )
-    return _dicts(_SETTLED, rows)
+    return [dict(r, by_estimate=bool(r["by_estimate"])) for r in _dicts(_SETTLED, rows)]
 
 
 def spend(cur: Cursor, now: float, *, lane: str | None, since: float | None) -> list[dict]:
@@ -80,6 +82,8 @@ def estimator_samples(cur: Cursor, version: str, *, lane: str | None) -> list[di
     if lane:
         where = " and j.lane = :lane"
         params["lane"] = lane
+    # A job billed its estimate because no usage was found teaches nothing: its "actual" is a guess.
+    where += " and not exists (select 1 from settlement x where x.job_id = j.id and x.by_estimate)"
     rows = cur.all(
         "select j.stage, j.est, j.actual, j.finished_at from job j where j.state = 'done' and j.est_version = :v"
         + where

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from lane_plugin.ledger.schema import HEAD_REVISION
+
 LANE = str(Path(sys.executable).with_name("lane"))
 
 
@@ -102,7 +104,7 @@ def test_lanes_set_and_tail(run):
 
 
 def test_db_upgrade_and_help(run):
-    assert "schema at revision 0002" in run("db", "upgrade").stdout
+    assert f"schema at revision {HEAD_REVISION}" in run("db", "upgrade").stdout
     for cmd in (["--help"], ["submit", "--help"], ["lanes", "set", "--help"], ["tail", "--help"]):
         assert "Usage" in run(*cmd).stdout
 

@@ -1,0 +1,127 @@
+"""What learned estimators read from and write to the ledger: samples and fitted state.
+
+A learned estimator's state lives in table ``estimator_state`` (one row per
+estimator and stage), so every process and machine that estimates with it
+reads the same numbers. Its samples are settled jobs that recorded their input
+tokens at intake (``job.est_input``) and were billed real usage (no
+settlement of theirs has ``by_estimate``: an estimate billed back as the
+actual would teach the estimator its own guess).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..checks import label, text, tokens
+from ..errors import InvalidInput
+from .db import Cursor
+
+STATE_COLUMNS = ("estimator", "stage", "revision", "allowance", "jobs", "mean", "m2", "mean_input", "p50", "p90",
+                 "p99", "fitted_at")  # fmt: skip
+_FLOATS = ("mean", "m2", "mean_input", "p50", "p90", "p99")
+MAX_WINDOW = 100_000
+
+
+def output_samples(cur: Cursor, *, window: int, lane: str | None, stage: str | None) -> dict[str, list[tuple[int, int]]]:
+    """``{stage: [(est_input, actual), ...]}``: the newest ``window`` learnable jobs per stage, oldest first."""
+    where, params = ["j.state = 'done'", "j.est_input is not null"], {"w": window}
+    if lane:
+        where.append("j.lane = :lane")
+        params["lane"] = lane
+    if stage:
+        where.append("j.stage = :stage")
+        params["stage"] = stage
+    rows = cur.all(
+        "select stage, est_input, actual from (select j.id, j.stage, j.est_input, j.actual, j.finished_at, "
+        "row_number() over (partition by j.stage order by j.finished_at desc, j.id desc) as rn from job j "
+        f"where {' and '.join(where)} and not exists (select 1 from settlement s where s.job_id = j.id "
+        "and s.by_estimate)) t where rn <= :w order by stage, finished_at, id",
+        params,
+    )
+    out: dict[str, list[tuple[int, int]]] = {}
+    for s, est_input, actual in rows:
+        out.setdefault(s, []).append((int(est_input), int(actual)))
+    return out
+
+
+def read_state(cur: Cursor, estimator: str | None) -> list[dict]:
+    """Fitted state rows, by estimator then stage (every estimator's when ``estimator`` is None)."""
+    sql = f"select {', '.join(STATE_COLUMNS)} from estimator_state"
+    rows = cur.all(sql + (" where estimator = :e" if estimator else "") + " order by estimator, stage",
+                   {"e": estimator} if estimator else {})  # fmt: skip
+    return [dict(zip(STATE_COLUMNS, r)) for r in rows]
+
+
+def check_state_row(estimator: str, row: dict) -> dict:
+    """A state row with every field checked (names the field and the value), ready to write."""
+    if not isinstance(row, dict):
+        raise InvalidInput("state row", row, "expected a mapping of the estimator_state columns")
+    out = {"estimator": label("estimator", estimator)}
+    out["stage"] = text("stage", row.get("stage"))
+    out["revision"] = text("revision", row.get("revision"), limit=16)
+    allowance = row.get("allowance")
+    if isinstance(allowance, bool) or not isinstance(allowance, int) or abs(allowance) > 10**12:
+        raise InvalidInput("allowance", allowance, "expected a whole number of tokens (may be negative)")
+    out["allowance"] = allowance
+    out["jobs"] = tokens("jobs", row.get("jobs", 0), low=0)
+    for field in _FLOATS:
+        value = row.get(field, 0.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InvalidInput(field, value, "expected a finite number")
+        out[field] = float(value)
+    if out["m2"] < 0:
+        raise InvalidInput("m2", out["m2"], "a sum of squared deviations is never negative")
+    return out
+
+
+def write_state(cur: Cursor, rows: list[dict], now: float) -> None:
+    """Insert or replace the rows (checked by :func:`check_state_row`), stamped ``fitted_at = now``."""
+    cols = STATE_COLUMNS
+    updates = ", ".join(f"{c} = excluded.{c}" for c in cols if c not in ("estimator", "stage"))
+    cur.executemany(
+        f"insert into estimator_state ({', '.join(cols)}) values ({', '.join(':' + c for c in cols)}) "
+        f"on conflict (estimator, stage) do update set {updates}",
+        [dict(r, fitted_at=now) for r in rows],
+    )
+
+
+class LearningStore:
+    """The :class:`~lane_plugin.Ledger` methods learned estimators use (mixed into it)."""
+
+    def output_samples(self, *, window: int = 1000, lane: str | None = None,
+                       stage: str | None = None) -> dict[str, list[tuple[int, int]]]:  # fmt: skip
+        """Settled jobs to learn an output allowance from: ``{stage: [(est_input, actual), ...]}``.
+
+        The newest ``window`` per stage, oldest first: done jobs that recorded
+        their input tokens at intake and were billed real usage (never an
+        estimate billed for missing usage).
+
+        Example:
+            >>> led.output_samples(window=200)["critique"][-1]                # doctest: +SKIP
+            (412, 1130)
+        """
+        window = tokens("window", window)
+        if window > MAX_WINDOW:
+            raise InvalidInput("window", window, f"at most {MAX_WINDOW:,} jobs per stage")
+        lane = text("lane", lane, required=False)
+        stage = text("stage", stage, required=False)
+        return self._run(lambda cur, now: output_samples(cur, window=window, lane=lane, stage=stage), write=False)
+
+    def estimator_state(self, estimator: str | None = None) -> list[dict]:
+        """A learned estimator's fitted state, one dict per stage (every estimator's by default).
+
+        Keys: ``estimator, stage, revision, allowance, jobs, mean, m2, mean_input,
+        p50, p90, p99, fitted_at``.
+        """
+        estimator = None if estimator is None else label("estimator", estimator)
+        return self._run(lambda cur, now: read_state(cur, estimator), write=False)
+
+    def save_estimator_state(self, estimator: str, rows: list[dict]) -> None:
+        """Write a learned estimator's state for the given stages in one transaction.
+
+        Every row is checked before anything is written; stages not in ``rows``
+        keep their state.
+        """
+        checked = [check_state_row(estimator, r) for r in rows]
+        if checked:
+            self._run(lambda cur, now: write_state(cur, checked, now))
