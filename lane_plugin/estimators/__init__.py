@@ -15,6 +15,9 @@ Built-ins:
   encoding are available locally (no downloads).
 * :func:`calibrated` -- any estimator times a per-stage factor learned from
   recently settled jobs; its version changes whenever a factor does.
+* :func:`learned` -- exact input tokens (:mod:`.tokens`: bpe-openai, offline)
+  plus a per-stage output allowance learned from settled jobs, its state
+  shared through the ledger; :func:`refit` refits it there.
 
 Example:
     >>> base = Constant({"draft": 1000})
@@ -29,8 +32,11 @@ Example:
 
 from .basic import Constant, Estimator, TextLength, Tiktoken, at_least_one, load_local_encoding
 from .calibrated import Calibrated, base_samples, calibrated, submit_kwargs
+from .learned import Estimate, Learned, OutputLearner, RefitResult, StageFit, learned, refit
+from .tokens import TokenCounter, count_message_tokens, count_tokens, encoding_for_model
 
 __all__ = [
-    "Calibrated", "Constant", "Estimator", "TextLength", "Tiktoken", "at_least_one", "base_samples",
-    "calibrated", "load_local_encoding", "submit_kwargs",
+    "Calibrated", "Constant", "Estimate", "Estimator", "Learned", "OutputLearner", "RefitResult", "StageFit",
+    "TextLength", "Tiktoken", "TokenCounter", "at_least_one", "base_samples", "calibrated", "count_message_tokens",
+    "count_tokens", "encoding_for_model", "learned", "load_local_encoding", "refit", "submit_kwargs",
 ]  # fmt: skip

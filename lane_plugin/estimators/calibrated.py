@@ -134,19 +134,34 @@ def base_samples(ledger, version: str, *, lane: str | None = None, window: int =
 
 
 def submit_kwargs(primary: Estimator, shadows: Iterable[Estimator] = (), *args, **kwargs) -> dict:
-    """``est``, ``est_version`` and ``shadows`` for :meth:`Ledger.submit` from estimators.
+    """``est``, ``est_version``, ``shadows`` and ``est_input`` for :meth:`Ledger.submit` from estimators.
 
     Admit with ``primary`` and record every other estimator's number beside it,
     so ``lane report --by stage,version`` compares them on the same jobs.
+    ``est_input`` is the job's counted input tokens when an estimator knows
+    them (a :func:`~lane_plugin.estimators.learned` one, admitting or in the
+    shadows), else None: recorded with the job, it is what a learned estimator
+    learns from once the job settles.
 
     Example:
         >>> base = Constant({"draft": 1000})
         >>> submit_kwargs(calibrated(base), [base], stage="draft")
-        {'est': 1000, 'est_version': 'calibrated(const-v1)#00000000', 'shadows': {'const-v1': 1000}}
+        {'est': 1000, 'est_version': 'calibrated(const-v1)#00000000', 'shadows': {'const-v1': 1000}, 'est_input': None}
     """
-    est = primary.estimate(*args, **kwargs)
-    out = {"est": est, "est_version": primary.version, "shadows": {}}
+    est, est_input = _estimate(primary, args, kwargs)
+    out = {"est": est, "est_version": primary.version, "shadows": {}, "est_input": est_input}
     for other in shadows:
         if other.version != primary.version:
-            out["shadows"][other.version] = other.estimate(*args, **kwargs)
+            out["shadows"][other.version], known = _estimate(other, args, kwargs)
+            if out["est_input"] is None:
+                out["est_input"] = known
     return out
+
+
+def _estimate(estimator: Estimator, args: tuple, kwargs: dict) -> tuple[int, int | None]:
+    """An estimator's number and, if it counts them, the input tokens behind it."""
+    breakdown = getattr(estimator, "breakdown", None)
+    if callable(breakdown):
+        b = breakdown(*args, **kwargs)
+        return b.total, b.input_tokens
+    return estimator.estimate(*args, **kwargs), None

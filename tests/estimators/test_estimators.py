@@ -132,7 +132,7 @@ def test_submit_kwargs_records_shadows_beside_the_admission_estimate():
     base = TextLength(expected_output=100)
     cal = calibrated(base, factors={"draft": 2.0})
     kw = submit_kwargs(cal, [base, cal], "x" * 400, stage="draft")
-    assert kw == {"est": 400, "est_version": cal.version, "shadows": {base.version: 200}}
+    assert kw == {"est": 400, "est_version": cal.version, "shadows": {base.version: 200}, "est_input": None}
 
 
 def test_calibrated_admission_stops_a_drifting_estimator_overspending(tmp_path):
