@@ -5,8 +5,8 @@ it runs and settles what it really spent; the modules here are the decorator,
 the gate itself, lease renewal, usage capture, Prefect events and artifacts.
 """
 
-from .context import Gate, gate, report_usage
+from .context import Gate, gate, report_usage, track_usage
 from .decorator import lane_task
 from .ledgers import get_ledger
 
-__all__ = ["Gate", "gate", "get_ledger", "lane_task", "report_usage"]
+__all__ = ["Gate", "gate", "get_ledger", "lane_task", "report_usage", "track_usage"]

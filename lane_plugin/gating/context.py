@@ -30,13 +30,25 @@ body, so it neither waits nor settles):
    past the deadline the job goes to its fallback lane or is parked
    (:class:`~lane_plugin.errors.JobParked`);
 3. while the body runs, a background thread renews the lease;
-4. settlement: tokens reported with :func:`report_usage` plus the usage read
-   from the return value; on an exception, what was reported so far.
+4. settlement: tokens reported with :func:`report_usage` (ints, responses,
+   stream chunks; :func:`track_usage` wraps a stream) plus the usage read from
+   the return value (a returned stream is read to its end first,
+   :mod:`~lane_plugin.gating.streams`); on an exception, what was reported so
+   far; stopped by a timeout or cancellation with less reported than the
+   estimate, the estimate (:mod:`~lane_plugin.gating.timeouts`). An estimate
+   billed because no usage was found is marked ``by_estimate`` on the settlement.
+
+A task that returns text rather than the response reports the response first:
+
+    >>> resp = client.chat.completions.create(...)               # doctest: +SKIP
+    >>> report_usage(resp)
+    >>> return resp.choices[0].message.content
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import random
 import threading
@@ -47,12 +59,13 @@ from typing import Any
 from ..errors import InvalidInput, JobParked, LaneError, NeverFits, UsageMissing
 from ..ledger import Ledger
 from ..settings import lane_settings
-from . import tokenlog
+from . import timeouts, tokenlog
 from .bill import note_run
-from .estimates import is_estimator, resolve_estimate, wait_seconds
+from .estimates import is_estimator, resolve_parts, wait_seconds
 from .ledgers import get_ledger, next_seq, prefect_run, run_logger
 from .renewal import Held, renewer
-from .usage import check_missing_policy, extract_usage, usage_of
+from .streams import AsyncTrackedStream, TrackedStream, adrain, drain, is_async_stream, is_stream
+from .usage import UsageMeter, check_missing_policy, usage_of
 
 POLL = 0.1  # first poll delay while waiting (seconds); grows 1.5x per poll
 MAX_POLL = 2.0  # the slowest poll: a waiter never hammers the ledger
@@ -92,7 +105,7 @@ class Gate:
                  attempt: int | None = None, run_key: str | None = None, _args: tuple = (),
                  _kwargs: dict | None = None):  # fmt: skip
         self.stage, self.lane = stage, lane
-        self.est, version = resolve_estimate(estimate, stage, _args, _kwargs)
+        self.est, version, self.est_input = resolve_parts(estimate, stage, _args, _kwargs)
         self.est_version = est_version or version
         self.wait_seconds = wait_seconds(deadline)
         self.fallback = fallback
@@ -101,29 +114,63 @@ class Gate:
         self.key, self.attempt, self.run_key = key, attempt, run_key
         self.job_id: str | None = None
         self.lease = None
-        self.used = 0
-        self._found = False
+        self.meter = UsageMeter()
+        self._shield = contextlib.ExitStack()
+        self._shielded = False
         self._held: Held | None = None
         self._token = None
         self.settled = None
         self._whole_task = False  # lane_task: the job is the whole task run
 
     # -- usage ----------------------------------------------------------------------
-    def report(self, usage: Any) -> int:
-        """Add tokens spent inside the block: an int or an LLM response; returns the running total."""
-        found = extract_usage(usage)
-        if found is None:
-            raise InvalidInput("usage", usage, "no token count found (expected an int or a response with .usage)")
-        self.used += found
-        self._found = True
-        return self.used
+    @property
+    def used(self) -> int:
+        """Tokens reported so far (ints, responses, and each stream at its newest usage)."""
+        return self.meter.total
 
-    def report_result(self, result: Any, reader: Callable[[Any], Any] | None = None) -> None:
-        """Add the usage read from the block's return value, if any can be found."""
-        found = usage_of(result, reader)
+    def report(self, usage: Any) -> int:
+        """Add tokens spent inside the block: an int, an LLM response, or a stream chunk; returns the total.
+
+        A stream chunk or event without usage adds nothing, so ``report_usage(chunk)``
+        may be called on every chunk; the same response or usage chunk twice counts once.
+        """
+        self.meter.add(usage)
+        return self.meter.total
+
+    def report_result(self, result: Any, reader: Callable[[Any], Any] | None = None) -> Any:
+        """Add the usage read from the block's return value; returns the value to hand back.
+
+        A returned stream is read to its end here (its usage is in its last
+        chunk) and a :class:`~lane_plugin.gating.streams.ReplayedStream` of its
+        chunks is returned instead.
+        """
+        if reader is None and is_stream(result):
+            return drain(result, self._feed)
+        found = usage_of(result, reader) if reader is not None else None
         if found is not None:
-            self.used += found
-            self._found = True
+            self.meter.add(found)
+        elif reader is None:
+            self._feed(result)
+        return result
+
+    async def areport_result(self, result: Any, reader: Callable[[Any], Any] | None = None) -> Any:
+        """:meth:`report_result` for an async body (reads a returned async stream)."""
+        if reader is None and is_async_stream(result):
+            return await adrain(result, self._feed)
+        return self.report_result(result, reader)
+
+    def _feed(self, obj: Any) -> None:
+        """Count what carries usage; ignore what does not (text, a chunk without usage)."""
+        try:
+            self.meter.add(obj)
+        except InvalidInput:
+            pass
+
+    def track(self, stream: Any) -> Any:
+        """``stream`` with each chunk's usage reported to this gate as it passes (sync or async)."""
+        if hasattr(stream, "__aiter__") and not hasattr(stream, "__iter__"):
+            return AsyncTrackedStream(stream, self._feed)
+        return TrackedStream(stream, self._feed)
 
     # -- enter ----------------------------------------------------------------------
     def _intake(self) -> Ledger:
@@ -141,7 +188,7 @@ class Gate:
             note_run(flow_run, led)  # the flow run's lane-bill is published when it finishes
         try:
             self.job_id = led.submit(self.stage, self.est, self.lane, est_version=self.est_version,
-                                     run_key=self.run_key, key=self.key, attempt=self.attempt,
+                                     est_input=self.est_input, run_key=self.run_key, key=self.key, attempt=self.attempt,
                                      wait_seconds=self.wait_seconds, fallback=self.fallback)  # fmt: skip
         except NeverFits as exc:
             run_logger().error("lane gate: %s job (%s tokens) can never be admitted: %s", self.stage, self.est, exc)
@@ -206,6 +253,12 @@ class Gate:
         raise JobParked(msg, job_id=self.job_id, lane=s["lane"], est=s["est"], remaining=s["remaining"])
 
     def _admitted(self, led: Ledger, waited: float) -> None:
+        if timeouts.injected():
+            # Prefect delivers a sync task's timeout in a worker thread by injecting an exception at the
+            # next bytecode after a blocking call returns: it would throw away the LLM response (and its
+            # usage) the call just brought back. Defer it until this attempt is settled; it is raised then.
+            self._shield.enter_context(timeouts.shield())
+            self._shielded = True
         self._held = renewer().hold(led, self.lease, run_logger())
         tokenlog.admitted(run_logger(), led, stage=self.stage, lane=self.lease.lane, est=self.est, waited=waited,
                           attempt=self.lease.attempt)  # fmt: skip
@@ -232,6 +285,12 @@ class Gate:
 
     # -- exit -----------------------------------------------------------------------
     def __exit__(self, exc_type, exc, tb) -> None:
+        with self._shield:  # a deferred timeout is raised when this closes, after the settlement
+            self._exit(exc_type)
+            if self._shielded and exc_type is None and timeouts.task_timed_out():
+                timeouts.raise_timeout()  # the body overran timeout_seconds: the task run ends timed out, as in Prefect
+
+    def _exit(self, exc_type) -> None:
         if self._token is not None:
             _current.reset(self._token)
             self._token = None
@@ -239,10 +298,18 @@ class Gate:
         if held is not None:
             renewer().release(held)
         led = get_ledger(self._ledger_arg)
+        if exc_type is not None and issubclass(exc_type, (TimeoutError, asyncio.CancelledError)) and self.used < self.est:
+            # A timeout or cancellation stopped the body, maybe during an LLM call the provider bills anyway:
+            # bill the estimate (at least what was reported), marked as billed by estimate.
+            run_logger().warning("lane gate: %s job %s was stopped (%s) with %d tokens reported; billing its "
+                                 "estimate of %d (an interrupted call may still be billed by the provider)",
+                                 self.stage, self.job_id, exc_type.__name__, self.used, self.est)  # fmt: skip
+            self._settle(led, held, self.est, "failed", by_estimate=True)
+            return
         if exc_type is not None:
             self._settle(led, held, self.used, "failed")
             return
-        if self._found:
+        if self.meter.found:
             self._settle(led, held, self.used, "done")
             return
         if self.missing_usage == "fail":
@@ -261,8 +328,9 @@ class Gate:
         self.__exit__(exc_type, exc, tb)
 
     def _settle(self, led: Ledger, held: Held | None, actual: int, outcome: str, by_estimate: bool = False) -> None:
-        self.settled = led.settle(self.job_id, actual, attempt=self.lease.attempt, outcome=outcome,
-                                  by_estimate=by_estimate)  # fmt: skip
+        with timeouts.shield():  # a timeout landing mid-transaction must not leave the attempt unbilled
+            self.settled = led.settle(self.job_id, actual, attempt=self.lease.attempt, outcome=outcome,
+                                      by_estimate=by_estimate)  # fmt: skip
         tokenlog.settled(run_logger(), self.settled, stage=self.stage, est=self.est)
         with _settled:
             _settled.notify_all()
@@ -287,6 +355,23 @@ def gate(stage: str, estimate: Any, lane: str = "free", **options) -> Gate:
     return Gate(stage, estimate, lane, **options)
 
 
+def track_usage(stream: Any) -> Any:
+    """Wrap a streamed LLM response so its usage reaches the running gate as the chunks pass.
+
+    Works for OpenAI streams (ask for ``stream_options={"include_usage": True}``),
+    Anthropic streams and events, sync or async; the wrapper is the stream otherwise.
+
+    Example:
+        >>> stream = client.chat.completions.create(..., stream=True,             # doctest: +SKIP
+        ...                                         stream_options={"include_usage": True})
+        >>> text = "".join(c.choices[0].delta.content or "" for c in track_usage(stream) if c.choices)  # doctest: +SKIP
+    """
+    g = _current.get()
+    if g is None:
+        raise LaneError("track_usage() called outside a gated block: use it inside a @lane_task body or `with gate(...)`")
+    return g.track(stream)
+
+
 def report_usage(usage: Any) -> int:
     """Add tokens to the innermost running gate: an int or an LLM response; returns its total so far.
 
@@ -302,4 +387,4 @@ def report_usage(usage: Any) -> int:
     return g.report(usage)
 
 
-__all__ = ["Gate", "gate", "report_usage"]
+__all__ = ["Gate", "gate", "report_usage", "track_usage"]

@@ -111,7 +111,7 @@ def lane_task(stage: str, estimate: Any, lane: str = "free", usage: Callable[[An
             async def body(*args, **kwargs):
                 async with open_gate(args, kwargs) as g:
                     result = await fn(*args, **kwargs)
-                    g.report_result(result, usage)
+                    result = await g.areport_result(result, usage)  # a returned stream is read here
                 return result
         else:
 
@@ -119,7 +119,7 @@ def lane_task(stage: str, estimate: Any, lane: str = "free", usage: Callable[[An
             def body(*args, **kwargs):
                 with open_gate(args, kwargs) as g:
                     result = fn(*args, **kwargs)
-                    g.report_result(result, usage)
+                    result = g.report_result(result, usage)  # a returned stream is read here
                 return result
 
         body.__prefect_task_source__ = fn  # task key and cache key follow the user's code, not ours

@@ -28,15 +28,44 @@ def resolve_estimate(estimate: Any, stage: str, args: tuple = (), kwargs: dict |
         >>> resolve_estimate(lambda doc: 400 + len(doc) // 3, "draft", ("x" * 30,))
         (410, None)
     """
+    est, version, _ = resolve_parts(estimate, stage, args, kwargs)
+    return est, version
+
+
+def resolve_parts(estimate: Any, stage: str, args: tuple = (), kwargs: dict | None = None
+                  ) -> tuple[int, str | None, int | None]:  # fmt: skip
+    """``(tokens, est_version or None, input tokens or None)``: what the gate submits.
+
+    The input tokens are known when the estimator breaks its number down
+    (``breakdown()``, as :func:`~lane_plugin.estimators.learned` does) or a
+    callable returns such a breakdown (an object with ``total``,
+    ``input_tokens`` and ``version``, e.g. ``lambda d: EST.breakdown(d.text, stage="critique")``).
+
+    Example:
+        >>> resolve_parts(lambda doc: 400 + len(doc) // 3, "draft", ("x" * 30,))
+        (410, None, None)
+    """
     kwargs = dict(kwargs or {})
+    version = None
     if is_estimator(estimate):
         kwargs.setdefault("stage", stage)
-        value, version = estimate.estimate(*args, **kwargs), estimator_label(estimate)
+        breakdown = getattr(estimate, "breakdown", None)
+        value = breakdown(*args, **kwargs) if callable(breakdown) else estimate.estimate(*args, **kwargs)
+        version = estimator_label(estimate)
     elif callable(estimate):
-        value, version = estimate(*args, **kwargs), None
+        value = estimate(*args, **kwargs)
     else:
-        value, version = estimate, None
-    return tokens(f"estimate for stage {stage!r}", value), version
+        value = estimate
+    est_input = None
+    if _is_breakdown(value):
+        version = version or str(value.version)
+        est_input = None if value.input_tokens is None else tokens("input tokens", value.input_tokens, low=0)
+        value = value.total
+    return tokens(f"estimate for stage {stage!r}", value), version, est_input
+
+
+def _is_breakdown(value: Any) -> bool:
+    return all(hasattr(value, a) for a in ("total", "input_tokens", "version")) and not isinstance(value, (int, float))
 
 
 def check_estimate(estimate: Any) -> None:

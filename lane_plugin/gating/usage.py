@@ -1,4 +1,4 @@
-"""Token usage read from whatever an LLM call returned.
+"""Token usage read from whatever an LLM call returned: responses, stream chunks and stream events.
 
 No SDK is imported: responses are read by shape, so any client works.
 
@@ -10,11 +10,37 @@ Shapes understood, in order:
 
 and a usage block is read as ``total_tokens`` (OpenAI chat and responses,
 LiteLLM), else ``prompt_tokens + completion_tokens`` (OpenAI, older
-LiteLLM), else ``input_tokens + output_tokens`` (Anthropic, OpenAI Responses).
+LiteLLM), else ``input_tokens + output_tokens`` plus Anthropic's prompt-cache
+fields, weighted as billed (:data:`ANTHROPIC_WEIGHTS`).
+
+**OpenAI's token details are already inside its totals**: ``prompt_tokens``
+includes ``prompt_tokens_details.cached_tokens`` (and ``cache_write_tokens``,
+``audio_tokens``), ``completion_tokens`` includes
+``completion_tokens_details.reasoning_tokens`` (and accepted / rejected
+prediction tokens), and ``total_tokens`` is their sum; the Responses API's
+``input_tokens_details`` / ``output_tokens_details`` likewise. They are read
+once, through the totals, never added again. Cached input tokens count at full
+weight, as they do against OpenAI's token limits.
+
+**Anthropic's** ``input_tokens`` excludes prompt-cache tokens, which are billed
+beside it: ``cache_creation_input_tokens`` (writes) and
+``cache_read_input_tokens`` (hits) are added with the weights of
+:data:`ANTHROPIC_WEIGHTS` (Anthropic's price of each relative to a plain input
+token). Pass ``usage=weighted_usage(cache_read_input_tokens=1.0)`` to count
+them otherwise.
+
+**Streams.** An OpenAI stream sends its usage in a final chunk (with
+``stream_options={"include_usage": True}``); an Anthropic stream sends it in
+``message_start`` and, cumulatively, in ``message_delta`` events; a Responses
+stream in ``response.completed``. :class:`UsageMeter` adds such chunks up per
+stream (the newest cumulative figure of each), so reporting every chunk of a
+stream, or the same chunk twice, never counts twice.
 
 Example:
     >>> extract_usage({"usage": {"prompt_tokens": 12, "completion_tokens": 30}})
     42
+    >>> extract_usage({"usage": {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 1000}})
+    115
     >>> extract_usage("just a string") is None
     True
 """
@@ -29,6 +55,19 @@ from ..errors import InvalidInput
 
 MISSING_POLICIES = ("estimate", "fail")
 _PAIRS = (("prompt_tokens", "completion_tokens"), ("input_tokens", "output_tokens"))
+#: How each Anthropic usage field counts, as Anthropic bills it relative to one plain input token:
+#: cache writes 1.25x (5-minute TTL) or 2x (1-hour TTL, when the ``cache_creation`` breakdown says so),
+#: cache hits 0.1x. ``input_tokens`` and ``output_tokens`` count once each.
+ANTHROPIC_WEIGHTS: dict[str, float] = {
+    "input_tokens": 1.0,
+    "output_tokens": 1.0,
+    "cache_creation_input_tokens": 1.25,
+    "cache_read_input_tokens": 0.1,
+    "ephemeral_5m_input_tokens": 1.25,
+    "ephemeral_1h_input_tokens": 2.0,
+}
+_ANTHROPIC_EVENTS = ("message_start", "message_delta", "message_stop", "content_block_start", "content_block_delta",
+                     "content_block_stop", "ping", "text", "thinking", "signature", "input_json", "citation")  # fmt: skip
 
 
 def _field(block: Any, name: str) -> Any:
@@ -47,29 +86,47 @@ def _count(value: Any) -> int | None:
     return None
 
 
-def _from_block(block: Any) -> int | None:
+def _anthropic_cache(block: Any, weights: Mapping[str, float]) -> float:
+    """Weighted prompt-cache tokens of an Anthropic usage block (0 when it has none)."""
+    total = 0.0
+    split = _field(block, "cache_creation")
+    parts = [(k, _count(_field(split, k))) for k in ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")]
+    if split is not None and any(n is not None for _, n in parts):
+        total += sum(weights[k] * n for k, n in parts if n is not None)
+    else:
+        total += weights["cache_creation_input_tokens"] * (_count(_field(block, "cache_creation_input_tokens")) or 0)
+    total += weights["cache_read_input_tokens"] * (_count(_field(block, "cache_read_input_tokens")) or 0)
+    return total
+
+
+def _from_block(block: Any, weights: Mapping[str, float] = ANTHROPIC_WEIGHTS) -> int | None:
     total = _count(_field(block, "total_tokens"))
     if total is not None:
         return total
-    for a, b in _PAIRS:
-        x, y = _count(_field(block, a)), _count(_field(block, b))
-        if x is not None or y is not None:
-            return (x or 0) + (y or 0)
+    x, y = _count(_field(block, "prompt_tokens")), _count(_field(block, "completion_tokens"))
+    if x is not None or y is not None:
+        return (x or 0) + (y or 0)
+    x, y = _count(_field(block, "input_tokens")), _count(_field(block, "output_tokens"))
+    if x is not None or y is not None:
+        value = weights["input_tokens"] * (x or 0) + weights["output_tokens"] * (y or 0)
+        return math.ceil(value + _anthropic_cache(block, weights) - 1e-9)
     return None
 
 
-def extract_usage(obj: Any) -> int | None:
+def extract_usage(obj: Any, weights: Mapping[str, float] | None = None) -> int | None:
     """Tokens an LLM call spent, read from its response; None when none can be found.
 
     Args:
         obj: an int, a dict (with or without a ``usage`` entry), or a response
             object with a ``usage`` attribute.
+        weights: Anthropic field weights instead of :data:`ANTHROPIC_WEIGHTS`.
 
     Example:
         >>> from types import SimpleNamespace as NS
         >>> extract_usage(NS(usage=NS(input_tokens=100, output_tokens=20)))
         120
     """
+    w = ANTHROPIC_WEIGHTS if weights is None else {**ANTHROPIC_WEIGHTS, **weights}
     direct = _count(obj)
     if direct is not None or isinstance(obj, (int, float)):
         return direct
@@ -78,10 +135,136 @@ def extract_usage(obj: Any) -> int | None:
     usage = _field(obj, "usage")
     if usage is not None:
         found = _count(usage)
-        return found if found is not None else _from_block(usage)
+        return found if found is not None else _from_block(usage, w)
     if isinstance(obj, Mapping):
-        return _from_block(obj)
+        return _from_block(obj, w)
     return None
+
+
+def weighted_usage(**weights: float) -> Callable[[Any], int | None]:
+    """A ``usage=`` reader that weighs Anthropic's fields otherwise (e.g. cache hits at full price).
+
+    Example:
+        >>> read = weighted_usage(cache_read_input_tokens=1.0)
+        >>> read({"usage": {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 1000}})
+        1015
+    """
+    for key, value in weights.items():
+        if key not in ANTHROPIC_WEIGHTS:
+            raise InvalidInput("weight", key, f"expected one of {', '.join(ANTHROPIC_WEIGHTS)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
+            raise InvalidInput(key, value, "expected a weight of at least 0")
+    return lambda obj: extract_usage(obj, weights)
+
+
+class UsageMeter:
+    """Adds up usage reported inside one gated block: ints, responses, and stream chunks or events.
+
+    A stream's chunks are kept per stream (an OpenAI chunk's ``id``, an
+    Anthropic message, a Responses ``response.id``) at their newest cumulative
+    figure, so a usage chunk seen twice, or cumulative usage on every chunk,
+    is counted once; so is a response object both reported and returned.
+
+    Example:
+        >>> m = UsageMeter()
+        >>> m.add({"object": "chat.completion.chunk", "id": "c1", "usage": None})
+        False
+        >>> m.add({"object": "chat.completion.chunk", "id": "c1", "usage": {"total_tokens": 50}})
+        True
+        >>> m.add(7), m.total
+        (True, 57)
+    """
+
+    def __init__(self, weights: Mapping[str, float] | None = None):
+        self.weights = ANTHROPIC_WEIGHTS if weights is None else {**ANTHROPIC_WEIGHTS, **weights}
+        self.found = False
+        self._plain = 0
+        self._streams: dict[Any, int] = {}
+        self._message: dict | None = None  # the Anthropic message being streamed: its usage fields so far
+        self._message_key: Any = None
+        self._seq = 0
+        self._seen: dict[int, Any] = {}
+
+    @property
+    def total(self) -> int:
+        return self._plain + sum(self._streams.values())
+
+    def add(self, obj: Any) -> bool:
+        """Count ``obj``; True if it carried usage, False for a stream chunk or event without any.
+
+        Raises :class:`~lane_plugin.errors.InvalidInput` for something that is
+        neither usage nor part of a stream (a string, a result with no usage).
+        """
+        kind = _field(obj, "type") if not isinstance(obj, (int, float, str, bytes)) else None
+        if isinstance(kind, str) and kind in _ANTHROPIC_EVENTS:
+            return self._anthropic_event(kind, obj)
+        if isinstance(kind, str) and kind.startswith("response."):  # the Responses API's stream events
+            resp = _field(obj, "response")
+            n = None if resp is None else extract_usage(resp, self.weights)
+            if n is None:
+                return False
+            self._streams[("response", _field(resp, "id"))] = n
+            self.found = True
+            return True
+        if _field(obj, "object") == "chat.completion.chunk":
+            if _field(obj, "usage") is None:
+                return False
+            n = extract_usage(obj, self.weights)
+            if n is None:
+                return False
+            self._streams[("chunk", _field(obj, "id"))] = n
+            self.found = True
+            return True
+        n = extract_usage(obj, self.weights)
+        if n is None:
+            if not isinstance(obj, (str, bytes)) and _has_usage_slot(obj):
+                return False  # a response or chunk whose usage is None: nothing to add
+            raise InvalidInput("usage", obj, "no token count found (expected an int or a response with .usage)")
+        if not isinstance(obj, (int, float)):
+            if self._seen.get(id(obj)) is obj:
+                return True  # the same response reported and returned: counted once
+            self._seen[id(obj)] = obj
+        self._plain += n
+        self.found = True
+        return True
+
+    def _anthropic_event(self, kind: str, obj: Any) -> bool:
+        if kind == "message_start":
+            message = _field(obj, "message")
+            usage = _field(message, "usage")
+            self._seq += 1
+            self._message_key = ("message", _field(message, "id") or self._seq)
+            self._message = {}
+            self._merge(usage)
+        elif kind == "message_delta":
+            if self._message is None:  # a delta without its start: count what it says
+                self._seq += 1
+                self._message_key, self._message = ("message", self._seq), {}
+            self._merge(_field(obj, "usage"))
+        else:
+            return False
+        self._streams[self._message_key] = _from_block(self._message, self.weights) or 0
+        self.found = True
+        return True
+
+    def _merge(self, usage: Any) -> None:
+        """Take the non-null fields of an Anthropic usage block (deltas are cumulative)."""
+        if usage is None:
+            return
+        for key in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
+            value = _count(_field(usage, key))
+            if value is not None:
+                self._message[key] = value
+        split = _field(usage, "cache_creation")
+        if split is not None:
+            self._message["cache_creation"] = {k: _count(_field(split, k)) for k in
+                                               ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")}  # fmt: skip
+
+
+def _has_usage_slot(obj: Any) -> bool:
+    if isinstance(obj, Mapping):
+        return "usage" in obj
+    return hasattr(obj, "usage")
 
 
 def usage_of(obj: Any, reader: Callable[[Any], Any] | None = None) -> int | None:
@@ -111,4 +294,7 @@ def check_missing_policy(value: str) -> str:
     return value
 
 
-__all__ = ["MISSING_POLICIES", "check_missing_policy", "extract_usage", "usage_of"]
+__all__ = [
+    "ANTHROPIC_WEIGHTS", "MISSING_POLICIES", "UsageMeter", "check_missing_policy", "extract_usage", "usage_of",
+    "weighted_usage",
+]  # fmt: skip

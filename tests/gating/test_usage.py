@@ -111,3 +111,125 @@ def test_missing_usage_policy_is_checked():
     assert check_missing_policy("fail") == "fail"
     with pytest.raises(InvalidInput, match="missing_usage 'ignore'"):
         check_missing_policy("ignore")
+
+
+# -- what providers bill beyond the plain totals --------------------------------------------------
+def test_anthropic_prompt_cache_tokens_count_at_their_documented_weights():
+    from anthropic.types import CacheCreation, Usage
+
+    from lane_plugin.gating.usage import ANTHROPIC_WEIGHTS
+
+    msg = anthropic_message(50, 200)
+    msg.usage = Usage(input_tokens=50, output_tokens=200, cache_creation_input_tokens=1000,
+                      cache_read_input_tokens=4000)  # fmt: skip
+    # input_tokens excludes the cache: writes are billed 1.25x, hits 0.1x a plain input token
+    assert (ANTHROPIC_WEIGHTS["cache_creation_input_tokens"], ANTHROPIC_WEIGHTS["cache_read_input_tokens"]) == (1.25, 0.1)
+    assert extract_usage(msg) == 50 + 200 + 1250 + 400
+    msg.usage = Usage(input_tokens=50, output_tokens=200, cache_creation_input_tokens=1000, cache_read_input_tokens=0,
+                      cache_creation=CacheCreation(ephemeral_5m_input_tokens=200, ephemeral_1h_input_tokens=800))
+    assert extract_usage(msg) == 50 + 200 + 250 + 1600  # the split, when given: 1-hour writes cost 2x
+
+
+def test_cache_weights_can_be_changed_per_task():
+    from lane_plugin.gating.usage import weighted_usage
+
+    msg = anthropic_message(10, 5)
+    msg.usage.cache_read_input_tokens = 1000
+    assert usage_of(msg, weighted_usage(cache_read_input_tokens=1.0)) == 1015
+    with pytest.raises(InvalidInput, match="weight"):
+        weighted_usage(cache_hits=1.0)
+    with pytest.raises(InvalidInput, match="cache_read_input_tokens"):
+        weighted_usage(cache_read_input_tokens=-1)
+
+
+def test_openai_cached_and_reasoning_tokens_are_inside_the_totals_not_added_again():
+    from openai.types import CompletionUsage
+    from openai.types.completion_usage import CompletionTokensDetails, PromptTokensDetails
+    from openai.types.responses import ResponseUsage
+
+    resp = openai_chat(1000, 500)
+    resp.usage = CompletionUsage(prompt_tokens=1000, completion_tokens=500, total_tokens=1500,
+                                 prompt_tokens_details=PromptTokensDetails(cached_tokens=800),
+                                 completion_tokens_details=CompletionTokensDetails(reasoning_tokens=300))  # fmt: skip
+    assert extract_usage(resp) == 1500
+    resp.usage.total_tokens = None  # some compatible servers omit it: the pair, still without the details
+    assert extract_usage(resp) == 1500
+    usage = ResponseUsage.model_validate({"input_tokens": 900, "output_tokens": 400, "total_tokens": 1300,
+                                          "input_tokens_details": {"cached_tokens": 700, "cache_write_tokens": 0},
+                                          "output_tokens_details": {"reasoning_tokens": 350}})  # fmt: skip
+    assert extract_usage(NS(usage=usage)) == 1300
+
+
+# -- streams: chunks and events --------------------------------------------------------------------
+def openai_chunk(content: str | None, usage: dict | None = None, cid: str = "chatcmpl-s1"):
+    from openai.types.chat import ChatCompletionChunk
+
+    choices = [] if content is None else [{"index": 0, "delta": {"content": content}, "finish_reason": None}]
+    return ChatCompletionChunk.model_validate({"id": cid, "object": "chat.completion.chunk", "created": 1,
+                                               "model": "gpt-4o-mini", "choices": choices, "usage": usage})  # fmt: skip
+
+
+def test_an_openai_stream_counts_its_usage_chunk_once():
+    from lane_plugin.gating.usage import UsageMeter
+
+    meter = UsageMeter()
+    final = openai_chunk(None, {"prompt_tokens": 30, "completion_tokens": 12, "total_tokens": 42})
+    assert [meter.add(c) for c in (openai_chunk("Hel"), openai_chunk("lo"), final, final)] == [False, False, True, True]
+    assert meter.total == 42 and meter.found
+    # servers that send cumulative usage on every chunk: the newest figure of each stream
+    for n in (5, 9, 20):
+        meter.add(openai_chunk("x", {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": 3 + n}, cid="c2"))
+    assert meter.total == 42 + 23
+
+
+def anthropic_stream_events():
+    from anthropic.types import (
+        MessageDeltaUsage,
+        RawContentBlockDeltaEvent,
+        RawMessageDeltaEvent,
+        RawMessageStartEvent,
+        RawMessageStopEvent,
+        TextDelta,
+        Usage,
+    )
+
+    start = anthropic_message(0, 0)
+    start.content = []
+    start.usage = Usage(input_tokens=100, output_tokens=1, cache_read_input_tokens=1000)
+    return [
+        RawMessageStartEvent(type="message_start", message=start),
+        RawContentBlockDeltaEvent(type="content_block_delta", index=0, delta=TextDelta(type="text_delta", text="Hi")),
+        RawMessageDeltaEvent(type="message_delta", delta={"stop_reason": None, "stop_sequence": None},
+                             usage=MessageDeltaUsage(output_tokens=120)),  # fmt: skip
+        RawMessageDeltaEvent(type="message_delta", delta={"stop_reason": "end_turn", "stop_sequence": None},
+                             usage=MessageDeltaUsage(output_tokens=250)),  # cumulative  # fmt: skip
+        RawMessageStopEvent(type="message_stop"),
+    ]
+
+
+def test_an_anthropic_stream_counts_start_and_cumulative_deltas_once():
+    from lane_plugin.gating.usage import UsageMeter
+
+    meter = UsageMeter()
+    assert [meter.add(e) for e in anthropic_stream_events()] == [True, False, True, True, False]
+    assert meter.total == 100 + 250 + 100  # input + final output + 0.1 x 1000 cache hits
+    for e in anthropic_stream_events():  # a second message of another id
+        if e.type == "message_start":
+            e.message.id = "msg_2"
+        meter.add(e)
+    assert meter.total == 2 * 450
+
+
+def test_a_response_reported_and_returned_counts_once_and_text_counts_nothing():
+    from lane_plugin.gating.usage import UsageMeter
+
+    meter = UsageMeter()
+    resp = openai_chat(10, 5)
+    meter.add(resp)
+    meter.add(resp)
+    meter.add(7)
+    meter.add(7)  # ints are token counts: each report adds
+    assert meter.total == 29
+    with pytest.raises(InvalidInput, match="no token count"):
+        meter.add("the text of the answer")
+    assert UsageMeter().add(openai_chat(1, 1).model_copy(update={"usage": None})) is False
