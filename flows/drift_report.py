@@ -13,6 +13,11 @@ article's definition) and publishes:
   and start-limit lines (the PNG is also left at ``plot``);
 * event ``lane.drift.high`` for each stage above 1.5.
 
+It also refits the learned estimators (``refit=True``): each stage's output
+allowance is learned again from the newest settled jobs and stored in the
+ledger, where every process estimating with ``learned()`` reads it
+(:func:`lane_plugin.estimators.refit_all`; ``lane estimators refit`` on demand).
+
 Run once: ``python flows/drift_report.py``; hourly: see ``deployments/``.
 """
 
@@ -36,7 +41,7 @@ def default_plot_path() -> str:
 
 @flow(name="drift-report", log_prints=True)
 def drift_report(db: str | None = None, lane: str | None = None, since: str | None = "24h", by: str = "stage",
-                 plot: str | None = None, high: float = HIGH) -> list[dict]:  # fmt: skip
+                 plot: str | None = None, high: float = HIGH, refit: bool = True) -> list[dict]:  # fmt: skip
     """Compute and publish the drift report.
 
     Args:
@@ -49,10 +54,12 @@ def drift_report(db: str | None = None, lane: str | None = None, since: str | No
         plot: where to write the PNG (default ``$PREFECT_HOME/lane-reports/drift.png``);
             ``""`` for no plot.
         high: the drift above which ``lane.drift.high`` is emitted.
+        refit: refit the learned estimators' state in the ledger too.
 
     Returns:
         The ``lane-drift`` table's rows.
     """
+    from lane_plugin.estimators import refit_all
     from lane_plugin.gating.artifacts import drift_table
     from lane_plugin.reports import plot_drift
 
@@ -60,6 +67,10 @@ def drift_report(db: str | None = None, lane: str | None = None, since: str | No
     led = Ledger(db)
     log.info("ledger: %s", led.url)
     try:
+        for r in refit_all(led, lane=lane) if refit else []:
+            for line in r.lines():
+                log.info("refit %s %s", r.estimator, line)
+            log.info("refit %s: version %s", r.estimator, "unchanged" if r.before == r.after else f"#{r.before} -> #{r.after}")
         report = drift(led, lane=lane, since=since, by=by)
         versions = drift(led, lane=lane, since=since, by="stage,version")
         path = None

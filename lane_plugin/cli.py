@@ -88,11 +88,13 @@ def submit(
     key: Optional[str] = typer.Option(None, help="Idempotency key: the same key returns the same job."),
     wait: Optional[float] = typer.Option(None, help="Seconds it may wait before it is parked."),
     fallback: Optional[str] = typer.Option(None, help="Lane to fall back to ('lane' = the lane's own fallback)."),
+    est_input: Optional[int] = typer.Option(None, help="Input tokens counted for this job (learned estimators learn "
+                                            "actual minus this)."),
 ):
     """Record a job; prints only its id, so id=$(lane submit ...) works."""
     fb = True if fallback == "lane" else fallback
     typer.echo(ledger().submit(stage, est, lane, est_version=est_version, run_key=run_key, key=key,
-                               wait_seconds=wait, fallback=fb))  # fmt: skip
+                               wait_seconds=wait, fallback=fb, est_input=est_input))  # fmt: skip
 
 
 @app.command()
@@ -354,6 +356,9 @@ def automations_apply(
 from .sim.command import simulate  # noqa: E402 - registered like the commands above
 
 app.command("simulate")(simulate)
+from .estimators.command import estimators_app  # noqa: E402
+
+app.add_typer(estimators_app, name="estimators")
 
 
 def main(argv: list[str] | None = None) -> None:

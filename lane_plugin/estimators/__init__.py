@@ -32,11 +32,11 @@ Example:
 
 from .basic import Constant, Estimator, TextLength, Tiktoken, at_least_one, load_local_encoding
 from .calibrated import Calibrated, base_samples, calibrated, submit_kwargs
-from .learned import Estimate, Learned, OutputLearner, RefitResult, StageFit, learned, refit
+from .learned import Estimate, Learned, OutputLearner, RefitResult, StageFit, learned, refit, refit_all
 from .tokens import TokenCounter, count_message_tokens, count_tokens, encoding_for_model
 
 __all__ = [
     "Calibrated", "Constant", "Estimate", "Estimator", "Learned", "OutputLearner", "RefitResult", "StageFit",
     "TextLength", "Tiktoken", "TokenCounter", "at_least_one", "base_samples", "calibrated", "count_message_tokens",
-    "count_tokens", "encoding_for_model", "learned", "load_local_encoding", "refit", "submit_kwargs",
+    "count_tokens", "encoding_for_model", "learned", "load_local_encoding", "refit", "refit_all", "submit_kwargs",
 ]  # fmt: skip

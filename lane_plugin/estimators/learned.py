@@ -226,14 +226,19 @@ class RefitResult:
     after: str
     changed: dict[str, tuple[int | None, int]]
     fits: dict[str, StageFit]
+    min_jobs: int = 20
 
     def lines(self) -> list[str]:
         """One line per stage, as ``lane estimators refit`` prints them."""
         out = []
         for stage, fit in self.fits.items():
             move = self.changed.get(stage)
-            what = (f"allowance {move[0]} -> {move[1]}" if move and move[0] is not None else
-                    f"allowance {fit.allowance} (new)" if move else f"allowance {fit.allowance} (kept)")  # fmt: skip
+            if fit.allowance is None:
+                what = f"no allowance yet ({fit.jobs} of {self.min_jobs} jobs)"
+            elif move:
+                what = f"allowance {move[0]} -> {move[1]}" if move[0] is not None else f"allowance {fit.allowance} (new)"
+            else:
+                what = f"allowance {fit.allowance} (kept)"
             out.append(f"{stage}: {what}; {fit.jobs} jobs, mean {fit.mean:.0f}, sd {fit.std:.0f}, "
                        f"p90 {fit.p90:.0f}, mean input {fit.mean_input:.0f}")  # fmt: skip
         return out
@@ -259,7 +264,23 @@ def refit(ledger, *, estimator: str = "learned", window: int = 1000, min_jobs: i
     before = learner.revision
     changed = learner.learn(ledger.output_samples(window=learner.window, lane=lane))
     ledger.save_estimator_state(estimator, learner.rows())
-    return RefitResult(estimator, before, learner.revision, changed, learner.fits())
+    return RefitResult(estimator, before, learner.revision, changed, learner.fits(), learner.min_jobs)
 
 
-__all__ = ["Estimate", "Learned", "OutputLearner", "RefitResult", "StageFit", "learned", "refit", "revision_of"]
+def refit_all(ledger, *, lane: str | None = None) -> list[RefitResult]:
+    """Refit every learned estimator that has state in the ledger (``learned`` when none has yet).
+
+    What the scheduled drift-report flow runs. Each is refitted with the
+    default ``window``, ``min_jobs`` and ``tolerance``; an estimator made with
+    other options refits itself with :meth:`Learned.refit` (or
+    ``lane estimators refit --window ...``).
+
+    Example:
+        >>> [r.after for r in refit_all(Ledger(url))]                  # doctest: +SKIP
+        ['5daa705d']
+    """
+    names = sorted({r["estimator"] for r in ledger.estimator_state()}) or ["learned"]
+    return [refit(ledger, estimator=name, lane=lane) for name in names]
+
+
+__all__ = ["Estimate", "Learned", "OutputLearner", "RefitResult", "StageFit", "learned", "refit", "refit_all", "revision_of"]

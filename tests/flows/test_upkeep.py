@@ -191,3 +191,22 @@ def test_lane_status_flow(prefect_server, led, url, events):
     load("flows/park_overdue.py:park_overdue")(db=url)  # either flow tells what it sees first
     changes = [e for e in events() if "lane.state" in e.resource]
     assert changes[-1].event == "lane.free.is-admitting-new-runs-again" and len(changes) == 2
+
+
+def test_drift_report_refits_the_learned_estimators(prefect_server, led, url):
+    from lane_plugin.estimators import learned
+
+    base = Constant({"draft": 1000})
+    est = learned("gpt-4o", ledger=led)
+    rng = random.Random(5)
+    ids = [led.submit("draft", **submit_kwargs(base, [est], "Summarise the report.", stage="draft")) for _ in range(30)]
+    led.tick("free")
+    outputs = [int(600 * rng.lognormvariate(0, 0.3)) for _ in ids]
+    for jid, out in zip(ids, outputs):
+        led.settle(jid, led.job(jid)["est_input"] + out)
+    assert led.estimator_state() == []
+    load("flows/drift_report.py:drift_report")(db=url, plot="")
+    [row] = led.estimator_state("learned")
+    assert row["stage"] == "draft" and row["jobs"] == 30 and abs(row["allowance"] - sum(outputs) / 30) <= 0.5
+    est.sync(force=True)
+    assert est.version.endswith("#" + row["revision"]) and row["revision"] != "00000000"
