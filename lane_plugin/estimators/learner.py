@@ -215,15 +215,16 @@ class OutputLearner:
         process refitted); samples observed in this process are kept.
         """
         with self._lock:
-            if replace:
-                self.allowances.clear()
-                self._loaded.clear()
+            allowances = {} if replace else dict(self.allowances)
+            loaded = {} if replace else dict(self._loaded)
             for r in rows:
                 stage = r["stage"]
-                self.allowances[stage] = int(r["allowance"])
-                self._loaded[stage] = StageFit(stage, int(r["jobs"]), float(r["mean"]), float(r["m2"]),
-                                               float(r["mean_input"]), float(r["p50"]), float(r["p90"]),
-                                               float(r["p99"]), int(r["allowance"]))  # fmt: skip
+                allowances[stage] = int(r["allowance"])
+                loaded[stage] = StageFit(stage, int(r["jobs"]), float(r["mean"]), float(r["m2"]),
+                                         float(r["mean_input"]), float(r["p50"]), float(r["p90"]), float(r["p99"]),
+                                         int(r["allowance"]))  # fmt: skip
+            # swapped whole: a thread estimating meanwhile sees the old state or the new, never half of each
+            self.allowances, self._loaded = allowances, loaded
 
     def __repr__(self) -> str:
         return f"OutputLearner(window={self.window}, min_jobs={self.min_jobs}, allowances={self.allowances!r})"

@@ -58,7 +58,7 @@ def resolve_parts(estimate: Any, stage: str, args: tuple = (), kwargs: dict | No
         value = estimate
     est_input = None
     if _is_breakdown(value):
-        version = version or str(value.version)
+        version = str(value.version) if value.version else version  # the version these very numbers came from
         est_input = None if value.input_tokens is None else tokens("input tokens", value.input_tokens, low=0)
         value = value.total
     return tokens(f"estimate for stage {stage!r}", value), version, est_input
