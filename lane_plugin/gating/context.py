@@ -73,6 +73,7 @@ LOG_EVERY = 10.0  # a waiting job logs where it stands at least this often
 REAP_EVERY = 30.0  # a long waiter reaps expired leases of dead workers this often
 _current: contextvars.ContextVar[Gate | None] = contextvars.ContextVar("lane_gate", default=None)
 _settled = threading.Condition()  # a settlement in this process wakes its local waiters early
+_missing_said: set = set()  # the missing-usage warning is said once per task (or per gate() stage)
 
 
 # -- the gate -------------------------------------------------------------------------
@@ -121,6 +122,8 @@ class Gate:
         self._token = None
         self.settled = None
         self._whole_task = False  # lane_task: the job is the whole task run
+        self._missing_key: Any = ("stage", stage, lane)  # lane_task: its task, so "once per task"
+        self._stepwise = False  # a generator's gate is current only while the generator runs
 
     # -- usage ----------------------------------------------------------------------
     @property
@@ -253,7 +256,7 @@ class Gate:
         raise JobParked(msg, job_id=self.job_id, lane=s["lane"], est=s["est"], remaining=s["remaining"])
 
     def _admitted(self, led: Ledger, waited: float) -> None:
-        if timeouts.injected():
+        if timeouts.injected() and not self._stepwise:  # a generator's consumer runs between its steps
             # Prefect delivers a sync task's timeout in a worker thread by injecting an exception at the
             # next bytecode after a blocking call returns: it would throw away the LLM response (and its
             # usage) the call just brought back. Defer it until this attempt is settled; it is raised then.
@@ -262,7 +265,17 @@ class Gate:
         self._held = renewer().hold(led, self.lease, run_logger())
         tokenlog.admitted(run_logger(), led, stage=self.stage, lane=self.lease.lane, est=self.est, waited=waited,
                           attempt=self.lease.attempt)  # fmt: skip
-        self._token = _current.set(self)
+        if not self._stepwise:
+            self._token = _current.set(self)
+
+    @contextlib.contextmanager
+    def current(self):
+        """Make this gate the one :func:`report_usage` adds to, for the duration of the block."""
+        token = _current.set(self)
+        try:
+            yield self
+        finally:
+            _current.reset(token)
 
     def __enter__(self) -> Gate:
         led = self._intake()
@@ -319,9 +332,13 @@ class Gate:
                 f"billed its estimate of {self.est} tokens. Return the LLM response, pass usage=, "
                 f"or call report_usage(n)", job_id=self.job_id,
             )  # fmt: skip
-        run_logger().warning("lane gate: %s job %s found no token usage (no response with .usage returned, "
-                          "no report_usage call); billing its estimate of %d tokens",
-                          self.stage, self.job_id, self.est)  # fmt: skip
+        first = self._missing_key not in _missing_said
+        _missing_said.add(self._missing_key)
+        (run_logger().warning if first else run_logger().debug)(
+            "lane gate: %s job %s found no token usage (no response with .usage returned, no report_usage call); "
+            "billing its estimate of %d tokens%s", self.stage, self.job_id, self.est,
+            " (said once per task; declare usage=NO_USAGE if it uses no tokens)" if first else "",
+        )  # fmt: skip
         self._settle(led, held, self.est, "done", by_estimate=True)
 
     async def __aexit__(self, exc_type, exc, tb) -> None:

@@ -1,9 +1,14 @@
-"""``@lane_task``: a real :class:`prefect.Task` whose body runs inside a :class:`~lane_plugin.Gate`.
+"""``@lane_task``: a drop-in for Prefect's ``@task`` whose runs are admitted by the token ledger.
 
-The function is wrapped (not the Task subclassed), so every ``@task`` option
-passes through. The wrapper keeps the user's function as the task's source,
-so task keys and cache keys are those a plain ``@task`` would have; a cache
-hit never calls the wrapper, so it neither waits for admission nor settles.
+It returns a real :class:`prefect.Task` (a :class:`~lane_plugin.gating.task.LaneTask`)
+built by Prefect from the user's function, so every ``@task`` option and usage
+works as it does with ``@task``: sync and async functions, generators and async
+generators, ``@classmethod`` / ``@staticmethod``, callable objects and
+``functools.partial``; Prefect's task names, run names, task keys and cache keys;
+``with_options``; ``submit``, ``map``; and ``my_task.fn``, which stays the user's
+function and goes through no ledger. Only a task run's body is gated: it waits
+for admission, holds a renewed lease while it runs and settles what it spent. A
+cache hit runs no body, so it neither waits nor settles.
 
 Example:
     >>> @lane_task(stage="draft", estimate=lambda doc: 400 + len(doc) // 3, lane="free", retries=2)
@@ -13,138 +18,100 @@ Example:
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidInput, JobParked, NeverFits, UsageMissing
+from ..errors import InvalidInput
 from ..ledger import Ledger
-from .context import Gate
 from .estimates import check_estimate, wait_seconds
-from .ledgers import next_seq
-from .usage import check_missing_policy
+from .usage import NO_USAGE, check_missing_policy
 
 if TYPE_CHECKING:
-    from prefect import Task
-
-_REFUSALS = (NeverFits, JobParked, UsageMissing, InvalidInput)
-
-
-def _retry_unless_refused(user_condition: Callable | None) -> Callable:
-    """Prefect ``retry_condition_fn``: a ledger refusal is not transient, so it is not retried."""
-
-    def condition(task, task_run, state):
-        exc = state.data if isinstance(getattr(state, "data", None), BaseException) else None
-        if isinstance(exc, _REFUSALS):
-            return False
-        return True if user_condition is None else user_condition(task, task_run, state)
-
-    return condition
-
-
-def _default_run_name(stage: str, fn_name: str) -> Callable[[], str]:
-    label = stage if stage == fn_name else f"{stage}:{fn_name}"
-
-    def name() -> str:
-        from prefect.context import FlowRunContext
-
-        ctx = FlowRunContext.get()
-        scope = str(ctx.flow_run.id) if ctx is not None and ctx.flow_run is not None else ""
-        return f"{label}-{next_seq(('name', scope, label)) - 1}"
-
-    return name
+    from .task import LaneTask
 
 
 def lane_task(stage: str, estimate: Any, lane: str = "free", usage: Callable[[Any], Any] | None = None,
               deadline: Any = None, fallback: str | bool | None = None, estimator_version: str | None = None,
-              *, missing_usage: str | None = None, ledger: Ledger | str | None = None, **task_options):  # fmt: skip
-    """Decorate a function into a real :class:`prefect.Task` whose body is gated by the ledger.
+              *, missing_usage: str | None = None, ledger: Ledger | str | None = None, lane_tags: bool = True,
+              **task_options) -> Callable[[Callable], LaneTask]:  # fmt: skip
+    """Decorate a function into a real :class:`prefect.Task` whose runs are gated by the ledger.
 
     Args:
         stage: the pipeline stage this task is (tagged ``stage:<stage>``).
         estimate: tokens: an int, a callable of the task's arguments, or an
             estimator object (``.name``, ``.version``, ``.estimate(*args, stage=..., **kwargs)``).
         lane: the lane to wait in (tagged ``lane:<lane>``).
-        usage: a callable reading tokens from the return value; default: read
-            ``resp.usage`` of OpenAI / LiteLLM / Anthropic shaped responses, ints and dicts.
+        usage: how the tokens a run spent are found besides :func:`report_usage`:
+            ``None`` (default) reads ``resp.usage`` of OpenAI / LiteLLM /
+            Anthropic shaped return values, ints and dicts; a callable reads
+            them from the return value (and from each yielded value of a
+            generator); :data:`NO_USAGE` declares a task that uses no tokens:
+            the return value is not read, and a run that reported nothing
+            settles 0 tokens without a warning.
         deadline: how long to wait for admission (seconds, timedelta or datetime);
             then the job falls back or is parked and the task fails with JobParked.
         fallback: a lane name, or True for the lane's configured fallback.
         estimator_version: recorded as ``est_version`` (an estimator's own by default).
-        missing_usage: ``estimate`` (default: bill the estimate, warn) or ``fail``.
+        missing_usage: ``estimate`` (default: bill the estimate and warn, once
+            per task) or ``fail``.
         ledger: a :class:`Ledger` or URL; default ``LANE_DATABASE_URL`` or lane.db.
-        **task_options: passed to :class:`prefect.Task` unchanged (retries,
-            cache_policy, timeout_seconds, tags, task_run_name, ...).
+        lane_tags: tag the task ``lane:<lane>`` and ``stage:<stage>`` (default).
+            Prefect looks up a tag concurrency limit for every tag of every task
+            run, so each tag costs a server round trip per run; ``False`` runs
+            the task with only its own tags. With the tags on,
+            ``with_options(tags=[...])`` keeps them.
+        **task_options: passed to :class:`prefect.Task` unchanged (name, retries,
+            cache_policy, timeout_seconds, tags, task_run_name, retry_condition_fn, ...).
+
+    Returns:
+        A decorator; applied to a function it returns a :class:`prefect.Task`.
+
+    Raises:
+        InvalidInput: a bad stage, lane, estimate, usage, deadline or missing_usage.
 
     Example:
         >>> @lane_task(stage="draft", estimate=lambda doc: 400 + len(doc) // 3, retries=2)
         ... def draft(doc: str):
         ...     return client.chat.completions.create(...)
+        >>> @lane_task(stage="index", estimate=1, usage=NO_USAGE, lane_tags=False)
+        ... def index(doc: str):
+        ...     return store.put(doc)      # no tokens: settles 0, no warning
     """
-    from prefect import Task
-
     if not isinstance(stage, str) or not stage.strip():
         raise InvalidInput("stage", stage, "expected a non-empty string")
     if not isinstance(lane, str) or not lane.strip():
         raise InvalidInput("lane", lane, "expected a lane name")
     check_estimate(estimate)
-    if usage is not None and not callable(usage):
-        raise InvalidInput("usage", usage, "expected a callable reading tokens from the return value")
+    no_usage = usage is NO_USAGE
+    if not no_usage and usage is not None and not callable(usage):
+        raise InvalidInput("usage", usage, "expected None, a callable reading tokens from the return value, "
+                                           "or NO_USAGE")  # fmt: skip
     wait_seconds(deadline)
     if missing_usage is not None:
         check_missing_policy(missing_usage)
-    options = dict(deadline=deadline, fallback=fallback, est_version=estimator_version,
-                   missing_usage=missing_usage, ledger=ledger)  # fmt: skip
+        if no_usage:
+            raise InvalidInput("missing_usage", missing_usage, "a task declared usage=NO_USAGE has no usage to miss")
+    if not isinstance(lane_tags, bool):
+        raise InvalidInput("lane_tags", lane_tags, "expected True or False")
+    from .bodies import GateSpec
 
-    def open_gate(args: tuple, kwargs: dict) -> Gate:
-        g = Gate(stage, estimate, lane, _args=args, _kwargs=kwargs, **options)
-        g._whole_task = True
-        return g
+    spec = GateSpec(
+        stage, estimate, lane, usage=None if no_usage else usage, no_usage=no_usage,
+        options=dict(deadline=deadline, fallback=fallback, est_version=estimator_version,
+                     missing_usage=missing_usage, ledger=ledger),
+        tags=frozenset({f"lane:{lane}", f"stage:{stage}"} if lane_tags else ()),
+    )  # fmt: skip
 
-    def decorate(fn: Callable) -> Task:
-        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
-            raise InvalidInput("function", fn.__name__, "generator tasks cannot be gated (settle needs one return)")
-        if inspect.iscoroutinefunction(fn):
+    def decorate(fn: Callable) -> LaneTask:
+        from .task import LaneTask, adopt
 
-            @functools.wraps(fn)
-            async def body(*args, **kwargs):
-                async with open_gate(args, kwargs) as g:
-                    result = await fn(*args, **kwargs)
-                    result = await g.areport_result(result, usage)  # a returned stream is read here
-                return result
-        else:
-
-            @functools.wraps(fn)
-            def body(*args, **kwargs):
-                with open_gate(args, kwargs) as g:
-                    result = fn(*args, **kwargs)
-                    result = g.report_result(result, usage)  # a returned stream is read here
-                return result
-
-        body.__prefect_task_source__ = fn  # task key and cache key follow the user's code, not ours
         opts = dict(task_options)
-        tags = set(opts.pop("tags", None) or ())
-        opts["tags"] = sorted(tags | {f"lane:{lane}", f"stage:{stage}"})
-        opts.setdefault("task_run_name", _default_run_name(stage, fn.__name__))
-        opts["retry_condition_fn"] = _retry_unless_refused(opts.get("retry_condition_fn"))
-        return _keep_lane_tags(Task(fn=body, **opts), {f"lane:{lane}", f"stage:{stage}"})
+        tags = set(opts.pop("tags", None) or ()) | spec.tags
+        if tags:
+            opts["tags"] = sorted(tags)
+        return adopt(LaneTask(fn=fn, **opts), spec)
 
     return decorate
 
 
-def _keep_lane_tags(task: Task, lane_tags: set[str]) -> Task:
-    """``task.with_options(tags=[...])`` replaces a task's tags; keep the lane's on every copy."""
-    plain = task.with_options
-
-    def with_options(*args, **kwargs) -> Task:
-        if kwargs.get("tags") is not None:
-            kwargs["tags"] = sorted(set(kwargs["tags"]) | lane_tags)
-        return _keep_lane_tags(plain(*args, **kwargs), lane_tags)
-
-    with_options.__doc__ = plain.__doc__
-    task.with_options = with_options  # an instance attribute: the Task class is not touched
-    return task
-
-
-__all__ = ["lane_task"]
+__all__ = ["NO_USAGE", "lane_task"]

@@ -54,6 +54,26 @@ from typing import Any
 from ..errors import InvalidInput
 
 MISSING_POLICIES = ("estimate", "fail")
+
+
+class _NoUsage:
+    """``lane_task(usage=NO_USAGE)``: the task uses no tokens (settles 0, never warns about missing usage)."""
+
+    _instance = None
+
+    def __new__(cls):  # one sentinel, also after unpickling
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __reduce__(self):
+        return (_NoUsage, ())
+
+    def __repr__(self) -> str:
+        return "NO_USAGE"
+
+
+NO_USAGE = _NoUsage()
 _PAIRS = (("prompt_tokens", "completion_tokens"), ("input_tokens", "output_tokens"))
 #: How each Anthropic usage field counts, as Anthropic bills it relative to one plain input token:
 #: cache writes 1.25x (5-minute TTL) or 2x (1-hour TTL, when the ``cache_creation`` breakdown says so),
@@ -295,6 +315,6 @@ def check_missing_policy(value: str) -> str:
 
 
 __all__ = [
-    "ANTHROPIC_WEIGHTS", "MISSING_POLICIES", "UsageMeter", "check_missing_policy", "extract_usage", "usage_of",
+    "ANTHROPIC_WEIGHTS", "MISSING_POLICIES", "NO_USAGE", "UsageMeter", "check_missing_policy", "extract_usage", "usage_of",
     "weighted_usage",
 ]  # fmt: skip
