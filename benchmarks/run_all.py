@@ -35,8 +35,9 @@ BENCHMARKS = [
      "performance_tick.md",
      "admission reads the head of an index: p50 latency from 1k to 1M waiting stays within 2x."),
     ("Gated task overhead", "bench_gate.py", [], [], "performance_gate.md",
-     "a flow of 200 trivial tasks as plain @task, as @lane_task, and gated by Prefect's own "
-     "concurrency(occupy=): targets (b)/(a) <= 1.25 and (b) 5x faster than (c) per gated task."),
+     "a flow of 200 trivial tasks as plain @task, as @lane_task (with and without its two tags), and "
+     "gated by Prefect's own concurrency(occupy=): targets (b)/(a) <= 1.25 and (b) 5x faster than (c) "
+     "per gated task."),
     ("Parking 100,000 overdue jobs", "bench_park.py", [], ["--jobs", "20000"], None,
      "park_overdue is set-based: 100k overdue jobs in under 10 s, each parked exactly once, with two "
      "copies running at once."),
