@@ -81,8 +81,11 @@ def _table(title: str, columns: list[str], rows: list[list]) -> None:
 @app.command()
 def submit(
     stage: str = typer.Option(..., help="Pipeline stage (stored verbatim)."),
-    est: int = typer.Option(..., help="Estimated tokens."),
+    est: int = typer.Option(..., help="Estimated tokens (the budget is charged this until it settles)."),
     lane: str = typer.Option("free", help="Lane to wait in."),
+    rate_cost: Optional[int] = typer.Option(
+        None, help="What the provider's rate limiter counts (e.g. prompt + max_tokens); default --est."
+    ),
     est_version: Optional[str] = typer.Option(None, help="Estimator name/version that made --est."),
     run_key: Optional[str] = typer.Option(None, help="Pipeline run this job belongs to."),
     key: Optional[str] = typer.Option(None, help="Idempotency key: the same key returns the same job."),
@@ -93,13 +96,13 @@ def submit(
 ):
     """Record a job; prints only its id, so id=$(lane submit ...) works."""
     fb = True if fallback == "lane" else fallback
-    typer.echo(ledger().submit(stage, est, lane, est_version=est_version, run_key=run_key, key=key,
-                               wait_seconds=wait, fallback=fb, est_input=est_input))  # fmt: skip
+    typer.echo(ledger().submit(stage, est, lane, rate_cost=rate_cost, est_version=est_version, run_key=run_key,
+                               key=key, wait_seconds=wait, fallback=fb, est_input=est_input))  # fmt: skip
 
 
 @app.command()
 def tick(lane: str = typer.Option("free", help="Lane to admit in."), as_json: bool = JSON):
-    """Lease what fits now: due jobs first, then smallest first, within budget, burst and lease caps."""
+    """Lease what fits now, in priority order (small first, age raising priority), within budget, burst and lease caps."""
     leases = ledger().tick(lane)
     if as_json:
         _print_json([{"id": x.job_id, "stage": x.stage, "est": x.est, "lane": x.lane, "attempt": x.attempt,
@@ -186,7 +189,8 @@ def lanes(ctx: typer.Context, as_json: bool = JSON):
     rows = []
     for s in status:
         flags = [f for f, on in (("STOPPED", s["stopped"]), ("HARD-STOP", s["hard_stopped"] and not s["stopped"]),
-                                 ("80%: finishing only", s["starting_stopped"] and not s["hard_stopped"]),
+                                 (f"{s['start_fraction']:.0%} start limit: finishing only",
+                                  s["starting_stopped"] and not s["hard_stopped"] and s["start_fraction"] < 1),
                                  (f"preflight failed: {s['preflight_error']}", not s["preflight_ok"])) if on]  # fmt: skip
         rows.append([s["lane"], f"{s['ceiling']:,}", f"{s['spent']:,}", f"{s['reserved']:,}", f"{s['remaining']:,}",
                      f"{s['overage']:,}", f"{s['pct_of_ceiling']:.1f}%", f"{s['leased']}/{s['max_leased']}",
@@ -201,12 +205,19 @@ def lanes_set(
     create: bool = typer.Option(False, "--create", help="Create the lane if it does not exist (from the defaults)."),
     allowance: Optional[int] = typer.Option(None, help="The provider's allowance."),
     ceiling: Optional[int] = typer.Option(None, help="Never admit past this many tokens."),
-    start_fraction: Optional[float] = typer.Option(None, help="Share of the ceiling jobs that start a run may use."),
-    burst_tokens: Optional[int] = typer.Option(None, help="Tokens admitted per window."),
-    window_seconds: Optional[float] = typer.Option(None, help="Burst window length."),
+    start_fraction: Optional[float] = typer.Option(
+        None, help="Flat stop: share of the ceiling jobs that start a run may use (0.8: the article's)."
+    ),
+    burst_tokens: Optional[int] = typer.Option(None, help="Rate tokens admitted in any sliding window."),
+    window_seconds: Optional[float] = typer.Option(None, help="Sliding burst window length."),
+    rate_basis: Optional[str] = typer.Option(
+        None, help="What the provider's rate limit counts: request (rate_cost) or actual (trued up at settle)."
+    ),
     max_leased: Optional[int] = typer.Option(None, help="Leased jobs at most."),
     lease_seconds: Optional[float] = typer.Option(None, help="Lease length."),
-    max_wait_seconds: Optional[float] = typer.Option(None, help="After this wait a job is due (goes first)."),
+    max_wait_seconds: Optional[float] = typer.Option(
+        None, help="No job arriving this long after another is ever ahead of it (the wait bound)."
+    ),
     max_attempts: Optional[int] = typer.Option(None, help="Lease expiries before a job is parked."),
     park_seconds: Optional[float] = typer.Option(None, help="How long a parked job stays in the tail."),
     fallback: Optional[str] = typer.Option(None, help="Fallback lane ('' for none)."),
@@ -219,7 +230,7 @@ def lanes_set(
     """Change a lane's numbers, e.g. lane lanes set free --ceiling 6000000 (new lanes need --create)."""
     settings = {k: v for k, v in dict(
         allowance=allowance, ceiling=ceiling, start_fraction=start_fraction, burst_tokens=burst_tokens,
-        window_seconds=window_seconds, max_leased=max_leased, lease_seconds=lease_seconds,
+        window_seconds=window_seconds, rate_basis=rate_basis, max_leased=max_leased, lease_seconds=lease_seconds,
         max_wait_seconds=max_wait_seconds, max_attempts=max_attempts, park_seconds=park_seconds,
         fallback=fallback, preflight=preflight, preflight_timeout=preflight_timeout, period=period, stopped=stop,
     ).items() if v is not None}  # fmt: skip

@@ -5,49 +5,95 @@ feeds it a snapshot of one lane and the head of that lane's waiting queue and
 applies the decision atomically; ``lane simulate`` feeds it a simulated clock.
 Both run this very code, so what the simulator shows is what the ledger does.
 
+Two currencies: a job charges the *budget* its estimate ``est`` (settled to the
+bill) and the provider's *rate limiter* its ``rate_cost`` (what the provider
+counts at request time, e.g. prompt + max_tokens; default ``est``). A
+*finishing* job's run already has an admitted job in the lane, a *starting*
+job's run has none, a *free* job has no run. Every run under way holds a
+*finishing reserve*: what it is expected to still need, learned from the lane's
+finished runs (:func:`fit_runs`).
+
 Rules, in order (docs/architecture.md, "Admission"):
 
-1. nothing while the lane is stopped (hard stop or failed preflight);
+1. nothing while the lane is stopped (operator stop or failed preflight);
 2. ``leased < max_leased``;
-3. ``spent + reserved + est <= ceiling``, and for a job that *starts* a run also
-   ``<= start_fraction * ceiling`` (the last fifth is for finishing);
-4. tokens admitted in the current window ``+ est <= burst_tokens``;
-5. order: *due* jobs (waited ``max_wait_seconds`` or more) first in age order,
-   then smallest estimate first. The oldest due job that does not fit keeps a
-   shadow reservation (its estimate and one lease slot), so smaller jobs may
-   backfill only into room it does not need (EASY backfilling). The burst
-   window is not shadowed: it refills next window, when the due job is first.
-6. a job that can never fit is refused at intake (:func:`never_fits`).
+3. ``spent + reserved + est <= ceiling`` for every job (the hard ceiling);
+4. a starting or free job also leaves the reserve of every run under way (and a
+   starting job its own run's expected rest): ``spent + reserved + finishing +
+   est (+ rest) <= ceiling``; a finishing job may use the reserve: it is for it;
+5. ``start_fraction`` (an option, default 1.0): a starting job also keeps
+   ``spent + reserved + est <= start_fraction * ceiling`` (the article's flat stop);
+6. sliding burst window: the rate tokens admitted in ``(now - window_seconds,
+   now]`` plus ``rate_cost`` stay ``<= burst_tokens``. Checked at every
+   admission, this bounds every span of ``window_seconds`` (the fullest span
+   ends at an admission, which counted exactly that span);
+7. order: one continuous priority, ascending ``prio = wait_since + est *
+   age_factor`` with ``age_factor = max_wait_seconds / min(ceiling,
+   burst_tokens)`` seconds per token; equivalently ``key = est + k * wait_since``
+   with ``k = 1 / age_factor`` tokens per second: small jobs first, each second
+   of waiting worth ``k`` tokens of size;
+8. backfilling: the first job in that order that does not fit (the *head*)
+   keeps a shadow reservation (its tokens, rate tokens and a lease slot): later
+   jobs get only room it does not need. A finishing job is not held back by a
+   starting or free head's shadow (that head waits for runs under way to
+   finish; holding back their stages would deadlock);
+9. a job that cannot fit before the next reset (``spent`` alone leaves no room
+   for it, or ``rate_cost > burst_tokens``) holds no shadow: without a period
+   it is parked (or moved to its fallback) with that reason at once; with a
+   period it waits for the reset;
+10. a job that can never fit is refused at intake (:func:`never_fits`).
+
+The wait bound. Let J wait since ``w`` with estimate ``e``. A job arriving at
+``t`` has ``prio >= t + age_factor``, so *no job arriving after* ``w + (e - 1)
+* age_factor`` *is ever ahead of J* (that is within ``max_wait_seconds`` for
+``e <= min(ceiling, burst_tokens)``). The jobs ahead of J are a finite set,
+each admitted or parked in turn. Once J is the head past that horizon, its
+shadow keeps what is admitted after it out of its room, so J is admitted (or
+parked, if spend leaves it no room) within ``max(time for the work leased
+before it to settle, window_seconds)``. The one exception is rule 8's: stages
+of runs under way may pass a starting or free head; no new run starts past
+it, so this is bounded by the runs under way when J became the head.
+tests/policy check the bound on random traffic (hypothesis).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 # Every lane setting's default, the one place they are written: the ledger's table
 # (models.Lane), a lane created by `lane lanes set NEW`, and the simulator read them here.
+# start_fraction 1.0: the finishing reserve keeps what runs under way need; nothing is left
+# idle when nothing needs it. Set 0.8 for the article's flat stop at 80% of the ceiling.
 LANE_DEFAULTS: dict = dict(
-    allowance=10_000_000, ceiling=8_000_000, start_fraction=0.8, burst_tokens=40_000, window_seconds=1.0,
+    allowance=10_000_000, ceiling=8_000_000, start_fraction=1.0, burst_tokens=40_000, window_seconds=1.0,
     max_leased=25, lease_seconds=90.0, max_wait_seconds=600.0, max_attempts=3, park_seconds=86_400.0,
-    fallback=None, preflight=None, preflight_timeout=2.0, period="none", stopped=False,
+    fallback=None, preflight=None, preflight_timeout=2.0, period="none", stopped=False, rate_basis="request",
 )  # fmt: skip
+# Settings added after the first schema: migration 0001 writes DEFAULT_LANES without them and
+# their own migration adds the column with the default above.
+LATER_SETTINGS = ("rate_basis",)
+_FIRST = {k: v for k, v in LANE_DEFAULTS.items() if k not in LATER_SETTINGS}
 # The two lanes of a new ledger: the free tier (the article's 10M with an 80% ceiling) and a paid one.
 DEFAULT_LANES: dict[str, dict] = {
-    "free": dict(LANE_DEFAULTS),
-    "paid": dict(LANE_DEFAULTS, allowance=100_000_000, ceiling=100_000_000, start_fraction=1.0,
-                 burst_tokens=400_000, max_leased=100),
+    "free": dict(_FIRST),
+    "paid": dict(_FIRST, allowance=100_000_000, ceiling=100_000_000, burst_tokens=400_000, max_leased=100),
 }  # fmt: skip
+# What the provider's rate limiter counts: the rate_cost at request time, or the tokens really
+# used (settlement then replaces the request's charge in the window with the actual).
+RATE_BASES = ("request", "actual")
 # Admission reads the head of its indexes: the free lease slots plus this many rows.
 HEAD_SLACK = 16
+# The finishing reserve is refit from finished runs at most this often, from the latest FIT_RUNS.
+REFIT_SECONDS = 300.0
+FIT_RUNS = 500
 
 # Reasons a job is not admitted, in rule order. They are stable strings: the
 # gate logs them, the CLI prints them and tests compare them.
-STOPPED = "stopped"
-LEASE_CAP = "lease_cap"
-CEILING = "ceiling"
-START_LIMIT = "start_limit"
-BURST = "burst"
+STOPPED, LEASE_CAP, CEILING, RESERVE, START_LIMIT, BURST = "stopped", "lease_cap", "ceiling", "reserve", "start_limit", "burst"
+# Kinds of job (see the module docstring).
+FINISH, START, FREE = "finishing", "starting", "free"
 
 
 @dataclass(frozen=True)
@@ -60,6 +106,7 @@ class LanePolicy:
     window_seconds: float = LANE_DEFAULTS["window_seconds"]
     max_leased: int = LANE_DEFAULTS["max_leased"]
     max_wait_seconds: float = LANE_DEFAULTS["max_wait_seconds"]
+    lease_seconds: float = LANE_DEFAULTS["lease_seconds"]
 
     @classmethod
     def of(cls, source) -> LanePolicy:
@@ -71,10 +118,31 @@ class LanePolicy:
         """Most tokens a lane may have committed when a job *starts* a run."""
         return int(self.ceiling * self.start_fraction)
 
+    @property
+    def age_factor(self) -> float:
+        """Seconds of waiting one token of estimate is worth in the order (0: oldest first)."""
+        return self.max_wait_seconds / min(self.ceiling, self.burst_tokens)
+
+    def priority(self, est: int, wait_since: float) -> float:
+        """A waiting job's place in the order: lower goes first.
+
+        Example:
+            >>> p = LanePolicy(ceiling=10_000, burst_tokens=1_000, max_wait_seconds=600)
+            >>> p.priority(500, 100.0), p.priority(100, 300.0)   # 200 s of waiting = 333 tokens
+            (400.0, 360.0)
+        """
+        return wait_since + est * self.age_factor
+
 
 @dataclass(frozen=True)
 class LaneSnapshot:
-    """One lane at one instant, as read inside the admission transaction."""
+    """One lane at one instant, as read inside the admission transaction.
+
+    ``window_used`` is the rate tokens admitted in ``(now - window_seconds, now]``;
+    ``finishing`` the reserve of every run under way; ``run_remaining`` the
+    reserve of the runs of the candidates (runs absent hold none); ``resets``
+    whether the lane has a period (a job that does not fit now may after it).
+    """
 
     policy: LanePolicy
     spent: int
@@ -84,71 +152,120 @@ class LaneSnapshot:
     now: float
     stopped: bool = False
     started_runs: frozenset[str] = field(default_factory=frozenset)
+    finishing: int = 0
+    run_remaining: Mapping[str, int] = field(default_factory=dict)
+    resets: bool = False
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """A waiting job at the head of the queue."""
+    """A waiting job at the head of the queue.
+
+    ``after`` is what its run is expected to still need once it is admitted
+    (:func:`fit_runs`); ``prio`` its stored place in the order (computed by
+    :meth:`LanePolicy.priority` when None).
+    """
 
     id: str
     est: int
     waiting_since: float
     run_key: str | None = None
+    rate_cost: int | None = None
+    stage: str | None = None
+    after: int = 0
+    prio: float | None = None
+
+    @property
+    def rate(self) -> int:
+        return self.est if self.rate_cost is None else self.rate_cost
 
 
 @dataclass(frozen=True)
 class Decision:
-    """What one tick admits, and why it stopped where it did."""
+    """What one tick admits, and why it stopped where it did.
+
+    ``parked``: jobs that cannot fit before the next reset in a lane without a
+    period, as ``(candidate, rule, reason)``; the caller parks them (or moves
+    them to their fallback). ``runs``: the reserve and latest stage of every run
+    an admitted job belongs to, after this tick, as ``(run_key, remaining, stage)``.
+    ``burst_need``: the smallest window room (in rate tokens) a job blocked by
+    the burst window needs, so a simulator can wake when the window has slid.
+    """
 
     admitted: tuple[Candidate, ...]
     tokens: int
-    blocked_due: Candidate | None = None
+    shadow: Candidate | None = None
     head_reason: str | None = None
+    rate: int = 0
+    finishing: int = 0
+    runs: tuple[tuple[str, int, str | None], ...] = ()
+    parked: tuple[tuple[Candidate, str, str], ...] = ()
+    burst_need: int | None = None
 
     @property
     def ids(self) -> list[str]:
         return [c.id for c in self.admitted]
 
 
-def is_due(snapshot: LaneSnapshot, c: Candidate) -> bool:
-    """A job that has waited ``max_wait_seconds`` or more goes before smaller ones."""
-    return snapshot.now - c.waiting_since >= snapshot.policy.max_wait_seconds
+def kind_of(c: Candidate, started: frozenset[str] | set[str]) -> str:
+    """:data:`FINISH`, :data:`START` or :data:`FREE` (see the module docstring)."""
+    if c.run_key is None:
+        return FREE
+    return FINISH if c.run_key in started else START
 
 
 def order(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> list[Candidate]:
-    """Due jobs oldest first, then the rest smallest first (ties: older, then id)."""
-    due, rest = [], []
-    for c in candidates:
-        (due if is_due(snapshot, c) else rest).append(c)
-    due.sort(key=lambda c: (c.waiting_since, c.id))
-    rest.sort(key=lambda c: (c.est, c.waiting_since, c.id))
-    return due + rest
+    """Admission order: ascending priority, ties by id."""
+    p = snapshot.policy
+    return sorted(candidates, key=lambda c: (p.priority(c.est, c.waiting_since) if c.prio is None else c.prio, c.id))
 
 
-def blocking_rule(
-    policy: LanePolicy,
-    *,
-    est: int,
-    starts_run: bool,
-    committed: int,
-    leased: int,
-    window_used: int,
-    stopped: bool = False,
-) -> str | None:
-    """The first rule that keeps a job of ``est`` tokens out, or None if it fits.
+def blocking_rule(policy: LanePolicy, *, est: int, kind: str, committed: int, leased: int, window_used: int,
+                  rate_cost: int | None = None, finishing: int = 0, need: int | None = None,
+                  stopped: bool = False) -> str | None:  # fmt: skip
+    """The first rule that keeps a job out, or None if it fits.
 
-    ``committed`` is ``spent + reserved`` (plus any shadow reservation).
+    ``committed`` is ``spent + reserved`` and ``finishing`` the reserve of the
+    runs under way (each plus any shadow); ``need`` what the job adds to that
+    reserve-inclusive total (``est`` plus its run's expected rest for a starting
+    job; default ``est``).
     """
+    rate_cost = est if rate_cost is None else rate_cost
+    need = est if need is None else need
     if stopped:
         return STOPPED
     if leased + 1 > policy.max_leased:
         return LEASE_CAP
     if committed + est > policy.ceiling:
         return CEILING
-    if starts_run and committed + est > policy.start_limit:
+    if kind != FINISH and committed + finishing + need > policy.ceiling:
+        return RESERVE
+    if kind == START and committed + est > policy.start_limit:
         return START_LIMIT
-    if window_used + est > policy.burst_tokens:
+    if window_used + rate_cost > policy.burst_tokens:
         return BURST
+    return None
+
+
+def unfit_before_reset(policy: LanePolicy, c: Candidate, kind: str, *, spent: int, need: int) -> tuple[str, str] | None:
+    """``(rule, reason)`` if the job cannot fit until ``spent`` resets, else None.
+
+    Leased work settling and runs under way finishing free everything but
+    ``spent``; the rate window always slides. So a job cannot fit before the
+    next reset only if ``spent`` alone already leaves no room for it.
+    """
+    left = policy.ceiling - spent
+    if c.rate > policy.burst_tokens:
+        return BURST, (f"rate cost {c.rate} exceeds the lane's burst of {policy.burst_tokens} tokens "
+                       f"per {policy.window_seconds:g}s window")  # fmt: skip
+    if c.est > left:
+        return CEILING, f"estimate {c.est} exceeds what is left of the ceiling: {left} of {policy.ceiling} (spent {spent})"
+    if kind == START and spent + c.est > policy.start_limit:
+        return START_LIMIT, (f"estimate {c.est} would start a run past the start limit {policy.start_limit} "
+                             f"({policy.start_fraction:.0%} of the ceiling {policy.ceiling}; spent {spent})")  # fmt: skip
+    if kind != FINISH and need > left:
+        return RESERVE, (f"its run is expected to need {need} tokens ({c.est} now, {need - c.est} to finish) "
+                         f"but {left} of the ceiling {policy.ceiling} is left (spent {spent})")  # fmt: skip
     return None
 
 
@@ -160,9 +277,9 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> Decision:
         candidates: the head of the waiting queue (any order; ids unique).
 
     Returns:
-        The admitted candidates in admission order, their total estimate, the
-        oldest due job that could not be admitted (if any) and the rule that
-        blocked the first job that was not admitted.
+        The admitted candidates in admission order and what they add to the
+        lane's counters, the head holding a shadow reservation (if any), the
+        rule that blocked the first job not admitted, and the jobs to park.
 
     Example:
         >>> p = LanePolicy(ceiling=1000, burst_tokens=500, max_leased=2)
@@ -170,69 +287,141 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> Decision:
         >>> admit(s, [Candidate("a", 300, 0.0), Candidate("b", 100, 0.0)]).ids
         ['b', 'a']
     """
-    policy = snapshot.policy
-    committed = snapshot.spent + snapshot.reserved
-    leased = snapshot.leased
-    window_used = snapshot.window_used
-    started = set(snapshot.started_runs)
-    shadow_tokens = 0
-    shadow_slots = 0
+    p = snapshot.policy
+    if snapshot.stopped:
+        return Decision((), 0, head_reason=STOPPED)
+    committed, finishing = snapshot.spent + snapshot.reserved, snapshot.finishing
+    leased, window = snapshot.leased, snapshot.window_used
+    started, remaining = set(snapshot.started_runs), dict(snapshot.run_remaining)
+    runs: dict[str, tuple[int, str | None]] = {}
     admitted: list[Candidate] = []
-    tokens = 0
-    blocked_due: Candidate | None = None
+    parked: list[tuple[Candidate, str, str]] = []
+    tokens = rate = 0
+    shadow: Candidate | None = None
+    sh_kind, sh_est, sh_extra, sh_rate, sh_slot = FREE, 0, 0, 0, 0
     head_reason: str | None = None
+    burst_need: int | None = None
 
     for c in order(snapshot, candidates):
-        starts_run = c.run_key is None or c.run_key not in started
+        kind = kind_of(c, started)
+        need = c.est + (c.after if kind == START else 0)
+        unfit = unfit_before_reset(p, c, kind, spent=snapshot.spent, need=need)
+        if unfit is not None:  # it holds no shadow and blocks nobody
+            if head_reason is None:
+                head_reason = unfit[0]
+            if not snapshot.resets:
+                parked.append((c, *unfit))
+            continue
+        held = shadow is not None and (sh_kind == FINISH or kind != FINISH)
         rule = blocking_rule(
-            policy,
-            est=c.est,
-            starts_run=starts_run,
-            committed=committed + shadow_tokens,
-            leased=leased + shadow_slots,
-            window_used=window_used,
-            stopped=snapshot.stopped,
-        )
+            p, est=c.est, kind=kind, rate_cost=c.rate, need=need,
+            committed=committed + (sh_est if held else 0), finishing=finishing + (sh_extra if held else 0),
+            leased=leased + sh_slot, window_used=window + sh_rate,
+        )  # fmt: skip
         if rule is None:
             admitted.append(c)
-            tokens += c.est
-            committed += c.est
-            leased += 1
-            window_used += c.est
-            if c.run_key is not None:
+            tokens, rate, committed, leased, window = tokens + c.est, rate + c.rate, committed + c.est, leased + 1, window + c.rate
+            if kind != FREE:
+                finishing += c.after - remaining.get(c.run_key, 0)
+                remaining[c.run_key] = c.after
+                runs[c.run_key] = (c.after, c.stage)
                 started.add(c.run_key)
             continue
         if head_reason is None:
             head_reason = rule
-        if blocked_due is None and is_due(snapshot, c):
-            blocked_due = c
-            shadow_tokens = c.est
-            shadow_slots = 1
-        if rule in (STOPPED, LEASE_CAP):
-            break  # lease slots only fill up during a tick: nothing later fits
-    return Decision(tuple(admitted), tokens, blocked_due, head_reason)
+        if rule == BURST:
+            room = c.rate + sh_rate
+            burst_need = room if burst_need is None else min(burst_need, room)
+        if shadow is None and rule != LEASE_CAP:
+            shadow, sh_kind, sh_est, sh_rate, sh_slot = c, kind, c.est, c.rate, 1
+            sh_extra = need - c.est if kind != FINISH else 0
+    return Decision(
+        tuple(admitted), tokens, shadow, head_reason, rate, finishing - snapshot.finishing,
+        tuple((k, r, s) for k, (r, s) in runs.items()), tuple(parked), burst_need,
+    )  # fmt: skip
 
 
-def never_fits(policy: LanePolicy, est: int, *, starts_run: bool = True) -> str | None:
-    """Why a job of ``est`` tokens could never be admitted in this lane, or None.
+def window_expiry(at: float, window_seconds: float) -> float:
+    """The first instant ``t`` at which a charge admitted at ``at`` has left the window (``at <= t - window_seconds``).
+
+    ``at + window_seconds`` can round one step short, where the ledger would still count it.
+    """
+    t = at + window_seconds
+    while t - window_seconds < at:
+        t = math.nextafter(t, math.inf)
+    return t
+
+
+def never_fits(policy: LanePolicy, est: int, *, starts_run: bool = True, rate_cost: int | None = None) -> str | None:
+    """Why a job could never be admitted in this lane, or None.
 
     Checked at intake so that such a job is refused (or routed to a fallback
     lane) at once instead of waiting for ever.
     """
-    if est > policy.burst_tokens:
-        return f"estimate {est} exceeds the lane's burst of {policy.burst_tokens} tokens per window"
+    rate_cost = est if rate_cost is None else rate_cost
+    if rate_cost > policy.burst_tokens:
+        what = "estimate" if rate_cost == est else "rate cost"
+        return f"{what} {rate_cost} exceeds the lane's burst of {policy.burst_tokens} tokens per window"
     if est > policy.ceiling:
         return f"estimate {est} exceeds the lane's ceiling of {policy.ceiling}"
     if starts_run and est > policy.start_limit:
-        return (
-            f"estimate {est} exceeds the lane's start limit of {policy.start_limit} "
-            f"({policy.start_fraction:.0%} of the ceiling {policy.ceiling})"
-        )
+        return (f"estimate {est} exceeds the lane's start limit of {policy.start_limit} "
+                f"({policy.start_fraction:.0%} of the ceiling {policy.ceiling})")  # fmt: skip
     return None
 
 
-def window_start(now: float, window_seconds: float) -> float:
-    """Start of the fixed burst window that contains ``now``."""
-    if window_seconds <= 0:
-        return now
-    return (now // window_seconds) * window_seconds
+# -- the finishing reserve, learned from finished runs --------------------------------
+@dataclass(frozen=True)
+class StageFit:
+    """What runs did after a job of one stage: the tokens of their later jobs, the gap to the next."""
+
+    after: int
+    hold: float
+    runs: int
+
+
+def run_tokens(est: int, actual: int) -> int:
+    """What one job of a finished run counts for the reserve: admission needed ``est``, the bill was ``actual``."""
+    return max(est, actual)
+
+
+def fit_runs(runs: Iterable[Sequence[tuple[str, int, float]]]) -> dict[str, StageFit]:
+    """Learn, per stage, what a run still needs after a job of that stage.
+
+    Args:
+        runs: finished runs, each its admitted jobs in admission order as
+            ``(stage, tokens, admitted_at)`` (tokens: :func:`run_tokens`).
+
+    Returns:
+        For every stage seen: ``after``, the mean tokens of the jobs that
+        followed it in its run (drift-corrected: it counts what they really took),
+        and ``hold``, twice the 95th percentile of the time to the run's next
+        admission (0 if no job ever followed), how long a run's reserve is kept
+        before it is presumed abandoned.
+
+    Example:
+        >>> fit = fit_runs([[("draft", 100, 0.0), ("final", 300, 10.0)], [("draft", 120, 0.0), ("final", 500, 20.0)]])
+        >>> fit["draft"].after, fit["draft"].hold, fit["final"].after
+        (400, 40.0, 0)
+    """
+    sums: dict[str, list] = {}
+    for run in runs:
+        jobs = list(run)
+        tail = sum(t for _, t, _ in jobs)
+        for i, (stage, tokens, at) in enumerate(jobs):
+            tail -= tokens
+            acc = sums.setdefault(stage, [0, 0, []])
+            acc[0], acc[1] = acc[0] + tail, acc[1] + 1
+            if i + 1 < len(jobs):
+                acc[2].append(max(0.0, jobs[i + 1][2] - at))
+    out = {}
+    for stage, (total, n, gaps) in sums.items():
+        gaps.sort()
+        gap = gaps[min(len(gaps) - 1, math.ceil(0.95 * len(gaps)) - 1)] if gaps else 0.0
+        out[stage] = StageFit(after=math.ceil(total / n), hold=2.0 * gap, runs=n)
+    return out
+
+
+def reserve_hold(policy: LanePolicy, fit: StageFit | None) -> float:
+    """Seconds a run keeps its reserve after its latest admission (at least one lease)."""
+    return max(policy.lease_seconds, fit.hold if fit is not None else 0.0)

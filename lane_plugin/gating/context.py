@@ -61,7 +61,7 @@ from ..ledger import Ledger
 from ..settings import lane_settings
 from . import timeouts, tokenlog
 from .bill import note_run
-from .estimates import is_estimator, resolve_parts, wait_seconds
+from .estimates import check_rate_cost, is_estimator, resolve_parts, resolve_rate_cost, wait_seconds
 from .ledgers import get_ledger, next_seq, prefect_run, run_logger
 from .renewal import Held, renewer
 from .streams import AsyncTrackedStream, TrackedStream, adrain, drain, is_async_stream, is_stream
@@ -84,8 +84,12 @@ class Gate:
 
     Args:
         stage: the pipeline stage, e.g. ``"draft"``.
-        estimate: tokens as an int, or an estimator object (called with ``stage=``).
+        estimate: tokens as an int, or an estimator object (called with ``stage=``): what the
+            budget is charged until the block settles to what it really used.
         lane: the lane to wait in (default ``free``).
+        rate_cost: what the provider's rate limiter counts for the call (e.g. prompt tokens +
+            ``max_tokens``, as OpenAI counts TPM): an int, or a callable of the task's arguments;
+            default the estimate. The lane's sliding burst window counts it.
         deadline: how long to wait for admission: seconds, a timedelta or a datetime.
         fallback: a lane name, or True for the lane's configured fallback.
         est_version: what ``est_version`` to record (an estimator's own by default).
@@ -100,13 +104,14 @@ class Gate:
         ...     g.report(client.messages.create(...))
     """
 
-    def __init__(self, stage: str, estimate: Any, lane: str = "free", *, deadline: Any = None,
+    def __init__(self, stage: str, estimate: Any, lane: str = "free", *, rate_cost: Any = None, deadline: Any = None,
                  fallback: str | bool | None = None, est_version: str | None = None,
                  missing_usage: str | None = None, ledger: Ledger | str | None = None, key: str | None = None,
                  attempt: int | None = None, run_key: str | None = None, _args: tuple = (),
                  _kwargs: dict | None = None):  # fmt: skip
         self.stage, self.lane = stage, lane
         self.est, version, self.est_input = resolve_parts(estimate, stage, _args, _kwargs)
+        self.rate_cost = resolve_rate_cost(rate_cost, stage, _args, _kwargs)
         self.est_version = est_version or version
         self.wait_seconds = wait_seconds(deadline)
         self.fallback = fallback
@@ -190,8 +195,9 @@ class Gate:
         if flow_run is not None and self.run_key == flow_run:
             note_run(flow_run, led)  # the flow run's lane-bill is published when it finishes
         try:
-            self.job_id = led.submit(self.stage, self.est, self.lane, est_version=self.est_version,
-                                     est_input=self.est_input, run_key=self.run_key, key=self.key, attempt=self.attempt,
+            self.job_id = led.submit(self.stage, self.est, self.lane, rate_cost=self.rate_cost,
+                                     est_version=self.est_version, est_input=self.est_input, run_key=self.run_key,
+                                     key=self.key, attempt=self.attempt,
                                      wait_seconds=self.wait_seconds, fallback=self.fallback)  # fmt: skip
         except NeverFits as exc:
             run_logger().error("lane gate: %s job (%s tokens) can never be admitted: %s", self.stage, self.est, exc)
@@ -364,11 +370,15 @@ def gate(stage: str, estimate: Any, lane: str = "free", **options) -> Gate:
     Options are those of :class:`Gate`. Works with ``with`` and ``async with``.
 
     Example:
-        >>> with gate(stage="critique", estimate=1800, deadline=60) as g:   # doctest: +SKIP
-        ...     g.report(resp)
+        >>> with gate(stage="critique", estimate=1800, rate_cost=prompt + 2048, deadline=60) as g:  # doctest: +SKIP
+        ...     g.report(client.chat.completions.create(..., max_tokens=2048))
     """
     if isinstance(estimate, bool) or not (isinstance(estimate, int) or is_estimator(estimate)):
         raise InvalidInput("estimate", estimate, "gate() takes an int or an estimator object")
+    rate_cost = options.get("rate_cost")
+    if callable(rate_cost):
+        raise InvalidInput("rate_cost", rate_cost, "gate() takes an int (inside a task, compute it from your arguments)")
+    check_rate_cost(rate_cost)
     return Gate(stage, estimate, lane, **options)
 
 

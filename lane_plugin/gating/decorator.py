@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput
 from ..ledger import Ledger
-from .estimates import check_estimate, wait_seconds
+from .estimates import check_estimate, check_rate_cost, wait_seconds
 from .usage import NO_USAGE, check_missing_policy
 
 if TYPE_CHECKING:
@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 
 def lane_task(stage: str, estimate: Any, lane: str = "free", usage: Callable[[Any], Any] | None = None,
               deadline: Any = None, fallback: str | bool | None = None, estimator_version: str | None = None,
-              *, missing_usage: str | None = None, ledger: Ledger | str | None = None, lane_tags: bool = True,
-              **task_options) -> Callable[[Callable], LaneTask]:  # fmt: skip
+              *, rate_cost: Any = None, missing_usage: str | None = None, ledger: Ledger | str | None = None,
+              lane_tags: bool = True, **task_options) -> Callable[[Callable], LaneTask]:  # fmt: skip
     """Decorate a function into a real :class:`prefect.Task` whose runs are gated by the ledger.
 
     Args:
@@ -52,6 +52,10 @@ def lane_task(stage: str, estimate: Any, lane: str = "free", usage: Callable[[An
             then the job falls back or is parked and the task fails with JobParked.
         fallback: a lane name, or True for the lane's configured fallback.
         estimator_version: recorded as ``est_version`` (an estimator's own by default).
+        rate_cost: what the provider's rate limiter counts for the call: an int or a callable
+            of the task's arguments (e.g. ``lambda doc: len(doc) // 4 + 1024`` for prompt +
+            ``max_tokens``, as OpenAI counts TPM); default the estimate. The lane's sliding
+            burst window counts it, so no ``window_seconds`` span admits more than ``burst_tokens``.
         missing_usage: ``estimate`` (default: bill the estimate and warn, once
             per task) or ``fail``.
         ledger: a :class:`Ledger` or URL; default ``LANE_DATABASE_URL`` or lane.db.
@@ -67,7 +71,7 @@ def lane_task(stage: str, estimate: Any, lane: str = "free", usage: Callable[[An
         A decorator; applied to a function it returns a :class:`prefect.Task`.
 
     Raises:
-        InvalidInput: a bad stage, lane, estimate, usage, deadline or missing_usage.
+        InvalidInput: a bad stage, lane, estimate, rate_cost, usage, deadline or missing_usage.
 
     Example:
         >>> @lane_task(stage="draft", estimate=lambda doc: 400 + len(doc) // 3, retries=2)
@@ -82,6 +86,7 @@ def lane_task(stage: str, estimate: Any, lane: str = "free", usage: Callable[[An
     if not isinstance(lane, str) or not lane.strip():
         raise InvalidInput("lane", lane, "expected a lane name")
     check_estimate(estimate)
+    check_rate_cost(rate_cost)
     no_usage = usage is NO_USAGE
     if not no_usage and usage is not None and not callable(usage):
         raise InvalidInput("usage", usage, "expected None, a callable reading tokens from the return value, "
@@ -98,7 +103,7 @@ def lane_task(stage: str, estimate: Any, lane: str = "free", usage: Callable[[An
     spec = GateSpec(
         stage, estimate, lane, usage=None if no_usage else usage, no_usage=no_usage,
         options=dict(deadline=deadline, fallback=fallback, est_version=estimator_version,
-                     missing_usage=missing_usage, ledger=ledger),
+                     missing_usage=missing_usage, ledger=ledger, rate_cost=rate_cost),
         tags=frozenset({f"lane:{lane}", f"stage:{stage}"} if lane_tags else ()),
     )  # fmt: skip
 

@@ -68,6 +68,28 @@ def _is_breakdown(value: Any) -> bool:
     return all(hasattr(value, a) for a in ("total", "input_tokens", "version")) and not isinstance(value, (int, float))
 
 
+def resolve_rate_cost(rate_cost: Any, stage: str, args: tuple = (), kwargs: dict | None = None) -> int | None:
+    """What the provider's rate limiter counts: None (the estimate), an int, or a callable of the task's arguments.
+
+    Example:
+        >>> resolve_rate_cost(lambda doc, max_tokens=512: len(doc) // 4 + max_tokens, "draft", ("x" * 400,))
+        612
+    """
+    if rate_cost is None:
+        return None
+    value = rate_cost(*args, **dict(kwargs or {})) if callable(rate_cost) else rate_cost
+    return tokens(f"rate_cost for stage {stage!r}", value)
+
+
+def check_rate_cost(rate_cost: Any) -> None:
+    """At decoration time: None, a whole number of tokens, or a callable."""
+    if rate_cost is None or callable(rate_cost):
+        return
+    if isinstance(rate_cost, bool) or not isinstance(rate_cost, int):
+        raise InvalidInput("rate_cost", rate_cost, "expected an int or a callable of the task's arguments")
+    tokens("rate_cost", rate_cost)
+
+
 def check_estimate(estimate: Any) -> None:
     if isinstance(estimate, bool) or not (isinstance(estimate, int) or callable(estimate) or is_estimator(estimate)):
         raise InvalidInput("estimate", estimate, "expected an int, a callable of the task's arguments or an estimator")

@@ -12,75 +12,63 @@ from __future__ import annotations
 
 from .. import policy
 from ..errors import LaneError, LeaseLost, UnknownJob
+from . import rates, runs, upkeep
 from .db import Cursor
 from .jobs import Lease
-from .lanes import lock_lane, roll_counters
+from .lanes import LaneRow, lock_lane, roll_counters
+
+# The head of one index, (lane, state, finishing, prio), read as two ranges: the waiting jobs of
+# runs under way and the rest, each in priority order (finishing jobs must not hide behind starters).
+_COLS = "id, est, wait_since, run_key, stage, attempt, coalesce(rate_cost, est), prio"
+HEAD_SQL = (
+    f"select * from (select {_COLS} from job where lane = :l and state = 'new' and finishing = :f "
+    f"order by prio limit :k) as other union all "
+    f"select * from (select {_COLS} from job where lane = :l and state = 'new' and finishing = :t "
+    f"order by prio limit :k) as fin"
+)
 
 
 def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = policy.HEAD_SLACK):
-    """Lease what fits in ``lane`` now. Returns ``(leases, decision, before, after)``."""
+    """Lease what fits in ``lane`` now. Returns ``(leases, decision, lane row, refit due)``."""
     row = roll_counters(cur, lock_lane(cur, lane), now)
-    snap_kw = dict(
-        policy=row.policy, spent=row.spent, reserved=row.reserved, leased=row.leased,
-        window_used=row.window_used, now=now, stopped=row.is_stopped,
-    )  # fmt: skip
+    rates.slide(cur, row, now)
+    runs.lapse(cur, row, now)
+    refit_due = now - row.profile_at >= policy.REFIT_SECONDS
     free_slots = row.max_leased - row.leased
-    if row.is_stopped or free_slots <= 0:
-        return [], policy.Decision((), 0, None, policy.STOPPED if row.is_stopped else policy.LEASE_CAP), row
-    limit = free_slots + head_extra
-    cols = "id, est, wait_since, run_key, stage, attempt"
-    # The head of two indexes in one round trip: the oldest due jobs, then the smallest jobs.
-    head = cur.all(
-        f"select * from (select {cols} from job where lane = :l and state = 'new' and wait_since <= :cut "
-        f"order by wait_since limit :k) as due union all "
-        f"select * from (select {cols} from job where lane = :l and state = 'new' "
-        f"order by est, wait_since limit :k) as small",
-        {"l": lane, "cut": now - row.max_wait_seconds, "k": limit},
-    )
+    if row.held or free_slots <= 0:
+        return [], policy.Decision((), 0, head_reason=policy.STOPPED if row.held else policy.LEASE_CAP), row, refit_due
+    head = cur.all(HEAD_SQL, {"l": lane, "k": free_slots + head_extra, "f": False, "t": True})
+    if not head:
+        return [], policy.Decision((), 0), row, refit_due
     rows = {r[0]: r for r in head}
-    if not rows:
-        return [], policy.Decision((), 0), row
-    run_keys = sorted({r[3] for r in rows.values() if r[3] is not None})
-    started: set[str] = set()
-    if run_keys:
-        params = {f"r{i}": k for i, k in enumerate(run_keys)}
-        params["l"] = lane
-        marks = ", ".join(":" + p for p in params if p != "l")
-        started = {
-            r[0]
-            for r in cur.all(f"select run_key from lane_run where lane = :l and run_key in ({marks})", params)
-        }
-    def decide() -> policy.Decision:
-        snapshot = policy.LaneSnapshot(**snap_kw, started_runs=frozenset(started))
-        return policy.admit(snapshot, [policy.Candidate(r[0], r[1], r[2], r[3]) for r in rows.values()])
-
-    decision = decide()
-    if decision.head_reason == policy.START_LIMIT and len(decision.admitted) < free_slots:
-        # Past the start limit the head holds jobs that would start runs; the later stages of
-        # runs under way (which may still use the last fifth) can sit further down. Read their head.
-        finishing = cur.all(
-            f"select {', '.join('j.' + c.strip() for c in cols.split(','))} from job j join lane_run r "
-            "on r.lane = j.lane and r.run_key = j.run_key where j.lane = :l and j.state = 'new' "
-            "order by j.est, j.wait_since limit :k",
-            {"l": lane, "k": limit},
-        )
-        if any(r[0] not in rows for r in finishing):
-            rows.update({r[0]: r for r in finishing})
-            started |= {r[3] for r in finishing}
-            decision = decide()
+    remaining = runs.runs_of(cur, lane, sorted({r[3] for r in head if r[3] is not None}))
+    fits = runs.fits_of(cur, lane, sorted({r[4] for r in head if r[3] is not None}))
+    cands = [
+        policy.Candidate(r[0], r[1], r[2], r[3], r[6], r[4], fits[r[4]].after if r[3] is not None and r[4] in fits
+                         else 0, r[7])
+        for r in head
+    ]  # fmt: skip
+    snapshot = policy.LaneSnapshot(
+        policy=row.policy, spent=row.spent, reserved=row.reserved, leased=row.leased, window_used=row.window_used,
+        now=now, started_runs=frozenset(remaining), finishing=row.finishing, run_remaining=remaining,
+        resets=row.period != "none",
+    )  # fmt: skip
+    decision = policy.admit(snapshot, cands)
+    for c, _, why in decision.parked:
+        _give_up(cur, row, c.id, why, now)
     if not decision.admitted:
-        return [], decision, row
+        return [], decision, row, refit_due
     n, tokens = len(decision.admitted), decision.tokens
     cur.execute(
-        "update lane set reserved = reserved + :t, leased = leased + :n, window_used = window_used + :t, "
-        "updated_at = :now where name = :l and spent + reserved + :t <= ceiling and leased + :n <= max_leased",
-        {"t": tokens, "n": n, "now": now, "l": lane},
+        "update lane set reserved = reserved + :t, leased = leased + :n, window_used = window_used + :r, "
+        "finishing = finishing + :fd, updated_at = :now "
+        "where name = :l and spent + reserved + :t <= ceiling and leased + :n <= max_leased",
+        {"t": tokens, "n": n, "r": decision.rate, "fd": decision.finishing, "now": now, "l": lane},
     )
     if cur.rowcount != 1:
         raise LaneError(f"admission re-check failed in lane {lane!r}: the policy chose past the ceiling")
-    ids = decision.ids
     lease_until = now + row.lease_seconds
-    for job_id in ids:
+    for job_id in decision.ids:
         # One primary-key update per job: with "id in (...) and state = 'new'" SQLite's planner
         # picks the state index and walks every waiting job.
         cur.execute(
@@ -90,16 +78,21 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
         )
         if cur.rowcount != 1:
             raise LaneError(f"admission in lane {lane!r} lost a race it cannot lose (lock not held?)")
-    new_runs = sorted({c.run_key for c in decision.admitted if c.run_key is not None} - started)
-    for rk in new_runs:
-        cur.execute(
-            "insert into lane_run (lane, run_key, started_at) values (:l, :r, :now) on conflict do nothing",
-            {"l": lane, "r": rk, "now": now},
-        )
+    rates.charge(cur, lane, now, [(c.id, rows[c.id][5], c.rate) for c in decision.admitted])
+    if decision.runs:
+        runs.record(cur, row, now, decision, fits, set(remaining))
     leases = [
-        Lease(r[0], lane, r[4], r[1], r[5], token, lease_until, r[3]) for r in (rows[i] for i in ids)
+        Lease(c.id, lane, c.stage, c.est, rows[c.id][5], token, lease_until, c.run_key, c.rate)
+        for c in decision.admitted
     ]
-    return leases, decision, row
+    return leases, decision, row, refit_due
+
+
+def _give_up(cur: Cursor, row: LaneRow, job_id: str, why: str, now: float) -> None:
+    """A job that cannot fit before the next reset: to its fallback lane, or parked with the reason."""
+    if upkeep.move_to_fallback(cur, job_id, now=now) is None:
+        upkeep.park(cur, job_id, now=now, reason=f"cannot fit in lane {row.name!r}, which has no period to "
+                                                 f"reset its spend: {why}")  # fmt: skip
 
 
 def renew(cur: Cursor, job_id: str, token: str, *, now: float) -> float:

@@ -18,7 +18,7 @@ from dataclasses import asdict
 
 from ..checks import number, text, tokens, when
 from ..errors import InvalidInput, JobParked, Replay
-from . import admission, intake, reads, settlement, status, upkeep
+from . import admission, intake, reads, runs, settlement, status, upkeep
 from .audit import audit as audit_tables
 from .bill import BillLine, run_bill
 from .db import Database
@@ -86,7 +86,8 @@ class Ledger(LearningStore):
         return self.db.revision()
 
     # -- intake ------------------------------------------------------------------
-    def submit(self, stage: str, est: int, lane: str = "free", *, est_version: str | None = None,
+    def submit(self, stage: str, est: int, lane: str = "free", *, rate_cost: int | None = None,
+               est_version: str | None = None,
                run_key: str | None = None, key: str | None = None, attempt: int = 1,
                deadline: float | None = None, wait_seconds: float | None = None,
                fallback: str | bool | None = None, shadows: dict[str, int] | None = None,
@@ -95,8 +96,12 @@ class Ledger(LearningStore):
 
         Args:
             stage: the pipeline stage (stored verbatim).
-            est: estimated tokens, a whole number from 1 to 10**12.
+            est: estimated tokens, a whole number from 1 to 10**12: what the budget is charged
+                until the job settles to its actual bill.
             lane: the lane to wait in.
+            rate_cost: what the provider's rate limiter counts for this request (e.g. prompt
+                tokens + max_tokens, as OpenAI counts TPM); default ``est``. The lane's sliding
+                burst window counts it.
             est_version: the estimator (name and version) that produced ``est``.
             run_key: the pipeline run this job belongs to (the Prefect flow run id).
             key: idempotency key; the same key again returns the same job.
@@ -114,6 +119,7 @@ class Ledger(LearningStore):
         stage = text("stage", stage)
         lane = text("lane", lane)
         est = tokens("est", est)
+        rate_cost = None if rate_cost is None else tokens("rate_cost", rate_cost)
         est_version = text("est_version", est_version, required=False)
         est_input = None if est_input is None else tokens("est_input", est_input, low=0)
         run_key = text("run_key", run_key, required=False)
@@ -131,7 +137,7 @@ class Ledger(LearningStore):
 
         def record(cur, now):
             dl = now + wait_seconds if wait_seconds is not None else deadline
-            return intake.submit(cur, job_id=job_id, lane=lane, stage=stage, est=est, now=now,
+            return intake.submit(cur, job_id=job_id, lane=lane, stage=stage, est=est, now=now, rate_cost=rate_cost,
                                 est_version=est_version, est_input=est_input, run_key=run_key, key=key, attempt=attempt,
                                 deadline=dl, fallback=fallback, shadows=shadows)  # fmt: skip
 
@@ -149,10 +155,32 @@ class Ledger(LearningStore):
             if not ok and fresh:
                 self._emit("lane.preflight.failed", lane, {"error": err, "fell_back": moved})
         token = uuid.uuid4().hex
-        leases, decision, before = self._run(lambda cur, now: admission.tick(cur, lane, now=now, token=token))
+        leases, decision, before, refit = self._run(lambda cur, now: admission.tick(cur, lane, now=now, token=token))
+        for c, rule, why in decision.parked:
+            self._emit("lane.job.parked", lane, {"job_id": c.id, "lane": lane, "stage": c.stage, "est": c.est,
+                                                 "rule": rule, "reason": why})  # fmt: skip
         if leases:
             self._after_admission(lane, leases, before, decision.tokens)
+        if refit:  # outside the admission transaction: the tick stays short
+            self._run(lambda cur, now: runs.refit(cur, lane, now))
         return leases
+
+    def refit_runs(self, lane: str = "free") -> list[dict]:
+        """Learn the lane's finishing reserve from its finished runs now; returns the profile.
+
+        Admission does this on its own at most every ``policy.REFIT_SECONDS``;
+        call it after loading history, or to see what the lane has learned.
+        Each dict: ``stage``, ``after_tokens`` (what a run needed after a job of
+        that stage), ``hold_seconds`` (how long a quiet run keeps its reserve),
+        ``runs`` (how many runs it was learned from), ``fitted_at``.
+        """
+        lane = text("lane", lane)
+
+        def run(cur, now):
+            runs.refit(cur, lane, now, force=True)
+            return runs.profile(cur, lane)
+
+        return self._run(run)
 
     def _lane_spec(self, lane: str) -> LaneRow:
         """The lane's preflight settings, re-read at most every few seconds (not per tick)."""

@@ -40,6 +40,15 @@ def audit(cur: Cursor, now: float, *, grace: float = 60.0) -> list[str]:
             )
         if min(lane.spent, lane.reserved, lane.overage, lane.leased) < 0:
             bad.append(f"counters of lane {lane.name} went negative")
+        window, reserve = cur.one(
+            "select (select coalesce(sum(cost), 0) from rate_charge where lane = :l), (select coalesce(sum(remaining), "
+            "0) from lane_run where lane = :l and expires_at is not null)",
+            {"l": lane.name},
+        )
+        if lane.window_used != window:
+            bad.append(f"rate window of lane {lane.name}: window_used {lane.window_used} != sum of its charges {window}")
+        if lane.finishing != reserve:
+            bad.append(f"finishing reserve of lane {lane.name}: {lane.finishing} != sum of its runs' reserves {reserve}")
     for job_id, attempt, n in cur.all(
         "select job_id, attempt, count(*) from settlement group by job_id, attempt having count(*) > 1"
     ):

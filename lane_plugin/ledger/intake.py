@@ -17,6 +17,7 @@ def submit(
     stage: str,
     est: int,
     now: float,
+    rate_cost: int | None = None,
     est_version: str | None = None,
     est_input: int | None = None,
     run_key: str | None = None,
@@ -39,12 +40,14 @@ def submit(
     target = row
     fallback_lane = _resolve_fallback(cur, row, fallback)
     starts_run = run_key is None or not run_started(cur, lane, run_key)
-    why = policy.never_fits(row.policy, est, starts_run=starts_run)
+    rate_cost = est if rate_cost is None else rate_cost
+    why = policy.never_fits(row.policy, est, starts_run=starts_run, rate_cost=rate_cost)
     if why is not None:
         if fallback_lane is None:
             raise NeverFits(f"job refused at intake in lane {lane!r}: {why}", lane=lane, est=est)
         target = read_lane(cur, fallback_lane)
-        why_fb = policy.never_fits(target.policy, est, starts_run=True)
+        starts_run = run_key is None or not run_started(cur, target.name, run_key)
+        why_fb = policy.never_fits(target.policy, est, starts_run=True, rate_cost=rate_cost)
         if why_fb is not None:
             raise NeverFits(
                 f"job refused at intake: lane {lane!r}: {why}; fallback lane {fallback_lane!r}: {why_fb}",
@@ -62,6 +65,7 @@ def submit(
         id=job_id, lane=target.name, stage=stage, est=est, est_version=est_version, est_input=est_input, actual=0,
         state="new", attempt=attempt, lease_attempt=0, lease_until=0.0, run_key=run_key, key=key,
         deadline=deadline, fallback=fallback_lane, created_at=now, wait_since=now,
+        rate_cost=rate_cost, prio=target.policy.priority(est, now), finishing=not starts_run,
     )  # fmt: skip
     cur.execute(
         insert.format(cols=", ".join(fields), vals=", ".join(":" + k for k in fields)), fields
@@ -95,7 +99,7 @@ def _replay_submit(cur: Cursor, existing, *, stage: str, est: int, attempt: int,
 
 def reopen(cur: Cursor, job: dict, *, attempt: int, now: float) -> None:
     """Start a new attempt of a job; a lease still held by an older attempt is voided."""
-    lock_lane(cur, job["lane"])
+    row = lock_lane(cur, job["lane"])
     if job["state"] == "leased":
         cur.execute(
             "update lane set reserved = reserved - :e, leased = leased - 1 where name = :l",
@@ -105,8 +109,8 @@ def reopen(cur: Cursor, job: dict, *, attempt: int, now: float) -> None:
         cur.execute("delete from tail where job_id = :id", {"id": job["id"]})
     cur.execute(
         "update job set state = 'new', attempt = :a, lease_token = null, lease_until = 0, "
-        "wait_since = :now, reason = null, finished_at = null where id = :id",
-        {"a": attempt, "now": now, "id": job["id"]},
+        "wait_since = :now, prio = :p, reason = null, finished_at = null where id = :id",
+        {"a": attempt, "now": now, "p": row.policy.priority(job["est"], now), "id": job["id"]},
     )
 
 

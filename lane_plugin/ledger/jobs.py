@@ -8,9 +8,10 @@ from ..errors import UnknownJob
 from .db import Cursor
 
 ALL_JOB_COLUMNS = (
-    "id", "lane", "stage", "est", "est_version", "est_input", "actual", "state", "attempt", "lease_attempt",
+    "id", "lane", "stage", "est", "rate_cost", "est_version", "est_input", "actual", "state", "attempt",
+    "lease_attempt",
     "lease_until", "lease_token", "deadline", "run_key", "key", "fallback", "reason", "created_at",
-    "wait_since", "admitted_at", "finished_at",
+    "wait_since", "prio", "finishing", "admitted_at", "finished_at",
 )  # fmt: skip
 JOB_COLS = "id, lane, stage, est, attempt, run_key, state, lease_until, lease_token, lease_attempt, fallback, key"
 JOB_KEYS = tuple(c.strip() for c in JOB_COLS.split(","))
@@ -28,6 +29,7 @@ class Lease:
     token: str
     lease_until: float
     run_key: str | None = None
+    rate_cost: int | None = None  # what the provider's rate limiter was charged for it
 
 
 @dataclass(frozen=True)

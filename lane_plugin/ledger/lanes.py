@@ -14,17 +14,19 @@ from .preflight import validate_spec
 POLICY_FIELDS = (
     "allowance", "ceiling", "start_fraction", "burst_tokens", "window_seconds", "max_leased",
     "lease_seconds", "max_wait_seconds", "max_attempts", "park_seconds", "fallback", "preflight",
-    "preflight_timeout", "period", "stopped",
+    "preflight_timeout", "period", "stopped", "rate_basis",
 )  # fmt: skip
 COUNTER_FIELDS = (
     "spent", "reserved", "overage", "leased", "window_start", "window_used", "period_start",
-    "preflight_ok", "preflight_error", "preflight_at", "updated_at",
+    "preflight_ok", "preflight_error", "preflight_at", "updated_at", "finishing", "profile_at",
 )  # fmt: skip
+# Settings that move a waiting job's place in the order (policy.LanePolicy.age_factor).
+ORDER_FIELDS = ("ceiling", "burst_tokens", "max_wait_seconds")
 PERIODS = ("none", "daily", "monthly")
 # A lane created with `lane lanes set NEW ...` starts from the policy's defaults and empty counters.
 NEW_LANE = dict(
     policy.LANE_DEFAULTS, spent=0, reserved=0, overage=0, leased=0, window_start=0.0, window_used=0,
-    period_start=0.0, preflight_ok=True,
+    period_start=0.0, preflight_ok=True, finishing=0, profile_at=0.0,
 )  # fmt: skip
 
 
@@ -46,6 +48,7 @@ class LaneRow:
     preflight_timeout: float
     period: str
     stopped: bool
+    rate_basis: str
     spent: int
     reserved: int
     overage: int
@@ -57,6 +60,8 @@ class LaneRow:
     preflight_error: str | None
     preflight_at: float | None
     updated_at: float
+    finishing: int
+    profile_at: float
 
     @property
     def policy(self) -> policy.LanePolicy:
@@ -70,6 +75,11 @@ class LaneRow:
     @property
     def is_stopped(self) -> bool:
         return self.hard_stopped or not self.preflight_ok
+
+    @property
+    def held(self) -> bool:
+        """Admits nothing whatever the numbers: stopped by an operator, or its preflight failed."""
+        return bool(self.stopped) or not self.preflight_ok
 
     @property
     def remaining(self) -> int:
@@ -119,12 +129,9 @@ def period_start(period: str, now: float) -> float:
 
 
 def roll_counters(cur: Cursor, row: LaneRow, now: float) -> LaneRow:
-    """Start a new burst window and a new period when they have rolled over (row is locked)."""
-    ws = policy.window_start(now, row.window_seconds)
+    """Start a new period when it has rolled over (row is locked); the rate window slides in rates.py."""
     ps = period_start(row.period, now)
     changes: dict = {}
-    if ws > row.window_start:  # never backwards: a clock read a moment earlier must not reopen a window
-        changes.update(window_start=ws, window_used=0)
     if row.period != "none" and ps > row.period_start:
         changes.update(period_start=ps, spent=0, overage=0)
     if changes:
@@ -152,6 +159,9 @@ def validate_settings(settings: dict, current: LaneRow | None = None) -> dict:
         elif key == "period":
             if value not in PERIODS:
                 raise InvalidInput(key, value, f"expected one of {', '.join(PERIODS)}")
+        elif key == "rate_basis":
+            if value not in policy.RATE_BASES:
+                raise InvalidInput(key, value, f"expected one of {', '.join(policy.RATE_BASES)}")
         elif key == "stopped":
             if not isinstance(value, bool):
                 raise InvalidInput(key, value, "expected true or false")
@@ -201,7 +211,16 @@ def write_lane_settings(cur: Cursor, now: float, name: str, settings: dict, crea
         sets = ", ".join(f"{k} = :{k}" for k in clean)
         cur.execute(f"update lane set {sets}, updated_at = :now where name = :name",
                     {**clean, "now": now, "name": name})  # fmt: skip
-    return read_lane(cur, name)
+    row = read_lane(cur, name)
+    if current is not None and any(k in clean and clean[k] != getattr(current, k) for k in ORDER_FIELDS):
+        reprioritise(cur, row)
+    return row
+
+
+def reprioritise(cur: Cursor, row: LaneRow) -> None:
+    """The lane's age factor changed: every waiting or parked job's place follows (one set-based UPDATE)."""
+    cur.execute("update job set prio = wait_since + est * :f where lane = :l and state in ('new', 'parked')",
+                {"f": row.policy.age_factor, "l": row.name})  # fmt: skip
 
 
 def delete_lane(cur: Cursor, name: str) -> None:
@@ -213,5 +232,6 @@ def delete_lane(cur: Cursor, name: str) -> None:
     users = [r[0] for r in cur.all("select name from lane where fallback = :n order by name", {"n": name})]
     if users:
         raise InvalidInput("lane", name, f"lane(s) {', '.join(users)} fall back to it")
-    cur.execute("delete from lane_run where lane = :n", {"n": name})
+    for table in ("lane_run", "rate_charge", "run_profile"):
+        cur.execute(f"delete from {table} where lane = :n", {"n": name})
     cur.execute("delete from lane where name = :n", {"n": name})

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Optional
 
 import sqlalchemy as sa
-from sqlalchemy import BigInteger, CheckConstraint, Column, Index, Integer, UniqueConstraint
+from sqlalchemy import BigInteger, CheckConstraint, Column, Index, Integer, UniqueConstraint, false
 from sqlmodel import Field, SQLModel
 
 from ..policy import LANE_DEFAULTS as D
@@ -35,6 +35,7 @@ class Lane(SQLModel, table=True):
     __table_args__ = (
         CheckConstraint("spent >= 0 and reserved >= 0 and overage >= 0 and leased >= 0", name="ck_lane_counters"),
         CheckConstraint("ceiling > 0 and burst_tokens > 0 and max_leased > 0", name="ck_lane_policy"),
+        CheckConstraint("rate_basis in ('request', 'actual') and finishing >= 0", name="ck_lane_rate_reserve"),
     )
 
     name: str = Field(primary_key=True, max_length=64)
@@ -53,13 +54,16 @@ class Lane(SQLModel, table=True):
     preflight_timeout: float = Field(default=D["preflight_timeout"])
     period: str = Field(default=D["period"], max_length=16)
     stopped: bool = Field(default=False)
+    rate_basis: str = Field(default=D["rate_basis"], max_length=16, sa_column_kwargs={"server_default": "request"})
     # counters
     spent: int = _big(default=0)
     reserved: int = _big(default=0)
     overage: int = _big(default=0)
     leased: int = Field(default=0)
-    window_start: float = Field(default=0.0)
-    window_used: int = _big(default=0)
+    window_start: float = Field(default=0.0)  # rate charges at or before this were pruned from the window
+    window_used: int = _big(default=0)  # the rate_cost of the rate_charge rows still in the window
+    finishing: int = Field(default=0, sa_type=BigInteger, sa_column_kwargs={"server_default": "0"})
+    profile_at: float = Field(default=0.0, sa_column_kwargs={"server_default": "0"})
     period_start: float = Field(default=0.0)
     preflight_ok: bool = Field(default=True)
     preflight_error: Optional[str] = Field(default=None)
@@ -73,20 +77,22 @@ class Job(SQLModel, table=True):
 
     __tablename__ = "job"
     __table_args__ = (
-        # The admission scan reads only the head of these two.
-        Index("ix_job_admission", "lane", "state", "est", "wait_since"),
-        Index("ix_job_aging", "lane", "state", "wait_since"),
+        # The admission scan reads only the head of this index: for each of the two classes
+        # (jobs of runs under way, the rest) the waiting jobs in priority order.
+        Index("ix_job_queue", "lane", "state", "finishing", "prio"),
         Index("ix_job_lease", "state", "lease_until"),
         Index("ix_job_deadline", "state", "deadline"),
         Index("ix_job_run", "lane", "run_key"),
         CheckConstraint("est > 0 and actual >= 0 and attempt >= 1", name="ck_job_numbers"),
         CheckConstraint(f"state in {JOB_STATES!r}", name="ck_job_state"),
+        CheckConstraint("rate_cost is null or rate_cost > 0", name="ck_job_rate_cost"),
     )
 
     id: str = Field(primary_key=True, max_length=64)
     lane: str = Field(max_length=64)
     stage: str
     est: int = _big()
+    rate_cost: Optional[int] = _big(default=None)  # what the provider's rate limiter counts; null: est
     est_version: Optional[str] = Field(default=None)
     # The input (prompt) tokens counted at intake, when the estimator knew them: a learned
     # estimator learns output = actual - est_input from settled jobs.
@@ -104,6 +110,10 @@ class Job(SQLModel, table=True):
     reason: Optional[str] = Field(default=None)
     created_at: float = Field(default=0.0)
     wait_since: float = Field(default=0.0)
+    # Place in the admission order: wait_since + est * the lane's age factor (policy.LanePolicy.priority).
+    prio: float = Field(default=0.0, sa_column_kwargs={"server_default": "0"})
+    # Its run already has an admitted job in this lane (the job finishes a run under way).
+    finishing: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
     admitted_at: Optional[float] = Field(default=None)
     finished_at: Optional[float] = Field(default=None)
 
@@ -161,13 +171,54 @@ class ShadowEstimate(SQLModel, table=True):
 
 
 class LaneRun(SQLModel, table=True):
-    """Runs that have an admitted job in a lane: their later stages are *finishing*."""
+    """Runs that have an admitted job in a lane: their later stages are *finishing*.
+
+    A run under way holds a finishing reserve (``remaining``: what it is expected
+    to still need after its latest admitted ``stage``) until ``expires_at``; the
+    lane row's ``finishing`` is the sum of the reserves. A lapsed run (no admission
+    for its hold) has ``expires_at`` null and counts as finished for the profile.
+    """
 
     __tablename__ = "lane_run"
+    __table_args__ = (
+        Index("ix_lane_run_expires", "lane", "expires_at"),
+        Index("ix_lane_run_last", "lane", "last_at"),
+    )
 
     lane: str = Field(primary_key=True, max_length=64)
     run_key: str = Field(primary_key=True)
     started_at: float = Field(default=0.0)
+    stage: Optional[str] = Field(default=None)
+    committed: int = Field(default=0, sa_type=BigInteger, sa_column_kwargs={"server_default": "0"})
+    remaining: int = Field(default=0, sa_type=BigInteger, sa_column_kwargs={"server_default": "0"})
+    last_at: float = Field(default=0.0, sa_column_kwargs={"server_default": "0"})
+    expires_at: Optional[float] = Field(default=None)
+
+
+class RateCharge(SQLModel, table=True):
+    """What one admission charged the provider's rate limiter, while it is in the sliding window."""
+
+    __tablename__ = "rate_charge"
+    __table_args__ = (Index("ix_rate_charge_lane_at", "lane", "at"),)
+
+    job_id: str = Field(primary_key=True, max_length=64)
+    attempt: int = Field(primary_key=True)
+    lane: str = Field(max_length=64)
+    at: float
+    cost: int = _big()
+
+
+class RunProfile(SQLModel, table=True):
+    """What runs of a lane needed after each stage, learned from finished runs (policy.fit_runs)."""
+
+    __tablename__ = "run_profile"
+
+    lane: str = Field(primary_key=True, max_length=64)
+    stage: str = Field(primary_key=True)
+    after_tokens: int = _big(default=0)  # mean tokens the run took after a job of this stage
+    hold_seconds: float = Field(default=0.0)  # twice the 95th percentile gap to the run's next admission
+    runs: int = Field(default=0)
+    fitted_at: float = Field(default=0.0)
 
 
 class EstimatorState(SQLModel, table=True):

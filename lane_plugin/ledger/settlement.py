@@ -6,6 +6,7 @@ from ..errors import JobParked, NotLeased, Replay, UnknownJob
 from .db import Cursor
 from .jobs import JOB_KEYS, Settled, get_job
 from .lanes import lock_lane, roll_counters
+from .rates import true_up
 
 
 def settle(
@@ -41,7 +42,7 @@ def settle(
     # Locks in the order lane, then job, as every writer does; and rolls the period first: a
     # settlement arriving after a period boundary but before the next tick must count in the new
     # period, not be wiped by that tick's reset.
-    roll_counters(cur, lock_lane(cur, lane), now)
+    lane_row = roll_counters(cur, lock_lane(cur, lane), now)
     final = "done" if outcome == "done" else "failed"
     cur.execute(
         "update job set state = :st, actual = actual + :a, finished_at = :now, lease_token = null "
@@ -59,6 +60,8 @@ def settle(
     )  # fmt: skip
     if cur.rowcount != 1:
         raise Replay()  # a concurrent settle of the same attempt won; roll back ours
+    if lane_row.rate_basis == "actual":  # the provider counted what was really used: so does the window
+        true_up(cur, lane, job_id, attempt, actual)
     if live:
         after = cur.one(
             "update lane set spent = spent + :a, reserved = reserved - :e, leased = leased - 1, "

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from ..policy import blocking_rule, window_start
+from .. import policy
+from ..policy import blocking_rule
 from .db import Cursor
-from .jobs import get_job, run_started
+from .jobs import get_job
 from .lanes import LaneRow, all_lanes, read_lane
+from .rates import used
+from .runs import fits_of, runs_of
 
 # A lane's state as people are told it, worst first (the first that holds is the state).
 LANE_STATES = ("stopped", "preflight-failed", "ceiling-spent", "finishing-only", "ok")
@@ -19,8 +22,9 @@ def lane_state(row: LaneRow) -> str:
         return "preflight-failed"
     if row.spent >= row.ceiling:
         return "ceiling-spent"
-    if row.spent + row.reserved >= row.policy.start_limit:
-        return "finishing-only"
+    committed = row.spent + row.reserved
+    if committed >= row.policy.start_limit or (row.finishing and committed + row.finishing >= row.ceiling):
+        return "finishing-only"  # past the start limit, or what is left is the reserve of runs under way
     return "ok"
 
 
@@ -67,6 +71,7 @@ def lane_status(cur: Cursor, now: float) -> list[dict]:
                 "spent": row.spent,
                 "reserved": row.reserved,
                 "remaining": row.ceiling - committed,
+                "finishing": row.finishing,
                 "overage": row.overage,
                 "pct_of_ceiling": round(100.0 * committed / row.ceiling, 2),
                 "start_limit": row.policy.start_limit,
@@ -76,6 +81,9 @@ def lane_status(cur: Cursor, now: float) -> list[dict]:
                 "parked": counts.get((row.name, "parked"), 0),
                 "burst_tokens": row.burst_tokens,
                 "window_seconds": row.window_seconds,
+                "window_used": used(cur, row, now),
+                "rate_basis": row.rate_basis,
+                "start_fraction": row.start_fraction,
                 "lease_seconds": row.lease_seconds,
                 "max_wait_seconds": row.max_wait_seconds,
                 "max_attempts": row.max_attempts,
@@ -97,26 +105,33 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
     """Where a waiting job stands: its place in admission order and the lane's room (Ledger.wait_status)."""
     job = get_job(cur, job_id)
     row = read_lane(cur, job["lane"])
-    wait_since = cur.scalar("select wait_since from job where id = :id", {"id": job_id})
+    prio, rate_cost = cur.one("select prio, coalesce(rate_cost, est) from job where id = :id", {"id": job_id})
     base = "select count(*) from job where lane = :l and state = 'new'"
-    p = {"l": row.name, "cut": now - row.max_wait_seconds, "e": job["est"], "w": wait_since, "id": job_id}
-    older = "(wait_since < :w or (wait_since = :w and id < :id))"
-    if job["state"] != "new":
-        position = 0
-    elif wait_since <= p["cut"]:
-        position = 1 + cur.scalar(f"{base} and wait_since <= :cut and {older}", p)
+    p = {"l": row.name, "p": prio, "id": job_id}
+    position = 0
+    if job["state"] == "new":
+        position = 1 + cur.scalar(f"{base} and (prio < :p or (prio = :p and id < :id))", p)
+    key = job["run_key"]
+    started = runs_of(cur, row.name, [key] if key else [])
+    fit = fits_of(cur, row.name, [job["stage"]]).get(job["stage"]) if key else None
+    c = policy.Candidate(job_id, job["est"], 0.0, key, rate_cost, job["stage"], fit.after if fit else 0, prio)
+    kind = policy.kind_of(c, frozenset(started))
+    need = c.est + (c.after if kind == policy.START else 0)
+    unfit = policy.unfit_before_reset(row.policy, c, kind, spent=row.spent, need=need)
+    if unfit is not None:
+        blocked_by, reason = unfit[0], unfit[1] + (" (until the period resets)" if row.period != "none" else
+                                                  " (the lane has no period: the next tick parks it)")  # fmt: skip
     else:
-        position = 1 + cur.scalar(f"{base} and (wait_since <= :cut or est < :e or (est = :e and {older}))", p)
-    starts_run = job["run_key"] is None or not run_started(cur, row.name, job["run_key"])
-    window_used = row.window_used if window_start(now, row.window_seconds) == row.window_start else 0
-    blocked_by = blocking_rule(
-        row.policy, est=job["est"], starts_run=starts_run, committed=row.spent + row.reserved,
-        leased=row.leased, window_used=window_used, stopped=row.is_stopped,
-    )  # fmt: skip
+        reason = None
+        blocked_by = blocking_rule(
+            row.policy, est=c.est, kind=kind, rate_cost=rate_cost, need=need, committed=row.spent + row.reserved,
+            finishing=row.finishing, leased=row.leased, window_used=used(cur, row, now), stopped=row.held,
+        )  # fmt: skip
     return {
-        "job_id": job_id, "lane": row.name, "stage": job["stage"], "est": job["est"],
+        "job_id": job_id, "lane": row.name, "stage": job["stage"], "est": job["est"], "rate_cost": rate_cost,
         "state": job["state"], "position": position, "waiting": cur.scalar(base, p),
-        "remaining": row.remaining, "spent": row.spent, "reserved": row.reserved,
+        "remaining": row.remaining, "spent": row.spent, "reserved": row.reserved, "finishing": row.finishing,
         "ceiling": row.ceiling, "start_limit": row.policy.start_limit, "leased": row.leased,
-        "max_leased": row.max_leased, "starts_run": starts_run, "blocked_by": blocked_by,
+        "max_leased": row.max_leased, "starts_run": kind != policy.FINISH, "kind": kind,
+        "blocked_by": blocked_by, "reason": reason,
     }  # fmt: skip

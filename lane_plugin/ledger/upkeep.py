@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ..errors import NotParked, UnknownJob
 from .db import Cursor
-from .lanes import all_lanes, lock_lane, period_start, roll_counters
+from .lanes import all_lanes, lock_lane, period_start, read_lane, roll_counters
 
 
 @dataclass
@@ -128,6 +128,9 @@ def park(cur: Cursor, job_id: str, *, reason: str, now: float) -> dict | None:
 # In its fallback lane a job gets the same time to wait again: otherwise park_overdue would
 # park it there at once for the deadline it just missed in its first lane.
 _FRESH_DEADLINE = "deadline = case when deadline is null then null else :now + (deadline - wait_since) end"
+# ...and a place in its new lane's order (:f is that lane's age factor, :to the lane).
+_FRESH_PLACE = ("prio = :now + est * :f, finishing = exists (select 1 from lane_run r where r.lane = :to "
+                "and r.run_key = job.run_key)")  # fmt: skip
 
 
 def move_to_fallback(cur: Cursor, job_id: str, *, now: float) -> str | None:
@@ -141,21 +144,26 @@ def move_to_fallback(cur: Cursor, job_id: str, *, now: float) -> str | None:
     # job is either leased there (and stays) or moved here, never leased there and billed here.
     lock_lane(cur, row[0])
     cur.execute(
-        f"update job set lane = :fb, fallback = null, wait_since = :now, {_FRESH_DEADLINE} "
+        f"update job set lane = :fb, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {_FRESH_PLACE} "
         "where id = :id and state = 'new' and lane = :old",
-        {"fb": row[1], "now": now, "id": job_id, "old": row[0]},
+        {"fb": row[1], "to": row[1], "now": now, "id": job_id, "old": row[0],
+         "f": read_lane(cur, row[1]).policy.age_factor},
     )
     return row[1] if cur.rowcount == 1 else None
 
 
 def fall_back_waiting(cur: Cursor, lane: str, *, now: float) -> int:
     """Preflight failed: every waiting job of ``lane`` that may fall back moves to its fallback."""
-    cur.execute(
-        f"update job set lane = fallback, fallback = null, wait_since = :now, {_FRESH_DEADLINE} "
-        "where lane = :l and state = 'new' and fallback is not null",
-        {"l": lane, "now": now},
-    )
-    return max(cur.rowcount, 0)
+    moved = 0
+    for (fb,) in cur.all("select distinct fallback from job where lane = :l and state = 'new' and fallback is not null",
+                         {"l": lane}):  # fmt: skip
+        cur.execute(
+            f"update job set lane = fallback, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {_FRESH_PLACE} "
+            "where lane = :l and state = 'new' and fallback = :fb",
+            {"l": lane, "fb": fb, "to": fb, "now": now, "f": read_lane(cur, fb).policy.age_factor},
+        )
+        moved += max(cur.rowcount, 0)
+    return moved
 
 
 def requeue(cur: Cursor, job_id: str, *, now: float) -> None:
@@ -165,13 +173,13 @@ def requeue(cur: Cursor, job_id: str, *, now: float) -> None:
         raise UnknownJob(job_id)
     if row[0] != "parked":
         raise NotParked(f"job {job_id} is {row[0]}, not parked: only parked jobs can be requeued", job_id=job_id)
-    lock_lane(cur, row[1])
+    lane = lock_lane(cur, row[1])
     cur.execute("delete from tail where job_id = :id", {"id": job_id})
     cur.execute(
-        "update job set state = 'new', reason = null, finished_at = null, wait_since = :now, "
+        "update job set state = 'new', reason = null, finished_at = null, wait_since = :now, prio = :now + est * :f, "
         "attempt = case when lease_attempt >= attempt then attempt + 1 else attempt end "
         "where id = :id and state = 'parked'",
-        {"now": now, "id": job_id},
+        {"now": now, "id": job_id, "f": lane.policy.age_factor},
     )
 
 

@@ -7,7 +7,8 @@ not a copy); the baselines live in :mod:`lane_plugin.sim.policies`.
 Model (the ledger's semantics):
 
 - a job arrives and waits; at a tick the policy chooses jobs to lease:
-  ``reserved += est``, ``leased += 1``, ``window_used += est``;
+  ``reserved += est``, ``leased += 1``, and its ``rate_cost`` (default ``est``)
+  enters the sliding rate window (:mod:`lane_plugin.sim.window`);
 - leased jobs queue at the worker in admission order. The worker has
   ``workers`` parallel slots and serves a job in ``service_base +
   service_per_token * actual`` seconds. A *cold drainer* sleeps
@@ -28,7 +29,7 @@ Model (the ledger's semantics):
   parked (the tail).
 
 Ticks happen at every arrival, completion, lease expiry and worker wake, plus
-at a burst-window rollover when jobs were left waiting. A tick is skipped when
+when the rate window has slid enough for a job it blocked. A tick is skipped when
 no lease slot is free or nothing waits: the policy could not admit anything.
 """
 
@@ -41,10 +42,11 @@ from dataclasses import dataclass
 from heapq import heappop, heappush
 
 from ..policy import LANE_DEFAULTS as D
-from ..policy import Candidate, LanePolicy, never_fits, window_start
-from .policies import POLICIES, USES_EST_HEAP, candidate_for
+from ..policy import Candidate, LanePolicy, never_fits
+from .policies import POLICIES, USES_EST_HEAP, LaneQueue, candidate_for
 from .results import SimResult, big_threshold, percentile
 from .traffic import Trace
+from .window import RateWindow
 
 INF = math.inf
 WAITING, LEASED, RUNNING, DONE, PARKED, FUTURE, REFUSED = range(7)
@@ -65,6 +67,7 @@ class SimConfig:
     lease_seconds: float = D["lease_seconds"]
     max_wait_seconds: float = D["max_wait_seconds"]
     max_attempts: int = D["max_attempts"]
+    rate_basis: str = D["rate_basis"]
     period_seconds: float | None = None
     workers: int = 1
     service_base: float = 1.0
@@ -109,7 +112,9 @@ class SimConfig:
 def refused_at_intake(trace: Trace, cfg: SimConfig) -> list[bool]:
     """Jobs the ledger refuses at intake because they could never fit the lane."""
     pol = cfg.lane_policy
-    return [never_fits(pol, e, starts_run=rk is None) is not None for e, rk in zip(trace.est, trace.run_key)]
+    rates = trace.rate_cost or [None] * len(trace)
+    return [never_fits(pol, e, starts_run=rk is None, rate_cost=r) is not None
+            for e, rk, r in zip(trace.est, trace.run_key, rates)]  # fmt: skip
 
 
 class Sim:
@@ -124,19 +129,21 @@ class Sim:
         n = len(trace)
         self.n = n
         self.est = trace.est
+        self.rate = [e if r is None else r for e, r in zip(trace.est, trace.rate_cost or [None] * n)]
         self.waiting_since = trace.arrival  # a requeued job keeps its place in the aging order
         self.refused = refused if refused is not None else refused_at_intake(trace, cfg)
         self.state = bytearray([FUTURE]) * n
         self.admitted_at = [-1.0] * n
         self.started_at = [-1.0] * n
         self.lease_no = [0] * n
-        self._cands: list[Candidate | None] = [None] * n
+        self._cands: list[tuple[int, Candidate] | None] = [None] * n
         self._width = max(7, len(str(n)))
         self.age: list[int] = []  # waiting jobs by (arrival, index): arrival order == index order
         self.by_est: list[tuple[int, int]] = []  # waiting jobs by (est, index)
         self._use_est = policy in USES_EST_HEAP
-        self.spent = self.reserved = self.leased = self.window_used = 0
-        self.window_start = -INF
+        self.spent = self.reserved = self.leased = 0
+        self.window = RateWindow(cfg.window_seconds)
+        self._charges: dict[int, object] = {}  # rate charges to true up at settlement (basis "actual")
         self.started: set[str] = set()
         self.events: list[tuple] = []
         self._seq = 0
@@ -156,6 +163,7 @@ class Sim:
         self.series_t: list[float] = []
         self.series_spent: list[int] = []
         self.log: list[tuple] = []
+        self.lane_queue = LaneQueue(self) if policy == "lane" else None
 
     # -- views the policies use -------------------------------------------------
     def job_id(self, j: int) -> str:
@@ -166,10 +174,12 @@ class Sim:
         return int(c.id[1:])
 
     def candidate(self, j: int) -> Candidate:
-        c = self._cands[j]
-        if c is None:
-            c = self._cands[j] = candidate_for(self, j)
-        return c
+        """The ``lane`` policy's candidate for job ``j`` (cached until the reserve profile is refit)."""
+        hit = self._cands[j]
+        version = self.lane_queue.runs.version
+        if hit is None or hit[0] != version:
+            hit = self._cands[j] = (version, candidate_for(self, j))
+        return hit[1]
 
     def asleep(self, t: float) -> bool:
         """Whether the cold drainer is asleep at ``t`` (the last part of each cycle)."""
@@ -191,13 +201,11 @@ class Sim:
         heappush(self.age, j)
         if self._use_est:
             heappush(self.by_est, (self.est[j], j))
+        if self.lane_queue is not None:
+            self.lane_queue.push(j)
 
     def _roll(self, t: float) -> None:
         cfg = self.cfg
-        if cfg.window_seconds > 0:
-            ws = window_start(t, cfg.window_seconds)
-            if ws != self.window_start:
-                self.window_start, self.window_used = ws, 0
         if cfg.period_seconds and t >= self.period_start + cfg.period_seconds:
             self._close_period()
             self.period_start = t // cfg.period_seconds * cfg.period_seconds
@@ -218,7 +226,9 @@ class Sim:
         self.n_waiting -= 1
         self.leased += 1
         self.reserved += est
-        self.window_used += est
+        charge = self.window.charge(t, self.rate[j])
+        if self.cfg.rate_basis == "actual":
+            self._charges[j] = charge
         if self.admitted_at[j] < 0:
             self.admitted_at[j] = t
             self.max_admitted_arrival = max(self.max_admitted_arrival, self.trace.arrival[j])
@@ -234,6 +244,8 @@ class Sim:
         self.free += 1
         self.leased -= 1
         self.reserved -= self.est[j]
+        if self._charges:
+            self.window.true_up(self._charges.pop(j, None), actual)
         self.spent += actual
         self.total_spent += actual
         self.done += 1
@@ -265,27 +277,35 @@ class Sim:
             if since[j] + deadline > t:
                 break
             heappop(age)
-            state[j] = PARKED
-            self.n_waiting -= 1
-            self.parked += 1
-            if self.record:
-                self.log.append(("park", t, self.job_id(j)))
+            self.park(j, t)
+
+    def park(self, j: int, t: float) -> None:
+        """A waiting job leaves the queue for the tail (past its deadline, or it cannot fit)."""
+        self.state[j] = PARKED
+        self.n_waiting -= 1
+        self.parked += 1
+        if self.record:
+            self.log.append(("park", t, self.job_id(j)))
 
     def _tick(self, t: float) -> None:
         if self.n_waiting <= 0 or self.leased >= self.cap:
             return  # the policy could not admit anything: the ledger's tick is a no-op
-        admitted, window_blocked = self._select(self, t)
+        admitted, burst_need = self._select(self, t)
         for j in admitted:
             self._lease(j, t)
         if self.record:
             self.log.append(("tick", t, [self.job_id(j) for j in admitted]))
         if not admitted and self.policy == "lane" and self.stopped(t):
             self._wake_worker_at(t)  # the preflight passes again when the worker wakes
-        if window_blocked and self.cfg.window_seconds > 0:
-            nxt = window_start(t, self.cfg.window_seconds) + self.cfg.window_seconds
-            if nxt != self._next_window_wake:
-                self._next_window_wake = nxt
-                self._push(nxt, WAKE_EV)
+        if burst_need:
+            self._wake_when_window_frees(t, burst_need)
+
+    def _wake_when_window_frees(self, t: float, need: int) -> None:
+        """Tick again when the sliding window has room for ``need`` rate tokens."""
+        nxt = self.window.free_at(t, self.cfg.burst_tokens - need)
+        if nxt is not None and nxt > t and nxt != self._next_window_wake:
+            self._next_window_wake = nxt
+            self._push(nxt, WAKE_EV)
 
     def _wake_worker_at(self, t: float) -> None:
         wake = (t // self.cfg.sleep_every + 1) * self.cfg.sleep_every

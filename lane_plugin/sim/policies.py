@@ -22,6 +22,7 @@ from heapq import heappop, heappush
 from typing import Any, Protocol
 
 from ..policy import HEAD_SLACK, Candidate, LaneSnapshot, admit
+from .runs import RunBook
 
 WAITING = 0  # the engine's state code of a waiting job
 
@@ -38,8 +39,10 @@ class Sim(Protocol):
     spent: int
     reserved: int
     leased: int
-    window_used: int
-    started: set[str]
+    rate: list[int]
+    window: Any
+    lane_queue: Any
+    trace: Any
 
     def candidate(self, j: int) -> Candidate: ...
 
@@ -47,71 +50,116 @@ class Sim(Protocol):
 
     def stopped(self, t: float) -> bool: ...
 
+    def park(self, j: int, t: float) -> None: ...
 
-def _valid_head(sim: Sim, heap: list, n: int, key, until=None) -> list:
+
+def _valid_head(sim: Sim, heap: list, n: int, key, skip=None) -> list:
     """Pop up to ``n`` distinct waiting entries off ``heap`` (caller pushes back).
 
-    With ``until``, stop at the first waiting entry for which ``until(entry)``
-    is false (the heap's order makes every later entry false too).
+    With ``skip``, entries for which ``skip(entry)`` is true are stale (the job
+    now sits in another heap) and are dropped like admitted ones.
     """
     state = sim.state
     out, seen = [], set()
     while heap and len(out) < n:
         entry = heap[0]
         j = key(entry)
-        if state[j] != WAITING or j in seen:
-            heappop(heap)  # lazy deletion: admitted, parked or a duplicate entry
+        if state[j] != WAITING or j in seen or (skip is not None and skip(entry)):
+            heappop(heap)  # lazy deletion: admitted, parked, moved or a duplicate entry
             continue
-        if until is not None and not until(entry):
-            break
         heappop(heap)
         seen.add(j)
         out.append(entry)
     return out
 
 
-def select_lane(sim: Sim, now: float) -> tuple[list[int], bool]:
-    """The ledger's policy on the bounded head of both orderings.
+class LaneQueue:
+    """The ``lane`` policy's waiting jobs, as the ledger's index (lane, state, finishing, prio) holds them.
 
-    Like the store's tick: the ``free slots + 16`` smallest waiting jobs and
-    the ``free slots + 16`` oldest *due* ones, deduplicated.
+    Two heaps by priority: jobs of runs already under way (*finishing*) and the
+    rest. A job moves to the first when its run starts; its entry in the second
+    goes stale and is skipped.
+    """
+
+    def __init__(self, sim: Sim) -> None:
+        self.sim = sim
+        self.policy = sim.cfg.lane_policy
+        self.runs = RunBook(sim, self.policy)
+        self.other: list[tuple[float, int]] = []
+        self.finishing: list[tuple[float, int]] = []
+        self.members: dict[str, list[int]] = {}  # waiting jobs of runs not started yet
+        self._prio: dict[int, float] = {}
+
+    def prio(self, j: int) -> float:
+        p = self._prio.get(j)
+        if p is None:
+            p = self._prio[j] = self.policy.priority(self.sim.est[j], self.sim.waiting_since[j])
+        return p
+
+    def push(self, j: int) -> None:
+        key = self.sim.trace.run_key[j]
+        if key is not None and key in self.runs.runs:
+            heappush(self.finishing, (self.prio(j), j))
+        else:
+            heappush(self.other, (self.prio(j), j))
+            if key is not None:
+                self.members.setdefault(key, []).append(j)
+
+    def started(self, keys: list[str]) -> None:
+        for key in keys:
+            for j in self.members.pop(key, ()):
+                if self.sim.state[j] == WAITING:
+                    heappush(self.finishing, (self.prio(j), j))
+
+    def head(self, n: int) -> tuple[list, list]:
+        runs, run_key = self.runs.runs, self.sim.trace.run_key
+        fin = _valid_head(self.sim, self.finishing, n, lambda e: e[1])
+        other = _valid_head(self.sim, self.other, n, lambda e: e[1],
+                            skip=lambda e: run_key[e[1]] is not None and run_key[e[1]] in runs)  # fmt: skip
+        return fin, other
+
+
+def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
+    """The ledger's policy on the bounded head of its queue.
+
+    Like the store's tick: the reserves of runs that went quiet lapse, then the
+    ``free slots + 16`` first waiting jobs of each class (finishing, other) go
+    to :func:`lane_plugin.policy.admit`; every ``REFIT_SECONDS`` the finishing
+    reserve is refit from the runs that lapsed.
 
     Returns:
-        Admitted job indices, and whether the burst window blocked a job (so
-        the engine ticks again when the window rolls over).
+        Admitted job indices, and the rate tokens the window must make room for
+        (0 if the burst window blocked nothing), so the engine ticks again when it has.
     """
-    cfg = sim.cfg
+    cfg, q = sim.cfg, sim.lane_queue
+    book = q.runs
+    book.lapse(now)
     head = max(cfg.max_leased - sim.leased, 0) + HEAD_SLACK
-    by_est = _valid_head(sim, sim.by_est, head, lambda e: e[1])
-    cut = now - cfg.max_wait_seconds
-    since = sim.waiting_since
-    by_age = _valid_head(sim, sim.age, head, lambda e: e, lambda j: since[j] <= cut)
-    picked = {e[1] for e in by_est}
-    picked.update(by_age)
-    cands = [sim.candidate(j) for j in picked]
-    started = frozenset(c.run_key for c in cands if c.run_key is not None and c.run_key in sim.started)
+    fin, other = q.head(head)
+    cands = [sim.candidate(e[1]) for e in fin + other]
+    keys = {c.run_key for c in cands if c.run_key is not None}
+    started = frozenset(k for k in keys if k in book.runs)
     snap = LaneSnapshot(
-        policy=cfg.lane_policy,
-        spent=sim.spent,
-        reserved=sim.reserved,
-        leased=sim.leased,
-        window_used=sim.window_used,
-        now=now,
-        stopped=sim.stopped(now),
-        started_runs=started,
-    )
+        policy=q.policy, spent=sim.spent, reserved=sim.reserved, leased=sim.leased,
+        window_used=sim.window.used(now), now=now, stopped=sim.stopped(now), started_runs=started,
+        finishing=book.finishing, run_remaining={k: book.runs[k].remaining for k in started},
+        resets=bool(cfg.period_seconds),
+    )  # fmt: skip
     decision = admit(snap, cands)
     admitted = [sim.index_of(c) for c in decision.admitted]
+    q.started(book.record(decision, admitted, now))
     taken = set(admitted)
-    for e in by_est:
-        if e[1] not in taken:
-            heappush(sim.by_est, e)
-    for j in by_age:
-        if j not in taken:
-            heappush(sim.age, j)
-    # Jobs left waiting while the window holds tokens may fit when it rolls over.
-    blocked = sim.window_used + decision.tokens > 0 and len(admitted) < len(cands)
-    return admitted, blocked
+    for c, _, _ in decision.parked:
+        j = sim.index_of(c)
+        taken.add(j)
+        sim.park(j, now)
+    for heap, entries in ((q.finishing, fin), (q.other, other)):
+        for e in entries:
+            if e[1] not in taken:
+                heappush(heap, e)
+    if book.due(now):
+        book.refit(now)
+    return admitted, decision.burst_need or 0
 
 
 def _peek(sim: Sim, heap: list) -> int | None:
@@ -184,9 +232,11 @@ POLICIES = {
     "smallest-first": select_smallest_first,
     "lane": select_lane,
 }
-USES_EST_HEAP = {"lane", "smallest-first"}
+USES_EST_HEAP = {"smallest-first"}
 
 
 def candidate_for(sim: Sim, j: int) -> Candidate:
-    """The policy's view of waiting job ``j`` (its id sorts like its index)."""
-    return Candidate(sim.job_id(j), sim.est[j], sim.waiting_since[j], sim.trace.run_key[j])
+    """The ``lane`` policy's view of waiting job ``j`` (its id sorts like its index)."""
+    q, tr = sim.lane_queue, sim.trace
+    return Candidate(sim.job_id(j), sim.est[j], sim.waiting_since[j], tr.run_key[j], sim.rate[j], tr.stage[j],
+                     q.runs.after(tr.stage[j]) if tr.run_key[j] is not None else 0, q.prio(j))  # fmt: skip

@@ -29,18 +29,21 @@ class Trace:
     est: list[int] = field(default_factory=list)
     actual: list[int] = field(default_factory=list)
     run_key: list[str | None] = field(default_factory=list)
+    rate_cost: list[int | None] = field(default_factory=list)  # None: the estimate (the ledger's default)
     source: str = ""
 
     def __len__(self) -> int:
         return len(self.arrival)
 
-    def add(self, arrival: float, stage: str, est: int, actual: int, run_key: str | None = None) -> None:
+    def add(self, arrival: float, stage: str, est: int, actual: int, run_key: str | None = None,
+            rate_cost: int | None = None) -> None:  # fmt: skip
         """Append one job (call :meth:`sort` afterwards if arrivals are unordered)."""
         self.arrival.append(float(arrival))
         self.stage.append(stage)
         self.est.append(int(est))
         self.actual.append(int(actual))
         self.run_key.append(run_key)
+        self.rate_cost.append(None if rate_cost is None else int(rate_cost))
 
     def sort(self) -> Trace:
         """Order jobs by arrival time (stable: ties keep their input order)."""
@@ -51,6 +54,7 @@ class Trace:
             self.est = [self.est[i] for i in idx]
             self.actual = [self.actual[i] for i in idx]
             self.run_key = [self.run_key[i] for i in idx]
+            self.rate_cost = [self.rate_cost[i] for i in idx]
         return self
 
     @property

@@ -123,7 +123,7 @@ def test_a_started_flow_run_finishes_its_later_stages_past_the_start_limit(ledge
 
     assert pipeline("d") == 300
     second = another("e", return_state=True)
-    with pytest.raises(JobParked, match="start_limit"):
+    with pytest.raises(JobParked, match="start limit 500"):  # parked at once: spend alone leaves no room
         second.result()
     assert ledger.lane("half").spent == 750
     assert ledger.audit() == []

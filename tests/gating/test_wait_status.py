@@ -5,7 +5,7 @@ from __future__ import annotations
 from lane_plugin import Ledger
 
 
-def test_position_follows_smallest_first_and_reports_the_blocking_rule(tmp_path):
+def test_position_follows_the_priority_and_reports_the_blocking_rule(tmp_path):
     clock = [1000.0]
     led = Ledger(f"sqlite:///{tmp_path / 'l.db'}", clock=lambda: clock[0])
     led.set_lane("tiny", ceiling=1000, allowance=1000, start_fraction=1.0, burst_tokens=1000, max_wait_seconds=60)
@@ -20,9 +20,13 @@ def test_position_follows_smallest_first_and_reports_the_blocking_rule(tmp_path)
     assert [st[j]["position"] for j in (small, mid, big)] == [1, 2, 3]
     assert st[hog]["position"] == 0 and st[hog]["state"] == "leased"
     assert st[big]["waiting"] == 3 and st[big]["remaining"] == 100 and st[big]["blocked_by"] == "ceiling"
+    assert st[big]["reason"] is None  # it fits once the leased hog settles: it waits
     assert (st[big]["spent"], st[big]["reserved"], st[big]["leased"]) == (0, 900, 1)
-    clock[0] += 60  # big has waited max_wait_seconds: it is due and goes first
-    assert led.wait_status(big)["position"] == 1 and led.wait_status(small)["position"] == 2
+    # A token of size is worth 60 s / 1000 = 0.06 s of waiting: big ranks as if it arrived 30 s later.
+    # Nothing arriving after that passes it, however small.
+    clock[0] += 30
+    tiny = led.submit("s", 1, "tiny")
+    assert led.wait_status(tiny)["position"] == 4 and led.wait_status(big)["position"] == 3
     led.settle(hog, 100)
     assert led.wait_status(small)["blocked_by"] is None
     led.set_lane("tiny", stopped=True)

@@ -45,7 +45,9 @@ def counts(led):
 def test_fresh_ledger_has_free_and_paid_lanes_with_the_documented_defaults(led):
     lanes = {s["lane"]: s for s in led.lanes()}
     free = lanes["free"]
-    assert (free["allowance"], free["ceiling"], free["start_limit"]) == (10_000_000, 8_000_000, 6_400_000)
+    # start_fraction 1.0: no flat stop; the finishing reserve keeps what runs under way need
+    assert (free["allowance"], free["ceiling"], free["start_limit"]) == (10_000_000, 8_000_000, 8_000_000)
+    assert (free["rate_basis"], free["finishing"], free["window_used"]) == ("request", 0, 0)
     assert (free["burst_tokens"], free["window_seconds"], free["max_leased"], free["lease_seconds"]) == (
         40_000, 1.0, 25, 90.0)  # fmt: skip
     assert "paid" in lanes
@@ -213,7 +215,9 @@ def test_the_eighty_percent_rule_lets_started_runs_finish(led):
     later_stage = led.submit("final", 400, "t", run_key="run-1")
     leases = led.tick("t")
     assert [x.job_id for x in leases] == [later_stage]
-    assert led.job(new_run)["state"] == "new"
+    # 500 spent + 400 > the 800 start limit, and spend only grows: without a period it can never start
+    job = led.job(new_run)
+    assert job["state"] == "parked" and "start limit 800" in job["reason"]
 
 
 def test_past_the_start_limit_later_stages_behind_many_starters_still_finish(led):

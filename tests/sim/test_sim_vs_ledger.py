@@ -49,13 +49,35 @@ class Clock:
         return self.t
 
 
-@pytest.mark.parametrize("ceiling", [9_000, 60_000])
-def test_ledger_admits_what_the_simulator_admits(tmp_path, ceiling):
-    tr = mixed_trace()
-    cfg = SimConfig(**{**CFG, "ceiling": ceiling, "allowance": ceiling + 3_000})
+# The third scenario runs past two refits of the finishing reserve (every 300 s) with runs lapsing
+# 40 s after their last admission, and its ceiling binds after the first: starting jobs wait for
+# (or are parked by) the reserve learned from the runs that finished.
+RESERVE = dict(jobs=200, ceiling=80_000, start_fraction=1.0, lease_seconds=40.0, workers=4, max_leased=6)
+
+
+@pytest.mark.parametrize("case", [dict(ceiling=9_000), dict(ceiling=60_000), RESERVE], ids=["9k", "60k", "reserve"])
+def test_ledger_admits_what_the_simulator_admits(tmp_path, case, monkeypatch):
+    from lane_plugin import policy
+    from lane_plugin.sim import policies as sim_policies
+
+    case = dict(case)
+    tr = mixed_trace(case.pop("jobs", 48))
+    cfg = SimConfig(**{**CFG, **case, "allowance": case["ceiling"] + 3_000})
+    rules: list[str] = []
+    real = sim_policies.admit
+
+    def spy(snapshot, candidates):  # which rules kept jobs out, and whether any reserve was held
+        d = real(snapshot, candidates)
+        rules.extend(r for _, r, _ in d.parked)
+        rules.append(f"finishing={snapshot.finishing > 0}")
+        return d
+
+    monkeypatch.setattr(sim_policies, "admit", spy)
     (sim,) = simulate(tr, cfg, ["lane"], record=True)
     ticks = [e for e in sim.log if e[0] == "tick"]
     assert sum(len(e[2]) for e in ticks) >= 10  # the scenario admits enough to compare
+    if cfg.lease_seconds < 1_000:
+        assert "finishing=True" in rules and policy.RESERVE in rules  # the reserve is learned and binds
 
     clock = Clock()
     led = Ledger(f"sqlite:///{tmp_path / 'sim.db'}", clock=clock)
@@ -65,8 +87,10 @@ def test_ledger_admits_what_the_simulator_admits(tmp_path, ceiling):
             burst_tokens=cfg.burst_tokens, window_seconds=cfg.window_seconds, max_leased=cfg.max_leased,
             lease_seconds=cfg.lease_seconds, max_wait_seconds=cfg.max_wait_seconds,
         )  # fmt: skip
+        assert led.lane("sim").start_fraction == cfg.start_fraction
         to_ledger: dict[str, str] = {}
         to_sim: dict[str, str] = {}
+        parking: list[str] = []  # the simulator parks inside a tick, and logs it before the tick
         for event in sim.log:
             kind, t = event[0], event[1]
             clock.t = T0 + t
@@ -77,10 +101,16 @@ def test_ledger_admits_what_the_simulator_admits(tmp_path, ceiling):
             elif kind == "tick":
                 got = [to_sim[lease.job_id] for lease in led.tick("sim")]
                 assert got == event[2], f"tick at t={t}: ledger admitted {got}, simulator {event[2]}"
+                parked = [j for j in parking if led.job(to_ledger[j])["state"] == "parked"]
+                assert parked == parking, f"tick at t={t}: the simulator parked {parking}, the ledger {parked}"
+                parking.clear()
             elif kind == "settle":
                 led.settle(to_ledger[event[2]], actual=event[3], attempt=1)
-            else:  # pragma: no cover - no expiry or parking in this scenario
+            elif kind == "park":
+                parking.append(event[2])
+            else:  # pragma: no cover - no lease expiry in this scenario
                 pytest.fail(f"unexpected event {event}")
+        assert not parking
         lane = led.lane("sim")
         assert lane.spent == sim.spent  # no period: the ledger's counter is the total
         assert lane.leased == sum(1 for e in ticks for _ in e[2]) - sim.done

@@ -1,0 +1,67 @@
+"""The sliding rate window: what the provider's rate limiter was charged in the last ``window_seconds``.
+
+Every admission writes one ``rate_charge`` row ``(job, attempt, lane, at, cost)``
+and adds ``cost`` to the lane's ``window_used``; a tick first prunes the rows at
+or before ``now - window_seconds`` (an index range read on ``(lane, at)`` of only
+the rows leaving the window) and subtracts them. So ``window_used`` is always
+the sum of the lane's rows, the rate tokens admitted in ``(now - window_seconds,
+now]`` once pruned, and the admission check ``window_used + rate_cost <=
+burst_tokens`` is the sliding-window rule of :mod:`lane_plugin.policy`.
+
+A lane whose provider counts the tokens really used (``rate_basis = 'actual'``)
+has its charge trued up at settlement: the row's cost becomes the actual.
+"""
+
+from __future__ import annotations
+
+from .db import Cursor
+from .lanes import LaneRow
+
+
+def slide(cur: Cursor, row: LaneRow, now: float) -> LaneRow:
+    """Prune the charges that left the window (lane row locked); updates ``row`` in place."""
+    cut = now - row.window_seconds
+    if cut <= row.window_start or row.window_used == 0:
+        return row  # never backwards (a clock read a moment earlier must not re-count); or nothing to prune
+    gone = cur.all(
+        "delete from rate_charge where lane = :l and at <= :cut returning cost", {"l": row.name, "cut": cut}
+    )
+    freed = sum(r[0] for r in gone)
+    cur.execute(
+        "update lane set window_used = window_used - :f, window_start = :cut where name = :l",
+        {"f": freed, "cut": cut, "l": row.name},
+    )
+    row.window_used -= freed
+    row.window_start = cut
+    return row
+
+
+def charge(cur: Cursor, lane: str, now: float, charges: list[tuple[str, int, int]]) -> None:
+    """Record ``(job_id, attempt, cost)`` admitted now (the caller adds their sum to ``window_used``)."""
+    cur.executemany(
+        "insert into rate_charge (job_id, attempt, lane, at, cost) values (:j, :a, :l, :at, :c)",
+        [{"j": j, "a": a, "l": lane, "at": now, "c": c} for j, a, c in charges],
+    )
+
+
+def true_up(cur: Cursor, lane: str, job_id: str, attempt: int, actual: int) -> None:
+    """Replace an attempt's charge by the tokens it really used, if it is still in the window (lane locked)."""
+    old = cur.scalar(
+        "select cost from rate_charge where job_id = :j and attempt = :a", {"j": job_id, "a": attempt}
+    )
+    if old is None or old == actual:
+        return
+    cur.execute(
+        "update rate_charge set cost = :c where job_id = :j and attempt = :a", {"c": actual, "j": job_id, "a": attempt}
+    )
+    cur.execute(
+        "update lane set window_used = window_used + :d where name = :l", {"d": actual - old, "l": lane}
+    )
+
+
+def used(cur: Cursor, row: LaneRow, now: float) -> int:
+    """Rate tokens admitted in ``(now - window_seconds, now]``, read without writing (status)."""
+    return int(cur.scalar(
+        "select coalesce(sum(cost), 0) from rate_charge where lane = :l and at > :cut",
+        {"l": row.name, "cut": now - row.window_seconds},
+    ))  # fmt: skip

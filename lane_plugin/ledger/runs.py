@@ -1,0 +1,130 @@
+"""The finishing reserve in the ledger: runs under way, what they still need, and what it is learned from.
+
+A run is *under way* in a lane once one of its jobs is admitted there. Its
+``lane_run`` row keeps the latest admitted stage and ``remaining``, what the
+run is expected to still need after it (the profile's ``after`` for that
+stage), until ``expires_at``: a run that admits nothing for its hold is
+presumed finished and its reserve lapses. The lane row's ``finishing`` is the
+sum of the reserves, maintained with every change, so a tick reads one number.
+
+The profile (``run_profile``: per stage, ``after`` and ``hold``) is refit
+outside the admission transaction, at most every ``REFIT_SECONDS``, from the
+latest ``FIT_RUNS`` lapsed runs with :func:`lane_plugin.policy.fit_runs`.
+"""
+
+from __future__ import annotations
+
+from .. import policy
+from .db import Cursor
+from .lanes import LaneRow, lock_lane
+
+
+def lapse(cur: Cursor, row: LaneRow, now: float) -> None:
+    """Release the reserve of runs that admitted nothing for their hold (lane row locked)."""
+    rows = cur.all(
+        "select run_key, remaining from lane_run where lane = :l and expires_at <= :now", {"l": row.name, "now": now}
+    )
+    if not rows:
+        return
+    cur.execute(
+        "update lane_run set remaining = 0, expires_at = null where lane = :l and expires_at <= :now",
+        {"l": row.name, "now": now},
+    )
+    freed = sum(r[1] for r in rows)
+    if freed:
+        cur.execute("update lane set finishing = finishing - :f where name = :l", {"f": freed, "l": row.name})
+        row.finishing -= freed
+
+
+def runs_of(cur: Cursor, lane: str, keys: list[str]) -> dict[str, int]:
+    """The runs among ``keys`` that are under way or were (started): their current reserve."""
+    if not keys:
+        return {}
+    params = {f"r{i}": k for i, k in enumerate(keys)}
+    marks = ", ".join(":" + p for p in params)
+    rows = cur.all(f"select run_key, remaining from lane_run where lane = :l and run_key in ({marks})",
+                   {**params, "l": lane})  # fmt: skip
+    return {r[0]: r[1] for r in rows}
+
+
+def fits_of(cur: Cursor, lane: str, stages: list[str]) -> dict[str, policy.StageFit]:
+    """The profile's numbers for ``stages`` (stages never seen in a finished run are absent)."""
+    if not stages:
+        return {}
+    params = {f"s{i}": s for i, s in enumerate(stages)}
+    marks = ", ".join(":" + p for p in params)
+    rows = cur.all(f"select stage, after_tokens, hold_seconds, runs from run_profile where lane = :l and stage in ({marks})",
+                   {**params, "l": lane})  # fmt: skip
+    return {r[0]: policy.StageFit(r[1], r[2], r[3]) for r in rows}
+
+
+def record(cur: Cursor, row: LaneRow, now: float, decision: policy.Decision, fits: dict, started: set[str]) -> None:
+    """Write the runs a tick admitted into: their stage, reserve and hold; flag the waiting jobs of new runs."""
+    committed: dict[str, int] = {}
+    for c in decision.admitted:
+        if c.run_key is not None:
+            committed[c.run_key] = committed.get(c.run_key, 0) + c.est
+    rows = [
+        {"l": row.name, "r": key, "now": now, "st": stage, "c": committed.get(key, 0), "rem": remaining,
+         "exp": now + policy.reserve_hold(row.policy, fits.get(stage))}
+        for key, remaining, stage in decision.runs
+    ]  # fmt: skip
+    cur.executemany(
+        "insert into lane_run (lane, run_key, started_at, stage, committed, remaining, last_at, expires_at) "
+        "values (:l, :r, :now, :st, :c, :rem, :now, :exp) on conflict (lane, run_key) do update set "
+        "stage = excluded.stage, committed = lane_run.committed + excluded.committed, "
+        "remaining = excluded.remaining, last_at = excluded.last_at, expires_at = excluded.expires_at",
+        rows,
+    )
+    new = [{"l": row.name, "r": key, "t": True} for key, _, _ in decision.runs if key not in started]
+    if new:  # their other waiting jobs now finish a run under way: the finishing head of the index
+        cur.executemany(
+            "update job set finishing = :t where lane = :l and run_key = :r and state in ('new', 'parked')", new
+        )
+
+
+def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[str, policy.StageFit] | None:
+    """Learn the lane's profile from its latest lapsed runs and re-reserve the runs under way with it.
+
+    Returns the stages fitted, or None if another process refit the lane less
+    than ``REFIT_SECONDS`` ago (unless ``force``).
+    """
+    row = lock_lane(cur, lane)
+    if not force and now - row.profile_at < policy.REFIT_SECONDS:
+        return None
+    lapse(cur, row, now)
+    jobs = cur.all(
+        "select j.run_key, j.stage, j.est, j.actual, j.admitted_at from job j join (select run_key from lane_run "
+        "where lane = :l and expires_at is null order by last_at desc limit :n) r on r.run_key = j.run_key "
+        "where j.lane = :l and j.admitted_at is not null order by j.run_key, j.admitted_at, j.created_at, j.id",
+        {"l": lane, "n": policy.FIT_RUNS},
+    )
+    runs: dict[str, list] = {}
+    for key, stage, est, actual, at in jobs:
+        runs.setdefault(key, []).append((stage, policy.run_tokens(est, actual), at))
+    fitted = policy.fit_runs(runs.values())
+    if fitted:
+        cur.executemany(
+            "insert into run_profile (lane, stage, after_tokens, hold_seconds, runs, fitted_at) values (:l, :s, :a, :h, :n, :now) "
+            "on conflict (lane, stage) do update set after_tokens = excluded.after_tokens, hold_seconds = excluded.hold_seconds, "
+            "runs = excluded.runs, fitted_at = excluded.fitted_at",
+            [{"l": lane, "s": s, "a": f.after, "h": f.hold, "n": f.runs, "now": now} for s, f in fitted.items()],
+        )
+    cur.execute(
+        "update lane_run set remaining = coalesce((select p.after_tokens from run_profile p where p.lane = lane_run.lane "
+        "and p.stage = lane_run.stage), 0) where lane = :l and expires_at is not null",
+        {"l": lane},
+    )
+    cur.execute(
+        "update lane set profile_at = :now, finishing = (select coalesce(sum(remaining), 0) from lane_run "
+        "where lane = :l and expires_at is not null) where name = :l",
+        {"now": now, "l": lane},
+    )
+    return fitted
+
+
+def profile(cur: Cursor, lane: str) -> list[dict]:
+    """The lane's learned profile, one dict per stage (``stage, after_tokens, hold_seconds, runs, fitted_at``)."""
+    cols = ("stage", "after_tokens", "hold_seconds", "runs", "fitted_at")
+    rows = cur.all(f"select {', '.join(cols)} from run_profile where lane = :l order by stage", {"l": lane})
+    return [dict(zip(cols, r)) for r in rows]
