@@ -39,8 +39,10 @@ def _race(url: str, tmp_path, *, procs: int, per_proc: int, ceiling: int, run: i
     row = led.lane("free")
     assert row.spent == ceiling and row.reserved == 0 and row.overage == 0
     done = led.rows("select count(*) from job where state = 'done'")[1][0][0]
-    waiting = led.rows("select count(*) from job where state = 'new'")[1][0][0]
-    assert done == admitted and waiting == procs * per_proc - admitted
+    # the ceiling is spent and the lane has no period: what is left can never fit and is parked, saying so
+    left = led.rows("select state, reason from job where state not in ('done')")[1]
+    assert done == admitted and len(left) == procs * per_proc - admitted
+    assert all(state in ("new", "parked") and (state == "new" or "ceiling" in reason) for state, reason in left)
     assert_audit_clean(led)
     led.close()
     return admitted, mon

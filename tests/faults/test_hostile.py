@@ -165,12 +165,17 @@ urls = st.one_of(
 
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory):
-    """Fuzzed SQLite paths land here, never in / or the checkout (relative ones too)."""
+    """Fuzzed SQLite paths land here, never in / or the checkout (relative ones too); so does the
+    default ledger an empty URL opens (PREFECT_HOME), not the user's ~/.prefect/lane.db."""
     d = tmp_path_factory.mktemp("urls")
-    old = os.getcwd()
+    old, saved = os.getcwd(), {k: os.environ.get(k) for k in ("PREFECT_HOME", "LANE_DATABASE_URL")}
     os.chdir(d)
+    os.environ["PREFECT_HOME"] = str(d / "prefect-home")
+    os.environ.pop("LANE_DATABASE_URL", None)
     yield d
     os.chdir(old)
+    for k, v in saved.items():
+        os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))

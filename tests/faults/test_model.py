@@ -16,6 +16,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invar
 import lane_plugin.ledger.api as ledgermod
 import lane_plugin.ledger.db as dbmod
 from lane_plugin import ConflictingReplay, InvalidInput, LaneError, LeaseLost, Ledger, NotLeased
+from lane_plugin.policy import HEAD_SLACK
 
 from .conftest import FULL, late_figure
 
@@ -111,20 +112,32 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @rule()
     def tick(self):
-        expect = []
-        if self.spent < CEILING:
+        """The policy, restated: the head of the queue by priority (wait_since + est * age factor); the
+        first job that does not fit holds a shadow (its tokens and a slot); a job that spend alone leaves
+        no room for is parked (this lane has no period); nothing is read while every slot is taken."""
+        expect, parked = [], []
+        free = MAX_LEASED - self.leased
+        if free > 0:
+            age = 10**8 / CEILING  # max_wait_seconds / min(ceiling, burst)
             waiting = sorted((j for j in self.m if self.m[j]["state"] == "new"),
-                             key=lambda j: (self.m[j]["est"], self.m[j]["wait_since"], j))  # fmt: skip
-            committed, leased = self.spent + self.reserved, self.leased
-            for j in waiting:
-                if leased >= MAX_LEASED:
-                    break
-                if committed + self.m[j]["est"] <= CEILING:
+                             key=lambda j: (self.m[j]["wait_since"] + self.m[j]["est"] * age, j))  # fmt: skip
+            committed, leased, sh_est, sh_slot = self.spent + self.reserved, self.leased, 0, 0
+            for j in waiting[: free + HEAD_SLACK]:
+                est = self.m[j]["est"]
+                if self.spent + est > CEILING:
+                    parked.append(j)
+                elif leased + sh_slot + 1 > MAX_LEASED:
+                    continue
+                elif committed + sh_est + est <= CEILING:
                     expect.append(j)
-                    committed += self.m[j]["est"]
+                    committed += est
                     leased += 1
+                elif not sh_slot:
+                    sh_est, sh_slot = est, 1
         leases = self.led.tick("free")
         assert sorted(x.job_id for x in leases) == sorted(expect), "admission diverged from the model"
+        for j in parked:
+            self.m[j]["state"] = "parked"
         for x in leases:
             job = self.m[x.job_id]
             assert x.attempt == job["attempt"] and x.lease_until == self.t + LEASE

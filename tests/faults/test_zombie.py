@@ -55,7 +55,7 @@ def test_zombie_worker(pg_url, tmp_path):
             [_, second] = read_json_lines(r_out)
             assert second == {"event": "settled", "attempt": 2, "late": False, "replay": False, "actual": 90}
             filler = led.submit("filler", 61, lane)
-            assert led.tick(lane) == []  # the filler does not fit: 90 spent + 61 > 150
+            assert led.tick(lane) == []  # the filler does not fit: 90 spent + 61 > 150 (parked: no period)
         finally:
             os.kill(zombie.pid, signal.SIGCONT)
         assert wait_all([zombie], timeout=120) == [0]
@@ -66,7 +66,7 @@ def test_zombie_worker(pg_url, tmp_path):
         assert [(a, x, bool(lt)) for a, x, lt in rows] == [(1, 70, True), (2, 90, False)]
         row = led.lane(lane)
         assert row.spent == 160 and row.overage == 70 and row.reserved == 0
-        assert led.job(job)["actual"] == 160 and led.job(filler)["state"] == "new"
+        assert led.job(job)["actual"] == 160 and led.job(filler)["state"] == "parked"
         assert mon.violations == [] and mon.errors == [], (mon.violations[:5], mon.errors[:5])
         max_committed = max(max_committed, mon.max_committed)
         late_billed += 1
