@@ -105,8 +105,8 @@ def tick(lane: str = typer.Option("free", help="Lane to admit in."), as_json: bo
     """Lease what fits now, in priority order (small first, age raising priority), within budget, burst and lease caps."""
     leases = ledger().tick(lane)
     if as_json:
-        _print_json([{"id": x.job_id, "stage": x.stage, "est": x.est, "lane": x.lane, "attempt": x.attempt,
-                      "lease_until": x.lease_until, "token": x.token} for x in leases])  # fmt: skip
+        _print_json([{"id": x.job_id, "stage": x.stage, "est": x.est, "rate_cost": x.rate_cost, "lane": x.lane,
+                      "attempt": x.attempt, "lease_until": x.lease_until, "token": x.token} for x in leases])  # fmt: skip
         return
     for x in leases:
         typer.echo(f"{x.job_id}\t{x.stage}\t{x.est}\tattempt {x.attempt}")

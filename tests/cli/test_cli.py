@@ -121,3 +121,19 @@ def test_the_cli_imports_neither_prefect_nor_pandas_for_the_hot_commands(tmp_pat
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert "LOADED []" in out
+
+
+def test_rate_cost_and_rate_basis_from_the_shell(run):
+    run("lanes", "set", "free", "--burst-tokens", "1000", "--window-seconds", "60", "--rate-basis", "actual")
+    a = run("submit", "--stage", "s", "--est", "100", "--rate-cost", "700").stdout.strip()
+    run("submit", "--stage", "s", "--est", "100", "--rate-cost", "700")
+    [lease] = json.loads(run("tick", "--json").stdout)  # 700 + 700 > 1,000 in the sliding window
+    assert (lease["id"], lease["est"], lease["rate_cost"]) == (a, 100, 700)
+    run("settle", a, "--actual", "150")  # the provider counted 150: the window is trued up
+    assert [x["rate_cost"] for x in json.loads(run("tick", "--json").stdout)] == [700]
+    free = next(x for x in json.loads(run("lanes", "--json").stdout) if x["lane"] == "free")
+    assert (free["window_used"], free["rate_basis"], free["reserved"]) == (850, "actual", 100)
+    p = run("submit", "--stage", "s", "--est", "10", "--rate-cost", "1001", check=False)
+    assert p.returncode == 4 and "rate cost 1001 exceeds the lane's burst of 1000" in p.stderr
+    p = run("lanes", "set", "free", "--rate-basis", "tokens", check=False)
+    assert p.returncode == 2 and "invalid rate_basis 'tokens'" in p.stderr

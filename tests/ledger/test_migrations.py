@@ -55,3 +55,40 @@ def test_a_file_that_is_not_a_database_is_refused(tmp_path):
     with pytest.raises(NotALedger, match="not a lane ledger"):
         Ledger(f"sqlite:///{path}").lanes()
     assert path.read_text().startswith("hello")
+
+
+def test_a_ledger_at_0001_with_work_in_flight_upgrades_to_the_new_admission(ledger_url):
+    """Existing jobs get rate_cost = est, their place in the new order, and their run's class."""
+    from lane_plugin.ledger.db import Database
+    from lane_plugin.ledger.schema import upgrade
+    from lane_plugin.ledger.url import parse_url
+
+    db = Database(parse_url(ledger_url))
+    upgrade(db, "0001")
+    db._checked = True  # write at 0001: no upgrade on first use
+
+    def seed(cur):
+        cur.execute("update lane set max_wait_seconds = 100, burst_tokens = 1000, ceiling = 10000 where name = 'free'")
+        cur.execute("insert into lane_run (lane, run_key, started_at) values ('free', 'r1', 5)")
+        for jid, est, run_key, state in (("a", 500, "r1", "new"), ("b", 200, None, "new"), ("c", 300, "r2", "leased")):
+            leased = state == "leased"
+            cur.execute(
+                "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, lease_token, "
+                "run_key, created_at, wait_since) values (:id, 'free', 's', :e, 0, :st, 1, :la, :lu, :tok, :r, 10, 10)",
+                {"id": jid, "e": est, "r": run_key, "st": state, "la": int(leased), "lu": 1e12 if leased else 0,
+                 "tok": "t" if leased else None},
+            )  # fmt: skip
+        cur.execute("update lane set reserved = 300, leased = 1, window_used = 300, window_start = 10 where name = 'free'")
+
+    db.transaction(seed)
+    db.close()
+    led = Ledger(ledger_url)
+    assert led.upgrade() == HEAD_REVISION
+    jobs = {j: led.job(j) for j in "abc"}
+    assert [jobs[j]["rate_cost"] for j in "abc"] == [500, 200, 300]
+    assert [jobs[j]["prio"] for j in "abc"] == [10 + 500 * 0.1, 10 + 200 * 0.1, 10 + 300 * 0.1]
+    assert [bool(jobs[j]["finishing"]) for j in "abc"] == [True, False, False]
+    lane = led.lane("free")
+    assert (lane.rate_basis, lane.finishing, lane.window_used) == ("request", 0, 0)  # an empty window to start
+    assert led.audit(grace=10**9) == []
+    led.close()

@@ -1,0 +1,68 @@
+"""``rate_cost`` through the gate: what the provider's rate limiter counts, beside the estimate."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from prefect import flow
+
+from lane_plugin import InvalidInput, gate, lane_task
+
+from ..tables import job_rows
+
+pytestmark = [pytest.mark.usefixtures("prefect_server"), pytest.mark.timeout(120)]
+
+
+def test_lane_task_takes_rate_cost_as_an_int_or_a_callable_of_its_arguments(ledger):
+    ledger.set_lane("rl", allowance=10**6, ceiling=10**6, burst_tokens=5_000, window_seconds=60.0)
+    assert "rate_cost" in inspect.signature(lane_task).parameters  # what benchmarks/bench_provider.py looks for
+
+    @lane_task(stage="chat", estimate=lambda prompt, max_tokens: len(prompt) // 4 + max_tokens // 2, lane="rl",
+               rate_cost=lambda prompt, max_tokens: len(prompt) // 4 + max_tokens)  # fmt: skip
+    def chat(prompt: str, max_tokens: int):
+        return {"usage": {"total_tokens": len(prompt) // 4 + 100}}
+
+    @lane_task(stage="fixed", estimate=50, lane="rl", rate_cost=900)
+    def fixed():
+        return 40
+
+    @flow
+    def f():
+        return chat("x" * 400, 1_000), fixed()
+
+    f()
+    rows = {r["stage"]: r for r in job_rows(ledger)}
+    assert (rows["chat"]["est"], rows["chat"]["rate_cost"], rows["chat"]["actual"]) == (600, 1_100, 200)
+    assert (rows["fixed"]["est"], rows["fixed"]["rate_cost"]) == (50, 900)
+    assert {s["lane"]: s for s in ledger.lanes()}["rl"]["window_used"] == 2_000
+    assert ledger.audit() == []
+
+
+def test_a_bad_rate_cost_is_refused_before_anything_is_written(ledger):
+    with pytest.raises(InvalidInput, match="rate_cost"):
+        lane_task(stage="s", estimate=10, rate_cost="lots")
+    with pytest.raises(InvalidInput, match="rate_cost"):
+        lane_task(stage="s", estimate=10, rate_cost=0)
+    with pytest.raises(InvalidInput, match="rate_cost"):
+        gate(stage="s", estimate=10, rate_cost=lambda: 5)
+
+    @lane_task(stage="neg", estimate=10, rate_cost=lambda n: -n)
+    def neg(n: int):
+        return 1
+
+    @flow
+    def f():
+        return neg(3)
+
+    with pytest.raises(InvalidInput, match="rate_cost for stage 'neg'"):
+        f()
+    assert job_rows(ledger) == []
+
+
+def test_gate_takes_an_int_rate_cost(ledger):
+    ledger.set_lane("rl", allowance=10**6, ceiling=10**6, burst_tokens=5_000, window_seconds=60.0)
+    with gate(stage="block", estimate=300, lane="rl", rate_cost=1_300) as g:
+        g.report(250)
+    [row] = job_rows(ledger)
+    assert (row["est"], row["rate_cost"], row["actual"]) == (300, 1_300, 250)
