@@ -3,10 +3,11 @@
     python benchmarks/bench_tick.py                   # SQLite, and PostgreSQL if reachable
     python benchmarks/bench_tick.py --sizes 1000,100000 --no-pg
 
-Admission reads only the head of the (lane, state, est) index, so its latency and the
-memory Python allocates during a tick must not grow with the queue: the growth from 1k to
-1M waiting stays within 2x on p50 latency. Each tick admits up to 25 jobs, which are then
-settled outside the timed section.
+Admission reads only the head of the (lane, state, finishing, prio) index (two ranges: jobs of
+runs under way, the rest), so its latency and the memory Python allocates during a tick must not
+grow with the queue: the growth from 1k to 1M waiting stays within 2x on p50 latency. Each tick
+admits up to 25 jobs (prunes the sliding rate window, lapses quiet runs' reserves), which are
+then settled outside the timed section. The plan of the head query is printed for each database.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lane_plugin import Ledger  # noqa: E402
+from lane_plugin.ledger.admission import HEAD_SQL  # noqa: E402
 
 
 def fill(led: Ledger, waiting: int) -> None:
@@ -33,15 +35,18 @@ def fill(led: Ledger, waiting: int) -> None:
     now = time.time()
     if led.url.dialect == "postgresql":
         sql = ("insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, "
-               "created_at, wait_since) select md5(random()::text || g::text || :st), 'scan', 'bench', "
-               "1 + (g::bigint * 7919) % 9000, 0, :st, 1, 0, 0, :now, :now - g % 300 from generate_series(1, :n) g")  # fmt: skip
+               "created_at, wait_since, prio) select md5(random()::text || g::text || :st), 'scan', 'bench', "
+               "1 + (g::bigint * 7919) % 9000, 0, :st, 1, 0, 0, :now, :now - g % 300, "
+               ":now - g % 300 + (1 + (g::bigint * 7919) % 9000) * :f from generate_series(1, :n) g")  # fmt: skip
     else:
         sql = ("with recursive g(i) as (select 1 union all select i + 1 from g where i < :n) "
                "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, "
-               "created_at, wait_since) select lower(hex(randomblob(16))), 'scan', 'bench', "
-               "1 + (i * 7919) % 9000, 0, :st, 1, 0, 0, :now, :now - i % 300 from g")  # fmt: skip
+               "created_at, wait_since, prio) select lower(hex(randomblob(16))), 'scan', 'bench', "
+               "1 + (i * 7919) % 9000, 0, :st, 1, 0, 0, :now, :now - i % 300, "
+               ":now - i % 300 + (1 + (i * 7919) % 9000) * :f from g")  # fmt: skip
+    f = led.lane("scan").policy.age_factor  # each job's place in the order, as intake writes it
     for state in ("new", "parked"):
-        led.db.transaction(lambda cur, s=state: cur.execute(sql, {"n": waiting, "st": s, "now": now}))
+        led.db.transaction(lambda cur, s=state: cur.execute(sql, {"n": waiting, "st": s, "now": now, "f": f}))
     led.db.transaction(lambda cur: cur.execute(  # every parked job has its tail entry (I6)
         "insert into tail (job_id, lane, stage, est, reason, parked_at, deadline) "
         "select id, lane, stage, est, 'bench', :now, :now + 86400 from job where state = 'parked'", {"now": now}))
@@ -68,9 +73,8 @@ def measure(url: str, waiting: int, ticks: int) -> dict:
             led.settle(lease, lease.est)
     tracemalloc.stop()
     assert led.audit() == [], led.audit()
-    head = ("select id, est, wait_since, run_key, stage, attempt from job where lane = 'scan' "
-            "and state = 'new' order by est, wait_since limit 41")  # fmt: skip
-    _, plan = led.rows(("explain query plan " if led.url.dialect == "sqlite" else "explain ") + head)
+    params = {"l": "scan", "k": 41, "f": False, "t": True}  # the tick's own head query
+    _, plan = led.rows(("explain query plan " if led.url.dialect == "sqlite" else "explain ") + HEAD_SQL, params)
     times.sort()
     led.close()
     return {"p50": statistics.median(times), "p99": times[max(0, int(len(times) * 0.99) - 1)], "peak": peak,
@@ -115,6 +119,7 @@ def main() -> None:
             line = (f"| {backend} | {n:,} | {r['p50'] * 1e3:.2f} ms | {r['p99'] * 1e3:.2f} ms | "
                     f"{r['peak'] / 1024:.0f} KiB |")  # fmt: skip
             print(line + f"  (filled in {r['fill']:.1f} s)", flush=True)
+            print(f"    plan of the head query: {r['plan']}", flush=True)
             lines.append(line)
         if len(p50s) > 1:
             lo, hi = min(p50s), max(p50s)

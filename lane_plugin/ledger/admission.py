@@ -32,7 +32,8 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     """Lease what fits in ``lane`` now. Returns ``(leases, decision, lane row, refit due)``."""
     row = roll_counters(cur, lock_lane(cur, lane), now)
     rates.slide(cur, row, now)
-    runs.lapse(cur, row, now)
+    if row.finishing:  # only a reserve can lapse; refit lapses quiet runs itself before it reads them
+        runs.lapse(cur, row, now)
     refit_due = now - row.profile_at >= policy.REFIT_SECONDS
     free_slots = row.max_leased - row.leased
     if row.held or free_slots <= 0:
@@ -68,14 +69,17 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     if cur.rowcount != 1:
         raise LaneError(f"admission re-check failed in lane {lane!r}: the policy chose past the ceiling")
     lease_until = now + row.lease_seconds
-    for job_id in decision.ids:
+    lease = ("update job set state = 'leased', lease_until = :lu, lease_token = :tok, lease_attempt = attempt, "
+             "admitted_at = coalesce(admitted_at, :now) where ")  # fmt: skip
+    if cur.dialect == "postgresql":  # one statement (primary-key lookups), one round trip
+        cur.execute(lease + "id = any(:ids) and state = 'new'",
+                    {"ids": decision.ids, "lu": lease_until, "tok": token, "now": now})  # fmt: skip
+        if cur.rowcount != len(decision.ids):
+            raise LaneError(f"admission in lane {lane!r} lost a race it cannot lose (lock not held?)")
+    for job_id in decision.ids if cur.dialect != "postgresql" else ():
         # One primary-key update per job: with "id in (...) and state = 'new'" SQLite's planner
         # picks the state index and walks every waiting job.
-        cur.execute(
-            "update job set state = 'leased', lease_until = :lu, lease_token = :tok, lease_attempt = attempt, "
-            "admitted_at = coalesce(admitted_at, :now) where id = :id and state = 'new'",
-            {"id": job_id, "lu": lease_until, "tok": token, "now": now},
-        )
+        cur.execute(lease + "id = :id and state = 'new'", {"id": job_id, "lu": lease_until, "tok": token, "now": now})
         if cur.rowcount != 1:
             raise LaneError(f"admission in lane {lane!r} lost a race it cannot lose (lock not held?)")
     rates.charge(cur, lane, now, [(c.id, rows[c.id][5], c.rate) for c in decision.admitted])

@@ -23,6 +23,15 @@ def slide(cur: Cursor, row: LaneRow, now: float) -> LaneRow:
     cut = now - row.window_seconds
     if cut <= row.window_start or row.window_used == 0:
         return row  # never backwards (a clock read a moment earlier must not re-count); or nothing to prune
+    if cur.dialect == "postgresql":  # one round trip
+        row.window_used = cur.scalar(
+            "with gone as (delete from rate_charge where lane = :l and at <= :cut returning cost) "
+            "update lane set window_used = window_used - (select coalesce(sum(cost), 0) from gone), "
+            "window_start = :cut where name = :l returning window_used",
+            {"l": row.name, "cut": cut},
+        )
+        row.window_start = cut
+        return row
     gone = cur.all(
         "delete from rate_charge where lane = :l and at <= :cut returning cost", {"l": row.name, "cut": cut}
     )
@@ -38,6 +47,14 @@ def slide(cur: Cursor, row: LaneRow, now: float) -> LaneRow:
 
 def charge(cur: Cursor, lane: str, now: float, charges: list[tuple[str, int, int]]) -> None:
     """Record ``(job_id, attempt, cost)`` admitted now (the caller adds their sum to ``window_used``)."""
+    if cur.dialect == "postgresql":  # one statement, one round trip
+        cur.execute(
+            "insert into rate_charge (job_id, attempt, lane, at, cost) select j, a, :l, :at, c "
+            "from unnest(:js::text[], :atts::int[], :cs::bigint[]) as x(j, a, c)",
+            {"js": [j for j, _, _ in charges], "atts": [a for _, a, _ in charges], "cs": [c for _, _, c in charges],
+             "l": lane, "at": now},
+        )  # fmt: skip
+        return
     cur.executemany(
         "insert into rate_charge (job_id, attempt, lane, at, cost) values (:j, :a, :l, :at, :c)",
         [{"j": j, "a": a, "l": lane, "at": now, "c": c} for j, a, c in charges],
