@@ -49,13 +49,13 @@ def _seed(url: str, procs: int) -> None:
 
     def fill(cur):
         rows = [
-            dict(id=uuid.uuid4().hex, lane=f"b{i}", est=1 + (k % 50), now=now)
+            dict(id=uuid.uuid4().hex, lane=f"b{i}", est=1 + (k % 50), now=now, prio=now + (1 + k % 50) * 600 / 10**9)
             for i in range(procs)
             for k in range(20_000)
         ]
         cur.executemany(
             "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, "
-            "created_at, wait_since) values (:id, :lane, 'bench', :est, 0, 'new', 1, 0, 0, :now, :now)",
+            "created_at, wait_since, prio) values (:id, :lane, 'bench', :est, 0, 'new', 1, 0, 0, :now, :now, :prio)",
             rows,
         )
 
@@ -85,8 +85,8 @@ def _plain_worker(url: str, lane: str, seconds: float, out) -> None:
     def admit(cur):
         lock = " for update" if cur.dialect == "postgresql" else ""
         spent, reserved, ceiling = cur.one(f"select spent, reserved, ceiling from lane where name = :l{lock}", {"l": lane})
-        row = cur.one("select id, est from job where lane = :l and state = 'new' order by est, wait_since limit 1",
-                      {"l": lane})  # fmt: skip
+        row = cur.one("select id, est from job where lane = :l and state = 'new' and finishing = :f "
+                      "order by prio limit 1", {"l": lane, "f": False})  # fmt: skip
         if row is None or spent + reserved + row[1] > ceiling:
             return None
         cur.execute("update lane set reserved = reserved + :e, leased = leased + 1 where name = :l",

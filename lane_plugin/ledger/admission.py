@@ -29,7 +29,11 @@ HEAD_SQL = (
 
 
 def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = policy.HEAD_SLACK):
-    """Lease what fits in ``lane`` now. Returns ``(leases, decision, lane row, refit due)``."""
+    """Lease what fits in ``lane`` now.
+
+    Returns ``(leases, decision, lane row, refit due, parked)``: ``parked`` the tail entries of the
+    jobs this tick parked because they cannot fit before the next reset (with their ``rule``).
+    """
     row = roll_counters(cur, lock_lane(cur, lane), now)
     rates.slide(cur, row, now)
     if row.finishing:  # only a reserve can lapse; refit lapses quiet runs itself before it reads them
@@ -37,10 +41,11 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     refit_due = now - row.profile_at >= policy.REFIT_SECONDS
     free_slots = row.max_leased - row.leased
     if row.held or free_slots <= 0:
-        return [], policy.Decision((), 0, head_reason=policy.STOPPED if row.held else policy.LEASE_CAP), row, refit_due
+        held = policy.Decision((), 0, head_reason=policy.STOPPED if row.held else policy.LEASE_CAP)
+        return [], held, row, refit_due, []
     head = cur.all(HEAD_SQL, {"l": lane, "k": free_slots + head_extra, "f": False, "t": True})
     if not head:
-        return [], policy.Decision((), 0), row, refit_due
+        return [], policy.Decision((), 0), row, refit_due, []
     rows = {r[0]: r for r in head}
     remaining = runs.runs_of(cur, lane, sorted({r[3] for r in head if r[3] is not None}))
     fits = runs.fits_of(cur, lane, sorted({r[4] for r in head if r[3] is not None}))
@@ -55,10 +60,9 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
         resets=row.period != "none",
     )  # fmt: skip
     decision = policy.admit(snapshot, cands)
-    for c, _, why in decision.parked:
-        _give_up(cur, row, c.id, why, now)
+    parked = [t for t in (_give_up(cur, row, c.id, rule, why, now) for c, rule, why in decision.parked) if t]
     if not decision.admitted:
-        return [], decision, row, refit_due
+        return [], decision, row, refit_due, parked
     n, tokens = len(decision.admitted), decision.tokens
     cur.execute(
         "update lane set reserved = reserved + :t, leased = leased + :n, window_used = window_used + :r, "
@@ -89,14 +93,16 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
         Lease(c.id, lane, c.stage, c.est, rows[c.id][5], token, lease_until, c.run_key, c.rate)
         for c in decision.admitted
     ]
-    return leases, decision, row, refit_due
+    return leases, decision, row, refit_due, parked
 
 
-def _give_up(cur: Cursor, row: LaneRow, job_id: str, why: str, now: float) -> None:
+def _give_up(cur: Cursor, row: LaneRow, job_id: str, rule: str, why: str, now: float) -> dict | None:
     """A job that cannot fit before the next reset: to its fallback lane, or parked with the reason."""
-    if upkeep.move_to_fallback(cur, job_id, now=now) is None:
-        upkeep.park(cur, job_id, now=now, reason=f"cannot fit in lane {row.name!r}, which has no period to "
-                                                 f"reset its spend: {why}")  # fmt: skip
+    if upkeep.move_to_fallback(cur, job_id, now=now) is not None:
+        return None
+    tail = upkeep.park(cur, job_id, now=now, reason=f"cannot fit in lane {row.name!r}, which has no period to "
+                                                    f"reset its spend: {why}")  # fmt: skip
+    return None if tail is None else {**tail, "rule": rule}
 
 
 def renew(cur: Cursor, job_id: str, token: str, *, now: float) -> float:

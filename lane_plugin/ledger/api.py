@@ -155,10 +155,11 @@ class Ledger(LearningStore):
             if not ok and fresh:
                 self._emit("lane.preflight.failed", lane, {"error": err, "fell_back": moved})
         token = uuid.uuid4().hex
-        leases, decision, before, refit = self._run(lambda cur, now: admission.tick(cur, lane, now=now, token=token))
-        for c, rule, why in decision.parked:
-            self._emit("lane.job.parked", lane, {"job_id": c.id, "lane": lane, "stage": c.stage, "est": c.est,
-                                                 "rule": rule, "reason": why})  # fmt: skip
+        leases, decision, before, refit, parked = self._run(
+            lambda cur, now: admission.tick(cur, lane, now=now, token=token)
+        )
+        for tail in parked:  # cannot fit before the next reset (the lane has no period)
+            self._emit("lane.job.parked", lane, tail)
         if leases:
             self._after_admission(lane, leases, before, decision.tokens)
         if refit:  # outside the admission transaction: the tick stays short

@@ -22,9 +22,8 @@ def lane_state(row: LaneRow) -> str:
         return "preflight-failed"
     if row.spent >= row.ceiling:
         return "ceiling-spent"
-    committed = row.spent + row.reserved
-    if committed >= row.policy.start_limit or (row.finishing and committed + row.finishing >= row.ceiling):
-        return "finishing-only"  # past the start limit, or what is left is the reserve of runs under way
+    if row.spent + row.reserved >= row.policy.start_limit:
+        return "finishing-only"
     return "ok"
 
 

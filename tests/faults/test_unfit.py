@@ -31,7 +31,8 @@ def _spend(led: Ledger, tokens: int) -> None:
 
 
 def test_a_due_job_that_cannot_fit_is_parked_and_small_jobs_go(ledger_url, clock):
-    led = Ledger(ledger_url, clock=clock)
+    events: list = []
+    led = Ledger(ledger_url, clock=clock, listeners=[lambda *e: events.append(e)])
     try:
         _lane(led)
         _spend(led, 400)
@@ -47,6 +48,8 @@ def test_a_due_job_that_cannot_fit_is_parked_and_small_jobs_go(ledger_url, clock
         assert state == "parked" and "ceiling" in reason and "no period" in reason
         _, tail = led.rows("select job_id, reason from tail")
         assert tail == [(big, reason)]
+        [(_, lane_name, payload)] = [e for e in events if e[0] == "lane.job.parked"]
+        assert (lane_name, payload["job_id"], payload["rule"], payload["reason"]) == ("t", big, "ceiling", reason)
         _, lane = led.rows("select spent, reserved, leased from lane where name = 't'")
         assert lane == [(400, 250, 5)]
         assert led.audit() == []
