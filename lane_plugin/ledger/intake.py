@@ -39,15 +39,16 @@ def submit(
     row = read_lane(cur, lane)
     target = row
     fallback_lane = _resolve_fallback(cur, row, fallback)
-    starts_run = run_key is None or not run_started(cur, lane, run_key)
+    # A job without a run starts none: no start limit for it, and no reserve.
+    started = run_key is not None and run_started(cur, lane, run_key)
     rate_cost = est if rate_cost is None else rate_cost
-    why = policy.never_fits(row.policy, est, starts_run=starts_run, rate_cost=rate_cost)
+    why = policy.never_fits(row.policy, est, starts_run=run_key is not None and not started, rate_cost=rate_cost)
     if why is not None:
         if fallback_lane is None:
             raise NeverFits(f"job refused at intake in lane {lane!r}: {why}", lane=lane, est=est)
         target = read_lane(cur, fallback_lane)
-        starts_run = run_key is None or not run_started(cur, target.name, run_key)
-        why_fb = policy.never_fits(target.policy, est, starts_run=True, rate_cost=rate_cost)
+        started = run_key is not None and run_started(cur, target.name, run_key)
+        why_fb = policy.never_fits(target.policy, est, starts_run=run_key is not None, rate_cost=rate_cost)
         if why_fb is not None:
             raise NeverFits(
                 f"job refused at intake: lane {lane!r}: {why}; fallback lane {fallback_lane!r}: {why_fb}",
@@ -65,7 +66,7 @@ def submit(
         id=job_id, lane=target.name, stage=stage, est=est, est_version=est_version, est_input=est_input, actual=0,
         state="new", attempt=attempt, lease_attempt=0, lease_until=0.0, run_key=run_key, key=key,
         deadline=deadline, fallback=fallback_lane, created_at=now, wait_since=now,
-        rate_cost=rate_cost, prio=target.policy.priority(est, now), finishing=not starts_run,
+        rate_cost=rate_cost, prio=target.policy.priority(est, now), finishing=started,
     )  # fmt: skip
     cur.execute(
         insert.format(cols=", ".join(fields), vals=", ".join(":" + k for k in fields)), fields

@@ -21,7 +21,7 @@ from .traffic import MIXES, from_ledger, generate, load_csv
 
 LANE_FIELDS = (
     "ceiling", "allowance", "start_fraction", "burst_tokens", "window_seconds", "max_leased",
-    "lease_seconds", "max_wait_seconds", "max_attempts",
+    "lease_seconds", "max_wait_seconds", "max_attempts", "rate_basis",
 )  # fmt: skip
 
 

@@ -113,8 +113,13 @@ def refused_at_intake(trace: Trace, cfg: SimConfig) -> list[bool]:
     """Jobs the ledger refuses at intake because they could never fit the lane."""
     pol = cfg.lane_policy
     rates = trace.rate_cost or [None] * len(trace)
-    return [never_fits(pol, e, starts_run=rk is None, rate_cost=r) is not None
-            for e, rk, r in zip(trace.est, trace.run_key, rates)]  # fmt: skip
+    seen: set[str] = set()
+    out = []
+    for e, rk, r in zip(trace.est, trace.run_key, rates):  # a run's first job starts it; no run: no start
+        out.append(never_fits(pol, e, starts_run=rk is not None and rk not in seen, rate_cost=r) is not None)
+        if rk is not None:
+            seen.add(rk)
+    return out
 
 
 class Sim:

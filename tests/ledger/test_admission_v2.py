@@ -165,3 +165,11 @@ def test_priority_is_stored_and_follows_the_lane(led, clock):
     assert led.job(a)["prio"] == pytest.approx(clock.t)
     rows = job_rows(led, "id = :id", {"id": a})
     assert rows[0]["wait_since"] == clock.t
+
+
+def test_a_job_without_a_run_is_never_start_limited(led):
+    lane(led, ceiling=1_000, allowance=1_000, burst_tokens=1_000, start_fraction=0.5)
+    one_off = led.submit("call", 900, "t")  # past the 500 start limit, but it starts no run
+    with pytest.raises(NeverFits, match="start limit of 500"):
+        led.submit("draft", 900, "t", run_key="r")
+    assert [x.job_id for x in led.tick("t")] == [one_off]
