@@ -302,10 +302,13 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> Decision:
     head_reason: str | None = None
     burst_need: int | None = None
 
+    left, burst, start_left = p.ceiling - snapshot.spent, p.burst_tokens, p.start_limit - snapshot.spent
     for c in order(snapshot, candidates):
         kind = kind_of(c, started)
         need = c.est + (c.after if kind == START else 0)
-        unfit = unfit_before_reset(p, c, kind, spent=snapshot.spent, need=need)
+        unfit = None
+        if need > left or c.rate > burst or (kind == START and c.est > start_left):  # (a fast test first)
+            unfit = unfit_before_reset(p, c, kind, spent=snapshot.spent, need=need)
         if unfit is not None:  # it holds no shadow and blocks nobody
             if head_reason is None:
                 head_reason = unfit[0]
