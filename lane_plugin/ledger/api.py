@@ -87,8 +87,7 @@ class Ledger(LearningStore):
 
     # -- intake ------------------------------------------------------------------
     def submit(self, stage: str, est: int, lane: str = "free", *, rate_cost: int | None = None,
-               est_version: str | None = None,
-               run_key: str | None = None, key: str | None = None, attempt: int = 1,
+               est_version: str | None = None, run_key: str | None = None, key: str | None = None, attempt: int = 1,
                deadline: float | None = None, wait_seconds: float | None = None,
                fallback: str | bool | None = None, shadows: dict[str, int] | None = None,
                est_input: int | None = None) -> str:  # fmt: skip
@@ -99,9 +98,8 @@ class Ledger(LearningStore):
             est: estimated tokens, a whole number from 1 to 10**12: what the budget is charged
                 until the job settles to its actual bill.
             lane: the lane to wait in.
-            rate_cost: what the provider's rate limiter counts for this request (e.g. prompt
-                tokens + max_tokens, as OpenAI counts TPM); default ``est``. The lane's sliding
-                burst window counts it.
+            rate_cost: what the provider's rate limiter counts (e.g. prompt + max_tokens, as
+                OpenAI counts TPM; default ``est``): the lane's sliding burst window counts it.
             est_version: the estimator (name and version) that produced ``est``.
             run_key: the pipeline run this job belongs to (the Prefect flow run id).
             key: idempotency key; the same key again returns the same job.
@@ -155,9 +153,7 @@ class Ledger(LearningStore):
             if not ok and fresh:
                 self._emit("lane.preflight.failed", lane, {"error": err, "fell_back": moved})
         token = uuid.uuid4().hex
-        leases, decision, before, refit, parked = self._run(
-            lambda cur, now: admission.tick(cur, lane, now=now, token=token)
-        )
+        leases, decision, before, refit, parked = self._run(lambda cur, now: admission.tick(cur, lane, now=now, token=token))
         for tail in parked:  # cannot fit before the next reset (the lane has no period)
             self._emit("lane.job.parked", lane, tail)
         if leases:
@@ -167,21 +163,13 @@ class Ledger(LearningStore):
         return leases
 
     def refit_runs(self, lane: str = "free") -> list[dict]:
-        """Learn the lane's finishing reserve from its finished runs now; returns the profile.
+        """Learn the lane's finishing reserve from its finished runs now (ticks do it every ``REFIT_SECONDS``).
 
-        Admission does this on its own at most every ``policy.REFIT_SECONDS``;
-        call it after loading history, or to see what the lane has learned.
-        Each dict: ``stage``, ``after_tokens`` (what a run needed after a job of
-        that stage), ``hold_seconds`` (how long a quiet run keeps its reserve),
-        ``runs`` (how many runs it was learned from), ``fitted_at``.
+        Returns the profile, one dict per stage: ``stage``, ``after_tokens`` (what a run needed after
+        a job of that stage), ``hold_seconds`` (how long a quiet run keeps its reserve), ``runs``, ``fitted_at``.
         """
         lane = text("lane", lane)
-
-        def run(cur, now):
-            runs.refit(cur, lane, now, force=True)
-            return runs.profile(cur, lane)
-
-        return self._run(run)
+        return self._run(lambda cur, now: (runs.refit(cur, lane, now, force=True), runs.profile(cur, lane))[1])
 
     def _lane_spec(self, lane: str) -> LaneRow:
         """The lane's preflight settings, re-read at most every few seconds (not per tick)."""
@@ -369,11 +357,11 @@ class Ledger(LearningStore):
     def wait_status(self, job_id: str) -> dict:
         """Where a job stands while it waits: its place in the queue and the lane's room.
 
-        ``position`` follows the admission order (due jobs oldest first, then
-        smallest estimate first): 1 means admission considers it first; 0 means
-        the job is not waiting. ``blocked_by`` is the first admission rule the
-        job fails right now (``ceiling``, ``start_limit``, ``burst``,
-        ``lease_cap``, ``stopped``) or None if only jobs ahead of it are in the way.
+        ``position`` follows the admission order (priority: small first, age raising it): 1 means
+        admission considers it first; 0 means the job is not waiting. ``blocked_by`` is the first
+        rule the job fails right now (``ceiling``, ``reserve``, ``start_limit``, ``burst``,
+        ``lease_cap``, ``stopped``) or None if only jobs ahead of it are in the way; ``reason`` says
+        why, when it cannot fit before the next reset (it is parked, or waits for the period).
 
         Example:
             >>> led.wait_status(job)["position"]                     # doctest: +SKIP
