@@ -166,7 +166,7 @@ def test_park_overdue_flow_rolls_periods(prefect_server, led, url):
 
 
 def test_lane_status_flow(prefect_server, led, url, events):
-    led.set_lane("free", ceiling=10_000, allowance=10_000)
+    led.set_lane("free", ceiling=10_000, allowance=10_000, start_fraction=0.8)  # the article's flat stop, an option
     j = led.submit("draft", 2000)
     led.tick("free")
     led.settle(j, 2500)
