@@ -18,7 +18,7 @@ from dataclasses import asdict
 
 from ..checks import number, text, tokens, when
 from ..errors import InvalidInput, JobParked, Replay
-from . import admission, intake, reads, runs, settlement, status, upkeep
+from . import admission, intake, rates, reads, runs, settlement, status, upkeep
 from .audit import audit as audit_tables
 from .bill import BillLine, run_bill
 from .db import Database
@@ -206,9 +206,10 @@ class Ledger(LearningStore):
         if job["state"] == "new":
             self.tick(job["lane"])
             job = self.job(job_id)
-        if job["state"] == "leased":
+        if job["state"] == "leased":  # its request goes out now: the rate window counts it from now
+            self._run(lambda cur, now: rates.stamp(cur, job_id, job["attempt"], now))
             return Lease(job["id"], job["lane"], job["stage"], job["est"], job["attempt"],
-                         job["lease_token"], job["lease_until"], job["run_key"])  # fmt: skip
+                         job["lease_token"], job["lease_until"], job["run_key"], job["rate_cost"])  # fmt: skip
         if job["state"] in ("parked", "failed"):
             raise JobParked(
                 f"job {job_id} ({job['stage']!r}, {job['est']} tokens) in lane {job['lane']!r} is "

@@ -6,7 +6,9 @@ or before ``now - window_seconds`` (an index range read on ``(lane, at)`` of onl
 the rows leaving the window) and subtracts them. So ``window_used`` is always
 the sum of the lane's rows, the rate tokens admitted in ``(now - window_seconds,
 now]`` once pruned, and the admission check ``window_used + rate_cost <=
-burst_tokens`` is the sliding-window rule of :mod:`lane_plugin.policy`.
+burst_tokens`` is the sliding-window rule of :mod:`lane_plugin.policy`. A gate
+that picks its lease up after the tick that granted it (it polls) moves the
+charge to that moment, when its request really goes out (:func:`stamp`).
 
 A lane whose provider counts the tokens really used (``rate_basis = 'actual'``)
 has its charge trued up at settlement: the row's cost becomes the actual.
@@ -74,6 +76,14 @@ def true_up(cur: Cursor, lane: str, job_id: str, attempt: int, actual: int) -> N
     cur.execute(
         "update lane set window_used = window_used + :d where name = :l", {"d": actual - old, "l": lane}
     )
+
+
+def stamp(cur: Cursor, job_id: str, attempt: int, now: float) -> None:
+    """The holder picked its lease up now (a waiter polls; another process's tick may have admitted
+    it seconds ago): the request goes out now, so its charge leaves the window ``window_seconds``
+    from now. Later only, never earlier; a charge already pruned stays pruned."""
+    cur.execute("update rate_charge set at = :now where job_id = :j and attempt = :a and at < :now",
+                {"now": now, "j": job_id, "a": attempt})  # fmt: skip
 
 
 def used(cur: Cursor, row: LaneRow, now: float) -> int:

@@ -173,3 +173,19 @@ def test_a_job_without_a_run_is_never_start_limited(led):
     with pytest.raises(NeverFits, match="start limit of 500"):
         led.submit("draft", 900, "t", run_key="r")
     assert [x.job_id for x in led.tick("t")] == [one_off]
+
+
+def test_a_lease_picked_up_late_is_charged_from_when_its_request_goes_out(led, clock):
+    """A waiter polls: the tick that granted its lease may have run seconds before it sends its request."""
+    lane(led)
+    a = led.submit("s", 300, "t")
+    assert [x.job_id for x in led.tick("t")] == [a]  # granted at T
+    clock.t += 4
+    lease = led.acquire(a)  # the holder picks it up at T + 4: its request goes out now
+    assert lease.job_id == a and lease.rate_cost == 300
+    b = led.submit("s", 300, "t")
+    clock.t += 7  # T + 11: past the window from the grant, not from the request
+    assert led.tick("t") == [] and led.wait_status(b)["blocked_by"] == "burst"
+    clock.t += 3  # T + 14 > T + 4 + 10
+    assert [x.job_id for x in led.tick("t")] == [b]
+    assert window(led) == (300, 300) and led.audit(grace=10**6) == []
