@@ -411,7 +411,7 @@ class Ledger(LearningStore):
     def history(self, days: float) -> list[dict]:
         """Done jobs submitted in the last ``days`` days, oldest first (``lane simulate --from-ledger``).
 
-        Keys: ``created_at, stage, est, actual, run_key``.
+        Keys: ``created_at, stage, est, actual, run_key, rate_cost``.
         """
         days = number("days", days, low=0.0, high=36_500.0, low_open=True)
         return self._run(lambda cur, now: reads.history(cur, now - days * 86_400.0), write=False)
