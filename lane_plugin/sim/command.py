@@ -14,15 +14,49 @@ from typing import Optional
 import typer
 
 from ..errors import TraceError
-from .engine import PERIODS, SimConfig
+from .config import PERIODS, SimConfig
 from .engine import simulate as run_policies
 from .policies import POLICIES
-from .traffic import MIXES, from_ledger, generate, load_csv
+from .readers import MAX_TOKENS, OUTPUT_ALLOWANCE, load_trace
+from .traffic import MIXES, from_ledger, generate
 
 LANE_FIELDS = (
     "ceiling", "allowance", "start_fraction", "burst_tokens", "window_seconds", "max_leased",
     "lease_seconds", "max_wait_seconds", "max_attempts", "rate_basis",
 )  # fmt: skip
+
+
+# Flags that shape generated traffic, and flags that shape how a trace file is read.
+GENERATOR_FLAGS = {"jobs": "--jobs", "mix": "--mix", "drift": "--drift", "noise": "--noise", "seed": "--seed",
+                   "stages": "--stages", "median": "--median", "days": "--days"}  # fmt: skip
+TRACE_FLAGS = {"output_allowance": "--output-allowance", "max_tokens": "--max-tokens"}
+
+
+def _given(ctx: typer.Context | None, names: dict[str, str]) -> list[str]:
+    """The flags among ``names`` the user set (on the command line or in the environment)."""
+    if ctx is None:
+        return []
+    # By name: typer may bundle its own click, whose ParameterSource is another enum than click's.
+    sources = {name: getattr(ctx.get_parameter_source(name), "name", "DEFAULT") for name in names}
+    return [flag for name, flag in names.items() if sources[name] not in ("DEFAULT", "DEFAULT_MAP")]
+
+
+def _check_sources(ctx: typer.Context | None, trace: Optional[Path], from_ledger_: bool) -> None:
+    """Exit 2 when flags of one source of traffic come with another (nothing silently ignored)."""
+    if trace is not None and from_ledger_:
+        raise _fail("--trace and --from-ledger both given: choose one source of traffic")
+    if trace is not None:
+        gen = _given(ctx, GENERATOR_FLAGS)
+        if gen:
+            raise _fail(f"{', '.join(gen)} shape(s) generated traffic and cannot apply to --trace {trace}: drop "
+                        "them, or drop --trace to generate traffic")  # fmt: skip
+        return
+    gen = _given(ctx, {k: v for k, v in GENERATOR_FLAGS.items() if k != "days"}) if from_ledger_ else []
+    if gen:
+        raise _fail(f"{', '.join(gen)} shape(s) generated traffic and cannot apply to --from-ledger: drop them")
+    tflags = _given(ctx, TRACE_FLAGS)
+    if tflags:
+        raise _fail(f"{', '.join(tflags)} read(s) a trace of real calls and need(s) --trace FILE")
 
 
 def _fail(msg: str) -> typer.Exit:
@@ -47,8 +81,16 @@ def _lane_settings(url: Optional[str], name: str) -> dict:
 def simulate(
     ctx: typer.Context,
     trace: Optional[Path] = typer.Option(
-        None, "--trace", help="Trace CSV: arrival_s,stage,est,actual[,run_key] (seconds from the start).",
+        None, "--trace", help="Trace CSV, told apart by its header: arrival_s,stage,est,actual[,run_key,rate_cost]; "
+        "arrival_s,input_tokens,output_tokens[,stage,run_key]; Azure (TIMESTAMP,ContextTokens,GeneratedTokens); "
+        "Mooncake (timestamp_ms,input_length,output_length).",
         exists=True, dir_okay=False, show_default=False,
+    ),
+    output_allowance: int = typer.Option(
+        OUTPUT_ALLOWANCE, help="Trace of real calls: est = input + this many output tokens."
+    ),
+    max_tokens: int = typer.Option(
+        MAX_TOKENS, help="Trace of real calls: the client's max_tokens; rate_cost = input + it, output capped at it."
     ),
     jobs: int = typer.Option(10_000, "--jobs", help="Generator: number of jobs (used when neither --trace nor --from-ledger)."),
     mix: str = typer.Option("lognormal", "--mix", help=f"Generator: estimate mix, one of {', '.join(MIXES)}."),
@@ -82,16 +124,24 @@ def simulate(
     ),
     workers: int = typer.Option(1, help="Parallel slots of the slow worker."),
     service_base: float = typer.Option(1.0, help="Worker: seconds per job."),
-    service_per_token: float = typer.Option(0.001, help="Worker: extra seconds per actual token."),
+    service_per_token: float = typer.Option(0.001, help="Worker: extra seconds per actual token (output unknown)."),
+    service_per_output_token: float = typer.Option(0.02, help="Worker: extra seconds per output token (trace knows it)."),
+    chain: bool = typer.Option(
+        True, "--chain/--no-chain", help="Submit stage k+1 of a run when stage k settles (else at its recorded time)."
+    ),
     sleep_seconds: float = typer.Option(0.0, help="Cold drainer: the worker sleeps this long..."),
     sleep_every: float = typer.Option(0.0, help="...at the end of every this many seconds."),
     preflight: bool = typer.Option(False, "--preflight", help="The lane's preflight fails (lane stopped) while the worker sleeps."),
     deadline: Optional[float] = typer.Option(None, help="Park a job still waiting this many seconds after arrival."),
     count_slots: Optional[int] = typer.Option(None, help="K of the count policy [max_leased]."),
-    horizon: Optional[float] = typer.Option(None, help="Stop the clock here, in seconds [the last arrival]."),
+    horizon: Optional[float] = typer.Option(None, help="Stop the clock here, in seconds [until drained]."),
     starve_after: float = typer.Option(3_600.0, help="A never-admitted, overtaken job waiting this long is starved."),
     policies: str = typer.Option(",".join(POLICIES), help="Comma-separated policies to compare."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the table."),
+    progress: Optional[bool] = typer.Option(
+        None, "--progress/--no-progress", help="A progress bar on stderr [when stderr is a terminal].",
+        show_default=False,
+    ),
     plot: Optional[Path] = typer.Option(
         None, "--plot", help="Write a PNG: spent over time per policy vs the ceiling, and wait by job size.",
         dir_okay=False, show_default=False,
@@ -101,10 +151,13 @@ def simulate(
 
     The lane row runs lane_plugin.policy.admit, the very code the ledger
     runs, on a simulated clock with a simulated slow worker (service time =
-    base + per-token x actual). Baselines: count (K leases, FIFO, blind to
-    tokens), token-fifo (stops at the first job past the ceiling) and
-    smallest-first (the article's tick, bugs kept). Traffic comes from
-    --trace, --from-ledger, or the generator (--jobs --mix --drift --seed).
+    base + per output token, or per actual token where output is unknown).
+    Baselines, under the same lease cap and sliding burst window: count (K
+    leases, FIFO, blind to the budget), token-fifo (stops at the first job
+    past the ceiling) and smallest-first (the article's tick, budget bug
+    kept). Traffic comes from --trace, --from-ledger, or the generator (--jobs
+    --mix --drift --seed); stage k+1 of a run is submitted when stage k
+    settles. The clock runs until the queue is drained unless --horizon.
 
     Example: lane simulate --jobs 100000 --mix lognormal --drift 1.3 --period daily --plot sim.png
     """
@@ -114,8 +167,7 @@ def simulate(
         raise _fail(f"policies={policies!r}: expected a comma-separated subset of {', '.join(POLICIES)}")
     if period is not None and period not in PERIODS:
         raise _fail(f"period={period!r}: expected one of {', '.join(PERIODS)}")
-    if trace is not None and from_ledger_:
-        raise _fail("--trace and --from-ledger both given: choose one source of traffic")
+    _check_sources(ctx, trace, from_ledger_)
     url = db or (ctx.parent.params.get("db") if ctx is not None and ctx.parent is not None else None)
 
     settings: dict = {}
@@ -137,11 +189,12 @@ def simulate(
     try:
         cfg = SimConfig(
             **settings, workers=workers, service_base=service_base, service_per_token=service_per_token,
-            sleep_seconds=sleep_seconds, sleep_every=sleep_every, preflight=preflight, deadline=deadline,
-            count_slots=count_slots, horizon=horizon, starve_after=starve_after,
+            service_per_output_token=service_per_output_token, sleep_seconds=sleep_seconds, sleep_every=sleep_every,
+            preflight=preflight, deadline=deadline, count_slots=count_slots, horizon=horizon,
+            starve_after=starve_after, chain=chain,
         )  # fmt: skip
         if trace is not None:
-            tr = load_csv(trace)
+            tr = load_trace(trace, output_allowance=output_allowance, max_tokens=max_tokens)
         elif from_ledger_:
             tr = from_ledger(url, days)
         else:
@@ -153,9 +206,15 @@ def simulate(
         raise _fail(f"cannot read traffic: {exc}") from None
 
     from . import report as sim_report
+    from .progress import ProgressBar
 
+    bar = ProgressBar(names) if ProgressBar.wanted(progress) else None
     wall = time.perf_counter()
-    results = run_policies(tr, cfg, names)
+    try:
+        results = run_policies(tr, cfg, names, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
     wall = time.perf_counter() - wall
     if as_json:
         typer.echo(json.dumps(sim_report.to_json(tr, cfg, results, wall), indent=2, default=str))

@@ -2,35 +2,41 @@
 
 A discrete-event simulation of one lane and one slow worker. The ``lane``
 policy is the ledger's own :func:`lane_plugin.policy.admit` (the same code,
-not a copy); the baselines live in :mod:`lane_plugin.sim.policies`.
+not a copy); the baselines live in :mod:`lane_plugin.sim.policies`. Every
+policy obeys the same lease cap and the same sliding burst window.
 
 Model (the ledger's semantics):
 
-- a job arrives and waits; at a tick the policy chooses jobs to lease:
-  ``reserved += est``, ``leased += 1``, and its ``rate_cost`` (default ``est``)
-  enters the sliding rate window (:mod:`lane_plugin.sim.window`);
+- a job is submitted and waits; at a tick the policy chooses jobs to lease:
+  ``reserved += est``, ``leased += 1``, and the job's ``rate_cost`` enters
+  the sliding burst window (:class:`lane_plugin.sim.window.RateWindow`);
+- runs are chained: the first stage of a run (and every single call) is
+  submitted at its trace time, stage k+1 when stage k settles
+  (``SimConfig.chain``; :mod:`lane_plugin.sim.chains`);
 - leased jobs queue at the worker in admission order. The worker has
-  ``workers`` parallel slots and serves a job in ``service_base +
-  service_per_token * actual`` seconds. A *cold drainer* sleeps
+  ``workers`` parallel slots and serves a job in ``service_base`` plus
+  ``service_per_output_token`` x its output tokens where the trace knows them,
+  else ``service_per_token`` x its actual tokens. A *cold drainer* sleeps
   ``sleep_seconds`` at the end of every ``sleep_every`` seconds: it finishes
   what it is running but starts nothing while asleep;
 - a lease the worker has not started within ``lease_seconds`` expires: the job
   goes back to waiting (keeping its place in the aging order), or is parked
   after ``max_attempts`` leases. A running job renews its lease;
-- a job's *wait* is from its arrival until the worker starts it (admission
-  wait plus the worker's queue); a job not started by the horizon counts
-  with its wait so far (a lower bound). *Starved*: never admitted although a
-  later job was, after waiting ``starve_after`` or more;
 - on completion the job settles: ``reserved -= est``, ``spent += actual``;
 - with ``period_seconds`` set, ``spent`` restarts at every multiple of it
   (the lane's daily reset; trace time 0 is a UTC midnight); overspend is
   counted per period;
-- with ``deadline`` set, a job still waiting that long after it arrived is
-  parked (the tail).
+- with ``deadline`` set, a job still waiting that long after it was
+  submitted is parked (the tail).
 
-Ticks happen at every arrival, completion, lease expiry and worker wake, plus
-when the rate window has slid enough for a job it blocked. A tick is skipped when
-no lease slot is free or nothing waits: the policy could not admit anything.
+Ticks happen at every submission, completion, lease expiry and worker wake,
+at every period rollover, and when the burst window frees room that a
+waiting job was refused for. A tick is skipped when no lease slot is free or
+nothing waits: the policy could not admit anything. Without a ``horizon``
+the clock runs until nothing is left to do: the queue drained, or a rollover
+found an idle lane that still admits nothing (``stalled``: those jobs can
+never be admitted). With no period to reset the budget, the clock stops at
+the last event: jobs still waiting then are ``stalled`` too.
 """
 
 from __future__ import annotations
@@ -38,133 +44,86 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable
 from heapq import heappop, heappush
 
-from ..policy import LANE_DEFAULTS as D
-from ..policy import Candidate, LanePolicy, never_fits
+from ..policy import Candidate
+from .chains import DONE, FUTURE, LEASED, PARKED, REFUSED, RUNNING, WAITING, Runs
+from .config import PERIODS, SimConfig, refused_at_intake
+from .meter import OverBurst
 from .policies import POLICIES, USES_EST_HEAP, LaneQueue, candidate_for
-from .results import SimResult, big_threshold, percentile
+from .results import SimResult, collect, percentile
 from .traffic import Trace
 from .window import RateWindow
 
 INF = math.inf
-WAITING, LEASED, RUNNING, DONE, PARKED, FUTURE, REFUSED = range(7)
-DONE_EV, EXPIRE_EV, WAKE_EV = range(3)
-PERIODS = {"none": None, "daily": 86_400.0, "monthly": 30 * 86_400.0}  # monthly: 30 days
+DONE_EV, EXPIRE_EV, WAKE_EV, PERIOD_EV = range(4)
+PROGRESS_EVERY = 8_192  # loop turns between two progress reports
+
+Progress = Callable[["Sim", float], None]
 
 
-@dataclass(frozen=True)
-class SimConfig:
-    """One lane, one worker, one scenario. Field names follow the ledger's lane."""
-
-    ceiling: int = D["ceiling"]
-    allowance: int = D["allowance"]
-    start_fraction: float = D["start_fraction"]
-    burst_tokens: int = D["burst_tokens"]
-    window_seconds: float = D["window_seconds"]
-    max_leased: int = D["max_leased"]
-    lease_seconds: float = D["lease_seconds"]
-    max_wait_seconds: float = D["max_wait_seconds"]
-    max_attempts: int = D["max_attempts"]
-    rate_basis: str = D["rate_basis"]
-    period_seconds: float | None = None
-    workers: int = 1
-    service_base: float = 1.0
-    service_per_token: float = 0.001
-    sleep_seconds: float = 0.0
-    sleep_every: float = 0.0
-    preflight: bool = False
-    deadline: float | None = None
-    count_slots: int | None = None
-    horizon: float | None = None
-    starve_after: float = 3_600.0
-
-    def __post_init__(self) -> None:
-        positive = ("ceiling", "allowance", "burst_tokens", "max_leased", "max_attempts", "workers", "lease_seconds")
-        for name in positive:
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name}={getattr(self, name)!r} must be > 0")
-        if not 0 < self.start_fraction <= 1:
-            raise ValueError(f"start_fraction={self.start_fraction!r} must be in (0, 1]")
-        for name in ("window_seconds", "max_wait_seconds", "service_base", "service_per_token",
-                     "sleep_seconds", "sleep_every", "starve_after"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name}={getattr(self, name)!r} must be >= 0")
-        if self.sleep_seconds and not self.sleep_every > self.sleep_seconds:
-            raise ValueError(f"sleep_every={self.sleep_every!r} must be > sleep_seconds={self.sleep_seconds!r}")
-        for name in ("period_seconds", "deadline", "count_slots", "horizon"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"{name}={value!r} must be > 0 (or unset)")
-
-    @property
-    def lane_policy(self) -> LanePolicy:
-        """The :class:`LanePolicy` the ledger would build from these fields."""
-        return LanePolicy.of(self)
-
-    @property
-    def slots(self) -> int:
-        """Lease slots of the count baseline (defaults to ``max_leased``)."""
-        return self.count_slots or self.max_leased
-
-
-def refused_at_intake(trace: Trace, cfg: SimConfig) -> list[bool]:
-    """Jobs the ledger refuses at intake because they could never fit the lane."""
-    pol = cfg.lane_policy
-    rates = trace.rate_cost or [None] * len(trace)
-    seen: set[str] = set()
-    out = []
-    for e, rk, r in zip(trace.est, trace.run_key, rates):  # a run's first job starts it; no run: no start
-        out.append(never_fits(pol, e, starts_run=rk is not None and rk not in seen, rate_cost=r) is not None)
-        if rk is not None:
-            seen.add(rk)
-    return out
+def service_times(trace: Trace, cfg: SimConfig) -> list[float]:
+    """Seconds the worker spends on each job: base + per output token, else per actual token."""
+    base, per_out, per_tok = cfg.service_base, cfg.service_per_output_token, cfg.service_per_token
+    return [base + (per_tok * a if o is None else per_out * o) for a, o in zip(trace.actual, trace.output_tokens)]
 
 
 class Sim:
     """One policy over one trace. Build it, call :meth:`run` once."""
 
     def __init__(self, trace: Trace, cfg: SimConfig, policy: str, *, refused: list[bool] | None = None,
-                 record: bool = False) -> None:
+                 record: bool = False, runs: Runs | None = None, progress: Progress | None = None) -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy={policy!r} is not one of {', '.join(POLICIES)}")
-        self.trace, self.cfg, self.policy, self.record = trace, cfg, policy, record
+        self.trace, self.cfg, self.policy, self.record, self.progress = trace, cfg, policy, record, progress
         self._select = POLICIES[policy]
         n = len(trace)
         self.n = n
         self.est = trace.est
-        self.rate = [e if r is None else r for e, r in zip(trace.est, trace.rate_cost or [None] * n)]
-        self.waiting_since = trace.arrival  # a requeued job keeps its place in the aging order
+        self.rate = trace.rate_costs()
+        self.service = service_times(trace, cfg)
+        self.runs = runs if runs is not None else Runs.of(trace, chain=cfg.chain)
+        self.arrival = list(trace.arrival)  # submission times: a chained stage's is set when it is submitted
+        self.waiting_since = self.arrival  # a requeued job keeps its place in the aging order
         self.refused = refused if refused is not None else refused_at_intake(trace, cfg)
         self.state = bytearray([FUTURE]) * n
         self.admitted_at = [-1.0] * n
         self.started_at = [-1.0] * n
+        self.parked_at = [-1.0] * n
         self.lease_no = [0] * n
         self._cands: list[tuple[int, Candidate] | None] = [None] * n
         self._width = max(7, len(str(n)))
-        self.age: list[int] = []  # waiting jobs by (arrival, index): arrival order == index order
+        self.age: list[tuple[float, int]] = []  # waiting jobs by (submitted, index)
         self.by_est: list[tuple[int, int]] = []  # waiting jobs by (est, index)
         self._use_est = policy in USES_EST_HEAP
         self.spent = self.reserved = self.leased = 0
+        # The burst window every policy obeys (rate_cost, sliding) and what it measures.
         self.window = RateWindow(cfg.window_seconds)
+        self.rate_meter = OverBurst(cfg.burst_tokens, cfg.window_seconds)
+        self.actual_meter = OverBurst(cfg.burst_tokens, cfg.window_seconds)
         self._charges: dict[int, object] = {}  # rate charges to true up at settlement (basis "actual")
         self.started: set[str] = set()
         self.events: list[tuple] = []
         self._seq = 0
+        self._pending = 0  # wake-ups in the heap (window, worker, deadline): they may change what fits
         self._next_window_wake = -INF
         self._next_worker_wake = -INF
+        self._next_deadline_wake = -INF
         self.free = cfg.workers
         self.queue: deque[tuple[int, int]] = deque()
         self.busy = 0.0
         self.n_waiting = 0
         self.cap = cfg.slots if policy == "count" else cfg.max_leased
         self.t0 = trace.arrival[0] if n else 0.0
-        self.horizon = cfg.horizon if cfg.horizon is not None else (trace.arrival[-1] if n else 0.0)
-        self.period_start = self.t0 // cfg.period_seconds * cfg.period_seconds if cfg.period_seconds else 0.0
+        self.horizon = cfg.horizon if cfg.horizon is not None else INF
+        p = cfg.period_seconds
+        self.period_start = self.t0 // p * p if p else 0.0
+        self.period_spent: dict[int, int] = {}
         self.over_ceiling = self.over_allowance = self.peak_period_spent = 0
         self.total_spent = self.done = self.parked = self.expired = 0
         self.max_admitted_arrival = -INF
+        self.stalled = False
         self.series_t: list[float] = []
         self.series_spent: list[int] = []
         self.log: list[tuple] = []
@@ -198,12 +157,24 @@ class Sim:
     # -- events -----------------------------------------------------------------
     def _push(self, t: float, kind: int, j: int = -1, no: int = 0) -> None:
         self._seq += 1
+        if kind == WAKE_EV:
+            self._pending += 1
         heappush(self.events, (t, self._seq, kind, j, no))
+
+    def _submit(self, j: int, t: float) -> None:
+        """Job ``j`` arrives at ``t``: refused at intake, or waiting."""
+        if self.refused[j]:
+            self.state[j] = REFUSED
+            return
+        self.arrival[j] = t
+        self._make_waiting(j)
+        if self.record:
+            self.log.append(("submit", t, self.job_id(j)))
 
     def _make_waiting(self, j: int) -> None:
         self.state[j] = WAITING
         self.n_waiting += 1
-        heappush(self.age, j)
+        heappush(self.age, (self.waiting_since[j], j))
         if self._use_est:
             heappush(self.by_est, (self.est[j], j))
         if self.lane_queue is not None:
@@ -222,21 +193,32 @@ class Sim:
         self.over_ceiling += max(0, self.spent - cfg.ceiling)
         self.over_allowance += max(0, self.spent - cfg.allowance)
         self.peak_period_spent = max(self.peak_period_spent, self.spent)
+        key = int(self.period_start // cfg.period_seconds) if cfg.period_seconds else 0
+        self.period_spent[key] = self.period_spent.get(key, 0) + self.spent
         self.spent = 0
 
+    def _next_period(self, t: float) -> None:
+        nxt = self.period_start + self.cfg.period_seconds
+        if nxt <= t:
+            nxt = (t // self.cfg.period_seconds + 1) * self.cfg.period_seconds
+        if nxt <= self.horizon:
+            self._push(nxt, PERIOD_EV)
+
     def _lease(self, j: int, t: float) -> None:
-        est = self.est[j]
+        est, rc = self.est[j], self.rate[j]
         self.state[j] = LEASED
         self.lease_no[j] += 1
         self.n_waiting -= 1
         self.leased += 1
         self.reserved += est
-        charge = self.window.charge(t, self.rate[j])
+        charge = self.window.charge(t, rc)
         if self.cfg.rate_basis == "actual":
             self._charges[j] = charge
+        self.rate_meter.charge(t, rc)
+        self.actual_meter.charge(t, self.trace.actual[j])
         if self.admitted_at[j] < 0:
             self.admitted_at[j] = t
-            self.max_admitted_arrival = max(self.max_admitted_arrival, self.trace.arrival[j])
+            self.max_admitted_arrival = max(self.max_admitted_arrival, self.arrival[j])
         rk = self.trace.run_key[j]
         if rk is not None:
             self.started.add(rk)
@@ -258,6 +240,21 @@ class Sim:
         self.series_spent.append(self.spent)
         if self.record:
             self.log.append(("settle", t, self.job_id(j), actual))
+        nxt = self.runs.next_stage[j]
+        if nxt >= 0:
+            self._submit(nxt, t)  # the next stage of the run: submitted as this one settles
+
+    def park(self, j: int, t: float) -> None:
+        """A waiting job leaves the queue for the tail (past its deadline, or a policy parks it)."""
+        self.n_waiting -= 1
+        self._park(j, t)
+
+    def _park(self, j: int, t: float) -> None:
+        self.state[j] = PARKED
+        self.parked += 1
+        self.parked_at[j] = t
+        if self.record:
+            self.log.append(("park", t, self.job_id(j)))
 
     def _expire(self, j: int, t: float) -> None:
         self.leased -= 1
@@ -266,51 +263,42 @@ class Sim:
         if self.record:
             self.log.append(("expire", t, self.job_id(j)))
         if self.lease_no[j] >= self.cfg.max_attempts:
-            self.state[j] = PARKED
-            self.parked += 1
+            self._park(j, t)
         else:
             self._make_waiting(j)
 
     def _park_overdue(self, t: float) -> None:
         deadline = self.cfg.deadline
-        age, state, since = self.age, self.state, self.waiting_since
+        age, state = self.age, self.state
         while age:
-            j = age[0]
+            since, j = age[0]
             if state[j] != WAITING:
                 heappop(age)
                 continue
-            if since[j] + deadline > t:
+            if since + deadline > t:
+                if since + deadline != self._next_deadline_wake:
+                    self._next_deadline_wake = since + deadline
+                    self._push(since + deadline, WAKE_EV)
                 break
             heappop(age)
             self.park(j, t)
 
-    def park(self, j: int, t: float) -> None:
-        """A waiting job leaves the queue for the tail (past its deadline, or it cannot fit)."""
-        self.state[j] = PARKED
-        self.n_waiting -= 1
-        self.parked += 1
-        if self.record:
-            self.log.append(("park", t, self.job_id(j)))
-
-    def _tick(self, t: float) -> None:
+    def _tick(self, t: float) -> int:
         if self.n_waiting <= 0 or self.leased >= self.cap:
-            return  # the policy could not admit anything: the ledger's tick is a no-op
-        admitted, burst_need = self._select(self, t)
+            return 0  # the policy could not admit anything: the ledger's tick is a no-op
+        admitted, need = self._select(self, t)
         for j in admitted:
             self._lease(j, t)
         if self.record:
             self.log.append(("tick", t, [self.job_id(j) for j in admitted]))
         if not admitted and self.policy == "lane" and self.stopped(t):
             self._wake_worker_at(t)  # the preflight passes again when the worker wakes
-        if burst_need:
-            self._wake_when_window_frees(t, burst_need)
-
-    def _wake_when_window_frees(self, t: float, need: int) -> None:
-        """Tick again when the sliding window has room for ``need`` rate tokens."""
-        nxt = self.window.free_at(t, self.cfg.burst_tokens - need)
-        if nxt is not None and nxt > t and nxt != self._next_window_wake:
-            self._next_window_wake = nxt
-            self._push(nxt, WAKE_EV)
+        if need:  # the window kept a job of `need` rate tokens out: tick again when it has room
+            nxt = self.window.free_at(t, self.cfg.burst_tokens - need)
+            if nxt is not None and nxt > t and nxt != self._next_window_wake:
+                self._next_window_wake = nxt
+                self._push(nxt, WAKE_EV)
+        return len(admitted)
 
     def _wake_worker_at(self, t: float) -> None:
         wake = (t // self.cfg.sleep_every + 1) * self.cfg.sleep_every
@@ -319,7 +307,7 @@ class Sim:
             self._push(wake, WAKE_EV)
 
     def _start_work(self, t: float) -> None:
-        cfg, queue, state, lease_no = self.cfg, self.queue, self.state, self.lease_no
+        queue, state, lease_no = self.queue, self.state, self.lease_no
         while self.free > 0 and queue:
             if self.asleep(t):
                 self._wake_worker_at(t)
@@ -330,25 +318,31 @@ class Sim:
             state[j] = RUNNING
             if self.started_at[j] < 0:
                 self.started_at[j] = t
-            end = t + cfg.service_base + cfg.service_per_token * self.trace.actual[j]
+            end = t + self.service[j]
             self.busy += max(0.0, min(end, self.horizon) - max(t, self.t0))
             self.free -= 1
             self._push(end, DONE_EV, j)
 
     # -- the loop ---------------------------------------------------------------
     def run(self) -> SimResult:
-        """Simulate up to the horizon and return the figures."""
+        """Simulate up to the horizon (default: until drained) and return the figures."""
         wall = time.perf_counter()
-        arrival, events, state, refused = self.trace.arrival, self.events, self.state, self.refused
-        n, horizon, deadline = self.n, self.horizon, self.cfg.deadline
+        arrival, events, state = self.trace.arrival, self.events, self.state
+        static = self.runs.static
+        n_static, horizon, deadline = len(static), self.horizon, self.cfg.deadline
+        progress, turns = self.progress, 0
+        if self.cfg.period_seconds and self.n:
+            self._next_period(self.t0)
         ai = 0
+        t_end = self.t0
         while True:
-            ta = arrival[ai] if ai < n else INF
+            ta = arrival[static[ai]] if ai < n_static else INF
             te = events[0][0] if events else INF
             t = ta if ta < te else te
             if t == INF or t > horizon:
                 break
             self._roll(t)
+            rollover = False
             if te <= ta:
                 _, _, kind, j, no = heappop(events)
                 if kind == DONE_EV:
@@ -357,72 +351,41 @@ class Sim:
                     if state[j] != LEASED or self.lease_no[j] != no:
                         continue  # started or settled in time: nothing expires
                     self._expire(j, t)
+                elif kind == WAKE_EV:
+                    self._pending -= 1
+                else:
+                    rollover = True
             else:
-                j = ai
+                self._submit(static[ai], t)
                 ai += 1
-                if refused[j]:
-                    state[j] = REFUSED
-                    continue
-                self._make_waiting(j)
-                if self.record:
-                    self.log.append(("submit", t, self.job_id(j)))
             if deadline is not None:
                 self._park_overdue(t)
-            self._tick(t)
+            admitted = self._tick(t)
             self._start_work(t)
+            if rollover:
+                if not admitted and self.leased == 0 and self._pending == 0 and ai >= n_static:
+                    if self.n_waiting > 0:  # a fresh period on an idle lane admits nothing: it never will
+                        t_end = t
+                    break
+                self._next_period(t)
+            else:
+                t_end = t
+            if progress is not None:
+                turns += 1
+                if turns >= PROGRESS_EVERY:
+                    turns = 0
+                    progress(self, t)
+        end = horizon if horizon < INF else t_end
+        self.stalled = horizon == INF and self.n_waiting > 0  # nothing left to happen, yet jobs wait
         self._close_period()
-        return self._result(ai, time.perf_counter() - wall)
-
-    def _result(self, arrived: int, wall: float) -> SimResult:
-        cfg, arrival, state = self.cfg, self.trace.arrival, self.state
-        big = big_threshold(self.trace, self.refused)
-        waits: list[float | None] = [None] * self.n
-        all_w, big_w = [], []
-        starved = 0
-        for j in range(arrived):
-            s = state[j]
-            if s == REFUSED or s == PARKED and self.started_at[j] < 0:
-                continue
-            if self.started_at[j] >= 0:
-                w = self.started_at[j] - arrival[j]
-            else:  # not started yet: censored at the horizon (a lower bound)
-                w = self.horizon - arrival[j]
-                if self.admitted_at[j] < 0 and arrival[j] < self.max_admitted_arrival and w >= cfg.starve_after:
-                    starved += 1
-            waits[j] = w
-            all_w.append(w)
-            if self.est[j] >= big:
-                big_w.append(w)
-        jobs = sum(1 for j in range(arrived) if state[j] != REFUSED)
-        span = max(self.horizon - self.t0, 1e-9)
-        return SimResult(
-            policy=self.policy,
-            jobs=jobs,
-            done=self.done,
-            spent=self.total_spent,
-            over_ceiling=self.over_ceiling,
-            over_allowance=self.over_allowance,
-            busy_pct=100.0 * self.busy / (cfg.workers * span),
-            wait_p50=percentile(all_w, 0.5),
-            wait_p99=percentile(all_w, 0.99),
-            big_wait_p50=percentile(big_w, 0.5),
-            big_wait_p99=percentile(big_w, 0.99),
-            starved=starved,
-            parked=self.parked,
-            expired=self.expired,
-            waiting_at_end=self.n_waiting,
-            wall_seconds=wall,
-            jobs_per_s=jobs / wall if wall > 0 else INF,
-            peak_period_spent=self.peak_period_spent,
-            series_t=self.series_t,
-            series_spent=self.series_spent,
-            waits=waits,
-            log=self.log,
-        )
+        result = collect(self, end, time.perf_counter() - wall)
+        if progress is not None:
+            progress(self, end)
+        return result
 
 
 def simulate(trace: Trace, cfg: SimConfig, policies: list[str] | tuple[str, ...] = tuple(POLICIES),
-             *, record: bool = False) -> list[SimResult]:
+             *, record: bool = False, progress: Progress | None = None) -> list[SimResult]:
     """Run every policy over the same trace and lane, side by side.
 
     Args:
@@ -430,6 +393,7 @@ def simulate(trace: Trace, cfg: SimConfig, policies: list[str] | tuple[str, ...]
         cfg: the lane and the worker.
         policies: names from :data:`lane_plugin.sim.policies.POLICIES`.
         record: keep an event log (submit/tick/settle/expire/park) per policy.
+        progress: called now and then with the running :class:`Sim` and its clock.
 
     Example:
         >>> from lane_plugin.sim.traffic import generate
@@ -443,4 +407,8 @@ def simulate(trace: Trace, cfg: SimConfig, policies: list[str] | tuple[str, ...]
     if not len(trace):
         raise ValueError("trace has no jobs")
     refused = refused_at_intake(trace, cfg)
-    return [Sim(trace, cfg, p, refused=refused, record=record).run() for p in policies]
+    runs = Runs.of(trace, chain=cfg.chain)
+    return [Sim(trace, cfg, p, refused=refused, record=record, runs=runs, progress=progress).run() for p in policies]
+
+
+__all__ = ["PERIODS", "Sim", "SimConfig", "SimResult", "percentile", "refused_at_intake", "service_times", "simulate"]

@@ -1,23 +1,36 @@
 """The admission policies ``lane simulate`` compares, as small functions.
 
 Each function chooses which waiting jobs a simulated lane leases at ``now`` and
-returns their indices in admission order. They read the engine's counters and
-its ordered waiting structures (heaps with lazy deletion) and only ever look
-at their head, so a tick costs the same with 10 or 100,000 jobs waiting.
+returns their indices in admission order, and the rate tokens of a job the
+burst window kept out (0: none; the engine ticks again when the window has
+that much room). They read
+the engine's counters and its ordered waiting structures (heaps with lazy
+deletion) and only ever look at their head, so a tick costs the same with 10
+or 100,000 jobs waiting.
+
+Every policy obeys the same limits: its lease cap (``max_leased``; ``count``'s
+K defaults to it) and the burst window, which the engine keeps
+(``sim.window``: ``rate_cost`` admitted in the last ``window_seconds``,
+sliding). The baselines check it themselves; ``lane`` runs the ledger's rule
+on it.
 
 - ``lane``: the ledger's own policy, :func:`lane_plugin.policy.admit`, called
-  with the same kind of bounded head the store reads from its indexes.
-- ``count``: up to K jobs leased at once, FIFO, blind to tokens (what tag or
-  work-pool slot limits do).
+  with the same kind of bounded head the store reads from its index, the
+  engine's window and the ledger's finishing-reserve bookkeeping (``RunBook``).
+- ``count``: up to K jobs leased at once, FIFO, blind to the budget (what tag or
+  work-pool slot limits do), within the burst window.
 - ``token-fifo``: arrival order, stops at the first job that does not fit the
-  ceiling (``spent + reserved + est <= ceiling``): head-of-line blocking.
-- ``smallest-first``: the article's ``tick`` with its bugs kept on purpose:
-  budget is ``ceiling - spent`` (ignores leased estimates and never shrinks as
-  it admits), burst counted per tick, no aging (big jobs can starve).
+  ceiling (``spent + reserved + est <= ceiling``) or the window: head-of-line
+  blocking.
+- ``smallest-first``: the article's ``tick`` with its budget bug kept on
+  purpose: budget is ``ceiling - spent`` (ignores leased estimates and never
+  shrinks as it admits), no aging (big jobs can starve). Its per-tick burst is
+  replaced by the shared window.
 """
 
 from __future__ import annotations
 
+import math
 from heapq import heappop, heappush
 from typing import Any, Protocol
 
@@ -34,7 +47,7 @@ class Sim(Protocol):
     state: bytearray
     est: list[int]
     waiting_since: list[float]
-    age: list[int]
+    age: list[tuple[float, int]]
     by_est: list[tuple[int, int]]
     spent: int
     reserved: int
@@ -163,52 +176,63 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
 
 
 def _peek(sim: Sim, heap: list) -> int | None:
-    while heap and sim.state[heap[0]] != WAITING:
+    """The oldest waiting job (dropping stale heap entries), or None."""
+    state = sim.state
+    while heap and state[heap[0][1]] != WAITING:
         heappop(heap)
-    return heap[0] if heap else None
+    return heap[0][1] if heap else None
 
 
-def select_count(sim: Sim, now: float) -> tuple[list[int], bool]:
-    """Up to ``count_slots`` leased at once, oldest first, tokens ignored."""
-    out = []
-    leased = sim.leased
-    while leased < sim.cfg.slots:
-        j = _peek(sim, sim.age)
-        if j is None:
-            break
-        heappop(sim.age)
-        out.append(j)
-        leased += 1
-    return out, False
-
-
-def select_token_fifo(sim: Sim, now: float) -> tuple[list[int], bool]:
-    """Oldest first while ``spent + reserved + est <= ceiling``; stop at the first misfit."""
+def _room(sim: Sim, now: float) -> float:
+    """Rate tokens the burst window still takes at ``now`` (no window: no limit)."""
     cfg = sim.cfg
+    return cfg.burst_tokens - sim.window.used(now) if cfg.window_seconds > 0 else math.inf
+
+
+def _fifo(sim: Sim, now: float, cap: int, ceiling: float) -> tuple[list[int], int]:
+    """Oldest first within ``cap`` leases, ``ceiling`` and the window; stop at the first misfit."""
     out = []
     committed = sim.spent + sim.reserved
     leased = sim.leased
-    while leased < cfg.max_leased:
+    room = _room(sim, now)
+    est, rate = sim.est, sim.rate
+    while leased < cap:
         j = _peek(sim, sim.age)
-        if j is None or committed + sim.est[j] > cfg.ceiling:
-            break
+        if j is None or committed + est[j] > ceiling:
+            return out, 0
+        if rate[j] > room:
+            return out, rate[j]
         heappop(sim.age)
         out.append(j)
-        committed += sim.est[j]
+        committed += est[j]
+        room -= rate[j]
         leased += 1
-    return out, False
+    return out, 0
 
 
-def select_smallest_first(sim: Sim, now: float) -> tuple[list[int], bool]:
-    """The article's ``tick``: smallest first, ``est <= ceiling - spent``, burst per tick.
+def select_count(sim: Sim, now: float) -> tuple[list[int], int]:
+    """Up to ``count_slots`` leased at once, oldest first, the budget ignored, within the window."""
+    return _fifo(sim, now, sim.cfg.slots, math.inf)
+
+
+def select_token_fifo(sim: Sim, now: float) -> tuple[list[int], int]:
+    """Oldest first while ``spent + reserved + est <= ceiling`` and the window has room; stop at the first misfit."""
+    return _fifo(sim, now, sim.cfg.max_leased, sim.cfg.ceiling)
+
+
+def select_smallest_first(sim: Sim, now: float) -> tuple[list[int], int]:
+    """The article's ``tick``: smallest first, ``est <= ceiling - spent``, within the window.
 
     The seed scans every row and ``continue``s past misfits; estimates only grow
-    along the scan and ``weight``/``budget`` never change on a misfit, so the
-    first misfit ends the scan with the same result while reading only the head.
+    along the scan and its budget never changes on a misfit, so the first misfit
+    ends the scan with the same result while reading only the head. (A window
+    misfit ends it too: a later, bigger job may carry a smaller ``rate_cost``,
+    but the seed had no such thing.)
     """
     cfg = sim.cfg
     budget = cfg.ceiling - sim.spent  # the seed's bug: ignores reserved, never shrinks
-    weight = 0
+    room = _room(sim, now)
+    rate = sim.rate
     leased = sim.leased
     out = []
     heap = sim.by_est
@@ -217,13 +241,15 @@ def select_smallest_first(sim: Sim, now: float) -> tuple[list[int], bool]:
         if sim.state[j] != WAITING:
             heappop(heap)
             continue
-        if weight + est > cfg.burst_tokens or est > budget:
-            break
+        if est > budget:
+            return out, 0
+        if rate[j] > room:
+            return out, rate[j]
         heappop(heap)
         out.append(j)
-        weight += est
+        room -= rate[j]
         leased += 1
-    return out, False
+    return out, 0
 
 
 POLICIES = {

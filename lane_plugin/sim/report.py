@@ -1,25 +1,26 @@
-"""Showing ``lane simulate`` results: a rich table, JSON, and a two-panel plot.
+"""Showing ``lane simulate`` results: a table that fits 80 columns, markdown, JSON, a plot.
 
-matplotlib is imported only by :func:`plot`, rich only by :func:`print_table`.
+The table is one column per policy and one row per figure, so it stays
+readable in an 80-column terminal however many figures there are.
+matplotlib is imported only by :func:`plot`.
 """
 
 from __future__ import annotations
 
 import math
 import platform
+import sys
+import textwrap
 from dataclasses import asdict
 
-from .engine import SimConfig, refused_at_intake
+from .config import SimConfig, refused_at_intake
 from .results import SimResult, big_threshold, percentile
 from .traffic import Trace
 
-COLUMNS = (
-    "policy", "done", "spent", "over ceiling", "over allowance", "busy %", "wait p50", "wait p99",
-    "top-10% p50", "top-10% p99", "starved", "parked", "expired leases", "jobs/s",
-)  # fmt: skip
+WIDTH = 80
 
 
-def fmt_seconds(s: float) -> str:
+def fmt_seconds(s: float | None) -> str:
     """12.0s, 3.5m, 4.2h, 1.5d; '-' for NaN."""
     if s is None or math.isnan(s):
         return "-"
@@ -41,21 +42,49 @@ def fmt_tokens(n: int) -> str:
     return str(n)
 
 
-def rows(results: list[SimResult]) -> list[list[str]]:
-    """One formatted row per policy, in :data:`COLUMNS` order."""
-    return [
-        [
-            r.policy, f"{r.done:,}", fmt_tokens(r.spent), fmt_tokens(r.over_ceiling), fmt_tokens(r.over_allowance),
-            f"{r.busy_pct:.1f}", fmt_seconds(r.wait_p50), fmt_seconds(r.wait_p99), fmt_seconds(r.big_wait_p50),
-            fmt_seconds(r.big_wait_p99), f"{r.starved:,}", f"{r.parked:,}", f"{r.expired:,}", f"{r.jobs_per_s:,.0f}",
-        ]  # fmt: skip
-        for r in results
-    ]
+def _pair(a: float, b: float) -> str:
+    return "-" if math.isnan(a) else f"{fmt_seconds(a)}/{fmt_seconds(b)}"
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100.0 * part / whole:.1f}%" if whole else "-"
+
+
+# (label, what it shows, how to format one result). Labels fit 15 columns.
+FIGURES = (
+    ("jobs", "submitted and not refused", lambda r: f"{r.jobs:,}"),
+    ("done", "settled", lambda r: f"{r.done:,}"),
+    ("runs done/begun", "runs with every stage settled / with a stage admitted", lambda r: f"{r.runs_finished:,}/{r.runs_started:,}"),
+    ("spent", "tokens settled", lambda r: fmt_tokens(r.spent)),
+    ("budget used", "spent / ceilings of the periods traffic arrived in", lambda r: f"{100 * r.budget_used:.1f}%"),
+    ("over ceiling", "settled past the ceiling, per period", lambda r: fmt_tokens(r.over_ceiling)),
+    ("over allowance", "settled past the allowance, per period", lambda r: fmt_tokens(r.over_allowance)),
+    ("stranded", "settled for runs that never finished (% of spent)", lambda r: f"{fmt_tokens(r.stranded_tokens)} {_pct(r.stranded_tokens, r.spent)}"),
+    ("over burst", "rate tokens past the burst in a sliding window", lambda r: fmt_tokens(r.over_burst)),
+    ("over burst act", "the same, counting actual tokens", lambda r: fmt_tokens(r.over_burst_actual)),
+    ("busy %", "worker slots busy", lambda r: f"{r.busy_pct:.1f}"),
+    ("wait p50/p99", "submission to start, admitted jobs", lambda r: _pair(r.wait_p50, r.wait_p99)),
+    ("top-10% p50/99", "the same, largest decile of estimates", lambda r: _pair(r.big_wait_p50, r.big_wait_p99)),
+    ("never admitted", "still waiting at the end", lambda r: f"{r.never_admitted:,}"),
+    ("  wait p50/p99", "their wait until the end (a lower bound)", lambda r: _pair(r.never_admitted_wait_p50, r.never_admitted_wait_p99)),
+    ("parked", "deadline passed or attempts exhausted", lambda r: f"{r.parked:,}"),
+    ("  wait p50/p99", "their wait until parked", lambda r: _pair(r.parked_wait_p50, r.parked_wait_p99)),
+    ("starved", "never admitted, overtaken, waited >= starve_after", lambda r: f"{r.starved:,}"),
+    ("expired leases", "leases the worker did not start in time", lambda r: f"{r.expired:,}"),
+    ("not submitted", "stages of runs that broke off or never reached", lambda r: f"{r.not_submitted:,}"),
+    ("jobs/s", "simulated jobs per wall-clock second", lambda r: f"{r.jobs_per_s:,.0f}"),
+)  # fmt: skip
+
+
+def figures(results: list[SimResult]) -> list[tuple[str, list[str]]]:
+    """One (label, value per policy) row per figure."""
+    return [(label, [fmt(r) for r in results]) for label, _, fmt in FIGURES]
 
 
 def scenario(trace: Trace, cfg: SimConfig) -> dict:
     """What was simulated: the traffic and every lane/worker setting."""
     refused = refused_at_intake(trace, cfg)
+    rate = trace.rate_costs()
     return {
         "source": trace.source,
         "jobs": len(trace),
@@ -63,6 +92,12 @@ def scenario(trace: Trace, cfg: SimConfig) -> dict:
         "span_hours": round(trace.span / 3_600, 2),
         "est_tokens": sum(trace.est),
         "actual_tokens": sum(trace.actual),
+        "rate_cost_tokens": sum(rate),
+        "output_tokens": sum(o for o in trace.output_tokens if o is not None),
+        "runs": len({rk for rk in trace.run_key if rk is not None}),
+        "single_calls": sum(1 for rk in trace.run_key if rk is None),
+        "chained": cfg.chain,
+        "window": "sliding",
         "drift": round(sum(trace.actual) / max(sum(trace.est), 1), 3),
         "top_decile_est_from": big_threshold(trace, refused),
         "config": asdict(cfg),
@@ -86,7 +121,7 @@ def machine() -> str:
 
 
 def to_json(trace: Trace, cfg: SimConfig, results: list[SimResult], wall: float) -> dict:
-    """The whole run as plain data (``--json``)."""
+    """The whole run as plain data (``--json``). Keys are only ever added."""
     jobs = sum(r.jobs for r in results)
     return {
         "scenario": scenario(trace, cfg),
@@ -94,37 +129,53 @@ def to_json(trace: Trace, cfg: SimConfig, results: list[SimResult], wall: float)
         "wall_seconds": round(wall, 3),
         "jobs_per_s": round(jobs / wall, 1) if wall > 0 else None,
         "machine": machine(),
+        "figures": {label.strip(): what for label, what, _ in FIGURES},
     }
 
 
-def print_table(trace: Trace, cfg: SimConfig, results: list[SimResult], wall: float, console=None) -> None:
-    """The side-by-side table and a one-line speed figure."""
-    from rich.console import Console
-    from rich.table import Table
+def text_table(results: list[SimResult]) -> list[str]:
+    """The figures as plain text lines: a column per policy, at most 80 wide for four policies."""
+    rows = figures(results)
+    names = [r.policy for r in results]
+    label_w = max(len(label) for label, _ in rows)
+    widths = [max(len(n), *(len(vals[i]) for _, vals in rows)) for i, n in enumerate(names)]
+    out = [" " * label_w + "".join(f"  {n:>{w}}" for n, w in zip(names, widths))]
+    out += [f"{label:<{label_w}}" + "".join(f"  {v:>{w}}" for v, w in zip(vals, widths)) for label, vals in rows]
+    return out
 
+
+def markdown_table(results: list[SimResult]) -> list[str]:
+    """The figures as a markdown table, a column per policy."""
+    out = ["| figure | " + " | ".join(f"`{r.policy}`" for r in results) + " |",
+           "|---|" + "---:|" * len(results)]  # fmt: skip
+    out += [f"| {label.strip()} | " + " | ".join(vals) + " |" for label, vals in figures(results)]
+    return out
+
+
+def print_table(trace: Trace, cfg: SimConfig, results: list[SimResult], wall: float, file=None) -> None:
+    """The side-by-side table, what it means, and a one-line speed figure."""
+    file = file if file is not None else sys.stdout
     sc = scenario(trace, cfg)
-    title = (
+    wrap = textwrap.TextWrapper(width=WIDTH, subsequent_indent="  ")
+    head = (
         f"{sc['source']}: {sc['jobs']:,} jobs over {sc['span_hours']:g} h, drift {sc['drift']}; "
         f"ceiling {fmt_tokens(cfg.ceiling)}, allowance {fmt_tokens(cfg.allowance)}"
+        f"{', reset every ' + fmt_seconds(cfg.period_seconds) if cfg.period_seconds else ''}; "
+        f"burst {fmt_tokens(cfg.burst_tokens)} per {cfg.window_seconds:g} s (sliding); max {cfg.max_leased} leases; "
+        f"{cfg.workers} worker slot(s); {'runs chained' if cfg.chain else 'recorded arrivals'}"
     )
-    table = Table(title=title, title_justify="left")
-    for i, c in enumerate(COLUMNS):
-        table.add_column(c, justify="left" if i == 0 else "right")
-    for r in rows(results):
-        table.add_row(*r)
-    if console is None:
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=200)
-    console.print(table)
+    lines = wrap.wrap(head) + [""] + text_table(results) + [""]
+    notes = (
+        f"top-10% = jobs with est >= {sc['top_decile_est_from']:,}; waits run from submission to the "
+        f"worker's start; refused at intake: {sc['refused_at_intake']:,}; the clock stopped at "
+        f"{fmt_seconds(max((r.end_s for r in results), default=0.0))}"
+        f"{' (the horizon)' if cfg.horizon is not None else ''}"
+        f"{'; stalled (jobs wait that nothing can ever admit: budget spent, no reset to come): ' + ', '.join(r.policy for r in results if r.stalled) if any(r.stalled for r in results) else ''}."
+    )  # fmt: skip
+    lines += wrap.wrap(notes)
     jobs = sum(r.jobs for r in results)
-    console.print(
-        f"top-10% = jobs with est >= {sc['top_decile_est_from']:,}; waits of never-admitted jobs count up to the "
-        f"horizon; starved = never admitted, overtaken by a later job, waited >= {fmt_seconds(cfg.starve_after)}; "
-        f"refused at intake: {sc['refused_at_intake']:,}",
-        soft_wrap=True,
-    )
-    console.print(f"simulated {jobs:,} job-runs in {wall:.2f} s: {jobs / max(wall, 1e-9):,.0f} jobs/s")
+    lines.append(f"simulated {jobs:,} job-runs in {wall:.2f} s: {jobs / max(wall, 1e-9):,.0f} jobs/s")
+    print("\n".join(lines), file=file)
 
 
 def _thin(xs: list, ys: list, most: int = 4_000) -> tuple[list, list]:
@@ -163,7 +214,7 @@ def plot(trace: Trace, cfg: SimConfig, results: list[SimResult], path: str) -> N
     ax2.set_yscale("log")
     ax2.set_xlabel("job estimate (tokens, decile median)")
     ax2.set_ylabel("p99 wait (s)")
-    ax2.set_title("wait by job size")
+    ax2.set_title("wait by job size (admitted or still waiting)")
     ax2.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

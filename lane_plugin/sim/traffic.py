@@ -1,18 +1,20 @@
-"""Traffic for ``lane simulate``: a trace CSV, a generator, or a ledger's history.
+"""Traffic for ``lane simulate``: the :class:`Trace`, a generator, or a ledger's history.
 
 Every source yields the same thing, a :class:`Trace`: jobs sorted by arrival
 time (seconds from the start of the trace), each with its stage, the estimate
-the lane admits on, the tokens it really costs, and the run it belongs to.
+the lane admits on (``est``, what the budget is charged until settlement),
+what the provider's rate limiter charges at request time (``rate_cost``,
+``est`` unless the source says otherwise), the tokens it really costs
+(``actual``), its input and output tokens where the source knows them, and
+the run it belongs to. Trace files are read by :mod:`lane_plugin.sim.readers`.
 No pandas here: the CLI must start fast and a trace is a few flat lists.
 """
 
 from __future__ import annotations
 
-import csv
 import math
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..errors import TraceError
 
@@ -20,23 +22,50 @@ MIXES = ("lognormal", "bimodal", "uniform")
 STAGE_NAMES = ("draft", "refine", "summarize", "review", "publish")
 
 
+PER_JOB = ("arrival", "stage", "est", "actual", "run_key", "rate_cost", "input_tokens", "output_tokens")
+
+
 @dataclass
 class Trace:
-    """Jobs in arrival order. Parallel lists, one entry per job."""
+    """Jobs in arrival order. Parallel lists, one entry per job.
+
+    ``rate_cost``, ``input_tokens`` and ``output_tokens`` hold None where the
+    source does not say: the rate limiter is then charged ``est``
+    (:meth:`rate_costs`) and the worker's service time follows ``actual``.
+
+    Example:
+        >>> tr = Trace()
+        >>> tr.add(0.0, "draft", 300, 280, rate_cost=1_324, input_tokens=44, output_tokens=236)
+        >>> tr.add(1.0, "draft", 100, 90)
+        >>> tr.rate_costs()
+        [1324, 100]
+    """
 
     arrival: list[float] = field(default_factory=list)
     stage: list[str] = field(default_factory=list)
     est: list[int] = field(default_factory=list)
     actual: list[int] = field(default_factory=list)
     run_key: list[str | None] = field(default_factory=list)
-    rate_cost: list[int | None] = field(default_factory=list)  # None: the estimate (the ledger's default)
+    rate_cost: list[int | None] = field(default_factory=list)
     source: str = ""
+    input_tokens: list[int | None] = field(default_factory=list)
+    output_tokens: list[int | None] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.arrival)
 
-    def add(self, arrival: float, stage: str, est: int, actual: int, run_key: str | None = None,
-            rate_cost: int | None = None) -> None:  # fmt: skip
+    def add(
+        self,
+        arrival: float,
+        stage: str,
+        est: int,
+        actual: int,
+        run_key: str | None = None,
+        rate_cost: int | None = None,
+        *,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+    ) -> None:
         """Append one job (call :meth:`sort` afterwards if arrivals are unordered)."""
         self.arrival.append(float(arrival))
         self.stage.append(stage)
@@ -44,76 +73,26 @@ class Trace:
         self.actual.append(int(actual))
         self.run_key.append(run_key)
         self.rate_cost.append(None if rate_cost is None else int(rate_cost))
+        self.input_tokens.append(None if input_tokens is None else int(input_tokens))
+        self.output_tokens.append(None if output_tokens is None else int(output_tokens))
 
     def sort(self) -> Trace:
         """Order jobs by arrival time (stable: ties keep their input order)."""
         idx = sorted(range(len(self)), key=self.arrival.__getitem__)
         if idx != list(range(len(self))):
-            self.arrival = [self.arrival[i] for i in idx]
-            self.stage = [self.stage[i] for i in idx]
-            self.est = [self.est[i] for i in idx]
-            self.actual = [self.actual[i] for i in idx]
-            self.run_key = [self.run_key[i] for i in idx]
-            self.rate_cost = [self.rate_cost[i] for i in idx]
+            for name in PER_JOB:
+                column = getattr(self, name)
+                setattr(self, name, [column[i] for i in idx])
         return self
+
+    def rate_costs(self) -> list[int]:
+        """What the provider's rate limiter charges each job at request time (``est`` if unknown)."""
+        return [e if r is None else r for e, r in zip(self.est, self.rate_cost)]
 
     @property
     def span(self) -> float:
         """Seconds from the first to the last arrival."""
         return self.arrival[-1] - self.arrival[0] if self.arrival else 0.0
-
-
-def _number(row: dict, name: str, line: int, kind=float):
-    raw = (row.get(name) or "").strip()
-    try:
-        value = kind(float(raw)) if kind is int else kind(raw)
-    except ValueError:
-        raise TraceError(f"line {line}: {name}={raw!r} is not a number") from None
-    if not math.isfinite(value) or value < 0:
-        raise TraceError(f"line {line}: {name}={raw!r} must be a finite number >= 0")
-    return value
-
-
-def load_csv(path: str | Path) -> Trace:
-    """Read a trace CSV with header ``arrival_s,stage,est,actual[,run_key]``.
-
-    Args:
-        path: the CSV file. ``run_key`` may be missing or empty (no run).
-
-    Raises:
-        TraceError: a missing column or a bad value, naming the line and field.
-    """
-    trace = Trace(source=f"trace {path}")
-    with open(path, newline="") as fh:
-        reader = csv.DictReader(fh)
-        cols = [c.strip() for c in (reader.fieldnames or [])]
-        reader.fieldnames = cols
-        missing = [c for c in ("arrival_s", "stage", "est", "actual") if c not in cols]
-        if missing:
-            raise TraceError(f"{path}: missing column(s) {', '.join(missing)} (have: {', '.join(cols) or 'none'})")
-        for line, row in enumerate(reader, start=2):
-            est = _number(row, "est", line, int)
-            if est <= 0:
-                raise TraceError(f"line {line}: est={row['est']!r} must be > 0")
-            trace.add(
-                _number(row, "arrival_s", line),
-                (row.get("stage") or "").strip() or "default",
-                est,
-                _number(row, "actual", line, int),
-                (row.get("run_key") or "").strip() or None,
-            )
-    if not len(trace):
-        raise TraceError(f"{path}: no jobs in the trace")
-    return trace.sort()
-
-
-def write_csv(trace: Trace, path: str | Path) -> None:
-    """Write a trace in the format :func:`load_csv` reads."""
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["arrival_s", "stage", "est", "actual", "run_key"])
-        for i in range(len(trace)):
-            w.writerow([f"{trace.arrival[i]:.3f}", trace.stage[i], trace.est[i], trace.actual[i], trace.run_key[i] or ""])
 
 
 def _draw_est(rng: random.Random, mix: str, median: float) -> float:
@@ -142,6 +121,12 @@ def generate(
 ) -> Trace:
     """Generate pipeline traffic: Poisson runs of ``stages`` jobs each.
 
+    The first stage of a run arrives at the run's Poisson time. The simulator
+    submits stage k+1 when stage k settles (``SimConfig.chain``); the recorded
+    arrival ``k * stage_gap`` after the first stage is used only with
+    ``chain=False`` (and by :func:`lane_plugin.sim.readers.write_csv`).
+    Input and output tokens are unknown: the worker's time follows ``actual``.
+
     Args:
         jobs: total jobs (the last run may have fewer stages).
         mix: estimate distribution, one of ``MIXES``.
@@ -149,8 +134,8 @@ def generate(
         noise: sigma of the mean-1 lognormal noise on each actual.
         seed: random seed; the same seed gives the same trace.
         days: the trace spans this many days.
-        stages: jobs per run (stage k of a run arrives ``k * stage_gap`` after stage 1).
-        stage_gap: seconds between stages of one run.
+        stages: jobs per run (all with the run's ``run_key``).
+        stage_gap: recorded seconds between stages of one run (unchained replay only).
         median: median estimate in tokens.
         max_est: clip estimates to this (e.g. the lane's burst), or None.
     """

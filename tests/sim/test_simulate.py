@@ -7,9 +7,11 @@ import math
 
 import pytest
 
+from lane_plugin.errors import TraceError
 from lane_plugin.sim import policies as sim_policies
 from lane_plugin.sim.engine import SimConfig, percentile, simulate
-from lane_plugin.sim.traffic import Trace, TraceError, generate, load_csv, write_csv
+from lane_plugin.sim.readers import load_csv, write_csv
+from lane_plugin.sim.traffic import Trace, generate
 
 
 def trace(*jobs) -> Trace:
@@ -90,10 +92,11 @@ def test_token_fifo_blocks_behind_its_head_and_lane_backfills():
 def test_start_limit_keeps_the_last_fifth_for_finishing():
     # ceiling 1000, start_fraction 0.8 (the article's flat stop, an option): start at most 800
     # committed. Run r1's first stage (700) is admitted; a new run's 200 would start past 800 and
-    # waits; r1's second stage (250) finishes a run already under way and goes in.
+    # waits; r1's second stage (250) finishes a run already under way and goes in. Recorded
+    # arrivals (chain=False): r1's second stage arrives while its first runs.
     tr = trace((0, 700, 700, "r1"), (1, 200, 200, "r2"), (2, 250, 250, "r1"))
     cfg = dict(ceiling=1_000, start_fraction=0.8, max_leased=10, burst_tokens=10_000, service_base=100.0,
-               service_per_token=0.0, horizon=50, lease_seconds=500.0)  # fmt: skip
+               service_per_token=0.0, horizon=50, lease_seconds=500.0, chain=False)  # fmt: skip
     res = run_one(tr, "lane", **cfg)
     assert admissions(res) == ["j0000000", "j0000002"]
 

@@ -1,0 +1,107 @@
+"""What ``lane simulate`` simulates: one lane, one slow worker, one scenario.
+
+Field names follow the ledger's lane (:class:`lane_plugin.policy.LanePolicy`
+reads them by name); the rest describe the worker and the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..policy import LANE_DEFAULTS as D
+from ..policy import LanePolicy, never_fits
+from .traffic import Trace
+
+PERIODS = {"none": None, "daily": 86_400.0, "monthly": 30 * 86_400.0}  # monthly: 30 days
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One lane, one worker, one scenario. Field names follow the ledger's lane.
+
+    Worker: ``workers`` parallel slots; a job runs ``service_base`` seconds
+    plus ``service_per_output_token`` per output token where the trace knows
+    its output (LLM latency follows the tokens generated), else
+    ``service_per_token`` per actual token (generated traffic, est/actual
+    traces). ``chain``: stage k+1 of a run is submitted when stage k settles
+    (instead of at its recorded arrival time). ``horizon`` None runs until
+    the queue is drained (or nothing can ever be admitted again).
+
+    Example:
+        >>> SimConfig(ceiling=1_000).lane_policy.ceiling
+        1000
+    """
+
+    ceiling: int = D["ceiling"]
+    allowance: int = D["allowance"]
+    start_fraction: float = D["start_fraction"]
+    burst_tokens: int = D["burst_tokens"]
+    window_seconds: float = D["window_seconds"]
+    max_leased: int = D["max_leased"]
+    lease_seconds: float = D["lease_seconds"]
+    max_wait_seconds: float = D["max_wait_seconds"]
+    max_attempts: int = D["max_attempts"]
+    rate_basis: str = D["rate_basis"]
+    period_seconds: float | None = None
+    workers: int = 1
+    service_base: float = 1.0
+    service_per_token: float = 0.001
+    service_per_output_token: float = 0.02
+    sleep_seconds: float = 0.0
+    sleep_every: float = 0.0
+    preflight: bool = False
+    deadline: float | None = None
+    count_slots: int | None = None
+    horizon: float | None = None
+    starve_after: float = 3_600.0
+    chain: bool = True
+
+    def __post_init__(self) -> None:
+        positive = ("ceiling", "allowance", "burst_tokens", "max_leased", "max_attempts", "workers", "lease_seconds")
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be > 0")
+        if not 0 < self.start_fraction <= 1:
+            raise ValueError(f"start_fraction={self.start_fraction!r} must be in (0, 1]")
+        for name in ("window_seconds", "max_wait_seconds", "service_base", "service_per_token",
+                     "service_per_output_token", "sleep_seconds", "sleep_every", "starve_after"):  # fmt: skip
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be >= 0")
+        if self.rate_basis not in ("request", "actual"):
+            raise ValueError(f"rate_basis={self.rate_basis!r} must be 'request' or 'actual'")
+        if self.sleep_seconds and not self.sleep_every > self.sleep_seconds:
+            raise ValueError(f"sleep_every={self.sleep_every!r} must be > sleep_seconds={self.sleep_seconds!r}")
+        for name in ("period_seconds", "deadline", "count_slots", "horizon"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name}={value!r} must be > 0 (or unset)")
+
+    @property
+    def lane_policy(self) -> LanePolicy:
+        """The :class:`LanePolicy` the ledger would build from these fields."""
+        return LanePolicy.of(self)
+
+    @property
+    def slots(self) -> int:
+        """Lease slots of the count baseline (defaults to ``max_leased``)."""
+        return self.count_slots or self.max_leased
+
+
+def refused_at_intake(trace: Trace, cfg: SimConfig) -> list[bool]:
+    """Jobs refused at intake because they could never be admitted, for every policy alike.
+
+    The ledger's own check (:func:`lane_plugin.policy.never_fits`), which also
+    refuses a ``rate_cost`` above ``burst_tokens``: no window could ever admit
+    such a request (the provider would refuse it too), so no policy waits on it.
+    """
+    pol = cfg.lane_policy
+    seen: set[str] = set()
+    out = []
+    for e, rc, rk in zip(trace.est, trace.rate_costs(), trace.run_key):  # a run's first job starts it; no run: no start
+        out.append(never_fits(pol, e, starts_run=rk is not None and rk not in seen, rate_cost=rc) is not None)
+        if rk is not None:
+            seen.add(rk)
+    return out
+
+
+__all__ = ["PERIODS", "SimConfig", "refused_at_intake"]

@@ -1,0 +1,106 @@
+"""``lane simulate`` on the command line: sources that conflict, JSON keys, 80 columns, progress."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from lane_plugin.cli import app
+
+# The --json keys before issue 11 (main at 2a71afe): they must all stay.
+OLD_TOP = {"jobs_per_s", "machine", "results", "scenario", "wall_seconds"}
+OLD_SCENARIO = {"actual_tokens", "config", "drift", "est_tokens", "jobs", "refused_at_intake", "source", "span_hours",
+                "top_decile_est_from"}  # fmt: skip
+OLD_CONFIG = {"allowance", "burst_tokens", "ceiling", "count_slots", "deadline", "horizon", "lease_seconds",
+              "max_attempts", "max_leased", "max_wait_seconds", "period_seconds", "preflight", "service_base",
+              "service_per_token", "sleep_every", "sleep_seconds", "start_fraction", "starve_after", "window_seconds",
+              "workers"}  # fmt: skip
+OLD_RESULT = {"big_wait_p50", "big_wait_p99", "busy_pct", "done", "expired", "jobs", "jobs_per_s", "over_allowance",
+              "over_ceiling", "parked", "peak_period_spent", "policy", "spent", "starved", "wait_p50", "wait_p99",
+              "waiting_at_end", "wall_seconds"}  # fmt: skip
+NEW_RESULT = {"over_burst", "runs_started", "runs_finished", "stranded_tokens", "budget_used", "parked_wait_p50",
+              "parked_wait_p99", "never_admitted", "never_admitted_wait_p50", "never_admitted_wait_p99"}  # fmt: skip
+CALLS = "timestamp_ms,input_length,output_length\n0,1000,30\n500,2000,10\n900,300,400\n"
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, ["simulate", *args])
+
+
+@pytest.fixture
+def calls(tmp_path):
+    path = tmp_path / "calls.csv"
+    path.write_text(CALLS)
+    return str(path)
+
+
+@pytest.mark.parametrize("flags", [["--jobs", "500"], ["--seed", "3", "--drift", "1.2"], ["--days", "2"]])
+def test_trace_with_generator_flags_exits_2_naming_them(calls, flags):
+    res = run("--trace", calls, *flags)
+    assert res.exit_code == 2
+    for flag in flags[::2]:
+        assert flag in res.output
+    assert "cannot apply to --trace" in res.output and "Traceback" not in res.output
+
+
+def test_trace_reading_flags_without_a_trace_exit_2():
+    res = run("--jobs", "50", "--max-tokens", "1024")
+    assert res.exit_code == 2 and "--max-tokens" in res.output and "need(s) --trace" in res.output
+
+
+def test_from_ledger_with_generator_flags_exits_2():
+    res = run("--from-ledger", "--mix", "bimodal")
+    assert res.exit_code == 2 and "--mix" in res.output
+
+
+def test_json_keys_only_grow(calls):
+    res = run("--trace", calls, "--json", "--max-tokens", "500")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert OLD_TOP <= set(doc)
+    assert OLD_SCENARIO <= set(doc["scenario"]) and OLD_CONFIG <= set(doc["scenario"]["config"])
+    for result in doc["results"]:
+        assert OLD_RESULT | NEW_RESULT <= set(result)
+    lane = next(r for r in doc["results"] if r["policy"] == "lane")
+    assert (lane["done"], lane["runs_started"], lane["runs_finished"], lane["stranded_tokens"]) == (3, 3, 3, 0)
+    assert doc["scenario"]["rate_cost_tokens"] == 3300 + 3 * 500
+
+
+def test_generated_json_has_the_same_keys():
+    res = run("--jobs", "60", "--days", "0.02", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert all(OLD_RESULT | NEW_RESULT <= set(r) for r in doc["results"])
+    assert doc["scenario"]["chained"] is True and doc["scenario"]["runs"] == 20
+
+
+def test_table_fits_80_columns_and_names_every_figure(calls):
+    res = run("--trace", calls)
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert max(len(line) for line in lines) <= 80, max(lines, key=len)
+    header = next(line for line in lines if line.split() == ["count", "token-fifo", "smallest-first", "lane"])
+    assert header
+    for label in ("budget used", "over burst", "stranded", "runs done/begun", "never admitted", "parked"):
+        assert any(line.startswith(label) for line in lines), label
+
+
+def test_progress_bar_goes_to_stderr_only_when_asked(calls):
+    runner = CliRunner()
+    res = runner.invoke(app, ["simulate", "--trace", calls, "--progress", "--json"])
+    assert res.exit_code == 0
+    json.loads(res.stdout)  # stdout stays clean JSON
+    assert "simulate lane 4/4 [" in res.stderr
+    assert max(len(part) for part in res.stderr.split("\r")) <= 80
+    quiet = runner.invoke(app, ["simulate", "--trace", calls, "--json"])  # stderr is not a terminal here
+    assert quiet.stderr == ""
+
+
+def test_bad_trace_row_is_one_line_exit_2(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("timestamp_ms,input_length,output_length\n0,10,1\n1,x,1\n")
+    res = run("--trace", str(path))
+    assert res.exit_code == 2
+    assert "line 3: input_length='x' is not a number" in res.output and "Traceback" not in res.output
