@@ -27,7 +27,12 @@ BENCHMARKS = [
     ("Tokens beat job counts: a simulated week", "bench_simulate.py", [], ["--jobs", "20000"],
      "performance_simulate.md",
      "`lane simulate` runs the ledger's own policy against `count` (slot limits), `token-fifo` and the "
-     "article's `smallest-first` on heavy-tailed traffic with estimator drift 1.3."),
+     "article's `smallest-first` on heavy-tailed traffic with estimator drift 1.3, chained runs, every policy "
+     "under the same lease cap and sliding burst window."),
+    ("Issue 11 targets on real traces", "bench_targets.py", [], ["--quick"], "performance_targets.md",
+     "the targets of issue 11 measured on the Azure and Mooncake traces and on chained generated runs: budget "
+     "used, runs finished, tokens stranded, rate tokens past a sliding window, waits against a rate-respecting "
+     "FIFO, worker busy, simulator speed; each printed met or missed."),
     ("Ledger throughput against plain SQL", "bench_ledger.py", [], ["--seconds", "2"], "performance_ledger.md",
      "admit+settle cycles/s through the Ledger against the same two transactions as bare SQL; "
      "targets: at least 40% of plain on SQLite, 60% on PostgreSQL; CLI under 0.3 s per call."),

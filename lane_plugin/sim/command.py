@@ -81,9 +81,9 @@ def _lane_settings(url: Optional[str], name: str) -> dict:
 def simulate(
     ctx: typer.Context,
     trace: Optional[Path] = typer.Option(
-        None, "--trace", help="Trace CSV, told apart by its header: arrival_s,stage,est,actual[,run_key,rate_cost]; "
-        "arrival_s,input_tokens,output_tokens[,stage,run_key]; Azure (TIMESTAMP,ContextTokens,GeneratedTokens); "
-        "Mooncake (timestamp_ms,input_length,output_length).",
+        None, "--trace", help="Trace CSV; its header tells the format: arrival_s, stage, est, actual [, run_key, rate_cost]; "
+        "or arrival_s, input_tokens, output_tokens [, stage, run_key]; or Azure (TIMESTAMP, ContextTokens, "
+        "GeneratedTokens); or Mooncake (timestamp_ms, input_length, output_length).",
         exists=True, dir_okay=False, show_default=False,
     ),
     output_allowance: int = typer.Option(
@@ -134,12 +134,14 @@ def simulate(
     preflight: bool = typer.Option(False, "--preflight", help="The lane's preflight fails (lane stopped) while the worker sleeps."),
     deadline: Optional[float] = typer.Option(None, help="Park a job still waiting this many seconds after arrival."),
     count_slots: Optional[int] = typer.Option(None, help="K of the count policy [max_leased]."),
-    horizon: Optional[float] = typer.Option(None, help="Stop the clock here, in seconds [until drained]."),
+    horizon: Optional[float] = typer.Option(None, help="Stop the clock here, in seconds (default: until drained)."),
     starve_after: float = typer.Option(3_600.0, help="A never-admitted, overtaken job waiting this long is starved."),
-    policies: str = typer.Option(",".join(POLICIES), help="Comma-separated policies to compare."),
+    policies: str = typer.Option(
+        ",".join(POLICIES), help=f"Comma-separated policies to compare (default: {', '.join(POLICIES)})", show_default=False
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the table."),
     progress: Optional[bool] = typer.Option(
-        None, "--progress/--no-progress", help="A progress bar on stderr [when stderr is a terminal].",
+        None, "--progress/--no-progress", help="A progress bar on stderr (default: when stderr is a terminal).",
         show_default=False,
     ),
     plot: Optional[Path] = typer.Option(

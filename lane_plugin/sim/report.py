@@ -34,12 +34,12 @@ def fmt_seconds(s: float | None) -> str:
 
 
 def fmt_tokens(n: int) -> str:
-    """900, 45.0k, 12.35M."""
+    """900, 4,857, 45.0k, 12.35M."""
     if abs(n) >= 1_000_000:
         return f"{n / 1e6:.2f}M"
     if abs(n) >= 10_000:
         return f"{n / 1e3:.1f}k"
-    return str(n)
+    return f"{n:,}"
 
 
 def _pair(a: float, b: float) -> str:

@@ -1,0 +1,267 @@
+"""Benchmark the targets of issue 11 on real traces: every policy, the same limits, one run.
+
+Prints a table per scenario and the targets, each with the figure that meets
+or misses it, and writes ``docs/performance_targets.md`` (the section
+``benchmarks/run_all.py`` puts into ``docs/performance.md``).
+
+Run:  .venv/bin/python benchmarks/bench_targets.py [--quick] [--no-write]
+
+Scenarios (every policy under the same lease cap and the same sliding burst
+window; the real traces are read with est = input + 256 and rate_cost =
+input + 2048, see lane_plugin/sim/readers.py):
+
+- ``ceiling-azure`` / ``ceiling-mooncake``: real single calls (Azure code
+  trace, Mooncake conversation trace), the ceiling half of the hour's demand,
+  rate and worker ample;
+- ``chained-budget``: generated 3-stage runs (lognormal, drift 1.3), chained,
+  ~1.5x a daily 8M ceiling, a 6 h deadline, a week (``--quick``: 2 days);
+- ``rate-azure`` / ``rate-mooncake``: budget ample, a 60 s sliding window a
+  little under the hour's average rate_cost demand;
+- ``worker-azure`` / ``worker-mooncake``: budget and rate ample, the worker
+  ~90% loaded; busy % over the hour of arrivals (``--horizon``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from lane_plugin.sim import report as sim_report  # noqa: E402
+from lane_plugin.sim.config import SimConfig  # noqa: E402
+from lane_plugin.sim.engine import simulate  # noqa: E402
+from lane_plugin.sim.readers import load_trace  # noqa: E402
+from lane_plugin.sim.traffic import generate  # noqa: E402
+
+TRACES = Path(os.environ.get("LANE_TRACES", "/work/shared/traces"))
+AZURE = TRACES / "AzureLLMInferenceTrace_code.csv"
+MOONCAKE = TRACES / "mooncake_conversation.csv"
+DOC = ROOT / "docs" / "performance_targets.md"
+FAST = dict(service_base=0.5, service_per_output_token=0.02, lease_seconds=900.0, window_seconds=60.0)
+AMPLE = 10**12
+JOBS_PER_DAY = 100_000 / 7  # the chained week of docs/performance_simulate.md
+
+SCENARIOS = {
+    "ceiling-azure": dict(trace=AZURE, cfg=dict(FAST, ceiling=9_000_000, allowance=10_000_000,
+                                                burst_tokens=5_000_000, max_leased=64, workers=64)),
+    "ceiling-mooncake": dict(trace=MOONCAKE, cfg=dict(FAST, ceiling=75_000_000, allowance=80_000_000,
+                                                      burst_tokens=50_000_000, max_leased=64, workers=64)),
+    "chained-budget": dict(generated=dict(mix="lognormal", drift=1.3, seed=1, stages=3, median=400.0),
+                           cfg=dict(ceiling=8_000_000, allowance=10_000_000, burst_tokens=40_000, window_seconds=1.0,
+                                    max_leased=8, lease_seconds=900.0, period_seconds=86_400.0, workers=4,
+                                    service_base=4.0, service_per_token=0.023, deadline=21_600.0)),
+    "rate-azure": dict(trace=AZURE, cfg=dict(FAST, ceiling=AMPLE, allowance=AMPLE, burst_tokens=600_000,
+                                             max_leased=64, workers=64)),
+    "rate-mooncake": dict(trace=MOONCAKE, cfg=dict(FAST, ceiling=AMPLE, allowance=AMPLE, burst_tokens=2_800_000,
+                                                   max_leased=64, workers=64)),
+    "worker-azure": dict(trace=AZURE, horizon=True, cfg=dict(FAST, ceiling=AMPLE, allowance=AMPLE,
+                                                             burst_tokens=5_000_000, max_leased=8, workers=3)),
+    "worker-mooncake": dict(trace=MOONCAKE, horizon=True, cfg=dict(FAST, ceiling=AMPLE, allowance=AMPLE,
+                                                                   burst_tokens=50_000_000, max_leased=32,
+                                                                   workers=28)),
+}  # fmt: skip
+
+
+def days_for(quick: bool) -> float:
+    return 2.0 if quick else 7.0
+
+
+def traffic(name: str, quick: bool):
+    spec = SCENARIOS[name]
+    if "trace" in spec:
+        return load_trace(spec["trace"])
+    days = days_for(quick)
+    return generate(round(JOBS_PER_DAY * days), days=days, **spec["generated"])
+
+
+def config(name: str, trace) -> SimConfig:
+    spec = SCENARIOS[name]
+    extra = {"horizon": math.ceil(trace.span)} if spec.get("horizon") else {}
+    return SimConfig(**spec["cfg"], **extra)
+
+
+def command(name: str, trace, cfg: SimConfig, quick: bool) -> str:
+    """The ``lane simulate`` line that prints the same table."""
+    spec = SCENARIOS[name]
+    if "trace" in spec:
+        src = f"--trace {spec['trace']}"
+    else:
+        g = spec["generated"]
+        days = days_for(quick)
+        src = (f"--jobs {round(JOBS_PER_DAY * days)} --days {days:g} --mix {g['mix']} --drift {g['drift']} "
+               f"--seed {g['seed']} --stages {g['stages']} --median {g['median']:g}")  # fmt: skip
+    flags = {k: v for k, v in spec["cfg"].items()}
+    if cfg.horizon is not None:
+        flags["horizon"] = cfg.horizon
+    period = flags.pop("period_seconds", None)
+    out = [f"lane simulate {src}"]
+    out += [f"--{k.replace('_', '-')} {v:g}" if isinstance(v, float) else f"--{k.replace('_', '-')} {v}"
+            for k, v in flags.items()]  # fmt: skip
+    if period:
+        out.append("--period daily")
+    return " ".join(out)
+
+
+def run(name: str, quick: bool) -> dict:
+    trace = traffic(name, quick)
+    cfg = config(name, trace)
+    wall = time.perf_counter()
+    results = simulate(trace, cfg)
+    wall = time.perf_counter() - wall
+    print(f"\n## {name}\n$ {command(name, trace, cfg, quick)}")
+    sim_report.print_table(trace, cfg, results, wall)
+    return {"name": name, "trace": trace, "cfg": cfg, "results": {r.policy: r for r in results}, "wall": wall}
+
+
+def _ratio(a: float, b: float) -> float:
+    if b == 0:
+        return 0.0 if a == 0 else math.inf
+    return a / b
+
+
+def targets(runs: dict[str, dict]) -> list[tuple[str, str, bool]]:
+    """(target, what was measured, met) for every target of issue 11 the simulator can measure."""
+    out = []
+    for name in ("ceiling-azure", "ceiling-mooncake"):
+        r = runs[name]["results"]
+        lane, fifo = r["lane"], r["token-fifo"]
+        out += [
+            (f"{name}: `lane` spends >= 97% of the ceiling", f"{100 * lane.budget_used:.1f}%", lane.budget_used >= 0.97),
+            (f"{name}: `lane` never past the ceiling", f"over by {lane.over_ceiling:,}", lane.over_ceiling == 0),
+            (f"{name}: `lane` finishes >= `token-fifo`'s jobs", f"{lane.done:,} vs {fifo.done:,}", lane.done >= fifo.done),
+        ]  # fmt: skip
+    r = runs["chained-budget"]["results"]
+    lane, fifo = r["lane"], r["token-fifo"]
+    stranded = lane.stranded_tokens / lane.spent if lane.spent else 0.0
+    out += [
+        ("chained-budget: `lane` uses >= 95% of the budget", f"{100 * lane.budget_used:.1f}%", lane.budget_used >= 0.95),
+        ("chained-budget: `lane` strands <= 1% of spent tokens", f"{100 * stranded:.2f}%", stranded <= 0.01),
+        ("chained-budget: `lane` finishes >= `token-fifo`'s runs", f"{lane.runs_finished:,} vs {fifo.runs_finished:,}",
+         lane.runs_finished >= fifo.runs_finished),
+        ("chained-budget: `lane` 0 over the ceiling", f"over by {lane.over_ceiling:,}", lane.over_ceiling == 0),
+    ]  # fmt: skip
+    for name in ("rate-azure", "rate-mooncake"):
+        r = runs[name]["results"]
+        lane, fifo = r["lane"], r["token-fifo"]
+        p50, p99 = _ratio(lane.wait_p50, fifo.wait_p50), _ratio(lane.wait_p99, fifo.wait_p99)
+        fair = lane.over_burst == 0  # waits bought by breaking the window are no win
+        why = "" if fair else "; not comparable: `lane` broke the window"
+        out += [
+            (f"{name}: `lane` over_burst 0", f"{lane.over_burst:,} rate tokens", fair),
+            (f"{name}: `lane` p50 wait <= 0.5x `token-fifo`'s",
+             f"{sim_report.fmt_seconds(lane.wait_p50)} vs {sim_report.fmt_seconds(fifo.wait_p50)} ({p50:.2f}x{why})",
+             fair and p50 <= 0.5),
+            (f"{name}: `lane` p99 wait <= 1.3x `token-fifo`'s",
+             f"{sim_report.fmt_seconds(lane.wait_p99)} vs {sim_report.fmt_seconds(fifo.wait_p99)} ({p99:.2f}x{why})",
+             fair and p99 <= 1.3),
+        ]  # fmt: skip
+    for name in ("worker-azure", "worker-mooncake"):
+        r = runs[name]["results"]
+        best = max((x for p, x in r.items() if p != "lane"), key=lambda x: x.busy_pct)
+        lane = r["lane"]
+        out.append((f"{name}: `lane` as busy as the best baseline",
+                    f"{lane.busy_pct:.1f}% vs {best.busy_pct:.1f}% (`{best.policy}`)",
+                    lane.busy_pct >= best.busy_pct - 0.05))  # fmt: skip
+    big = runs["chained-budget"]
+    lane = big["results"]["lane"]
+    out.append(("simulator: the `lane` row >= 50k jobs/s",
+                f"{lane.jobs_per_s:,.0f} jobs/s ({lane.jobs:,} jobs, chained-budget)", lane.jobs_per_s >= 50_000))
+    return out
+
+
+def load() -> str:
+    try:
+        return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "load average unknown"
+
+
+READING = """
+Reading the figures (written for the run of 2026-11-29, after issue 11's admission changes landed):
+
+- **ceiling-azure / ceiling-mooncake**: `lane` spends 100.0% of the ceiling and finishes a few more calls
+  than `token-fifo` on both traces (before the change: 80.0%, ~20% fewer calls, because a single call
+  counted as starting a run and stopped at `start_fraction` 0.8). On Mooncake it settles 4,839 tokens past
+  the ceiling: outputs average 343 tokens against the 256 the estimate allows, and `lane` fills the ceiling
+  to the last estimated token where `token-fifo` stops, a little short, at its first misfit. Meeting
+  "never past it" needs estimates that cover the output (a learned allowance) or admission that allows
+  for the drift it has seen.
+- **chained-budget**: with stages submitted as the previous one settles, `lane` uses 100% of the week's
+  budget, strands 0.74% of what it spends and finishes ~18% more runs than `token-fifo`, which strands
+  ~16% (it starts runs the deadline then cuts off). It settles 22,902 tokens (0.04% of spent) past the
+  ceiling over the week: finishing stages admitted on their estimate settle 1.3x bigger (this generator's
+  drift).
+- **rate-azure / rate-mooncake**: every policy, `lane` included, now stays inside the sliding window
+  (over burst 0; before the change `lane` admitted 25M and 94M rate tokens past it). But `lane` waits as
+  long as `token-fifo` (1.00x and 0.92x at p50): its priority weighs a token of estimate at
+  `max_wait_seconds / min(ceiling, burst)` = 600 s / 600k = 1 ms here, so a job 5,000 tokens smaller
+  goes 5 s earlier in a queue minutes long. `smallest-first` shows what favouring small jobs buys (p50
+  32 s) and costs (p99 40 min); the 0.5x p50 target needs a stronger lean while the window binds.
+- **worker-azure / worker-mooncake**: when the worker binds, every policy keeps it equally busy.
+- **simulator speed**: the `lane` row runs at a fraction of the 50k jobs/s target (the baselines run at
+  ~100k jobs/s on the same engine). A profile of the chained scenario puts ~87% of the row in
+  `select_lane`: `policy.admit` sorting its candidates, the two-range head popped and pushed back at every
+  tick, and the finishing-reserve refit; the engine around it is ~13%.
+"""
+
+
+def markdown(runs: dict[str, dict], checks: list, quick: bool, machine: str) -> str:
+    met = sum(ok for _, _, ok in checks)
+    out = [
+        "## Issue 11 targets on real traces",
+        "",
+        f"Generated by `python benchmarks/bench_targets.py{' --quick' if quick else ''}` on {machine} "
+        f"({load()} when it finished: other work on the machine slows the jobs/s figures).",
+        "Every policy runs under the same lease cap and the same **sliding** burst window (the engine's, counting",
+        "`rate_cost`); `lane` runs the ledger's own `policy.admit` and finishing-reserve bookkeeping on it;",
+        "`over burst` is what a provider counting like OpenAI would have refused. Real traces:",
+        "Azure LLM inference trace, code, 2023-11-16 (8,819 calls, one hour; Azure Public Dataset, CC-BY 4.0) and",
+        "Mooncake conversation trace (12,031 calls, one hour; FAST'25, Apache-2.0), read with",
+        "est = input + 256, rate_cost = input + 2048 (max_tokens), service = 0.5 s + 0.02 s per output token.",
+        "The clock runs until every queue drains (or can never drain: `stalled`); runs are chained.",
+        "",
+        f"**{met} of {len(checks)} targets met today.**",
+        "",
+        "| target | measured | |",
+        "|---|---|---|",
+    ]
+    out += [f"| {t} | {m} | {'met' if ok else '**missed**'} |" for t, m, ok in checks]
+    out += ["", READING.strip(), ""]
+    for name, r in runs.items():
+        results = list(r["results"].values())
+        out += [f"### {name}", "", "```", command(name, r["trace"], r["cfg"], quick), "```", ""]
+        out += sim_report.markdown_table(results)
+        out += ["", f"Simulated in {r['wall']:.2f} s.", ""]
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="A 2-day chained scenario instead of a week.")
+    ap.add_argument("--no-write", action="store_true", help="Print only; do not write docs/performance_targets.md.")
+    args = ap.parse_args()
+    missing = [p for p in (AZURE, MOONCAKE) if not p.exists()]
+    if missing:
+        sys.exit(f"bench_targets: missing trace(s) {', '.join(map(str, missing))} (set LANE_TRACES to their folder)")
+    machine = sim_report.machine()
+    print(f"machine: {machine}")
+    runs = {name: run(name, args.quick) for name in SCENARIOS}
+    checks = targets(runs)
+    print("\n## targets")
+    width = max(len(t) for t, _, _ in checks)
+    for t, m, ok in checks:
+        print(f"{'met   ' if ok else 'MISSED'} {t:<{width}}  {m}")
+    print(f"{sum(ok for _, _, ok in checks)} of {len(checks)} targets met")
+    if not args.no_write:
+        DOC.write_text(markdown(runs, checks, args.quick, machine).rstrip() + "\n")
+        print(f"\nwrote {DOC.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
