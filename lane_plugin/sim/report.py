@@ -50,35 +50,44 @@ def _pct(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:.1f}%" if whole else "-"
 
 
-# (label, what it shows, how to format one result). Labels fit 15 columns.
+# (label, its --json keys, what it shows, how to format one result). Labels fit 15 columns.
 FIGURES = (
-    ("jobs", "submitted and not refused", lambda r: f"{r.jobs:,}"),
-    ("done", "settled", lambda r: f"{r.done:,}"),
-    ("runs done/begun", "runs with every stage settled / with a stage admitted", lambda r: f"{r.runs_finished:,}/{r.runs_started:,}"),
-    ("spent", "tokens settled", lambda r: fmt_tokens(r.spent)),
-    ("budget used", "spent / ceilings of the periods traffic arrived in", lambda r: f"{100 * r.budget_used:.1f}%"),
-    ("over ceiling", "settled past the ceiling, per period", lambda r: fmt_tokens(r.over_ceiling)),
-    ("over allowance", "settled past the allowance, per period", lambda r: fmt_tokens(r.over_allowance)),
-    ("stranded", "settled for runs that never finished (% of spent)", lambda r: f"{fmt_tokens(r.stranded_tokens)} {_pct(r.stranded_tokens, r.spent)}"),
-    ("over burst", "rate tokens past the burst in a sliding window", lambda r: fmt_tokens(r.over_burst)),
-    ("over burst act", "the same, counting actual tokens", lambda r: fmt_tokens(r.over_burst_actual)),
-    ("busy %", "worker slots busy", lambda r: f"{r.busy_pct:.1f}"),
-    ("wait p50/p99", "submission to start, admitted jobs", lambda r: _pair(r.wait_p50, r.wait_p99)),
-    ("top-10% p50/99", "the same, largest decile of estimates", lambda r: _pair(r.big_wait_p50, r.big_wait_p99)),
-    ("never admitted", "still waiting at the end", lambda r: f"{r.never_admitted:,}"),
-    ("  wait p50/p99", "their wait until the end (a lower bound)", lambda r: _pair(r.never_admitted_wait_p50, r.never_admitted_wait_p99)),
-    ("parked", "deadline passed or attempts exhausted", lambda r: f"{r.parked:,}"),
-    ("  wait p50/p99", "their wait until parked", lambda r: _pair(r.parked_wait_p50, r.parked_wait_p99)),
-    ("starved", "never admitted, overtaken, waited >= starve_after", lambda r: f"{r.starved:,}"),
-    ("expired leases", "leases the worker did not start in time", lambda r: f"{r.expired:,}"),
-    ("not submitted", "stages of runs that broke off or never reached", lambda r: f"{r.not_submitted:,}"),
-    ("jobs/s", "simulated jobs per wall-clock second", lambda r: f"{r.jobs_per_s:,.0f}"),
+    ("jobs", "jobs", "submitted and not refused", lambda r: f"{r.jobs:,}"),
+    ("done", "done", "settled", lambda r: f"{r.done:,}"),
+    ("runs done/begun", "runs_finished runs_started", "runs with every stage settled / with a stage admitted",
+     lambda r: f"{r.runs_finished:,}/{r.runs_started:,}"),
+    ("spent", "spent", "tokens settled", lambda r: fmt_tokens(r.spent)),
+    ("budget used", "budget_used", "spent / the ceilings of the periods traffic arrived in",
+     lambda r: f"{100 * r.budget_used:.1f}%"),
+    ("over ceiling", "over_ceiling", "settled past the ceiling, per period", lambda r: fmt_tokens(r.over_ceiling)),
+    ("over allowance", "over_allowance", "settled past the allowance, per period",
+     lambda r: fmt_tokens(r.over_allowance)),
+    ("stranded", "stranded_tokens", "settled for runs that never finished (% of spent)",
+     lambda r: f"{fmt_tokens(r.stranded_tokens)} {_pct(r.stranded_tokens, r.spent)}"),
+    ("over burst", "over_burst", "rate tokens past the burst in a sliding window", lambda r: fmt_tokens(r.over_burst)),
+    ("over burst act", "over_burst_actual", "the same, counting actual tokens",
+     lambda r: fmt_tokens(r.over_burst_actual)),
+    ("busy %", "busy_pct", "worker slots busy", lambda r: f"{r.busy_pct:.1f}"),
+    ("wait p50/p99", "wait_p50 wait_p99", "submission to start, admitted jobs", lambda r: _pair(r.wait_p50, r.wait_p99)),
+    ("top-10% p50/99", "big_wait_p50 big_wait_p99", "the same, largest decile of estimates",
+     lambda r: _pair(r.big_wait_p50, r.big_wait_p99)),
+    ("never admitted", "never_admitted", "still waiting at the end", lambda r: f"{r.never_admitted:,}"),
+    ("  wait p50/p99", "never_admitted_wait_p50 never_admitted_wait_p99", "their wait until the end (a lower bound)",
+     lambda r: _pair(r.never_admitted_wait_p50, r.never_admitted_wait_p99)),
+    ("parked", "parked", "deadline passed or attempts exhausted", lambda r: f"{r.parked:,}"),
+    ("  wait p50/p99", "parked_wait_p50 parked_wait_p99", "their wait until parked",
+     lambda r: _pair(r.parked_wait_p50, r.parked_wait_p99)),
+    ("starved", "starved", "never admitted, overtaken, waited >= starve_after", lambda r: f"{r.starved:,}"),
+    ("expired leases", "expired", "leases the worker did not start in time", lambda r: f"{r.expired:,}"),
+    ("not submitted", "not_submitted", "stages of runs that broke off or never reached",
+     lambda r: f"{r.not_submitted:,}"),
+    ("jobs/s", "jobs_per_s", "simulated jobs per wall-clock second", lambda r: f"{r.jobs_per_s:,.0f}"),
 )  # fmt: skip
 
 
 def figures(results: list[SimResult]) -> list[tuple[str, list[str]]]:
     """One (label, value per policy) row per figure."""
-    return [(label, [fmt(r) for r in results]) for label, _, fmt in FIGURES]
+    return [(label, [fmt(r) for r in results]) for label, _, _, fmt in FIGURES]
 
 
 def scenario(trace: Trace, cfg: SimConfig) -> dict:
@@ -129,7 +138,7 @@ def to_json(trace: Trace, cfg: SimConfig, results: list[SimResult], wall: float)
         "wall_seconds": round(wall, 3),
         "jobs_per_s": round(jobs / wall, 1) if wall > 0 else None,
         "machine": machine(),
-        "figures": {label.strip(): what for label, what, _ in FIGURES},
+        "figures": {key: what for _, keys, what, _ in FIGURES for key in keys.split()},
     }
 
 
