@@ -18,6 +18,8 @@ it must not roll it back and leave the attempt leased and unbilled.
 from __future__ import annotations
 
 import asyncio
+import signal
+import threading
 import time
 
 import pytest
@@ -94,6 +96,11 @@ def test_a_timeout_landing_in_the_settlement_does_not_leave_the_attempt_unbilled
 @pytest.mark.timeout(120, method="thread")  # no SIGALRM handler of pytest's: Prefect uses its alarm
 def test_a_call_interrupted_by_the_alarm_bills_the_estimate_marked(ledger):
     ledger.lanes()
+    from prefect._internal.concurrency.cancellation import _get_thread_shield
+
+    # A shield left held in this thread (by an earlier test) would swallow the alarm for good.
+    assert not _get_thread_shield(threading.main_thread()).active(), "an earlier test leaked Prefect's shield"
+    assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL, "Prefect uses its alarm only with none installed"
 
     states = []
 
