@@ -9,7 +9,8 @@ run and flow run as related resources.
 Job events: ``lane.job.admitted``, ``lane.job.settled``, ``lane.job.parked``,
 ``lane.job.expired``; their resource carries the job's numbers as labels
 (``lane.stage``, ``lane.estimate``, and ``lane.actual``, ``lane.overage`` once
-settled), so the event card shows them.
+settled) and its name reads them (``free: draft, estimate 1,200 tokens, actual 1,340``), which is
+what the UI's event card shows.
 
 Lane state events are sent only when a lane's state changes (see
 :meth:`Ledger.report_lane_states`: each change is told once, by whichever
@@ -82,12 +83,31 @@ _LANE_EVENTS = ("lane.lane.start-stop", "lane.lane.hard-stop", "lane.preflight.f
 
 
 def job_resource(lane: str, payload: dict) -> dict[str, str]:
-    """The lane resource of a job event, with the job's numbers as labels (shown on the event card)."""
+    """The lane resource of a job event, with the job's numbers as labels.
+
+    The Prefect UI's event card shows a resource by its ``prefect.resource.name`` (labels only
+    in the raw view), so the name carries the stage and the numbers too.
+
+    Example:
+        >>> job_resource("free", {"stage": "draft", "est": 1200, "actual": 1340})["prefect.resource.name"]
+        'free: draft, estimate 1,200 tokens, actual 1,340'
+    """
     out = resource(lane)
     for key, label in _JOB_LABELS:
         if payload.get(key) is not None:
             out[label] = str(payload[key])
+    out["prefect.resource.name"] = job_title(lane, payload)
     return out
+
+
+def job_title(lane: str, payload: dict) -> str:
+    """What a job event's card reads: lane, stage, estimate and (once settled) actual tokens."""
+    words = [f"{lane}: {payload['stage']}" if payload.get("stage") else lane]
+    if isinstance(payload.get("est"), int):
+        words.append(f"estimate {payload['est']:,} tokens")
+    if isinstance(payload.get("actual"), int):
+        words.append(f"actual {payload['actual']:,}")
+    return ", ".join(words)
 
 
 def _pct(fraction: float) -> str:
@@ -141,5 +161,5 @@ class PrefectListener:
 prefect_listener = PrefectListener()  # job events only: a ledger-less listener cannot read lane states
 
 
-__all__ = ["PrefectListener", "emit", "job_resource", "prefect_listener", "publish_lane_states", "resource",
+__all__ = ["PrefectListener", "emit", "job_resource", "job_title", "prefect_listener", "publish_lane_states", "resource",
            "stage_resource", "state_event_name", "state_title"]

@@ -261,6 +261,11 @@ def test_ledger_events_become_prefect_events(ledger, monkeypatch):
     assert settled["resource"]["lane.estimate"] == "300" and settled["resource"]["lane.actual"] == "300"
     admitted = next(e for e in seen if e["event"] == "lane.job.admitted")
     assert admitted["resource"]["lane.estimate"] == "300" and admitted["resource"]["lane.stage"] == "ev"
+    # and the card (which shows the resource's name) reads them
+    card = "tiny, estimate 300 tokens, actual 300"  # a settlement names no stage
+    assert settled["resource"]["prefect.resource.name"] == card
+    assert admitted["resource"]["prefect.resource.name"] == "tiny: ev, estimate 300 tokens"
+    assert settled["resource"]["prefect.resource.id"] == "lane.tiny"  # still the lane's resource
 
 
 def test_a_restart_of_the_same_attempt_is_the_same_job(ledger):
