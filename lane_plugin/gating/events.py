@@ -9,8 +9,8 @@ run and flow run as related resources.
 Job events: ``lane.job.admitted``, ``lane.job.settled``, ``lane.job.parked``,
 ``lane.job.expired``; their resource carries the job's numbers as labels
 (``lane.stage``, ``lane.estimate``, and ``lane.actual``, ``lane.overage`` once
-settled) and its name reads them (``free: draft, estimate 1,200 tokens, actual 1,340``), which is
-what the UI's event card shows.
+settled), and a related resource with the role ``lane-tokens`` whose id reads them
+(``lane.tokens: free: draft, estimate 1,200 tokens, actual 1,340``): the UI's event card shows it.
 
 Lane state events are sent only when a lane's state changes (see
 :meth:`Ledger.report_lane_states`: each change is told once, by whichever
@@ -61,7 +61,7 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def emit(event: str, about: str | dict, payload: dict | None = None) -> None:
+def emit(event: str, about: str | dict, payload: dict | None = None, related: list[dict] | None = None) -> None:
     """Emit one Prefect event about a lane (a name) or another resource (a dict); never raises.
 
     The ledger's writes are committed before an event is sent: a failed emit is
@@ -71,7 +71,7 @@ def emit(event: str, about: str | dict, payload: dict | None = None) -> None:
         from prefect.events import emit_event
 
         res = resource(about) if isinstance(about, str) else about
-        emit_event(event=event, resource=res, payload=_plain(dict(payload or {})))
+        emit_event(event=event, resource=res, payload=_plain(dict(payload or {})), related=related)
     except Exception:
         log.warning("could not emit Prefect event %s about %s", event, about, exc_info=True)
 
@@ -83,21 +83,26 @@ _LANE_EVENTS = ("lane.lane.start-stop", "lane.lane.hard-stop", "lane.preflight.f
 
 
 def job_resource(lane: str, payload: dict) -> dict[str, str]:
-    """The lane resource of a job event, with the job's numbers as labels.
-
-    The Prefect UI's event card shows a resource by its ``prefect.resource.name`` (labels only
-    in the raw view), so the name carries the stage and the numbers too.
-
-    Example:
-        >>> job_resource("free", {"stage": "draft", "est": 1200, "actual": 1340})["prefect.resource.name"]
-        'free: draft, estimate 1,200 tokens, actual 1,340'
-    """
+    """The lane resource of a job event, with the job's numbers as labels (for Automations and the API)."""
     out = resource(lane)
     for key, label in _JOB_LABELS:
         if payload.get(key) is not None:
             out[label] = str(payload[key])
-    out["prefect.resource.name"] = job_title(lane, payload)
     return out
+
+
+def job_card(lane: str, payload: dict) -> dict[str, str]:
+    """The related resource that puts a job's tokens on the Prefect UI's event card.
+
+    The card shows a resource of a type it does not know by its id alone (not by its
+    name or labels: checked in headless Chromium on Prefect 3.9's UI), so the numbers
+    are the id of a related resource with the role ``lane-tokens``.
+
+    Example:
+        >>> job_card("free", {"stage": "draft", "est": 1200, "actual": 1340})["prefect.resource.id"]
+        'lane.tokens: free: draft, estimate 1,200 tokens, actual 1,340'
+    """
+    return {"prefect.resource.id": f"lane.tokens: {job_title(lane, payload)}", "prefect.resource.role": "lane-tokens"}
 
 
 def job_title(lane: str, payload: dict) -> str:
@@ -155,11 +160,14 @@ class PrefectListener:
                 except Exception:
                     log.warning("could not publish the state of lane %s", lane, exc_info=True)
             return
-        emit(event, job_resource(lane, payload) if event.startswith("lane.job.") else lane, payload)
+        if event.startswith("lane.job."):
+            emit(event, job_resource(lane, payload), payload, related=[job_card(lane, payload)])
+        else:
+            emit(event, lane, payload)
 
 
 prefect_listener = PrefectListener()  # job events only: a ledger-less listener cannot read lane states
 
 
-__all__ = ["PrefectListener", "emit", "job_resource", "job_title", "prefect_listener", "publish_lane_states", "resource",
+__all__ = ["PrefectListener", "emit", "job_card", "job_resource", "job_title", "prefect_listener", "publish_lane_states", "resource",
            "stage_resource", "state_event_name", "state_title"]

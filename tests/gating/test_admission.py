@@ -261,10 +261,12 @@ def test_ledger_events_become_prefect_events(ledger, monkeypatch):
     assert settled["resource"]["lane.estimate"] == "300" and settled["resource"]["lane.actual"] == "300"
     admitted = next(e for e in seen if e["event"] == "lane.job.admitted")
     assert admitted["resource"]["lane.estimate"] == "300" and admitted["resource"]["lane.stage"] == "ev"
-    # and the card (which shows the resource's name) reads them
-    card = "tiny, estimate 300 tokens, actual 300"  # a settlement names no stage
-    assert settled["resource"]["prefect.resource.name"] == card
-    assert admitted["resource"]["prefect.resource.name"] == "tiny: ev, estimate 300 tokens"
+    # and the card (which shows a related resource of an unknown type by its id) reads them
+    def card(e):
+        return [r["prefect.resource.id"] for r in e["related"] if r["prefect.resource.role"] == "lane-tokens"]
+
+    assert card(settled) == ["lane.tokens: tiny, estimate 300 tokens, actual 300"]  # a settlement names no stage
+    assert card(admitted) == ["lane.tokens: tiny: ev, estimate 300 tokens"]
     assert settled["resource"]["prefect.resource.id"] == "lane.tiny"  # still the lane's resource
 
 
