@@ -28,7 +28,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from prefect import flow
+# The embedded default starts Prefect's ephemeral server; its 20 s start timeout is too short on a
+# loaded 2-core machine (seen here). Read when the server starts, so set before Prefect is imported.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+
+from prefect import flow  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from lane_plugin import Ledger, lane_task
