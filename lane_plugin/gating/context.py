@@ -22,9 +22,12 @@ What happens, in order, when the body is about to run (a cache hit runs no
 body, so it neither waits nor settles):
 
 1. intake: the job is keyed by the Prefect task run id; its attempt is the task
-   run's ``run_count`` (a retry is a new attempt of the same job, a restart of
-   the same attempt is the same job) and its run key the flow run id, so a flow
-   run already under way may finish its later stages past the start limit;
+   run's ``run_count`` (a retry is a new attempt of the same job; the same
+   attempt run again, as Dask does when a worker dies or its result is lost, is
+   the same job while it waits, and its next attempt once it was leased, settled
+   or failed: two runs never share a lease or a settlement) and its run key the
+   flow run id, so a flow run already under way may finish its later stages past
+   the start limit;
 2. admission: the waiter polls the ledger with jittered backoff and runs the
    lane's tick itself (no daemon needed); the wait is logged with its numbers;
    past the deadline the job goes to its fallback lane or is parked
@@ -198,7 +201,7 @@ class Gate:
             self.job_id = led.submit(self.stage, self.est, self.lane, rate_cost=self.rate_cost,
                                      est_version=self.est_version, est_input=self.est_input, run_key=self.run_key,
                                      key=self.key, attempt=self.attempt,
-                                     wait_seconds=self.wait_seconds, fallback=self.fallback)  # fmt: skip
+                                     wait_seconds=self.wait_seconds, fallback=self.fallback, rerun=True)  # fmt: skip
         except NeverFits as exc:
             run_logger().error("lane gate: %s job (%s tokens) can never be admitted: %s", self.stage, self.est, exc)
             raise

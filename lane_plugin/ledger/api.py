@@ -90,7 +90,7 @@ class Ledger(LearningStore):
                est_version: str | None = None, run_key: str | None = None, key: str | None = None, attempt: int = 1,
                deadline: float | None = None, wait_seconds: float | None = None,
                fallback: str | bool | None = None, shadows: dict[str, int] | None = None,
-               est_input: int | None = None) -> str:  # fmt: skip
+               est_input: int | None = None, rerun: bool = False) -> str:  # fmt: skip
         """Record a job waiting for admission; returns its id.
 
         Args:
@@ -103,7 +103,8 @@ class Ledger(LearningStore):
             est_version: the estimator (name and version) that produced ``est``.
             run_key: the pipeline run this job belongs to (the Prefect flow run id).
             key: idempotency key; the same key again returns the same job.
-            attempt: with ``key``, a higher attempt reopens the job (a retry).
+            attempt: with ``key``, a higher attempt reopens the job (a retry); with ``rerun`` (the gate:
+                the work runs again), so does this attempt again once it was leased, settled or failed.
             deadline: epoch seconds after which the job is parked if still waiting.
             wait_seconds: alternatively, the deadline relative to now.
             fallback: True for the lane's fallback, a lane name, or None.
@@ -137,7 +138,7 @@ class Ledger(LearningStore):
             dl = now + wait_seconds if wait_seconds is not None else deadline
             return intake.submit(cur, job_id=job_id, lane=lane, stage=stage, est=est, now=now, rate_cost=rate_cost,
                                 est_version=est_version, est_input=est_input, run_key=run_key, key=key, attempt=attempt,
-                                deadline=dl, fallback=fallback, shadows=shadows)  # fmt: skip
+                                deadline=dl, fallback=fallback, shadows=shadows, rerun=bool(rerun))  # fmt: skip
 
         jid, _ = self._run(record)
         return jid

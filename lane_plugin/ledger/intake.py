@@ -26,16 +26,22 @@ def submit(
     deadline: float | None = None,
     fallback: str | bool | None = None,
     shadows: dict[str, int] | None = None,
+    rerun: bool = False,
 ) -> tuple[str, str]:
     """Record a job (or find it by ``key``); returns ``(job_id, lane)``.
 
     A known ``key`` with the same stage and estimate is the same job: a higher
-    ``attempt`` reopens it (a retry), the same one returns it untouched.
+    ``attempt`` reopens it (a retry), the same one returns it untouched, unless
+    ``rerun``: the caller is about to run the work again (the gate, whose task run a Dask
+    worker's death or a lost result made run again with the same ``run_count``), so a job
+    already leased, settled or failed at this attempt starts the next attempt; the holder of
+    the old lease, if it is alive at all, settles late, billed as its own attempt.
     """
     if key is not None:
         existing = cur.one(f"select {JOB_COLS}, est_version from job where key = :k", {"k": key})
-        if existing is not None:
-            return _replay_submit(cur, existing, stage=stage, est=est, attempt=attempt, now=now)
+        if existing is not None:  # (this very id: a retried commit of this submit, not a rerun)
+            rerun = rerun and existing[0] != job_id
+            return _replay_submit(cur, existing, stage=stage, est=est, attempt=attempt, now=now, rerun=rerun)
     row = read_lane(cur, lane)
     target = row
     fallback_lane = _resolve_fallback(cur, row, fallback)
@@ -75,7 +81,7 @@ def submit(
         if key is not None:
             existing = cur.one(f"select {JOB_COLS}, est_version from job where key = :k", {"k": key})
             if existing is not None and existing[0] != job_id:
-                return _replay_submit(cur, existing, stage=stage, est=est, attempt=attempt, now=now)
+                return _replay_submit(cur, existing, stage=stage, est=est, attempt=attempt, now=now, rerun=rerun)
         return job_id, target.name  # this id was committed by an earlier try of this transaction
     for version, shadow_est in (shadows or {}).items():
         cur.execute(
@@ -85,7 +91,7 @@ def submit(
     return job_id, target.name
 
 
-def _replay_submit(cur: Cursor, existing, *, stage: str, est: int, attempt: int, now: float):
+def _replay_submit(cur: Cursor, existing, *, stage: str, est: int, attempt: int, now: float, rerun: bool = False):
     job = dict(zip(JOB_KEYS + ("est_version",), existing))
     if job["stage"] != stage or job["est"] != est:
         raise ConflictingReplay(
@@ -95,6 +101,8 @@ def _replay_submit(cur: Cursor, existing, *, stage: str, est: int, attempt: int,
         )
     if attempt > job["attempt"]:
         reopen(cur, job, attempt=attempt, now=now)
+    elif rerun and job["state"] in ("leased", "done", "failed"):
+        reopen(cur, job, attempt=job["attempt"] + 1, now=now)
     return job["id"], job["lane"]
 
 
