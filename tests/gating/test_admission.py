@@ -277,7 +277,10 @@ def test_a_restart_of_the_same_attempt_is_the_same_job(ledger):
     with again:
         again.report(90)
     assert again.job_id == first.job_id and len(job_rows(ledger)) == 1
-    assert [(s["attempt"], s["actual"]) for s in settlements(ledger)] == [(1, 90)]
+    # the same job, as its next attempt: the dead run's lease is voided, never shared (issue 10 item 11:
+    # a shared lease let two live runs settle one attempt and dropped the second's tokens)
+    assert (first.lease.attempt, again.lease.attempt) == (1, 2) and first.lease.token != again.lease.token
+    assert [(s["attempt"], s["actual"]) for s in settlements(ledger)] == [(2, 90)]
     from lane_plugin.gating.context import _current
     from lane_plugin.gating.renewal import renewer
 
