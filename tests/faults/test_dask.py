@@ -37,7 +37,6 @@ from .conftest import assert_audit_clean, figure, make_lane, read_json_lines, re
 pytest.importorskip("prefect_dask", reason="needs the dask extra: pip install 'lane-plugin[dask]'")
 
 FLOW = Path(__file__).with_name("dask_flow.py")
-ROOT = Path(__file__).resolve().parents[2]
 TASKS, EST, SECONDS, WORKERS, THREADS, LEASE = 12, 100, 2.5, 3, 2, 4.0
 FAULT, FLAKY = 0, TASKS - 1  # the task whose worker dies after its settlement; the task that raises once
 
@@ -96,8 +95,7 @@ def _one_round(pg_url: str, tmp_path: Path, api: str, env: dict, lane: str) -> d
     make_lane(led, lane, ceiling=100_000, lease_seconds=LEASE, max_leased=64)
     sql = Sql(pg_url)
     out, log, marker = tmp_path / f"{lane}.jsonl", tmp_path / f"{lane}-flow.log", tmp_path / f"{lane}.fault"
-    flow_env = {**env, "LANE_DATABASE_URL": pg_url, "LANE_FAULT_MARKER": str(marker), "PYTHONPATH": str(ROOT),
-                "PREFECT_LOGGING_LEVEL": "INFO"}  # fmt: skip
+    flow_env = {**env, "LANE_DATABASE_URL": pg_url, "LANE_FAULT_MARKER": str(marker), "PREFECT_LOGGING_LEVEL": "INFO"}
     with log.open("w") as fh:
         flow = subprocess.Popen(
             [sys.executable, str(FLOW), pg_url, lane, str(TASKS), str(EST), str(SECONDS), str(WORKERS), str(THREADS),
@@ -119,12 +117,15 @@ def _one_round(pg_url: str, tmp_path: Path, api: str, env: dict, lane: str) -> d
             if killed is None and fault_pid is not None and by_pid:
                 pid, runs = max(by_pid.items(), key=lambda kv: len(kv[1]))
                 keys = [f"prefect-task-run:{r}" for r in runs]
-                held = sql.all("select id, attempt, lease_until - extract(epoch from clock_timestamp()) from job "
-                               "where key = any(%s) and state = 'leased'", keys)  # fmt: skip
+                held = sql.all("select key from job where key = any(%s) and state = 'leased' "
+                               "and lease_until > extract(epoch from clock_timestamp())", keys)  # fmt: skip
                 os.kill(pid, signal.SIGKILL)
                 killed = (pid, runs, _dead(pid))
-                assert len(held) == len(keys) and all(left > 0 for _, _, left in held), (
-                    f"the killed worker's tasks did not all hold live leases at kill time: {held} for {keys}")
+                ended = {r["task_run"] for r in read_json_lines(out) if r["event"] == "end" and r["pid"] == pid}
+                runs = [r for r in runs if r not in ended]  # a body that returned in the last milliseconds
+                missing = {f"prefect-task-run:{r}" for r in runs} - {k for (k,) in held}
+                assert runs and not missing, f"bodies running at the kill without a live lease: {missing}"
+                killed = (pid, runs, killed[2])
             time.sleep(0.05)
         code = flow.wait(timeout=max(1.0, end - time.monotonic()))
     finally:
@@ -171,6 +172,7 @@ def _one_round(pg_url: str, tmp_path: Path, api: str, env: dict, lane: str) -> d
         if r["event"] == "end":
             ends[f"prefect-task-run:{r['task_run']}"].append((r["pid"], r["spent"]))
     reruns_after_settle = 0
+    flaky_run = next(r["task_run"] for r in recs if r["event"] == "start" and r["i"] == FLAKY)
     for key, *_ in jobs:
         billed = sorted(a for k, _, a, _ in setts if k == key)
         live = sorted(s for p, s in ends[key] if p not in dead)
@@ -179,17 +181,16 @@ def _one_round(pg_url: str, tmp_path: Path, api: str, env: dict, lane: str) -> d
         assert not (Counter(live) - Counter(billed)), f"{key}: a finished run was not billed: {ends[key]} {billed}"
         final = int(finals[key.split(":", 1)[1]]["result"].split("=")[1])
         assert final in billed, (key, final, billed)
-        reruns_after_settle += len(billed) > 1
+        reruns_after_settle += len(billed) > 1 and key != f"prefect-task-run:{flaky_run}"
     # Prefect's retry: the flaky task's first run raised after spending; billed as failed, then retried
-    flaky = next(r["task_run"] for r in recs if r["event"] == "start" and r["i"] == FLAKY)
     outcomes = sql.all("select s.outcome from settlement s join job j on j.id = s.job_id where j.key = %s "
-                       "order by s.attempt", f"prefect-task-run:{flaky}")  # fmt: skip
+                       "order by s.attempt", f"prefect-task-run:{flaky_run}")  # fmt: skip
     assert [o for (o,) in outcomes][-2:] == ["failed", "done"], outcomes
     assert any(r["event"] == "start" and r["i"] == FLAKY and r["run_count"] == 2 for r in recs)
     for run in killed_runs:  # the leases held at kill time ended: voided by the rerun's new attempt
         job = next(j for j in jobs if j[0] == f"prefect-task-run:{run}")
         assert job[1] == "done" and job[2] >= 2, job
-    assert reruns_after_settle >= 1, "no task was run again after its settlement: the fault missed its window"
+    assert reruns_after_settle >= 1, "no task ran again after its settlement: the fault point missed its window"
     assert_audit_clean(led)
     sql.close()
     led.close()
@@ -208,10 +209,11 @@ def test_dask_worker_killed_while_holding_leases(pg_url, tmp_path):
         for n in range(rounds):
             results.append(_one_round(pg_url, tmp_path, api, env, f"dask{n}"))
     took = time.monotonic() - t0
-    figure(f"dask pg: {rounds} round(s) of a flow of {TASKS} @lane_task tasks on {WORKERS} Dask worker processes x "
-           f"{THREADS} threads (real prefect server): per round one worker SIGKILLed holding "
-           f"{'/'.join(str(r['held']) for r in results)} live lease(s) ({results[0]['seen']}), one killed right after "
-           f"a settlement; {rounds * TASKS} of {rounds * TASKS} task runs Completed, 0 leases left, "
-           f"{sum(r['settlements'] for r in results)} settlements (one per attempt, "
-           f"{sum(r['reruns_after_settle'] for r in results)} rerun(s) after a settle billed as the next attempt), "
-           f"sum(actual) == spent, reserved/leased == the leased jobs; {took:.0f} s")  # fmt: skip
+    figure(f"dask pg: {rounds} round(s), real prefect server, {TASKS} @lane_task tasks (retries=2) on {WORKERS} Dask "
+           f"worker processes x {THREADS} threads, lease {LEASE:g} s: per round one worker SIGKILLed holding "
+           f"{'/'.join(str(r['held']) for r in results)} live lease(s) (then {results[0]['seen']}), one killed right "
+           f"after a settlement commit, one task failing once; {rounds * TASKS} of {rounds * TASKS} task runs "
+           f"Completed, 0 leases left; {sum(r['settlements'] for r in results)} settlements, one per (job, attempt), "
+           f"each a body run that finished ({sum(r['reruns_after_settle'] for r in results)} task(s) Dask ran again "
+           f"after their settlement, billed as the next attempt); sum(actual) == spent, reserved == leased == 0 == "
+           f"the leased jobs; audit clean; {took:.0f} s")  # fmt: skip
