@@ -38,6 +38,7 @@ pytest.importorskip("prefect_dask", reason="needs the dask extra: pip install 'l
 
 FLOW = Path(__file__).with_name("dask_flow.py")
 TASKS, EST, SECONDS, WORKERS, THREADS, LEASE = 12, 100, 2.5, 3, 2, 4.0
+WAIT_FLOW = 200  # seconds the flow may take (about 40 under no load)
 FAULT, FLAKY = 0, TASKS - 1  # the task whose worker dies after its settlement; the task that raises once
 
 
@@ -104,7 +105,7 @@ def _one_round(pg_url: str, tmp_path: Path, api: str, env: dict, lane: str) -> d
         )
     killed = held = None
     try:
-        end = time.monotonic() + 200
+        end = time.monotonic() + WAIT_FLOW
         while flow.poll() is None and time.monotonic() < end:
             recs = read_json_lines(out)
             running = Counter((r["pid"], r["task_run"]) for r in recs if r["event"] == "start")
@@ -127,12 +128,19 @@ def _one_round(pg_url: str, tmp_path: Path, api: str, env: dict, lane: str) -> d
                 assert runs and not missing, f"bodies running at the kill without a live lease: {missing}"
                 killed = (pid, runs, killed[2])
             time.sleep(0.05)
-        code = flow.wait(timeout=max(1.0, end - time.monotonic()))
+        code = flow.poll()
     finally:
         if flow.poll() is None:
             os.killpg(flow.pid, signal.SIGKILL)
             flow.wait()
     text = log.read_text()
+    if code is None:
+        recs = read_json_lines(out)
+        done = {r["task_run"] for r in recs if r["event"] in ("end", "final")}
+        stuck = sorted({r["task_run"] for r in recs if r["event"] == "start"} - done)
+        waiting = [line for line in text.splitlines() if "job waiting" in line][-3:]
+        pytest.fail(f"the flow did not finish in {WAIT_FLOW} s (killed); task runs started and never ended: {stuck}; "
+                    "the last waits:\n" + "\n".join(waiting) + f"\nits log ends:\n{text[-2000:]}")  # fmt: skip
     assert code == 0, f"flow exited {code}:\n{text[-4000:]}"
     assert killed is not None, "no worker was ever seen running a gated body: nothing was killed"
     pid, killed_runs, seen = killed
