@@ -98,3 +98,40 @@ def test_a_waiting_attempt_run_again_is_the_same_job(url):
     assert led.submit("draft", 50, key="task-run-3", attempt=1) == jid and led.job(jid)["state"] == "done"
     assert_audit_clean(led)
     led.close()
+
+
+def test_a_rerun_with_a_persisted_result_is_a_cache_hit(ledger, prefect_server):
+    """What docs/operations.md advises against paying twice for a result Dask lost: persist results.
+
+    Dask's rerun is ``run_task_sync`` with the same task run id and parameters (prefect_dask's client);
+    with ``persist_result=True`` Prefect's default cache policy finds the first run's result, so the
+    rerun runs no body, waits for nothing and bills nothing.
+    """
+    import uuid
+
+    from prefect import flow
+    from prefect.context import serialize_context
+    from prefect.task_engine import run_task_sync
+
+    from lane_plugin import lane_task, report_usage
+
+    make_lane(ledger)
+    bodies = []
+
+    @lane_task(stage="draft", estimate=100, persist_result=True)
+    def work(i: int) -> str:
+        bodies.append(i)
+        report_usage(50)
+        return f"r{i}"
+
+    @flow
+    def twice():
+        run_id, ctx = uuid.uuid4(), serialize_context()
+        return [run_task_sync(work, task_run_id=run_id, parameters={"i": 1}, return_type="state", context=ctx)
+                for _ in range(2)]  # fmt: skip
+
+    first, again = twice()
+    assert (first.is_completed(), again.name, bodies) == (True, "Cached", [1])
+    assert ledger.rows("select attempt, state, actual from job")[1] == [(1, "done", 50)]
+    assert ledger.lane("free").spent == 50
+    assert_audit_clean(ledger)
