@@ -213,6 +213,9 @@ def lanes_set(
     rate_basis: Optional[str] = typer.Option(
         None, help="What the provider's rate limit counts: request (rate_cost) or actual (trued up at settle)."
     ),
+    headroom_sigmas: Optional[float] = typer.Option(
+        None, help="Keep this many standard deviations of the spread in flight (est_var) free under the ceiling."
+    ),
     max_leased: Optional[int] = typer.Option(None, help="Leased jobs at most."),
     lease_seconds: Optional[float] = typer.Option(None, help="Lease length."),
     max_wait_seconds: Optional[float] = typer.Option(
@@ -233,6 +236,7 @@ def lanes_set(
         window_seconds=window_seconds, rate_basis=rate_basis, max_leased=max_leased, lease_seconds=lease_seconds,
         max_wait_seconds=max_wait_seconds, max_attempts=max_attempts, park_seconds=park_seconds,
         fallback=fallback, preflight=preflight, preflight_timeout=preflight_timeout, period=period, stopped=stop,
+        headroom_sigmas=headroom_sigmas,
     ).items() if v is not None}  # fmt: skip
     from .errors import UnknownLane
 

@@ -17,7 +17,11 @@ Rules, in order (docs/architecture.md, "Admission"):
 
 1. nothing while the lane is stopped (operator stop or failed preflight);
 2. ``leased < max_leased``;
-3. ``spent + reserved + est <= ceiling`` for every job (the hard ceiling);
+3. ``spent + reserved + est <= ceiling`` for every job (the hard ceiling), and
+   ``+ headroom`` with ``headroom = ceil(headroom_sigmas * sqrt(var))``, ``var``
+   the variance of ``actual - est`` summed over the leased jobs and this one
+   (a learned estimator's spread, :func:`headroom`): estimates sit at the mean
+   while what settles stays under the ceiling;
 4. a starting or free job also leaves the reserve of every run under way (and a
    starting job its own run's expected rest): ``spent + reserved + finishing +
    est (+ rest) <= ceiling``; a finishing job may use the reserve: it is for it;
@@ -59,8 +63,14 @@ tests/policy check the bound on random traffic (hypothesis).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+
+# The finishing reserve (learned from finished runs) lives in .reserve; its names are read here too.
+from .reserve import StageFit as StageFit
+from .reserve import fit_runs as fit_runs
+from .reserve import reserve_hold as reserve_hold
+from .reserve import run_tokens as run_tokens
 
 # Every lane setting's default, the one place they are written: the ledger's table
 # (models.Lane), a lane created by `lane lanes set NEW`, and the simulator read them here.
@@ -70,10 +80,11 @@ LANE_DEFAULTS: dict = dict(
     allowance=10_000_000, ceiling=8_000_000, start_fraction=1.0, burst_tokens=40_000, window_seconds=1.0,
     max_leased=25, lease_seconds=90.0, max_wait_seconds=600.0, max_attempts=3, park_seconds=86_400.0,
     fallback=None, preflight=None, preflight_timeout=2.0, period="none", stopped=False, rate_basis="request",
+    headroom_sigmas=2.0,
 )  # fmt: skip
 # Settings added after the first schema: migration 0001 writes DEFAULT_LANES without them and
 # their own migration adds the column with the default above.
-LATER_SETTINGS = ("rate_basis",)
+LATER_SETTINGS = ("rate_basis", "headroom_sigmas")
 _FIRST = {k: v for k, v in LANE_DEFAULTS.items() if k not in LATER_SETTINGS}
 # The two lanes of a new ledger: the free tier (the article's 10M with an 80% ceiling) and a paid one.
 DEFAULT_LANES: dict[str, dict] = {
@@ -91,7 +102,8 @@ FIT_RUNS = 500
 
 # Reasons a job is not admitted, in rule order. They are stable strings: the
 # gate logs them, the CLI prints them and tests compare them.
-STOPPED, LEASE_CAP, CEILING, RESERVE, START_LIMIT, BURST = "stopped", "lease_cap", "ceiling", "reserve", "start_limit", "burst"
+STOPPED, LEASE_CAP, CEILING, HEADROOM, RESERVE, START_LIMIT, BURST = (
+    "stopped", "lease_cap", "ceiling", "headroom", "reserve", "start_limit", "burst")
 # Kinds of job (see the module docstring).
 FINISH, START, FREE = "finishing", "starting", "free"
 
@@ -107,6 +119,7 @@ class LanePolicy:
     max_leased: int = LANE_DEFAULTS["max_leased"]
     max_wait_seconds: float = LANE_DEFAULTS["max_wait_seconds"]
     lease_seconds: float = LANE_DEFAULTS["lease_seconds"]
+    headroom_sigmas: float = LANE_DEFAULTS["headroom_sigmas"]
 
     @classmethod
     def of(cls, source) -> LanePolicy:
@@ -133,12 +146,25 @@ class LanePolicy:
         """
         return wait_since + est * self.age_factor
 
+    def headroom(self, var: int) -> int:
+        """Tokens kept free for the spread of what is in flight: ``ceil(headroom_sigmas * sqrt(var))``.
+
+        ``var`` is the summed variance of ``actual - est`` of the jobs in flight
+        (independent errors add their variances). 0 where no estimator knows a spread.
+
+        Example:
+            >>> LanePolicy(ceiling=10_000, headroom_sigmas=2.0).headroom(25 * 100**2)   # 25 jobs, sd 100 each
+            1000
+        """
+        return math.ceil(self.headroom_sigmas * math.sqrt(var)) if var > 0 and self.headroom_sigmas > 0 else 0
+
 
 @dataclass(frozen=True)
 class LaneSnapshot:
     """One lane at one instant, as read inside the admission transaction.
 
     ``window_used`` is the rate tokens admitted in ``(now - window_seconds, now]``;
+    ``reserved_var`` the summed variance (``est_var``) of the leased jobs;
     ``finishing`` the reserve of every run under way; ``run_remaining`` the
     reserve of the runs of the candidates (runs absent hold none); ``resets``
     whether the lane has a period (a job that does not fit now may after it).
@@ -155,6 +181,7 @@ class LaneSnapshot:
     finishing: int = 0
     run_remaining: Mapping[str, int] = field(default_factory=dict)
     resets: bool = False
+    reserved_var: int = 0
 
 
 @dataclass(frozen=True)
@@ -163,7 +190,8 @@ class Candidate:
 
     ``after`` is what its run is expected to still need once it is admitted
     (:func:`fit_runs`); ``prio`` its stored place in the order (computed by
-    :meth:`LanePolicy.priority` when None).
+    :meth:`LanePolicy.priority` when None); ``var`` the variance of its
+    ``actual - est`` (``job.est_var``: its estimator's spread; 0 unknown).
     """
 
     id: str
@@ -174,6 +202,7 @@ class Candidate:
     stage: str | None = None
     after: int = 0
     prio: float | None = None
+    var: int = 0
 
     @property
     def rate(self) -> int:
@@ -190,6 +219,7 @@ class Decision:
     an admitted job belongs to, after this tick, as ``(run_key, remaining, stage)``.
     ``burst_need``: the smallest window room (in rate tokens) a job blocked by
     the burst window needs, so a simulator can wake when the window has slid.
+    ``var``: what the admitted jobs add to the lane's ``reserved_var``.
     """
 
     admitted: tuple[Candidate, ...]
@@ -201,6 +231,7 @@ class Decision:
     runs: tuple[tuple[str, int, str | None], ...] = ()
     parked: tuple[tuple[Candidate, str, str], ...] = ()
     burst_need: int | None = None
+    var: int = 0
 
     @property
     def ids(self) -> list[str]:
@@ -222,13 +253,14 @@ def order(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> list[Candi
 
 def blocking_rule(policy: LanePolicy, *, est: int, kind: str, committed: int, leased: int, window_used: int,
                   rate_cost: int | None = None, finishing: int = 0, need: int | None = None,
-                  stopped: bool = False) -> str | None:  # fmt: skip
+                  stopped: bool = False, var: int = 0) -> str | None:  # fmt: skip
     """The first rule that keeps a job out, or None if it fits.
 
     ``committed`` is ``spent + reserved`` and ``finishing`` the reserve of the
     runs under way (each plus any shadow); ``need`` what the job adds to that
     reserve-inclusive total (``est`` plus its run's expected rest for a starting
-    job; default ``est``).
+    job; default ``est``); ``var`` the summed variance in flight with the job
+    (:meth:`LanePolicy.headroom`).
     """
     rate_cost = est if rate_cost is None else rate_cost
     need = est if need is None else need
@@ -238,7 +270,10 @@ def blocking_rule(policy: LanePolicy, *, est: int, kind: str, committed: int, le
         return LEASE_CAP
     if committed + est > policy.ceiling:
         return CEILING
-    if kind != FINISH and committed + finishing + need > policy.ceiling:
+    room = policy.ceiling - policy.headroom(var)
+    if committed + est > room:
+        return HEADROOM
+    if kind != FINISH and committed + finishing + need > room:
         return RESERVE
     if kind == START and committed + est > policy.start_limit:
         return START_LIMIT
@@ -255,15 +290,19 @@ def unfit_before_reset(policy: LanePolicy, c: Candidate, kind: str, *, spent: in
     next reset only if ``spent`` alone already leaves no room for it.
     """
     left = policy.ceiling - spent
+    own = policy.headroom(c.var)
     if c.rate > policy.burst_tokens:
         return BURST, (f"rate cost {c.rate} exceeds the lane's burst of {policy.burst_tokens} tokens "
                        f"per {policy.window_seconds:g}s window")  # fmt: skip
     if c.est > left:
         return CEILING, f"estimate {c.est} exceeds what is left of the ceiling: {left} of {policy.ceiling} (spent {spent})"
+    if c.est + own > left:
+        return HEADROOM, (f"estimate {c.est} plus {own} tokens of headroom for its spread exceeds what is left of "
+                          f"the ceiling: {left} of {policy.ceiling} (spent {spent})")  # fmt: skip
     if kind == START and spent + c.est > policy.start_limit:
         return START_LIMIT, (f"estimate {c.est} would start a run past the start limit {policy.start_limit} "
                              f"({policy.start_fraction:.0%} of the ceiling {policy.ceiling}; spent {spent})")  # fmt: skip
-    if kind != FINISH and need > left:
+    if kind != FINISH and need + own > left:
         return RESERVE, (f"its run is expected to need {need} tokens ({c.est} now, {need - c.est} to finish) "
                          f"but {left} of the ceiling {policy.ceiling} is left (spent {spent})")  # fmt: skip
     return None
@@ -291,14 +330,14 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> Decision:
     if snapshot.stopped:
         return Decision((), 0, head_reason=STOPPED)
     committed, finishing = snapshot.spent + snapshot.reserved, snapshot.finishing
-    leased, window = snapshot.leased, snapshot.window_used
+    leased, window, var = snapshot.leased, snapshot.window_used, snapshot.reserved_var
     started, remaining = set(snapshot.started_runs), dict(snapshot.run_remaining)
     runs: dict[str, tuple[int, str | None]] = {}
     admitted: list[Candidate] = []
     parked: list[tuple[Candidate, str, str]] = []
     tokens = rate = 0
     shadow: Candidate | None = None
-    sh_kind, sh_est, sh_extra, sh_rate, sh_slot = FREE, 0, 0, 0, 0
+    sh_kind, sh_est, sh_extra, sh_rate, sh_slot, sh_var = FREE, 0, 0, 0, 0, 0
     head_reason: str | None = None
     burst_need: int | None = None
 
@@ -307,7 +346,7 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> Decision:
         kind = kind_of(c, started)
         need = c.est + (c.after if kind == START else 0)
         unfit = None
-        if need > left or c.rate > burst or (kind == START and c.est > start_left):  # (a fast test first)
+        if need + (p.headroom(c.var) if c.var else 0) > left or c.rate > burst or (kind == START and c.est > start_left):  # (a fast test first)
             unfit = unfit_before_reset(p, c, kind, spent=snapshot.spent, need=need)
         if unfit is not None:  # it holds no shadow and blocks nobody
             if head_reason is None:
@@ -319,11 +358,12 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> Decision:
         rule = blocking_rule(
             p, est=c.est, kind=kind, rate_cost=c.rate, need=need,
             committed=committed + (sh_est if held else 0), finishing=finishing + (sh_extra if held else 0),
-            leased=leased + sh_slot, window_used=window + sh_rate,
+            leased=leased + sh_slot, window_used=window + sh_rate, var=var + c.var + (sh_var if held else 0),
         )  # fmt: skip
         if rule is None:
             admitted.append(c)
             tokens, rate, committed, leased, window = tokens + c.est, rate + c.rate, committed + c.est, leased + 1, window + c.rate
+            var += c.var
             if kind != FREE:
                 finishing += c.after - remaining.get(c.run_key, 0)
                 remaining[c.run_key] = c.after
@@ -336,11 +376,11 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> Decision:
             room = c.rate + sh_rate
             burst_need = room if burst_need is None else min(burst_need, room)
         if shadow is None and rule != LEASE_CAP:
-            shadow, sh_kind, sh_est, sh_rate, sh_slot = c, kind, c.est, c.rate, 1
+            shadow, sh_kind, sh_est, sh_rate, sh_slot, sh_var = c, kind, c.est, c.rate, 1, c.var
             sh_extra = need - c.est if kind != FINISH else 0
     return Decision(
         tuple(admitted), tokens, shadow, head_reason, rate, finishing - snapshot.finishing,
-        tuple((k, r, s) for k, (r, s) in runs.items()), tuple(parked), burst_need,
+        tuple((k, r, s) for k, (r, s) in runs.items()), tuple(parked), burst_need, var - snapshot.reserved_var,
     )  # fmt: skip
 
 
@@ -355,7 +395,8 @@ def window_expiry(at: float, window_seconds: float) -> float:
     return t
 
 
-def never_fits(policy: LanePolicy, est: int, *, starts_run: bool = True, rate_cost: int | None = None) -> str | None:
+def never_fits(policy: LanePolicy, est: int, *, starts_run: bool = True, rate_cost: int | None = None,
+               var: int = 0) -> str | None:
     """Why a job could never be admitted in this lane, or None.
 
     Checked at intake so that such a job is refused (or routed to a fallback
@@ -367,64 +408,10 @@ def never_fits(policy: LanePolicy, est: int, *, starts_run: bool = True, rate_co
         return f"{what} {rate_cost} exceeds the lane's burst of {policy.burst_tokens} tokens per window"
     if est > policy.ceiling:
         return f"estimate {est} exceeds the lane's ceiling of {policy.ceiling}"
+    if est + policy.headroom(var) > policy.ceiling:
+        return (f"estimate {est} plus {policy.headroom(var)} tokens of headroom for its spread exceeds the lane's "
+                f"ceiling of {policy.ceiling}")  # fmt: skip
     if starts_run and est > policy.start_limit:
         return (f"estimate {est} exceeds the lane's start limit of {policy.start_limit} "
                 f"({policy.start_fraction:.0%} of the ceiling {policy.ceiling})")  # fmt: skip
     return None
-
-
-# -- the finishing reserve, learned from finished runs --------------------------------
-@dataclass(frozen=True)
-class StageFit:
-    """What runs did after a job of one stage: the tokens of their later jobs, the gap to the next."""
-
-    after: int
-    hold: float
-    runs: int
-
-
-def run_tokens(est: int, actual: int) -> int:
-    """What one job of a finished run counts for the reserve: admission needed ``est``, the bill was ``actual``."""
-    return max(est, actual)
-
-
-def fit_runs(runs: Iterable[Sequence[tuple[str, int, float]]]) -> dict[str, StageFit]:
-    """Learn, per stage, what a run still needs after a job of that stage.
-
-    Args:
-        runs: finished runs, each its admitted jobs in admission order as
-            ``(stage, tokens, admitted_at)`` (tokens: :func:`run_tokens`).
-
-    Returns:
-        For every stage seen: ``after``, the mean tokens of the jobs that
-        followed it in its run (drift-corrected: it counts what they really took),
-        and ``hold``, twice the 95th percentile of the time to the run's next
-        admission (0 if no job ever followed), how long a run's reserve is kept
-        before it is presumed abandoned.
-
-    Example:
-        >>> fit = fit_runs([[("draft", 100, 0.0), ("final", 300, 10.0)], [("draft", 120, 0.0), ("final", 500, 20.0)]])
-        >>> fit["draft"].after, fit["draft"].hold, fit["final"].after
-        (400, 40.0, 0)
-    """
-    sums: dict[str, list] = {}
-    for run in runs:
-        jobs = list(run)
-        tail = sum(t for _, t, _ in jobs)
-        for i, (stage, tokens, at) in enumerate(jobs):
-            tail -= tokens
-            acc = sums.setdefault(stage, [0, 0, []])
-            acc[0], acc[1] = acc[0] + tail, acc[1] + 1
-            if i + 1 < len(jobs):
-                acc[2].append(max(0.0, jobs[i + 1][2] - at))
-    out = {}
-    for stage, (total, n, gaps) in sums.items():
-        gaps.sort()
-        gap = gaps[min(len(gaps) - 1, math.ceil(0.95 * len(gaps)) - 1)] if gaps else 0.0
-        out[stage] = StageFit(after=math.ceil(total / n), hold=2.0 * gap, runs=n)
-    return out
-
-
-def reserve_hold(policy: LanePolicy, fit: StageFit | None) -> float:
-    """Seconds a run keeps its reserve after its latest admission (at least one lease)."""
-    return max(policy.lease_seconds, fit.hold if fit is not None else 0.0)

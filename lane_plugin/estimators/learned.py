@@ -40,6 +40,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Mapping
@@ -59,14 +60,17 @@ log = logging.getLogger("lane_plugin.estimators")
 class Estimate:
     """An estimate with its parts: ``total = input_tokens + allowance`` (at least 1).
 
-    The gate submits ``total`` as the job's estimate and ``input_tokens`` as its
-    ``est_input``; a callable ``estimate=`` may return one of these.
+    The gate submits ``total`` as the job's estimate, ``input_tokens`` as its
+    ``est_input`` and ``variance`` (the stage's fitted variance of ``actual -
+    est``, rounded up; 0 while unknown) as its ``est_var``, what admission keeps
+    headroom for; a callable ``estimate=`` may return one of these.
     """
 
     total: int
     input_tokens: int | None
     allowance: int
     version: str
+    variance: int = 0
 
     def __int__(self) -> int:
         return self.total
@@ -169,7 +173,8 @@ class Learned:
         """The estimate with its parts, for ``prompt`` (or ``input_tokens`` already counted)."""
         n = tokens("input_tokens", input_tokens, low=0) if input_tokens is not None else self.input_tokens(prompt, tools=tools)
         extra = self.allowance(stage, expected_output=expected_output)
-        return Estimate(at_least_one(n + extra), n, extra, self.version)
+        var = self.learner.variance(stage)
+        return Estimate(at_least_one(n + extra), n, extra, self.version, 0 if var is None else math.ceil(var))
 
     def estimate(self, *args, **kwargs) -> int:
         """``input tokens + allowance[stage]``: ``estimate(prompt, stage=...)`` or ``estimate(input_tokens=n, stage=...)``."""

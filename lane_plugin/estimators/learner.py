@@ -183,6 +183,20 @@ class OutputLearner:
         """The stage's published allowance, None until it has one."""
         return self.allowances.get(stage)
 
+    def variance(self, stage: str | None) -> float | None:
+        """The variance of the stage's residual, O(1): this process's samples, else the loaded state.
+
+        What admission keeps headroom for (``job.est_var``); None while unknown (fewer than two jobs).
+        """
+        with self._lock:
+            q = self._samples.get(stage)
+            if q and len(q) > 1:
+                n = len(q)
+                total, total_sq, _ = self._sums[stage]
+                return max(0.0, (total_sq - total * total / n) / (n - 1))
+            loaded = self._loaded.get(stage)
+        return loaded.variance if loaded is not None and loaded.jobs > 1 else None
+
     def fit(self, stage: str) -> StageFit | None:
         """The stage's fitted residual (from this process's samples, else the loaded state)."""
         with self._lock:

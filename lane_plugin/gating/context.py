@@ -113,7 +113,7 @@ class Gate:
                  attempt: int | None = None, run_key: str | None = None, _args: tuple = (),
                  _kwargs: dict | None = None):  # fmt: skip
         self.stage, self.lane = stage, lane
-        self.est, version, self.est_input = resolve_parts(estimate, stage, _args, _kwargs)
+        self.est, version, self.est_input, self.est_var = resolve_parts(estimate, stage, _args, _kwargs)
         self.rate_cost = resolve_rate_cost(rate_cost, stage, _args, _kwargs)
         self.est_version = est_version or version
         self.wait_seconds = wait_seconds(deadline)
@@ -200,7 +200,7 @@ class Gate:
         try:
             self.job_id = led.submit(self.stage, self.est, self.lane, rate_cost=self.rate_cost,
                                      est_version=self.est_version, est_input=self.est_input, run_key=self.run_key,
-                                     key=self.key, attempt=self.attempt,
+                                     key=self.key, attempt=self.attempt, est_var=self.est_var,
                                      wait_seconds=self.wait_seconds, fallback=self.fallback, rerun=True)  # fmt: skip
         except NeverFits as exc:
             run_logger().error("lane gate: %s job (%s tokens) can never be admitted: %s", self.stage, self.est, exc)

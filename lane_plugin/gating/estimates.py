@@ -28,22 +28,24 @@ def resolve_estimate(estimate: Any, stage: str, args: tuple = (), kwargs: dict |
         >>> resolve_estimate(lambda doc: 400 + len(doc) // 3, "draft", ("x" * 30,))
         (410, None)
     """
-    est, version, _ = resolve_parts(estimate, stage, args, kwargs)
+    est, version, _, _ = resolve_parts(estimate, stage, args, kwargs)
     return est, version
 
 
 def resolve_parts(estimate: Any, stage: str, args: tuple = (), kwargs: dict | None = None
-                  ) -> tuple[int, str | None, int | None]:  # fmt: skip
-    """``(tokens, est_version or None, input tokens or None)``: what the gate submits.
+                  ) -> tuple[int, str | None, int | None, int]:  # fmt: skip
+    """``(tokens, est_version or None, input tokens or None, est_var)``: what the gate submits.
 
     The input tokens are known when the estimator breaks its number down
     (``breakdown()``, as :func:`~lane_plugin.estimators.learned` does) or a
     callable returns such a breakdown (an object with ``total``,
-    ``input_tokens`` and ``version``, e.g. ``lambda d: EST.breakdown(d.text, stage="critique")``).
+    ``input_tokens`` and ``version``, e.g. ``lambda d: EST.breakdown(d.text, stage="critique")``);
+    so is ``est_var``, the variance of ``actual - est`` admission keeps headroom
+    for, where the breakdown has a ``variance`` (0 otherwise).
 
     Example:
         >>> resolve_parts(lambda doc: 400 + len(doc) // 3, "draft", ("x" * 30,))
-        (410, None, None)
+        (410, None, None, 0)
     """
     kwargs = dict(kwargs or {})
     version = None
@@ -56,12 +58,13 @@ def resolve_parts(estimate: Any, stage: str, args: tuple = (), kwargs: dict | No
         value = estimate(*args, **kwargs)
     else:
         value = estimate
-    est_input = None
+    est_input, est_var = None, 0
     if _is_breakdown(value):
         version = str(value.version) if value.version else version  # the version these very numbers came from
         est_input = None if value.input_tokens is None else tokens("input tokens", value.input_tokens, low=0)
+        est_var = tokens("variance", getattr(value, "variance", 0) or 0, low=0)
         value = value.total
-    return tokens(f"estimate for stage {stage!r}", value), version, est_input
+    return tokens(f"estimate for stage {stage!r}", value), version, est_input, est_var
 
 
 def _is_breakdown(value: Any) -> bool:

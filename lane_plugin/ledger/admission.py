@@ -19,7 +19,7 @@ from .lanes import LaneRow, lock_lane, roll_counters
 
 # The head of one index, (lane, state, finishing, prio), read as two ranges: the waiting jobs of
 # runs under way and the rest, each in priority order (finishing jobs must not hide behind starters).
-_COLS = "id, est, wait_since, run_key, stage, attempt, coalesce(rate_cost, est), prio"
+_COLS = "id, est, wait_since, run_key, stage, attempt, coalesce(rate_cost, est), prio, est_var"
 HEAD_SQL = (
     f"select * from (select {_COLS} from job where lane = :l and state = 'new' and finishing = :f "
     f"order by prio limit :k) as other union all "
@@ -51,13 +51,13 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     fits = runs.fits_of(cur, lane, sorted({r[4] for r in head if r[3] is not None}))
     cands = [
         policy.Candidate(r[0], r[1], r[2], r[3], r[6], r[4], fits[r[4]].after if r[3] is not None and r[4] in fits
-                         else 0, r[7])
+                         else 0, r[7], r[8])
         for r in head
     ]  # fmt: skip
     snapshot = policy.LaneSnapshot(
         policy=row.policy, spent=row.spent, reserved=row.reserved, leased=row.leased, window_used=row.window_used,
         now=now, started_runs=frozenset(remaining), finishing=row.finishing, run_remaining=remaining,
-        resets=row.period != "none",
+        resets=row.period != "none", reserved_var=row.reserved_var,
     )  # fmt: skip
     decision = policy.admit(snapshot, cands)
     parked = [t for t in (_give_up(cur, row, c.id, rule, why, now) for c, rule, why in decision.parked) if t]
@@ -66,9 +66,9 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     n, tokens = len(decision.admitted), decision.tokens
     cur.execute(
         "update lane set reserved = reserved + :t, leased = leased + :n, window_used = window_used + :r, "
-        "finishing = finishing + :fd, updated_at = :now "
+        "finishing = finishing + :fd, reserved_var = reserved_var + :v, updated_at = :now "
         "where name = :l and spent + reserved + :t <= ceiling and leased + :n <= max_leased",
-        {"t": tokens, "n": n, "r": decision.rate, "fd": decision.finishing, "now": now, "l": lane},
+        {"t": tokens, "n": n, "r": decision.rate, "fd": decision.finishing, "v": decision.var, "now": now, "l": lane},
     )
     if cur.rowcount != 1:
         raise LaneError(f"admission re-check failed in lane {lane!r}: the policy chose past the ceiling")

@@ -90,7 +90,7 @@ class Ledger(LearningStore):
                est_version: str | None = None, run_key: str | None = None, key: str | None = None, attempt: int = 1,
                deadline: float | None = None, wait_seconds: float | None = None,
                fallback: str | bool | None = None, shadows: dict[str, int] | None = None,
-               est_input: int | None = None, rerun: bool = False) -> str:  # fmt: skip
+               est_input: int | None = None, rerun: bool = False, est_var: int = 0) -> str:  # fmt: skip
         """Record a job waiting for admission; returns its id.
 
         Args:
@@ -109,8 +109,8 @@ class Ledger(LearningStore):
             wait_seconds: alternatively, the deadline relative to now.
             fallback: True for the lane's fallback, a lane name, or None.
             shadows: other estimators' numbers for this job, by version.
-            est_input: the input (prompt) tokens counted for this job, if known; a
-                learned estimator learns ``actual - est_input`` from settled jobs.
+            est_input: the input (prompt) tokens counted, if known (learned estimators learn ``actual - est_input``).
+            est_var: the variance of ``actual - est`` its estimator knows; admission keeps headroom for it.
 
         Raises:
             InvalidInput, UnknownLane, NeverFits, ConflictingReplay.
@@ -121,6 +121,7 @@ class Ledger(LearningStore):
         rate_cost = None if rate_cost is None else tokens("rate_cost", rate_cost)
         est_version = text("est_version", est_version, required=False)
         est_input = None if est_input is None else tokens("est_input", est_input, low=0)
+        est_var = tokens("est_var", est_var, low=0)
         run_key = text("run_key", run_key, required=False)
         key = text("key", key, required=False)
         attempt = tokens("attempt", attempt)
@@ -138,7 +139,7 @@ class Ledger(LearningStore):
             dl = now + wait_seconds if wait_seconds is not None else deadline
             return intake.submit(cur, job_id=job_id, lane=lane, stage=stage, est=est, now=now, rate_cost=rate_cost,
                                 est_version=est_version, est_input=est_input, run_key=run_key, key=key, attempt=attempt,
-                                deadline=dl, fallback=fallback, shadows=shadows, rerun=bool(rerun))  # fmt: skip
+                                deadline=dl, fallback=fallback, shadows=shadows, rerun=bool(rerun), est_var=est_var)  # fmt: skip
 
         jid, _ = self._run(record)
         return jid

@@ -14,11 +14,14 @@ def audit(cur: Cursor, now: float, *, grace: float = 60.0) -> list[str]:
     """
     bad: list[str] = []
     leased = {
-        r[0]: (r[1], r[2])
-        for r in cur.all("select lane, count(*), coalesce(sum(est), 0) from job where state = 'leased' group by lane")
+        r[0]: (r[1], r[2], r[3])
+        for r in cur.all("select lane, count(*), coalesce(sum(est), 0), coalesce(sum(est_var), 0) from job "
+                         "where state = 'leased' group by lane")  # fmt: skip
     }
     for lane in all_lanes(cur):
-        n, est = leased.get(lane.name, (0, 0))
+        n, est, var = leased.get(lane.name, (0, 0, 0))
+        if lane.reserved_var != var:
+            bad.append(f"I2 lane {lane.name}: reserved_var {lane.reserved_var} != sum of leased est_var {var}")
         if lane.reserved != est:
             bad.append(f"I2 lane {lane.name}: reserved {lane.reserved} != sum of leased estimates {est}")
         if lane.leased != n:
@@ -38,7 +41,7 @@ def audit(cur: Cursor, now: float, *, grace: float = 60.0) -> list[str]:
                 f"I1 lane {lane.name}: admitted {within} (spent - overage + reserved) > ceiling {lane.ceiling}"
                 " (an overspend, or the ceiling was lowered below what was already admitted)"
             )
-        if min(lane.spent, lane.reserved, lane.overage, lane.leased) < 0:
+        if min(lane.spent, lane.reserved, lane.overage, lane.leased, lane.reserved_var) < 0:
             bad.append(f"counters of lane {lane.name} went negative")
         window, reserve = cur.one(
             "select (select coalesce(sum(cost), 0) from rate_charge where lane = :l), (select coalesce(sum(remaining), "

@@ -20,6 +20,7 @@ def submit(
     rate_cost: int | None = None,
     est_version: str | None = None,
     est_input: int | None = None,
+    est_var: int = 0,
     run_key: str | None = None,
     key: str | None = None,
     attempt: int = 1,
@@ -48,13 +49,14 @@ def submit(
     # A job without a run starts none: no start limit for it, and no reserve.
     started = run_key is not None and run_started(cur, lane, run_key)
     rate_cost = est if rate_cost is None else rate_cost
-    why = policy.never_fits(row.policy, est, starts_run=run_key is not None and not started, rate_cost=rate_cost)
+    why = policy.never_fits(row.policy, est, starts_run=run_key is not None and not started, rate_cost=rate_cost,
+                            var=est_var)  # fmt: skip
     if why is not None:
         if fallback_lane is None:
             raise NeverFits(f"job refused at intake in lane {lane!r}: {why}", lane=lane, est=est)
         target = read_lane(cur, fallback_lane)
         started = run_key is not None and run_started(cur, target.name, run_key)
-        why_fb = policy.never_fits(target.policy, est, starts_run=run_key is not None, rate_cost=rate_cost)
+        why_fb = policy.never_fits(target.policy, est, starts_run=run_key is not None, rate_cost=rate_cost, var=est_var)
         if why_fb is not None:
             raise NeverFits(
                 f"job refused at intake: lane {lane!r}: {why}; fallback lane {fallback_lane!r}: {why_fb}",
@@ -69,7 +71,7 @@ def submit(
     else:
         insert = "insert or ignore into job ({cols}) values ({vals})"
     fields = dict(
-        id=job_id, lane=target.name, stage=stage, est=est, est_version=est_version, est_input=est_input, actual=0,
+        id=job_id, lane=target.name, stage=stage, est=est, est_version=est_version, est_input=est_input, est_var=est_var, actual=0,
         state="new", attempt=attempt, lease_attempt=0, lease_until=0.0, run_key=run_key, key=key,
         deadline=deadline, fallback=fallback_lane, created_at=now, wait_since=now,
         rate_cost=rate_cost, prio=target.policy.priority(est, now), finishing=started,
@@ -111,8 +113,9 @@ def reopen(cur: Cursor, job: dict, *, attempt: int, now: float) -> None:
     row = lock_lane(cur, job["lane"])
     if job["state"] == "leased":
         cur.execute(
-            "update lane set reserved = reserved - :e, leased = leased - 1 where name = :l",
-            {"e": job["est"], "l": job["lane"]},
+            "update lane set reserved = reserved - :e, reserved_var = reserved_var - :v, leased = leased - 1 "
+            "where name = :l",
+            {"e": job["est"], "v": job["est_var"], "l": job["lane"]},
         )
     if job["state"] == "parked":
         cur.execute("delete from tail where job_id = :id", {"id": job["id"]})

@@ -14,11 +14,11 @@ from .preflight import validate_spec
 POLICY_FIELDS = (
     "allowance", "ceiling", "start_fraction", "burst_tokens", "window_seconds", "max_leased",
     "lease_seconds", "max_wait_seconds", "max_attempts", "park_seconds", "fallback", "preflight",
-    "preflight_timeout", "period", "stopped", "rate_basis",
+    "preflight_timeout", "period", "stopped", "rate_basis", "headroom_sigmas",
 )  # fmt: skip
 COUNTER_FIELDS = (
     "spent", "reserved", "overage", "leased", "window_start", "window_used", "period_start",
-    "preflight_ok", "preflight_error", "preflight_at", "updated_at", "finishing", "profile_at",
+    "preflight_ok", "preflight_error", "preflight_at", "updated_at", "finishing", "profile_at", "reserved_var",
 )  # fmt: skip
 # Settings that move a waiting job's place in the order (policy.LanePolicy.age_factor).
 ORDER_FIELDS = ("ceiling", "burst_tokens", "max_wait_seconds")
@@ -26,7 +26,7 @@ PERIODS = ("none", "daily", "monthly")
 # A lane created with `lane lanes set NEW ...` starts from the policy's defaults and empty counters.
 NEW_LANE = dict(
     policy.LANE_DEFAULTS, spent=0, reserved=0, overage=0, leased=0, window_start=0.0, window_used=0,
-    period_start=0.0, preflight_ok=True, finishing=0, profile_at=0.0,
+    period_start=0.0, preflight_ok=True, finishing=0, profile_at=0.0, reserved_var=0,
 )  # fmt: skip
 
 
@@ -49,6 +49,7 @@ class LaneRow:
     period: str
     stopped: bool
     rate_basis: str
+    headroom_sigmas: float
     spent: int
     reserved: int
     overage: int
@@ -62,6 +63,7 @@ class LaneRow:
     updated_at: float
     finishing: int
     profile_at: float
+    reserved_var: int
 
     @property
     def policy(self) -> policy.LanePolicy:
@@ -154,6 +156,8 @@ def validate_settings(settings: dict, current: LaneRow | None = None) -> dict:
             value = checks.number(key, value, low=0.0, high=1.0, low_open=True)
         elif key in ("window_seconds", "lease_seconds", "preflight_timeout"):
             value = checks.number(key, value, low=0.0, high=365 * 86400.0, low_open=True)
+        elif key == "headroom_sigmas":
+            value = checks.number(key, value, low=0.0, high=10.0)
         elif key in ("max_wait_seconds", "park_seconds"):
             value = checks.number(key, value, low=0.0, high=10 * 365 * 86400.0)
         elif key == "period":

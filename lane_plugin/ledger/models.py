@@ -36,6 +36,7 @@ class Lane(SQLModel, table=True):
         CheckConstraint("spent >= 0 and reserved >= 0 and overage >= 0 and leased >= 0", name="ck_lane_counters"),
         CheckConstraint("ceiling > 0 and burst_tokens > 0 and max_leased > 0", name="ck_lane_policy"),
         CheckConstraint("rate_basis in ('request', 'actual') and finishing >= 0", name="ck_lane_rate_reserve"),
+        CheckConstraint("reserved_var >= 0 and headroom_sigmas >= 0", name="ck_lane_headroom"),
     )
 
     name: str = Field(primary_key=True, max_length=64)
@@ -55,9 +56,13 @@ class Lane(SQLModel, table=True):
     period: str = Field(default=D["period"], max_length=16)
     stopped: bool = Field(default=False)
     rate_basis: str = Field(default=D["rate_basis"], max_length=16, sa_column_kwargs={"server_default": "request"})
+    # Standard deviations of the spread in flight kept free under the ceiling (policy.LanePolicy.headroom).
+    headroom_sigmas: float = Field(default=D["headroom_sigmas"], sa_column_kwargs={"server_default": "2.0"})
     # counters
     spent: int = _big(default=0)
     reserved: int = _big(default=0)
+    # The sum of est_var of the leased jobs: moved with reserved, by the same statements.
+    reserved_var: int = Field(default=0, sa_type=BigInteger, sa_column_kwargs={"server_default": "0"})
     overage: int = _big(default=0)
     leased: int = Field(default=0)
     window_start: float = Field(default=0.0)  # rate charges at or before this were pruned from the window
@@ -86,6 +91,7 @@ class Job(SQLModel, table=True):
         CheckConstraint("est > 0 and actual >= 0 and attempt >= 1", name="ck_job_numbers"),
         CheckConstraint(f"state in {JOB_STATES!r}", name="ck_job_state"),
         CheckConstraint("rate_cost is null or rate_cost > 0", name="ck_job_rate_cost"),
+        CheckConstraint("est_var >= 0", name="ck_job_est_var"),
     )
 
     id: str = Field(primary_key=True, max_length=64)
@@ -97,6 +103,8 @@ class Job(SQLModel, table=True):
     # The input (prompt) tokens counted at intake, when the estimator knew them: a learned
     # estimator learns output = actual - est_input from settled jobs.
     est_input: Optional[int] = Field(default=None, sa_type=BigInteger)
+    # The variance of actual - est its estimator knew at intake (a learned stage's spread; 0: unknown).
+    est_var: int = Field(default=0, sa_type=BigInteger, sa_column_kwargs={"server_default": "0"})
     actual: int = _big(default=0)
     state: str = Field(default="new", max_length=16)
     attempt: int = Field(default=1)

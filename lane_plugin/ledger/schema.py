@@ -16,7 +16,7 @@ from pathlib import Path
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 # Bump together with a new file in lane_plugin/ledger/migrations/versions.
-HEAD_REVISION = "0004"
+HEAD_REVISION = "0005"
 _PG_LOCK_ID = 0x1A4E_0001
 
 

@@ -64,9 +64,10 @@ def settle(
         true_up(cur, lane, job_id, attempt, actual)
     if live:
         after = cur.one(
-            "update lane set spent = spent + :a, reserved = reserved - :e, leased = leased - 1, "
-            "overage = overage + :o, updated_at = :now where name = :l returning spent, ceiling, overage",
-            {"a": actual, "e": est, "o": overage, "now": now, "l": lane},
+            "update lane set spent = spent + :a, reserved = reserved - :e, reserved_var = reserved_var - :v, "
+            "leased = leased - 1, overage = overage + :o, updated_at = :now where name = :l "
+            "returning spent, ceiling, overage",
+            {"a": actual, "e": est, "v": job["est_var"], "o": overage, "now": now, "l": lane},
         )
     else:
         cur.execute("update job set actual = actual + :a where id = :id", {"a": actual, "id": job_id})

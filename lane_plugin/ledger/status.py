@@ -113,7 +113,8 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
     key = job["run_key"]
     started = runs_of(cur, row.name, [key] if key else [])
     fit = fits_of(cur, row.name, [job["stage"]]).get(job["stage"]) if key else None
-    c = policy.Candidate(job_id, job["est"], 0.0, key, rate_cost, job["stage"], fit.after if fit else 0, prio)
+    c = policy.Candidate(job_id, job["est"], 0.0, key, rate_cost, job["stage"], fit.after if fit else 0, prio,
+                         job["est_var"])  # fmt: skip
     kind = policy.kind_of(c, frozenset(started))
     need = c.est + (c.after if kind == policy.START else 0)
     unfit = policy.unfit_before_reset(row.policy, c, kind, spent=row.spent, need=need)
@@ -125,6 +126,7 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
         blocked_by = blocking_rule(
             row.policy, est=c.est, kind=kind, rate_cost=rate_cost, need=need, committed=row.spent + row.reserved,
             finishing=row.finishing, leased=row.leased, window_used=used(cur, row, now), stopped=row.held,
+            var=row.reserved_var + c.var,
         )  # fmt: skip
     return {
         "job_id": job_id, "lane": row.name, "stage": job["stage"], "est": job["est"], "rate_cost": rate_cost,

@@ -40,18 +40,18 @@ def reap(cur: Cursor, *, now: float) -> Moved:
     """Return expired leases to the queue (attempt + 1), or park them when attempts are exhausted."""
     lanes = {row.name: row for row in all_lanes(cur, lock=True)}
     moved = Moved()
-    released: dict[str, list[int]] = {}
+    released: dict[str, list[tuple[int, int]]] = {}  # lane: [(est, est_var)] of the leases it gets back
     for lane in lanes.values():
         requeued = cur.all(
             "update job set state = 'new', attempt = attempt + 1, lease_token = null, lease_until = 0, "
             "reason = 'lease expired' where lane = :l and state = 'leased' and lease_until < :now "
-            "and attempt < :max returning id, est",
+            "and attempt < :max returning id, est, est_var",
             {"l": lane.name, "now": now, "max": lane.max_attempts},
         )
         parked = cur.all(
             "update job set state = 'parked', lease_token = null, lease_until = 0, finished_at = :now, "
             "reason = :why where lane = :l and state = 'leased' and lease_until < :now "
-            "returning id, stage, est",
+            "returning id, stage, est, est_var",
             {"l": lane.name, "now": now, "why": f"lease expired on attempt {lane.max_attempts} of {lane.max_attempts}"},
         )
         moved.requeued += [r[0] for r in requeued]
@@ -62,13 +62,14 @@ def reap(cur: Cursor, *, now: float) -> Moved:
         ]  # fmt: skip
         _insert_tail(cur, tail)
         moved.parked += tail
-        ests = [r[1] for r in requeued] + [r[2] for r in parked]
+        ests = [(r[1], r[2]) for r in requeued] + [(r[2], r[3]) for r in parked]
         if ests:
             released[lane.name] = ests
     for name, ests in released.items():
         cur.execute(
-            "update lane set reserved = reserved - :e, leased = leased - :n, updated_at = :now where name = :l",
-            {"e": sum(ests), "n": len(ests), "now": now, "l": name},
+            "update lane set reserved = reserved - :e, reserved_var = reserved_var - :v, leased = leased - :n, "
+            "updated_at = :now where name = :l",
+            {"e": sum(e for e, _ in ests), "v": sum(v for _, v in ests), "n": len(ests), "now": now, "l": name},
         )
     return moved
 

@@ -22,7 +22,7 @@ from .traffic import MIXES, from_ledger, generate
 
 LANE_FIELDS = (
     "ceiling", "allowance", "start_fraction", "burst_tokens", "window_seconds", "max_leased",
-    "lease_seconds", "max_wait_seconds", "max_attempts", "rate_basis",
+    "lease_seconds", "max_wait_seconds", "max_attempts", "rate_basis", "headroom_sigmas",
 )  # fmt: skip
 
 
@@ -119,6 +119,16 @@ def simulate(
     lease_seconds: Optional[float] = typer.Option(None, help="A lease the worker has not started by then expires [90]."),
     max_wait_seconds: Optional[float] = typer.Option(None, help="Aging: a job waiting this long goes first [600]."),
     max_attempts: Optional[int] = typer.Option(None, help="Leases per job before it is parked [3]."),
+    headroom_sigmas: Optional[float] = typer.Option(
+        None, help="Keep this many standard deviations of the spread of what is in flight free [2.0]; "
+        "the spread is known with --estimator."
+    ),
+    estimator: Optional[str] = typer.Option(
+        None, "--estimator", help="Re-estimate each job at submission with this estimator (learned), learning "
+        "from the jobs of its stage settled so far; needs a trace with input tokens.", show_default=False,
+    ),
+    warmup: int = typer.Option(200, help="--estimator: its figures count jobs estimated after this many of their "
+                               "stage settled."),
     period: Optional[str] = typer.Option(
         None, help=f"Budget reset: {', '.join(PERIODS)} (monthly = 30 days) [none].", show_default=False
     ),
@@ -181,7 +191,7 @@ def simulate(
     flags = dict(
         ceiling=ceiling, allowance=allowance, start_fraction=start_fraction, burst_tokens=burst_tokens,
         window_seconds=window_seconds, max_leased=max_leased, lease_seconds=lease_seconds,
-        max_wait_seconds=max_wait_seconds, max_attempts=max_attempts,
+        max_wait_seconds=max_wait_seconds, max_attempts=max_attempts, headroom_sigmas=headroom_sigmas,
     )  # fmt: skip
     settings.update({k: v for k, v in flags.items() if v is not None})
     if period is not None:
@@ -193,7 +203,7 @@ def simulate(
             **settings, workers=workers, service_base=service_base, service_per_token=service_per_token,
             service_per_output_token=service_per_output_token, sleep_seconds=sleep_seconds, sleep_every=sleep_every,
             preflight=preflight, deadline=deadline, count_slots=count_slots, horizon=horizon,
-            starve_after=starve_after, chain=chain,
+            starve_after=starve_after, chain=chain, estimator=estimator, warmup=warmup,
         )  # fmt: skip
         if trace is not None:
             tr = load_trace(trace, output_allowance=output_allowance, max_tokens=max_tokens)
@@ -202,6 +212,10 @@ def simulate(
         else:
             tr = generate(jobs, mix=mix, drift=drift, noise=noise, seed=seed, days=days, stages=stages,
                           median=median)  # fmt: skip
+        if estimator is not None:
+            from .estimating import OnlineEstimator
+
+            OnlineEstimator(estimator, tr)  # refuses a trace without input tokens, before any simulation
     except (ValueError, TraceError) as exc:
         raise _fail(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - e.g. the ledger database cannot be read

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ..policy import LANE_DEFAULTS as D
 from ..policy import LanePolicy, never_fits
+from .estimating import check_name
 from .traffic import Trace
 
 PERIODS = {"none": None, "daily": 86_400.0, "monthly": 30 * 86_400.0}  # monthly: 30 days
@@ -42,6 +43,7 @@ class SimConfig:
     max_wait_seconds: float = D["max_wait_seconds"]
     max_attempts: int = D["max_attempts"]
     rate_basis: str = D["rate_basis"]
+    headroom_sigmas: float = D["headroom_sigmas"]
     period_seconds: float | None = None
     workers: int = 1
     service_base: float = 1.0
@@ -55,6 +57,8 @@ class SimConfig:
     horizon: float | None = None
     starve_after: float = 3_600.0
     chain: bool = True
+    estimator: str | None = None
+    warmup: int = 200
 
     def __post_init__(self) -> None:
         positive = ("ceiling", "allowance", "burst_tokens", "max_leased", "max_attempts", "workers", "lease_seconds")
@@ -67,6 +71,11 @@ class SimConfig:
                      "service_per_output_token", "sleep_seconds", "sleep_every", "starve_after"):  # fmt: skip
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be >= 0")
+        if not self.headroom_sigmas >= 0:
+            raise ValueError(f"headroom_sigmas={self.headroom_sigmas!r} must be >= 0")
+        if not self.warmup >= 0:
+            raise ValueError(f"warmup={self.warmup!r} must be >= 0")
+        check_name(self.estimator)
         if self.rate_basis not in ("request", "actual"):
             raise ValueError(f"rate_basis={self.rate_basis!r} must be 'request' or 'actual'")
         if self.sleep_seconds and not self.sleep_every > self.sleep_seconds:

@@ -47,9 +47,10 @@ from collections import deque
 from collections.abc import Callable
 from heapq import heappop, heappush
 
-from ..policy import Candidate
+from ..policy import Candidate, never_fits
 from .chains import DONE, FUTURE, LEASED, PARKED, REFUSED, RUNNING, WAITING, Runs
 from .config import PERIODS, SimConfig, refused_at_intake
+from .estimating import OnlineEstimator, figures
 from .meter import OverBurst
 from .policies import POLICIES, USES_EST_HEAP, LaneQueue, candidate_for
 from .results import SimResult, collect, percentile
@@ -80,7 +81,12 @@ class Sim:
         self._select = POLICIES[policy]
         n = len(trace)
         self.n = n
-        self.est = trace.est
+        # With an estimator, each job's est (and est_var, its spread) is set when it is submitted.
+        self.estimator = OnlineEstimator(cfg.estimator, trace, warmup=cfg.warmup) if cfg.estimator else None
+        self.est = list(trace.est) if self.estimator is not None else trace.est
+        self.var = [0] * n
+        self.reserved_var = 0
+        self._runs_seen: set[str] = set()
         self.rate = trace.rate_costs()
         self.service = service_times(trace, cfg)
         self.runs = runs if runs is not None else Runs.of(trace, chain=cfg.chain)
@@ -163,6 +169,8 @@ class Sim:
 
     def _submit(self, j: int, t: float) -> None:
         """Job ``j`` arrives at ``t``: refused at intake, or waiting."""
+        if self.estimator is not None:
+            self._estimate(j)
         if self.refused[j]:
             self.state[j] = REFUSED
             return
@@ -170,6 +178,16 @@ class Sim:
         self._make_waiting(j)
         if self.record:
             self.log.append(("submit", t, self.job_id(j)))
+
+    def _estimate(self, j: int) -> None:
+        """Estimate job ``j`` at its submission, as the gate would; refused if it can never fit."""
+        est, var = self.est[j], self.var[j] = self.estimator.estimate(j)
+        rk = self.trace.run_key[j]
+        starts = rk is not None and rk not in self._runs_seen
+        if rk is not None:
+            self._runs_seen.add(rk)
+        self.refused[j] = never_fits(self.cfg.lane_policy, est, starts_run=starts, rate_cost=self.rate[j],
+                                     var=var) is not None  # fmt: skip
 
     def _make_waiting(self, j: int) -> None:
         self.state[j] = WAITING
@@ -211,6 +229,7 @@ class Sim:
         self.n_waiting -= 1
         self.leased += 1
         self.reserved += est
+        self.reserved_var += self.var[j]
         charge = self.window.charge(t, rc)
         if self.cfg.rate_basis == "actual":
             self._charges[j] = charge
@@ -231,6 +250,9 @@ class Sim:
         self.free += 1
         self.leased -= 1
         self.reserved -= self.est[j]
+        self.reserved_var -= self.var[j]
+        if self.estimator is not None:
+            self.estimator.observe(j)
         if self._charges:
             self.window.true_up(self._charges.pop(j, None), actual)
         self.spent += actual
@@ -259,6 +281,7 @@ class Sim:
     def _expire(self, j: int, t: float) -> None:
         self.leased -= 1
         self.reserved -= self.est[j]
+        self.reserved_var -= self.var[j]
         self.expired += 1
         if self.record:
             self.log.append(("expire", t, self.job_id(j)))
@@ -379,6 +402,11 @@ class Sim:
         self.stalled = horizon == INF and self.n_waiting > 0  # nothing left to happen, yet jobs wait
         self._close_period()
         result = collect(self, end, time.perf_counter() - wall)
+        if self.estimator is not None:
+            warm = self.estimator.warm
+            counted = [warm[j] and state[j] == DONE for j in range(self.n)]
+            result.estimator = figures(self.cfg.estimator, self.policy, self.est, self.trace.actual, counted,
+                                       self.cfg.warmup).as_dict()  # fmt: skip
         if progress is not None:
             progress(self, end)
         return result
@@ -408,7 +436,9 @@ def simulate(trace: Trace, cfg: SimConfig, policies: list[str] | tuple[str, ...]
         raise ValueError("trace has no jobs")
     refused = refused_at_intake(trace, cfg)
     runs = Runs.of(trace, chain=cfg.chain)
-    return [Sim(trace, cfg, p, refused=refused, record=record, runs=runs, progress=progress).run() for p in policies]
+    # with an estimator each policy's run estimates (and refuses) at submission: its own copy
+    return [Sim(trace, cfg, p, refused=list(refused) if cfg.estimator else refused, record=record, runs=runs,
+                progress=progress).run() for p in policies]  # fmt: skip
 
 
 __all__ = ["PERIODS", "Sim", "SimConfig", "SimResult", "percentile", "refused_at_intake", "service_times", "simulate"]

@@ -51,6 +51,8 @@ class Sim(Protocol):
     by_est: list[tuple[int, int]]
     spent: int
     reserved: int
+    reserved_var: int
+    var: list[int]
     leased: int
     rate: list[int]
     window: Any
@@ -156,7 +158,7 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         policy=q.policy, spent=sim.spent, reserved=sim.reserved, leased=sim.leased,
         window_used=sim.window.used(now), now=now, stopped=sim.stopped(now), started_runs=started,
         finishing=book.finishing, run_remaining={k: book.runs[k].remaining for k in started},
-        resets=bool(cfg.period_seconds),
+        resets=bool(cfg.period_seconds), reserved_var=sim.reserved_var,
     )  # fmt: skip
     decision = admit(snap, cands)
     admitted = [sim.index_of(c) for c in decision.admitted]
@@ -265,4 +267,4 @@ def candidate_for(sim: Sim, j: int) -> Candidate:
     """The ``lane`` policy's view of waiting job ``j`` (its id sorts like its index)."""
     q, tr = sim.lane_queue, sim.trace
     return Candidate(sim.job_id(j), sim.est[j], sim.waiting_since[j], tr.run_key[j], sim.rate[j], tr.stage[j],
-                     q.runs.after(tr.stage[j]) if tr.run_key[j] is not None else 0, q.prio(j))  # fmt: skip
+                     q.runs.after(tr.stage[j]) if tr.run_key[j] is not None else 0, q.prio(j), sim.var[j])  # fmt: skip

@@ -132,6 +132,8 @@ def machine() -> str:
 def to_json(trace: Trace, cfg: SimConfig, results: list[SimResult], wall: float) -> dict:
     """The whole run as plain data (``--json``). Keys are only ever added."""
     jobs = sum(r.jobs for r in results)
+    # the estimator's figures (--estimator): over the `lane` policy's run, where it ran
+    est = next((r.estimator for r in sorted(results, key=lambda r: r.policy != "lane") if r.estimator), None)
     return {
         "scenario": scenario(trace, cfg),
         "results": [r.summary() for r in results],
@@ -139,6 +141,7 @@ def to_json(trace: Trace, cfg: SimConfig, results: list[SimResult], wall: float)
         "jobs_per_s": round(jobs / wall, 1) if wall > 0 else None,
         "machine": machine(),
         "figures": {key: what for _, keys, what, _ in FIGURES for key in keys.split()},
+        **({"estimator": est} if est is not None else {}),
     }
 
 

@@ -61,6 +61,7 @@ class SimResult:
     parked_wait_p99: float = math.nan
     end_s: float = 0.0
     stalled: bool = False
+    estimator: dict | None = None  # with --estimator: its figures over this policy's run (estimating.figures)
     series_t: list[float] = field(default_factory=list, repr=False)
     series_spent: list[int] = field(default_factory=list, repr=False)
     waits: list[float | None] = field(default_factory=list, repr=False)
