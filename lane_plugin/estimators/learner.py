@@ -20,6 +20,7 @@ from ..checks import label, tokens
 from ..errors import InvalidInput
 
 NO_REVISION = "00000000"
+Z99 = 2.326  # the standard normal's 99th percentile
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,8 @@ class OutputLearner:
         self._samples: dict[str, deque[tuple[int, int]]] = {}
         self._sums: dict[str, list[int]] = {}  # stage: [Σ residual, Σ residual², Σ input]
         self._loaded: dict[str, StageFit] = {}
+        self._counts: dict[str, int] = {}  # observations per stage, ever
+        self._tails: dict[str, tuple[int, float]] = {}  # stage: (observations when p99 was sorted, p99)
         self._lock = threading.Lock()
 
     @property
@@ -132,6 +135,7 @@ class OutputLearner:
         q = self._samples.setdefault(stage, deque())
         s = self._sums.setdefault(stage, [0, 0, 0])
         r = actual - input_tokens
+        self._counts[stage] = self._counts.get(stage, 0) + 1
         q.append((input_tokens, r))
         s[0] += r
         s[1] += r * r
@@ -171,6 +175,7 @@ class OutputLearner:
                 old = self.allowances.get(stage)
                 self._samples.pop(stage, None)
                 self._sums.pop(stage, None)
+                self._tails.pop(stage, None)
                 self._loaded.pop(stage, None)
                 for input_tokens, actual in list(pairs)[-self.window:]:
                     self._add(stage, int(input_tokens), int(actual))
@@ -184,18 +189,32 @@ class OutputLearner:
         return self.allowances.get(stage)
 
     def variance(self, stage: str | None) -> float | None:
-        """The variance of the stage's residual, O(1): this process's samples, else the loaded state.
+        """The spread admission keeps headroom for (``job.est_var``), as a variance; None while unknown.
 
-        What admission keeps headroom for (``job.est_var``); None while unknown (fewer than two jobs).
+        The residual's sample variance, raised to what a normal spread with the
+        same 99th percentile would have: ``((p99 - mean) / 2.326)**2``. Output
+        lengths are heavy-tailed, and a variance alone underrates their upper
+        tail (a few jobs in flight, one long answer). From this process's
+        samples (the percentile re-sorted every ``1/20`` of the window), else the
+        loaded state.
         """
         with self._lock:
             q = self._samples.get(stage)
             if q and len(q) > 1:
                 n = len(q)
                 total, total_sq, _ = self._sums[stage]
-                return max(0.0, (total_sq - total * total / n) / (n - 1))
+                mean = total / n
+                var = max(0.0, (total_sq - total * total / n) / (n - 1))
+                seen, p99 = self._tails.get(stage, (-1, 0.0))
+                count = self._counts.get(stage, 0)
+                if seen < 0 or count - seen >= max(1, n // 20):
+                    p99 = _quantile(sorted(r for _, r in q), 0.99)
+                    self._tails[stage] = (count, p99)
+                return max(var, ((p99 - mean) / Z99) ** 2)
             loaded = self._loaded.get(stage)
-        return loaded.variance if loaded is not None and loaded.jobs > 1 else None
+        if loaded is None or loaded.jobs < 2:
+            return None
+        return max(loaded.variance, ((loaded.p99 - loaded.mean) / Z99) ** 2)
 
     def fit(self, stage: str) -> StageFit | None:
         """The stage's fitted residual (from this process's samples, else the loaded state)."""
