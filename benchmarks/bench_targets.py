@@ -52,6 +52,14 @@ SCENARIOS = {
                                                 burst_tokens=5_000_000, max_leased=64, workers=64)),
     "ceiling-mooncake": dict(trace=MOONCAKE, cfg=dict(FAST, ceiling=75_000_000, allowance=80_000_000,
                                                       burst_tokens=50_000_000, max_leased=64, workers=64)),
+    # issue 12: the same replays, each call re-estimated at arrival by `learned` (input + the learned mean
+    # output of the calls settled so far), admission keeping headroom for the spread in flight (2 sigma)
+    "ceiling-azure-learned": dict(trace=AZURE, cfg=dict(FAST, ceiling=9_000_000, allowance=10_000_000,
+                                                        burst_tokens=5_000_000, max_leased=64, workers=64,
+                                                        estimator="learned")),
+    "ceiling-mooncake-learned": dict(trace=MOONCAKE, cfg=dict(FAST, ceiling=75_000_000, allowance=80_000_000,
+                                                              burst_tokens=50_000_000, max_leased=64, workers=64,
+                                                              estimator="learned")),
     "chained-budget": dict(generated=dict(mix="lognormal", drift=1.3, seed=1, stages=3, median=400.0),
                            cfg=dict(ceiling=8_000_000, allowance=10_000_000, burst_tokens=40_000, window_seconds=1.0,
                                     max_leased=8, lease_seconds=900.0, period_seconds=86_400.0, workers=4,
@@ -135,6 +143,20 @@ def targets(runs: dict[str, dict]) -> list[tuple[str, str, bool]]:
             (f"{name}: `lane` spends >= 97% of the ceiling", f"{100 * lane.budget_used:.1f}%", lane.budget_used >= 0.97),
             (f"{name}: `lane` never past the ceiling", f"over by {lane.over_ceiling:,}", lane.over_ceiling == 0),
             (f"{name}: `lane` finishes >= `token-fifo`'s jobs", f"{lane.done:,} vs {fifo.done:,}", lane.done >= fifo.done),
+        ]  # fmt: skip
+    for name in ("ceiling-azure-learned", "ceiling-mooncake-learned"):
+        r = runs[name]["results"]
+        lane, fifo = r["lane"], r["token-fifo"]
+        ceiling = runs[name]["cfg"].ceiling
+        est = lane.estimator
+        out += [
+            (f"{name}: `learned` drift 1.00 +- 0.05 after 200 settled", f"{est['drift']:.3f} ({est['jobs']:,} jobs)",
+             abs(est["drift"] - 1) <= 0.05),
+            (f"{name}: `lane` settles <= 0.5% past the ceiling, uses >= 95% of it",
+             f"over by {lane.over_ceiling:,} ({100 * lane.over_ceiling / ceiling:.4f}%), used {100 * lane.budget_used:.2f}%",
+             lane.over_ceiling <= 0.005 * ceiling and lane.budget_used >= 0.95),
+            (f"{name}: `lane` never past the ceiling", f"over by {lane.over_ceiling:,} "
+             f"(`token-fifo` on the same estimates: {fifo.over_ceiling:,})", lane.over_ceiling == 0),
         ]  # fmt: skip
     r = runs["chained-budget"]["results"]
     lane, fifo = r["lane"], r["token-fifo"]
