@@ -4,7 +4,9 @@ Each run computes drift per stage (``sum(actual) / sum(est)`` of done jobs, the
 article's definition) and publishes:
 
 * table artifact ``lane-drift`` -- jobs, est_tokens, actual_tokens, drift, p50,
-  p90, overage_tokens and verdict per group;
+  p90, overage_tokens and verdict per group, and what a sum hides: under (share
+  of jobs under-estimated), overspend (tokens beyond estimates / actual), p99,
+  by_estimate (jobs billed their estimate, usage missing), rate_cost_set;
 * markdown artifact ``lane-drift-summary`` -- the worst overspender and what to
   do ("fix the estimator before you touch the ceiling"), comparing shadow
   estimator versions on the same jobs when there are any, then how to read it;

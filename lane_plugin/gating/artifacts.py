@@ -102,7 +102,8 @@ def publish_drift(report, summary: str, *, plot: str | None = None, high: float 
     rows = drift_table(report)
     create_table_artifact(table=rows, key="lane-drift",
                           description="Drift = sum(actual) / sum(est) of done jobs, per group; "
-                          "near 1.0 honest, above 1.5 overspending.")  # fmt: skip
+                          "near 1.0 honest, above 1.5 overspending; under / overspend / p99 / by_estimate "
+                          "show what the sum hides.")  # fmt: skip
     create_markdown_artifact(markdown=summary, key="lane-drift-summary", description="Worst stage and what to do")
     if plot and os.path.exists(plot):
         with open(plot, "rb") as fh:

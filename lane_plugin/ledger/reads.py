@@ -11,7 +11,7 @@ from .jobs import ALL_JOB_COLUMNS, get_job
 
 _TAIL = ("job_id", "lane", "stage", "est", "reason", "parked_at", "deadline")
 _SETTLED = ("id", "lane", "stage", "est", "est_version", "actual", "overage", "finished_at", "est_input",
-            "by_estimate")
+            "by_estimate", "rate_cost")
 
 
 def _dicts(keys: tuple[str, ...], rows) -> list[dict]:
@@ -42,7 +42,7 @@ def settled_jobs(cur: Cursor, now: float, *, lane: str | None, since: float | No
         params["cut"] = now - since
     rows = cur.all(
         "select j.id, j.lane, j.stage, j.est, coalesce(j.est_version, '-'), j.actual, coalesce(s.overage, 0), "
-        "j.finished_at, j.est_input, coalesce(s.by_estimate, 0) from job j left join (select job_id, "
+        "j.finished_at, j.est_input, coalesce(s.by_estimate, 0), j.rate_cost from job j left join (select job_id, "
         "sum(overage) as overage, max(case when by_estimate then 1 else 0 end) as by_estimate from settlement "
         f"group by job_id) s on s.job_id = j.id where {' and '.join(where)}",
         params,

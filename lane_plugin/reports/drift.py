@@ -3,6 +3,15 @@
 The article's definition, per stage: ``drift = sum(actual) / sum(est)`` over
 jobs in state ``done``. Near 1.0 the gate is honest; above 1.5 the lane
 overspends on every promise; well below 1.0 it wastes admission room.
+
+A sum can lie, so each group also carries what it hides (issue 12):
+``under`` the share of jobs that spent more than their estimate,
+``overspend`` the tokens spent beyond estimates as a share of all actual
+tokens, ``p99`` the 99th percentile of the per-job ratio, and ``by_estimate``
+the jobs billed their estimate because no usage was found (their "actual" is
+the estimate: drift 1.0 by construction). A group with any job billed by
+estimate, or whose drift sits near 1.0 over large errors both ways
+(``overspend`` at least :data:`TWO_SIDED`), is never called *honest*.
 """
 
 from __future__ import annotations
@@ -14,10 +23,13 @@ from ..errors import InvalidInput
 
 HIGH = 1.5
 LOW = 0.67
+# Tokens spent beyond estimates, as a share of actual, past which a drift near 1.0 is two errors that cancel.
+TWO_SIDED = 0.10
 _SPAN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 GROUPS = ("stage", "est_version", "lane", "version")
-SETTLED_COLUMNS = ("id", "lane", "stage", "est", "est_version", "actual", "overage", "finished_at")
+SETTLED_COLUMNS = ("id", "lane", "stage", "est", "est_version", "actual", "overage", "finished_at", "by_estimate",
+                   "rate_cost")
 
 def ratio2(actual, est) -> float | None:
     """``actual / est`` rounded to 2 places as the article's SQL does (half away from zero).
@@ -55,19 +67,28 @@ def parse_since(text: str | None) -> float | None:
     return float(m.group(1)) * _UNIT[m.group(2)]
 
 
-def verdict(drift: float | None) -> str:
+def verdict(drift: float | None, *, by_estimate: int = 0, overspend: float | None = None) -> str:
     """A verdict short enough for a table cell (the summary explains them below the table).
+
+    ``by_estimate``: jobs of the group billed their estimate (usage missing);
+    ``overspend``: tokens spent beyond estimates as a share of actual.
 
     Example:
         >>> verdict(1.73), verdict(1.1), verdict(0.52), verdict(None)
         ('overspends', 'honest', 'wastes room', 'no data')
+        >>> verdict(1.0, by_estimate=3), verdict(1.0, overspend=0.31)
+        ('billed by estimate', 'two-sided')
     """
     if drift is None or drift != drift:
         return "no data"
     if drift > HIGH:
         return "overspends"
+    if by_estimate:
+        return "billed by estimate"
     if drift < LOW:
         return "wastes room"
+    if overspend is not None and overspend >= TWO_SIDED:
+        return "two-sided"
     return "honest"
 
 
@@ -141,10 +162,16 @@ def drift(ledger, *, lane: str | None = None, since: str | float | None = None, 
     versions = "version" in by
     df = version_jobs(ledger, lane=lane, since=since) if versions else done_jobs(ledger, lane=lane, since=since)
     keys = by + (["role"] if versions else [])
-    columns = keys + ["jobs", "est_tokens", "actual_tokens", "drift", "p50", "p90", "overage_tokens", "verdict"]
+    columns = keys + ["jobs", "est_tokens", "actual_tokens", "drift", "p50", "p90", "overage_tokens", "verdict",
+                      "under", "overspend", "p99", "by_estimate", "rate_cost_set"]  # fmt: skip
     if df.empty:
         return pd.DataFrame(columns=columns)
     df["ratio"] = df["actual"] / df["est"]
+    df["beyond"] = (df["actual"] - df["est"]).clip(lower=0)
+    df["is_under"] = df["actual"] > df["est"]
+    df["by_estimate"] = df["by_estimate"].fillna(False).astype(bool)
+    # a rate_cost of its own (what the provider's limiter counts at request time), not the estimate's copy
+    df["rate_cost_set"] = df["rate_cost"].notna() & (df["rate_cost"] != df["est"])
     g = df.groupby(keys, sort=True)
     out = g.agg(
         jobs=("id", "count"),
@@ -152,14 +179,23 @@ def drift(ledger, *, lane: str | None = None, since: str | float | None = None, 
         actual_tokens=("actual", "sum"),
         p50=("ratio", lambda s: s.quantile(0.5)),
         p90=("ratio", lambda s: s.quantile(0.9)),
+        p99=("ratio", lambda s: s.quantile(0.99)),
         overage_tokens=("overage", "sum"),
+        under=("is_under", "mean"),
+        beyond=("beyond", "sum"),
+        by_estimate=("by_estimate", "sum"),
+        rate_cost_set=("rate_cost_set", "any"),
     ).reset_index()
-    for col in ("jobs", "est_tokens", "actual_tokens", "overage_tokens"):
+    for col in ("jobs", "est_tokens", "actual_tokens", "overage_tokens", "by_estimate"):
         out[col] = out[col].astype("int64")
     out["drift"] = [ratio2(a, e) for a, e in zip(out["actual_tokens"], out["est_tokens"])]
-    out["p50"] = out["p50"].map(round2)
-    out["p90"] = out["p90"].map(round2)
-    out["verdict"] = out["drift"].map(verdict)
+    out["overspend"] = [round(b / a, 4) if a else 0.0 for b, a in zip(out["beyond"], out["actual_tokens"])]
+    out["under"] = out["under"].map(lambda x: round(float(x), 4))
+    out["rate_cost_set"] = out["rate_cost_set"].astype(bool)
+    for col in ("p50", "p90", "p99"):
+        out[col] = out[col].map(round2)
+    out["verdict"] = [verdict(d, by_estimate=n, overspend=o)
+                      for d, n, o in zip(out["drift"], out["by_estimate"], out["overspend"])]  # fmt: skip
     if versions:  # admission row first, then shadows, within each group
         out = out.sort_values(by=[k for k in by if k != "version"] + ["role", "version"], kind="stable")
     return out[columns].reset_index(drop=True)
@@ -256,12 +292,29 @@ def advice(row: dict, report=None) -> str:
             best = cands.loc[(cands["drift"] - 1.0).abs().idxmin()]
             better = (f" Shadow estimator `{best['version']}` has drift {best['drift']:.2f} on the same "
                       f"{int(best['jobs'])} jobs: switch admission to it.")  # fmt: skip
+    v = row.get("verdict") or verdict(d, by_estimate=int(row.get("by_estimate") or 0), overspend=row.get("overspend"))
     if d > HIGH:
         return (f"`{stage}` spends {d:.2f}x what it promises, so every admission overspends the lane. "
-                "Fix the estimator before you touch the ceiling (e.g. admit with `calibrated(base)`)." + better)
+                "Fix the estimator before you touch the ceiling (e.g. admit with `learned()`: the prompt's "
+                "tokens plus the stage's learned output)." + better)  # fmt: skip
+    if v == "billed by estimate":
+        return (f"{int(row['by_estimate'])} of {int(row['jobs'])} `{stage}` jobs were billed their estimate because "
+                "no usage was found: for them drift is 1.0 by construction and says nothing. Return the LLM "
+                "response from the task (or call `report_usage(resp)`) so the gate reads what was really spent.")  # fmt: skip
     if d < LOW:
-        return (f"`{stage}` spends only {d:.2f}x its estimate: admission room is wasted. "
-                "Lower the estimate (or calibrate it) rather than raising the ceiling." + better)
+        if row.get("rate_cost_set"):
+            keep = ("Lower the estimate (`est`) and leave `rate_cost` as it is: it is what the provider's rate "
+                    "limiter counts at request time (prompt + max_tokens), not a guess at the bill.")  # fmt: skip
+        else:
+            keep = ("Lower the estimate (or learn it) rather than raising the ceiling; if it carries the request's "
+                    "max_tokens for the provider's rate limit, pass that as `rate_cost=` first, so the limiter "
+                    "keeps counting it.")  # fmt: skip
+        return f"`{stage}` spends only {d:.2f}x its estimate: admission room is wasted. " + keep + better
+    if v == "two-sided":
+        return (f"`{stage}` has drift {d:.2f}, but {row['under']:.0%} of its jobs spent more than their estimate "
+                f"and {row['overspend']:.0%} of its tokens went beyond estimates (p99 ratio {row['p99']:.2f}): the "
+                "sum hides errors both ways. Estimate at the mean with a learned spread (`learned()`), so "
+                "admission keeps headroom for what is in flight, rather than padding every job." + better)  # fmt: skip
     return f"`{stage}` is honest (drift {d:.2f}): leave the estimator alone."
 
 
@@ -285,7 +338,9 @@ def summary_markdown(report, *, title: str = "Lane drift", since: str | None = N
     lead = "Worst overspender" if row["drift"] > 1.0 else "No stage overspends; furthest below its estimate"
     lines += [
         f"**{lead}: {label}**, drift {row['drift']:.2f} over {int(row['jobs'])} jobs "
-        f"(p50 {row['p50']:.2f}, p90 {row['p90']:.2f}, overage {int(row['overage_tokens']):,} tokens).",
+        f"(p50 {row['p50']:.2f}, p90 {row['p90']:.2f}, p99 {row['p99']:.2f}, {row['under']:.0%} under-estimated, "
+        f"{row['overspend']:.0%} of tokens beyond estimates, {int(row['by_estimate'])} billed by estimate, "
+        f"overage {int(row['overage_tokens']):,} tokens).",
         "",
         advice(row, report),
         "",
@@ -298,7 +353,12 @@ def summary_markdown(report, *, title: str = "Lane drift", since: str | None = N
         f"{LOW} to {HIGH}); *overspends* (above {HIGH}): every admission promises less than the stage "
         "spends, so the lane runs out before its runs finish: fix the estimator before you touch the "
         f"ceiling; *wastes room* (below {LOW}): estimates are too high and admission room sits idle: "
-        "lower or calibrate the estimate rather than raising the ceiling. Read drift, not totals.",
+        "lower or calibrate the estimate rather than raising the ceiling. A sum can hide errors: `under` is "
+        "the share of jobs that spent more than their estimate, `overspend` the tokens beyond estimates as a "
+        "share of actual, `p99` the per-job ratio's 99th percentile, `by_estimate` the jobs billed their "
+        "estimate because no usage was found. *billed by estimate*: some jobs reported no usage, so the "
+        f"stage's drift is partly 1.0 by construction; *two-sided*: drift near 1.0 with {TWO_SIDED:.0%} or "
+        "more of the tokens beyond estimates (errors both ways cancel in the sum). Read drift, not totals.",
     ]  # fmt: skip
     return "\n".join(lines)
 
