@@ -214,6 +214,16 @@ Reading the figures (written for the run of 2026-11-29, after issue 11's admissi
   to the last estimated token where `token-fifo` stops, a little short, at its first misfit. Meeting
   "never past it" needs estimates that cover the output (a learned allowance) or admission that allows
   for the drift it has seen.
+- **ceiling-azure-learned / ceiling-mooncake-learned** (issue 12): the same replays with every call
+  re-estimated at arrival by `learned` (its input + the mean output of the calls settled so far: no
+  padding, drift 1.007 and 1.003) and admission keeping 2 sigma of the spread in flight free
+  (`headroom_sigmas`, from each job's `est_var`). Mooncake now settles exactly under the ceiling (0 over,
+  where the fixed allowance of 256 < the mean 343 went 4,839 past it) with 100.0% used. On Azure the
+  estimate drops from input + 256 to input + ~28 (the trace's mean output), and `lane` settles 641
+  tokens (0.007%) past the ceiling, `token-fifo` on the same estimates 335: the calls in flight at the
+  last admission include one 1,899-token answer (mean 28, sd 60), far past any k-sigma headroom, and
+  calls in flight are the long ones (service time follows output length). Within the 0.5% target,
+  not yet "never".
 - **chained-budget**: with stages submitted as the previous one settles, `lane` uses 100% of the week's
   budget, strands 0.74% of what it spends and finishes ~18% more runs than `token-fifo`, which strands
   ~16% (it starts runs the deadline then cuts off). It settles 22,902 tokens (0.04% of spent) past the

@@ -50,6 +50,10 @@ BENCHMARKS = [
      "on the example pipeline (flows/pipeline.py's model and estimator) the biased critique stage shows drift > 1.5 "
      "under the plain estimator, 1.0 +- 0.15 under calibrated and 1.0 +- 0.05 under learned after 200 settled jobs, "
      "side by side in one report."),
+    ("The example pipeline's biased stage through a ledger", "bench_pipeline_drift.py", [], ["--docs", "400"], None,
+     "flows/pipeline.py's documents, model and prompts through a real ledger: the critique stage's drift under its "
+     "TextLength estimator (> 1.5) and under learned (1.00 +- 0.05 after 200 settled jobs), with est_input and est_var "
+     "recorded at intake and the state refitted in the ledger every 50 jobs."),
     ("Estimators on real traces", "bench_estimators.py", [], [], "performance_estimators.md",
      "learned, calibrated(input-only base) and a chars/4-style constant estimated online on the Azure code and "
      "Mooncake conversation traces: learned's drift is 1.00 +- 0.05 after 200 settled jobs; under-estimated share, "
