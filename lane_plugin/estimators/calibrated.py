@@ -141,27 +141,30 @@ def submit_kwargs(primary: Estimator, shadows: Iterable[Estimator] = (), *args, 
     ``est_input`` is the job's counted input tokens when an estimator knows
     them (a :func:`~lane_plugin.estimators.learned` one, admitting or in the
     shadows), else None: recorded with the job, it is what a learned estimator
-    learns from once the job settles.
+    learns from once the job settles. When the admitting estimator knows its
+    spread (``learned``), ``est_var`` rides along too: admission keeps headroom for it.
 
     Example:
         >>> base = Constant({"draft": 1000})
         >>> submit_kwargs(calibrated(base), [base], stage="draft")
         {'est': 1000, 'est_version': 'calibrated(const-v1)#00000000', 'shadows': {'const-v1': 1000}, 'est_input': None}
     """
-    est, est_input = _estimate(primary, args, kwargs)
+    est, est_input, est_var = _estimate(primary, args, kwargs)
     out = {"est": est, "est_version": primary.version, "shadows": {}, "est_input": est_input}
+    if est_var:
+        out["est_var"] = est_var
     for other in shadows:
         if other.version != primary.version:
-            out["shadows"][other.version], known = _estimate(other, args, kwargs)
+            out["shadows"][other.version], known, _ = _estimate(other, args, kwargs)
             if out["est_input"] is None:
                 out["est_input"] = known
     return out
 
 
-def _estimate(estimator: Estimator, args: tuple, kwargs: dict) -> tuple[int, int | None]:
-    """An estimator's number and, if it counts them, the input tokens behind it."""
+def _estimate(estimator: Estimator, args: tuple, kwargs: dict) -> tuple[int, int | None, int]:
+    """An estimator's number and, if it knows them, the input tokens behind it and its spread (variance)."""
     breakdown = getattr(estimator, "breakdown", None)
     if callable(breakdown):
         b = breakdown(*args, **kwargs)
-        return b.total, b.input_tokens
-    return estimator.estimate(*args, **kwargs), None
+        return b.total, b.input_tokens, getattr(b, "variance", 0) or 0
+    return estimator.estimate(*args, **kwargs), None, 0

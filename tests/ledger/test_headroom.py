@@ -78,3 +78,17 @@ def test_a_learned_estimate_carries_its_stage_spread_to_the_gate():
     total, version, est_input, est_var = resolve_parts(est, "critique", (), {"input_tokens": 500})
     assert (total, est_input, est_var) == (700, 500, 10_000)  # mean 200, sample variance 10,000
     assert version.startswith("learned(")
+
+
+def test_submit_kwargs_carries_the_admitting_learned_spread(led):
+    from lane_plugin.estimators import Constant, submit_kwargs
+
+    lane(led)
+    est = learned(encoding="o200k_base", ledger=False, min_jobs=3)
+    for out in (100, 300, 200):
+        est.observe("draft", 1_000, 1_000 + out)
+    kw = submit_kwargs(est, [Constant({"draft": 900})], input_tokens=500, stage="draft")
+    assert (kw["est"], kw["est_input"], kw["est_var"]) == (700, 500, 10_000)
+    assert "est_var" not in submit_kwargs(Constant({"draft": 900}), [est], input_tokens=500, stage="draft")
+    jid = led.submit("draft", **kw)
+    assert led.job(jid)["est_var"] == 10_000
