@@ -71,6 +71,8 @@ def lane_status(cur: Cursor, now: float) -> list[dict]:
                 "reserved": row.reserved,
                 "remaining": row.ceiling - committed,
                 "finishing": row.finishing,
+                "reserved_var": row.reserved_var,
+                "headroom": row.policy.headroom(row.reserved_var),
                 "overage": row.overage,
                 "pct_of_ceiling": round(100.0 * committed / row.ceiling, 2),
                 "start_limit": row.policy.start_limit,

@@ -53,6 +53,8 @@ def test_admission_keeps_headroom_for_the_spread_in_flight(led):
     lane(led)
     big = led.submit("s", 8_800, "h", est_var=100**2)  # sd 100: 200 tokens of headroom
     assert [x.job_id for x in led.tick("h")] == [big]
+    [status] = [x for x in led.lanes() if x["lane"] == "h"]
+    assert (status["reserved_var"], status["headroom"]) == (10_000, 200)
     small = led.submit("s", 1_000, "h", est_var=100**2)  # fits by its mean (9,800), not with 2 * 141 = 283 more
     assert led.tick("h") == []
     assert led.wait_status(small)["blocked_by"] == "headroom"
