@@ -185,6 +185,15 @@ def print_table(trace: Trace, cfg: SimConfig, results: list[SimResult], wall: fl
         f"{'; stalled (jobs wait that nothing can ever admit: budget spent, no reset to come): ' + ', '.join(r.policy for r in results if r.stalled) if any(r.stalled for r in results) else ''}."
     )  # fmt: skip
     lines += wrap.wrap(notes)
+    for r in sorted((r for r in results if r.estimator), key=lambda r: r.policy != "lane")[:1]:  # lane's, else the first
+        e = r.estimator
+        if e["jobs"]:
+            lines += wrap.wrap(
+                f"estimator {e['name']} ({r.policy}'s run, re-estimated at submission; the header's drift and "
+                f"top-10% are the trace's own estimates): drift {e['drift']:.3f}, {e['under_share']:.0%} "
+                f"under-estimated, {e['overspend_share']:.1%} of tokens beyond estimates, p90 ratio "
+                f"{e['p90_ratio']:.2f}, over {e['jobs']:,} jobs after {e['warmup']} of their stage settled."
+            )  # fmt: skip
     jobs = sum(r.jobs for r in results)
     lines.append(f"simulated {jobs:,} job-runs in {wall:.2f} s: {jobs / max(wall, 1e-9):,.0f} jobs/s")
     print("\n".join(lines), file=file)
