@@ -39,3 +39,31 @@ def test_a_learned_estimate_records_its_input_tokens_and_version(ledger):
     assert (jobs["critique"]["est"], jobs["critique"]["est_input"]) == (crit_input + 200, crit_input)
     assert jobs["critique"]["est_version"] == "learned(o200k_base)#00000000"
     assert ledger.output_samples()["draft"] == [(n, n + 280)]
+
+
+def test_a_learned_estimate_brings_its_stage_spread_to_admission(ledger):
+    """Issue 12 item 3: the stage's fitted spread rides with the job (est_var) and into the lane's reserved_var."""
+    from lane_plugin.estimators import OutputLearner
+
+    fitted = OutputLearner(min_jobs=3)
+    for out in (100, 300, 200):
+        fitted.observe("draft", 1_000, 1_000 + out)
+    ledger.save_estimator_state("learned", fitted.rows())  # what a refit stores: allowance 200, variance 10,000
+    est = learned("gpt-4o", ledger=ledger, refresh=0.0)
+    seen = {}
+
+    @lane_task(stage="draft", estimate=lambda text: est.breakdown(text, stage="draft"))
+    def draft(text: str):
+        seen["lane"] = next(s for s in ledger.lanes() if s["lane"] == "free")
+        return {"usage": {"total_tokens": 250}}
+
+    @flow
+    def f():
+        draft("Summarise the ledger.")
+
+    f()
+    [job] = job_rows(ledger)
+    n = TokenCounter("gpt-4o").count("Summarise the ledger.")
+    assert (job["est"], job["est_input"], job["est_var"]) == (n + 200, n, 10_000)
+    assert (seen["lane"]["reserved_var"], seen["lane"]["headroom"]) == (10_000, 200)  # while it ran
+    assert next(s for s in ledger.lanes() if s["lane"] == "free")["reserved_var"] == 0  # settled
