@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from .. import policy
-from ..errors import ConflictingReplay, NeverFits, UnknownLane
+from ..errors import ConflictingReplay, LaneError, NeverFits, UnknownLane
 from .db import Cursor
-from .jobs import JOB_COLS, JOB_KEYS, run_started
-from .lanes import LaneRow, lock_lane, read_lane
+from .jobs import JOB_COLS, JOB_KEYS, lock_job, run_started
+from .lanes import LaneRow, read_lane
 
 
 def submit(
@@ -109,8 +109,14 @@ def _replay_submit(cur: Cursor, existing, *, stage: str, est: int, attempt: int,
 
 
 def reopen(cur: Cursor, job: dict, *, attempt: int, now: float) -> None:
-    """Start a new attempt of a job; a lease still held by an older attempt is voided."""
-    row = lock_lane(cur, job["lane"])
+    """Start a new attempt of a job; a lease still held by an older attempt is voided.
+
+    ``job`` was read before the lane lock: the decision is taken again on a fresh read under
+    it, so a settle or reap of the old attempt that committed meanwhile is not undone twice.
+    """
+    row, job = lock_job(cur, job["id"])
+    if attempt <= job["attempt"]:
+        return  # another retry (or the reaper) already moved the job on
     if job["state"] == "leased":
         cur.execute(
             "update lane set reserved = reserved - :e, reserved_var = reserved_var - :v, leased = leased - 1 "
@@ -121,9 +127,13 @@ def reopen(cur: Cursor, job: dict, *, attempt: int, now: float) -> None:
         cur.execute("delete from tail where job_id = :id", {"id": job["id"]})
     cur.execute(
         "update job set state = 'new', attempt = :a, lease_token = null, lease_until = 0, "
-        "wait_since = :now, prio = :p, reason = null, finished_at = null where id = :id",
-        {"a": attempt, "now": now, "p": row.policy.priority(job["est"], now), "id": job["id"]},
-    )
+        "wait_since = :now, prio = :p, reason = null, finished_at = null "
+        "where id = :id and state = :st and attempt = :old",
+        {"a": attempt, "now": now, "p": row.policy.priority(job["est"], now), "id": job["id"],
+         "st": job["state"], "old": job["attempt"]},
+    )  # fmt: skip
+    if cur.rowcount != 1:  # cannot happen under the locks; never let counters and rows part
+        raise LaneError(f"reopen of job {job['id']} lost a race it cannot lose (lock not held?)")
 
 
 def _resolve_fallback(cur: Cursor, row: LaneRow, fallback: str | bool | None) -> str | None:

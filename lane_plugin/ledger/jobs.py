@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ..errors import UnknownJob
 from .db import Cursor
+from .lanes import LaneRow, lock_lane
 
 ALL_JOB_COLUMNS = (
     "id", "lane", "stage", "est", "rate_cost", "est_version", "est_input", "est_var", "actual", "state", "attempt",
@@ -65,3 +66,24 @@ def run_started(cur: Cursor, lane: str, run_key: str) -> bool:
         cur.scalar("select 1 from lane_run where lane = :l and run_key = :r", {"l": lane, "r": run_key})
         is not None
     )
+
+
+def lock_job(cur: Cursor, job_id: str) -> tuple[LaneRow, dict]:
+    """The job's lane row, locked, and the job read fresh under that lock (and locked itself).
+
+    Every state transition decides on this read, never on one taken before the lock: on
+    PostgreSQL another transaction may have settled, reaped or reopened the job in between.
+    The lock order is lane, then job, as every writer's; a job moved to another lane (its
+    fallback) while we waited is followed to its new lane.
+    """
+    suffix = " for update" if cur.dialect == "postgresql" else ""
+    job = get_job(cur, job_id)
+    for _ in range(8):
+        row = lock_lane(cur, job["lane"])
+        fresh = cur.one(f"select {JOB_COLS} from job where id = :id{suffix}", {"id": job_id})
+        if fresh is None:
+            raise UnknownJob(job_id)
+        job = dict(zip(JOB_KEYS, fresh))
+        if job["lane"] == row.name:
+            return row, job
+    raise UnknownJob(job_id)  # pragma: no cover - moved between lanes eight times while we waited
