@@ -7,6 +7,7 @@ never pays for importing Prefect. docs/architecture.md maps the package.
 """
 
 from .errors import (
+    AmbiguousAttempt,
     ConflictingReplay,
     DatabaseError,
     InvalidInput,
@@ -38,7 +39,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "ConflictingReplay", "DatabaseError", "InvalidInput", "JobParked", "LaneError", "Lease",
+    "AmbiguousAttempt", "ConflictingReplay", "DatabaseError", "InvalidInput", "JobParked", "LaneError", "Lease",
     "LeaseLost", "Ledger", "NeverFits", "NoLedger", "NotALedger", "NotLeased", "NotParked", "Settled", "UnknownJob",
     "UnknownLane", "UsageMissing", "__version__", *_GATING,
 ]  # fmt: skip

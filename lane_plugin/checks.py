@@ -88,3 +88,24 @@ def label(field: str, value, *, limit: int = 64) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > limit:
         raise InvalidInput(field, value, f"expected a non-empty label of at most {limit} characters")
     return value
+
+
+def job_ref(field: str, value, attempt: int | None = None) -> tuple[str, int | None]:
+    """A job id, or ``ID:ATTEMPT`` (what ``lane tick`` and ``lane submit`` print); returns ``(id, attempt)``.
+
+    An attempt given both ways must agree.
+
+    Example:
+        >>> job_ref("job id", "4f2a:2")
+        ('4f2a', 2)
+    """
+    value = text(field, value)
+    if ":" in value:
+        value, _, suffix = value.rpartition(":")
+        if not suffix.isdigit() or not value:
+            raise InvalidInput(field, f"{value}:{suffix}", "expected ID or ID:ATTEMPT (a whole number from 1)")
+        ref = tokens("attempt", int(suffix))
+        if attempt is not None and attempt != ref:
+            raise InvalidInput("attempt", attempt, f"the job reference says attempt {ref}")
+        attempt = ref
+    return value, attempt

@@ -93,11 +93,21 @@ def submit(
     fallback: Optional[str] = typer.Option(None, help="Lane to fall back to ('lane' = the lane's own fallback)."),
     est_input: Optional[int] = typer.Option(None, help="Input tokens counted for this job (learned estimators learn "
                                             "actual minus this)."),
+    as_json: bool = JSON,
 ):
-    """Record a job; prints only its id, so id=$(lane submit ...) works."""
+    """Record a job; prints only its id on stdout, so id=$(lane submit ...) works (its attempt goes to stderr)."""
     fb = True if fallback == "lane" else fallback
-    typer.echo(ledger().submit(stage, est, lane, rate_cost=rate_cost, est_version=est_version, run_key=run_key,
-                               key=key, wait_seconds=wait, fallback=fb, est_input=est_input))  # fmt: skip
+    led = ledger()
+    jid = led.submit(stage, est, lane, rate_cost=rate_cost, est_version=est_version, run_key=run_key, key=key,
+                     wait_seconds=wait, fallback=fb, est_input=est_input)  # fmt: skip
+    job = led.job(jid)  # a known --key may name a job already retried: say which attempt it is at
+    if as_json:
+        _print_json({"id": jid, "attempt": job["attempt"], "ref": f"{jid}:{job['attempt']}", "lane": job["lane"],
+                     "state": job["state"]})  # fmt: skip
+        return
+    typer.echo(jid)
+    typer.echo(f"job {jid} attempt {job['attempt']} ({job['state']} in lane {job['lane']}; "
+               f"settle it as {jid}:{job['attempt']})", err=True)  # fmt: skip
 
 
 @app.command()
@@ -106,22 +116,26 @@ def tick(lane: str = typer.Option("free", help="Lane to admit in."), as_json: bo
     leases = ledger().tick(lane)
     if as_json:
         _print_json([{"id": x.job_id, "stage": x.stage, "est": x.est, "rate_cost": x.rate_cost, "lane": x.lane,
-                      "attempt": x.attempt, "lease_until": x.lease_until, "token": x.token} for x in leases])  # fmt: skip
+                      "attempt": x.attempt, "ref": f"{x.job_id}:{x.attempt}", "lease_until": x.lease_until,
+                      "token": x.token} for x in leases])  # fmt: skip
         return
     for x in leases:
-        typer.echo(f"{x.job_id}\t{x.stage}\t{x.est}\tattempt {x.attempt}")
+        typer.echo(f"{x.job_id}:{x.attempt}\t{x.stage}\t{x.est}\tattempt {x.attempt}")
     typer.echo(f"leased {len(leases)} jobs, {sum(x.est for x in leases)} tokens", err=True)
 
 
 @app.command()
 def settle(
-    job_id: str = typer.Argument(..., help="Job to settle."),
+    job_id: str = typer.Argument(..., help="Job to settle: ID:ATTEMPT as lane tick prints it, or a bare ID."),
     actual: int = typer.Option(..., help="Tokens really spent."),
-    attempt: Optional[int] = typer.Option(None, help="Attempt (default: the job's current one)."),
+    attempt: Optional[int] = typer.Option(
+        None, help="Attempt (or ID:ATTEMPT). A bare ID means the job's only leased attempt; a job leased as "
+        "several attempts refuses it (exit 2), so no attempt's tokens are billed to another."
+    ),
     failed: bool = typer.Option(False, "--failed", help="The attempt failed (its tokens are still billed)."),
     as_json: bool = JSON,
 ):
-    """Bill what a job really spent, exactly once (a replay bills nothing)."""
+    """Bill what an attempt really spent, exactly once (a replay bills nothing; another actual is exit 6)."""
     from dataclasses import asdict
 
     r = ledger().settle(job_id, actual, attempt=attempt, outcome="failed" if failed else "done")

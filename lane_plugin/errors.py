@@ -82,6 +82,12 @@ class ConflictingReplay(LaneError):
     exit_code = 6
 
 
+class AmbiguousAttempt(LaneError):
+    """The settlement names no attempt and the job has had several: which one spent the tokens?"""
+
+    exit_code = 2
+
+
 class JobParked(LaneError):
     """The job was parked before it could be admitted."""
 

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict
 
-from ..checks import number, text, tokens, when
+from ..checks import job_ref, number, text, tokens, when
 from ..errors import InvalidInput, JobParked, Replay
 from . import admission, intake, rates, reads, runs, settlement, status, upkeep
 from .audit import audit as audit_tables
@@ -231,24 +231,25 @@ class Ledger(LearningStore):
         """Bill what an attempt really spent, exactly once.
 
         Args:
-            job: a job id, or the :class:`Lease` being settled (its attempt is used).
+            job: a job id, ``ID:ATTEMPT``, or the :class:`Lease` being settled (its attempt is used).
             actual: tokens really spent by this attempt (0 or more).
-            attempt: the attempt to settle; default the lease's, else the job's current one.
+            attempt: the attempt to settle; default the lease's (or the one ``ID:ATTEMPT`` names).
+                With a bare id it is the job's only leased attempt; a job leased as several
+                attempts refuses a bare id (:class:`~lane_plugin.errors.AmbiguousAttempt`).
             outcome: ``done`` or ``failed`` (the job's state afterwards, if the lease is live).
             by_estimate: ``actual`` is the estimate, billed because no usage was found
                 (counted in the run's bill; never learned from).
 
-        A replay of the same (job, attempt) returns the first result with
-        ``replay=True`` and bills nothing. A settlement after the lease expired
+        A replay of the same (job, attempt) with the same ``actual`` returns the first result with
+        ``replay=True`` and bills nothing; with another ``actual`` it is refused
+        (:class:`~lane_plugin.errors.ConflictingReplay`). A settlement after the lease expired
         is still billed, marked ``late``: the provider billed those tokens.
         """
         if isinstance(job, Lease):
             attempt = job.attempt if attempt is None else attempt
             job = job.job_id
-        job_id = text("job id", job)
+        job_id, attempt = job_ref("job id", job, None if attempt is None else tokens("attempt", attempt))
         actual = tokens("actual", actual, low=0)
-        if attempt is not None:
-            attempt = tokens("attempt", attempt)
         if outcome not in ("done", "failed"):
             raise InvalidInput("outcome", outcome, "expected done or failed")
         try:
@@ -257,8 +258,10 @@ class Ledger(LearningStore):
                                                    now=now, by_estimate=bool(by_estimate)),
                 fault="settle",
             )
-        except Replay:
-            return self._run(lambda cur, now: settlement.first_settlement(cur, job_id, attempt), write=False)
+        except Replay as replay:  # the first result, if this one repeats it (else ConflictingReplay)
+            att = replay.details["attempt"]
+            return settlement.replayed(self._run(lambda cur, now: settlement.first_settlement(cur, job_id, att),
+                                                 write=False), actual)  # fmt: skip
         result, (spent, ceiling, overage) = result
         self._emit("lane.job.settled", result.lane, asdict(result))
         if spent >= ceiling and spent - result.actual < ceiling:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..errors import JobParked, NotLeased, Replay, UnknownJob
+from ..errors import AmbiguousAttempt, ConflictingReplay, JobParked, NotLeased, Replay
 from .db import Cursor
-from .jobs import JOB_KEYS, Settled, get_job
-from .lanes import lock_lane, roll_counters
+from .jobs import Settled, get_job, lock_job
+from .lanes import roll_counters
 from .rates import true_up
 
 
@@ -17,18 +17,19 @@ def settle(
 
     ``by_estimate`` marks an attempt billed its estimate because no usage was found.
     Returns the settlement and the lane's ``(spent, ceiling, overage)`` after it.
+
+    Everything is decided under the lane lock on a fresh read of the job and its
+    settlements: which attempt a bare job id means, replay or conflict, live or late.
     """
-    row = cur.one(
-        f"select {', '.join('j.' + c for c in JOB_KEYS)}, s.id from job j "
-        "left join settlement s on s.job_id = j.id and s.attempt = coalesce(:a, j.attempt) where j.id = :id",
-        {"id": job_id, "a": attempt},
-    )
-    if row is None:
-        raise UnknownJob(job_id)
-    job = dict(zip(JOB_KEYS, row[:-1]))
-    attempt = job["attempt"] if attempt is None else attempt
-    if row[-1] is not None:
-        raise Replay()
+    # Locks in the order lane, then job, as every writer does; and rolls the period first: a
+    # settlement arriving after a period boundary but before the next tick must count in the new
+    # period, not be wiped by that tick's reset.
+    lane_row, job = lock_job(cur, job_id)
+    done = dict(cur.all("select attempt, actual from settlement where job_id = :j", {"j": job_id}))
+    if attempt is None:
+        attempt = which_attempt(job, done)
+    if attempt in done:
+        raise Replay(attempt=attempt)  # the caller compares the actual with the first result's
     if attempt > job["lease_attempt"] or attempt < 1:
         if job["state"] == "parked":
             raise JobParked(f"job {job_id} is parked and was never leased for attempt {attempt}: nothing to settle "
@@ -39,10 +40,7 @@ def settle(
             job_id=job_id,
         )
     lane = job["lane"]
-    # Locks in the order lane, then job, as every writer does; and rolls the period first: a
-    # settlement arriving after a period boundary but before the next tick must count in the new
-    # period, not be wiped by that tick's reset.
-    lane_row = roll_counters(cur, lock_lane(cur, lane), now)
+    lane_row = roll_counters(cur, lane_row, now)
     final = "done" if outcome == "done" else "failed"
     cur.execute(
         "update job set state = :st, actual = actual + :a, finished_at = :now, lease_token = null "
@@ -59,7 +57,7 @@ def settle(
          "late": not live, "be": bool(by_estimate), "out": outcome, "now": now},
     )  # fmt: skip
     if cur.rowcount != 1:
-        raise Replay()  # a concurrent settle of the same attempt won; roll back ours
+        raise Replay(attempt=attempt)  # a concurrent settle of the same attempt won; roll back ours
     if lane_row.rate_basis == "actual":  # the provider counted what was really used: so does the window
         true_up(cur, lane, job_id, attempt, actual)
     if live:
@@ -81,6 +79,26 @@ def settle(
     return settled, tuple(after)
 
 
+def which_attempt(job: dict, done: dict[int, int]) -> int:
+    """The attempt a settlement that names none bills: the job's only leased attempt, or refused.
+
+    While a job has been leased once, a bare id means that attempt (a zombie settling after its
+    lease was reaped, before the retry is leased, is billed late to it). Once it has been leased
+    as several attempts, the bare id cannot say which one spent the tokens, nor whether it
+    replays one already settled: guessing would bill the wrong attempt and let the other's
+    tokens pass as a replay, so it is refused, naming the attempts.
+    """
+    last = job["lease_attempt"]
+    if last <= 1:
+        return last or job["attempt"]  # (never leased: refused as such by the caller)
+    status = ", ".join(f"{a} settled {done[a]}" if a in done else f"{a} unsettled" for a in range(1, last + 1))
+    raise AmbiguousAttempt(
+        f"job {job['id']} has had attempts 1 to {last} leased or waiting ({status}): say which attempt spent these tokens "
+        f"({job['id']}:ATTEMPT or --attempt N; lane tick and lane submit print it)",
+        job_id=job["id"],
+    )
+
+
 def first_settlement(cur: Cursor, job_id: str, attempt: int | None) -> Settled:
     if attempt is None:
         attempt = get_job(cur, job_id)["attempt"]
@@ -94,3 +112,14 @@ def first_settlement(cur: Cursor, job_id: str, attempt: int | None) -> Settled:
     lane, est, actual, overage, late, outcome, by_estimate = row
     return Settled(job_id, attempt, lane, est, actual, overage, bool(late), outcome, replay=True,
                    by_estimate=bool(by_estimate))  # fmt: skip
+
+
+def replayed(first: Settled, actual: int) -> Settled:
+    """A settlement of an attempt already settled: the first result if it repeats it, else a conflict."""
+    if first.actual != actual:
+        raise ConflictingReplay(
+            f"job {first.job_id} attempt {first.attempt} was already settled with {first.actual} tokens; this "
+            f"settlement says {actual} (a replay must repeat the first; another attempt's tokens must name "
+            f"that attempt: {first.job_id}:ATTEMPT)", job_id=first.job_id, attempt=first.attempt,
+        )  # fmt: skip
+    return first

@@ -36,8 +36,10 @@ def test_the_articles_loop_submit_tick_settle_report(run):
     assert set(leased[0]) >= {"id", "stage", "est", "lane", "lease_until"}
     out = run("settle", leased[0]["id"], "--actual", "5120").stdout
     assert "5120 tokens" in out and "overage 4620" in out
-    again = run("settle", leased[0]["id"], "--actual", "1").stdout
+    again = run("settle", leased[0]["id"], "--actual", "5120").stdout
     assert "replay: billed nothing" in again
+    other = run("settle", leased[0]["id"], "--actual", "1", check=False)  # another actual: not a replay
+    assert other.returncode == 6 and "already settled with 5120" in other.stderr
     report = run("report").stdout
     assert "draft" in report and "10.24" in report
     lanes = json.loads(run("lanes", "--json").stdout)

@@ -102,8 +102,10 @@ def test_settlement_is_idempotent_and_a_replay_bills_nothing(led):
     led.submit("s", 100)
     [lease] = led.tick()
     first = led.settle(lease, 90)
-    again = led.settle(lease, 5000)
+    again = led.settle(lease, 90)
     assert again.replay and again.actual == 90 and again.attempt == 1
+    with pytest.raises(ConflictingReplay, match="already settled with 90 tokens; this settlement says 5000"):
+        led.settle(lease, 5000)  # not a replay: another actual (issue 10 item 2)
     free = led.lane("free")
     assert free.spent == 90 and free.reserved == 0
     cols, rows = led.rows("select count(*) from settlement")
