@@ -215,10 +215,31 @@ def write_lane_settings(cur: Cursor, now: float, name: str, settings: dict, crea
         sets = ", ".join(f"{k} = :{k}" for k in clean)
         cur.execute(f"update lane set {sets}, updated_at = :now where name = :name",
                     {**clean, "now": now, "name": name})  # fmt: skip
+    if current is not None and clean.get("period", current.period) != current.period:
+        _repoint_period(cur, current, clean["period"], now)
     row = read_lane(cur, name)
     if current is not None and any(k in clean and clean[k] != getattr(current, k) for k in ORDER_FIELDS):
         reprioritise(cur, row)
     return row
+
+
+def _repoint_period(cur: Cursor, old: LaneRow, period: str, now: float) -> None:
+    """The period changed: the lane counts from the start of the new period containing ``now``, and
+    ``spent``/``overage`` are what was settled since then, so a switch neither wipes what was spent
+    in the current period nor keeps what an earlier one spent. Switching to no period keeps the
+    current period's start (and its spend, once the old period has rolled): no reset comes after it.
+    """
+    name = old.name
+    if period == "none":
+        roll_counters(cur, old, now)
+        return
+    start = period_start(period, now)
+    spent, overage = cur.one(
+        "select coalesce(sum(actual), 0), coalesce(sum(overage), 0) from settlement where lane = :l "
+        "and settled_at >= :p", {"l": name, "p": start},
+    )  # fmt: skip
+    cur.execute("update lane set period_start = :p, spent = :s, overage = :o where name = :l",
+                {"p": start, "s": spent, "o": overage, "l": name})  # fmt: skip
 
 
 def reprioritise(cur: Cursor, row: LaneRow) -> None:
