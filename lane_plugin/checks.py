@@ -13,6 +13,7 @@ from .errors import InvalidInput
 
 MAX_TOKENS = 10**12
 MAX_TEXT = 200  # stage, est_version and run keys are short labels, not documents
+SHADOW_VERSION_MAX = 128  # the shadow_estimate.version column (a primary key: kept short)
 
 
 def text(field: str, value, *, required: bool = True, limit: int = MAX_TEXT) -> str | None:

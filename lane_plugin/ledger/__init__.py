@@ -5,8 +5,9 @@ write (intake, admission, settlement, upkeep, lane rows) or read (status,
 audit, reads), all in plain DB-API SQL so that the CLI starts fast.
 """
 
-from .api import Ledger, wait_and_acquire
+from .api import Ledger
 from .bill import BillLine
 from .jobs import Lease, Settled
+from .waiting import wait_and_acquire
 
 __all__ = ["BillLine", "Ledger", "Lease", "Settled", "wait_and_acquire"]

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict
 
-from ..checks import job_ref, number, text, tokens, when
+from ..checks import SHADOW_VERSION_MAX, job_ref, number, text, tokens, when
 from ..errors import InvalidInput, JobParked, Replay
 from . import admission, intake, rates, reads, runs, settlement, status, upkeep
 from .audit import audit as audit_tables
@@ -132,7 +132,8 @@ class Ledger(LearningStore):
                 raise InvalidInput("wait_seconds", wait_seconds, "expected at least 0")
         if fallback is not None and not isinstance(fallback, bool):
             fallback = text("fallback", fallback)
-        shadows = {text("shadow version", v): tokens(f"shadow estimate {v!r}", e) for v, e in (shadows or {}).items()}
+        shadows = {text("shadow version", v, limit=SHADOW_VERSION_MAX): tokens(f"shadow estimate {v!r}", e)
+                   for v, e in (shadows or {}).items()}  # fmt: skip
         job_id = uuid.uuid4().hex  # chosen before the transaction: a retried commit finds it
 
         def record(cur, now):
@@ -422,11 +423,15 @@ class Ledger(LearningStore):
         return self._run(lambda cur, now: reads.history(cur, now - days * 86_400.0), write=False)
 
     def rows(self, sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
-        """Run a read-only query of your own (``:name`` parameters); returns ``(columns, rows)``."""
-        return self._run(lambda cur, now: reads.query(cur, sql, params), write=False)
+        """Run a query of your own (``:name`` parameters) in a read-only transaction; returns ``(columns, rows)``.
+
+        A statement that would write is refused (:class:`~lane_plugin.errors.InvalidInput`) and changes nothing."""
+        return self._run(lambda cur, now: reads.query(cur, text("sql", sql, limit=100_000), params), write=False)
 
     def audit(self, *, grace: float = 60.0) -> list[str]:
         """Invariant violations I1-I6 found in the tables; empty when the ledger is sound."""
+        grace = number("grace", grace, low=0.0, high=1e12)
+
         def run(cur):
             if cur.dialect == "postgresql":  # one snapshot for every query: no torn reads under load
                 cur.execute("set transaction isolation level repeatable read, read only")
@@ -435,18 +440,4 @@ class Ledger(LearningStore):
         return self.db.transaction(run, write=False)
 
 
-def wait_and_acquire(ledger: Ledger, job_id: str, *, timeout: float, poll: float = 0.2) -> Lease | None:
-    """Poll :meth:`Ledger.acquire` with jittered backoff; None if ``timeout`` passes first."""
-    import random
-
-    end = time.monotonic() + timeout
-    delay = poll
-    while True:
-        lease = ledger.acquire(job_id)
-        if lease is not None or time.monotonic() >= end:
-            return lease
-        time.sleep(min(delay * (0.5 + random.random()), max(0.0, end - time.monotonic())))
-        delay = min(delay * 1.5, 2.0)
-
-
-__all__ = ["BillLine", "Ledger", "Lease", "Settled", "wait_and_acquire"]
+__all__ = ["BillLine", "Ledger", "Lease", "Settled"]

@@ -179,11 +179,22 @@ def validate_settings(settings: dict, current: LaneRow | None = None) -> dict:
         out[key] = value
     merged = {f.name: getattr(current, f.name) for f in fields(LaneRow)} if current else dict(NEW_LANE)
     merged.update(out)
-    if current is None and "allowance" in out and "ceiling" not in out:
-        merged["ceiling"] = int(out["allowance"] * 0.8)  # a new lane's ceiling follows its allowance
+    if "allowance" in out and "ceiling" not in out:
+        # A ceiling at its default (80% of the allowance, the seed's headroom) follows a new allowance;
+        # one an operator chose stays, and is named if the allowance no longer covers it.
+        if current is None or current.ceiling == default_ceiling(current.allowance):
+            merged["ceiling"] = out["ceiling"] = default_ceiling(out["allowance"])
+        elif merged["ceiling"] > out["allowance"]:
+            raise InvalidInput("allowance", out["allowance"], f"below the lane's ceiling {merged['ceiling']}: "
+                               "lower --ceiling too (at most the allowance)")  # fmt: skip
     if merged.get("ceiling") and merged.get("allowance") and merged["ceiling"] > merged["allowance"]:
         raise InvalidInput("ceiling", merged["ceiling"], f"must not exceed the allowance {merged['allowance']}")
     return out
+
+
+def default_ceiling(allowance: int) -> int:
+    """A lane's ceiling when only its allowance is given: 80% of it (the seed's FREE_CEILING), at least 1."""
+    return max(1, int(allowance * 0.8))
 
 
 def write_lane_settings(cur: Cursor, now: float, name: str, settings: dict, create: bool = True) -> LaneRow:
@@ -204,8 +215,6 @@ def write_lane_settings(cur: Cursor, now: float, name: str, settings: dict, crea
         read_lane(cur, clean["fallback"])
     if current is None:
         row = {**NEW_LANE, **clean, "name": name, "updated_at": now}
-        if "ceiling" not in clean and "allowance" in clean:
-            row["ceiling"] = int(row["allowance"] * 0.8)  # the seed's headroom under the allowance
         cur.execute(f"insert into lane ({', '.join(row)}) values ({', '.join(':' + k for k in row)}) "
                     "on conflict (name) do nothing", row)  # fmt: skip
         if cur.rowcount == 1:

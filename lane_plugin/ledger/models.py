@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy import BigInteger, CheckConstraint, Column, Index, Integer, UniqueConstraint, false
 from sqlmodel import Field, SQLModel
 
+from ..checks import SHADOW_VERSION_MAX
 from ..policy import LANE_DEFAULTS as D
 
 JOB_STATES = ("new", "leased", "done", "failed", "parked")
@@ -174,7 +175,7 @@ class ShadowEstimate(SQLModel, table=True):
     __tablename__ = "shadow_estimate"
 
     job_id: str = Field(primary_key=True, max_length=64)
-    version: str = Field(primary_key=True, max_length=128)
+    version: str = Field(primary_key=True, max_length=SHADOW_VERSION_MAX)
     est: int = _big()
 
 

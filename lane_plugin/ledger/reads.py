@@ -6,6 +6,7 @@ opens; nothing outside this package writes SQL.
 
 from __future__ import annotations
 
+from ..errors import InvalidInput
 from .db import Cursor
 from .jobs import ALL_JOB_COLUMNS, get_job
 
@@ -104,6 +105,18 @@ def history(cur: Cursor, since: float) -> list[dict]:
 
 
 def query(cur: Cursor, sql: str, params: dict | None) -> tuple[list[str], list[tuple]]:
-    cur.execute(sql, params or {})
-    cols = [d[0] for d in cur.raw.description or ()]
-    return cols, [tuple(r) for r in cur.raw.fetchall()]
+    """A caller's own query, in a transaction the database itself keeps read-only: a statement that
+    would write is refused by PostgreSQL (``set transaction read only``) or SQLite (``query_only``)."""
+    sqlite = cur.dialect == "sqlite"
+    cur.execute("pragma query_only = 1" if sqlite else "set transaction read only")
+    try:
+        cur.execute(sql, params or {})
+        cols = [d[0] for d in cur.raw.description or ()]
+        return cols, [tuple(r) for r in cur.raw.fetchall()]
+    except Exception as exc:
+        if "readonly" in str(exc).lower() or "read-only" in str(exc).lower():
+            raise InvalidInput("sql", sql, "Ledger.rows runs read-only queries; this statement writes") from None
+        raise
+    finally:
+        if sqlite:
+            cur.execute("pragma query_only = 0")
