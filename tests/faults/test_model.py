@@ -1,11 +1,18 @@
-"""Item 2: a model-based test. Hypothesis drives the real store (SQLite, injected clock) and a
-tiny in-memory reference model side by side; after every step the two must agree and the audit
-must be clean. A failure prints its steps; replay it with ``pytest --hypothesis-seed=N``."""
+"""Item 2: a model-based test. Hypothesis drives the real store (SQLite and PostgreSQL, injected
+clock) and a tiny in-memory reference model side by side; after every step the two must agree and
+the audit must be clean. A failure prints its steps; replay it with ``pytest --hypothesis-seed=N``.
+
+Issue 10 added settling by bare id (the attempt decided by the ledger, or refused), replays with
+another actual (a conflict), zombies (an older attempt settling late), retries of keyed jobs
+(a reopen) and reopen races: a settle or a reap of the leased attempt and the retry released
+together from two connections; the store must end as one of the two serial orders did."""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
+import uuid as uuid_mod
 from pathlib import Path
 
 import pytest
@@ -15,14 +22,18 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invar
 
 import lane_plugin.ledger.api as ledgermod
 import lane_plugin.ledger.db as dbmod
-from lane_plugin import ConflictingReplay, InvalidInput, LaneError, LeaseLost, Ledger, NotLeased
+from lane_plugin import AmbiguousAttempt, ConflictingReplay, InvalidInput, LaneError, LeaseLost, Ledger, NotLeased
 from lane_plugin.policy import HEAD_SLACK
 
-from .conftest import FULL, late_figure
+from .conftest import FULL, PG_BASE, late_figure, pg_admin
 
 CEILING, MAX_LEASED, LEASE, MAX_ATTEMPTS, PARK = 100, 4, 10.0, 2, 1000.0
 _TEMPLATE: dict = {}
-RAN = {"programs": 0, "steps": 0, "settlements": 0, "late": 0}
+RAN = {db: {"programs": 0, "steps": 0, "settlements": 0, "late": 0, "bare": 0, "ambiguous": 0, "conflicts": 0,
+            "reopens": 0, "races": 0} for db in ("sqlite", "postgresql")}
+_TABLES = ("job", "settlement", "tail", "shadow_estimate", "lane_run", "rate_charge", "run_profile", "estimator_state")
+LANE = dict(allowance=CEILING, ceiling=CEILING, start_fraction=1.0, burst_tokens=10**9, max_leased=MAX_LEASED,
+            lease_seconds=LEASE, max_wait_seconds=10**8, max_attempts=MAX_ATTEMPTS, park_seconds=PARK)
 
 
 def _template() -> Path:
@@ -30,12 +41,46 @@ def _template() -> Path:
     if "path" not in _TEMPLATE:
         d = Path(tempfile.mkdtemp(prefix="lane-model-"))
         led = Ledger(f"sqlite:///{d / 'template.db'}")
-        led.set_lane("free", allowance=CEILING, ceiling=CEILING, start_fraction=1.0, burst_tokens=10**9,
-                     max_leased=MAX_LEASED, lease_seconds=LEASE, max_wait_seconds=10**8,
-                     max_attempts=MAX_ATTEMPTS, park_seconds=PARK)  # fmt: skip
+        led.set_lane("free", **LANE)
         led.close()
         _TEMPLATE["path"] = d / "template.db"
     return _TEMPLATE["path"]
+
+
+class _PgLedger:
+    """One private schema for every PostgreSQL program: migrated once, emptied before each program
+    (the lane rows restored from a copy), dropped at the end of the session."""
+
+    schema: str | None = None
+    url: str | None = None
+
+    @classmethod
+    def fresh(cls) -> str:
+        admin = pg_admin()
+        try:
+            if cls.schema is None:
+                cls.schema = "f_model_" + uuid_mod.uuid4().hex
+                admin.execute(f"create schema {cls.schema}")
+                sep = "&" if "?" in PG_BASE else "?"
+                cls.url = f"{PG_BASE}{sep}options=-csearch_path%3D{cls.schema}"
+                led = Ledger(cls.url)
+                led.set_lane("free", **LANE)
+                led.close()
+                admin.execute(f"create table {cls.schema}.lane_copy as select * from {cls.schema}.lane")
+            tables = ", ".join(f"{cls.schema}.{t}" for t in _TABLES + ("lane",))
+            admin.execute(f"truncate {tables}")
+            admin.execute(f"insert into {cls.schema}.lane select * from {cls.schema}.lane_copy")
+        finally:
+            admin.close()
+        return cls.url
+
+    @classmethod
+    def drop(cls) -> None:
+        if cls.schema is not None:
+            admin = pg_admin()
+            admin.execute(f"drop schema if exists {cls.schema} cascade")
+            admin.close()
+            cls.schema = None
 
 
 class _Ids:
@@ -55,20 +100,48 @@ class _Ids:
         return getattr(self._uuid, name)
 
 
+def _together(led: Ledger, *fns) -> list:
+    """Run each fn in its own thread (its own connection to ``led``), released at the same instant."""
+    start = threading.Barrier(len(fns))
+    out: list = [None] * len(fns)
+
+    def run(i, fn):
+        start.wait()
+        try:
+            out[i] = fn()
+        except BaseException as exc:  # noqa: BLE001 - the caller asserts on it
+            out[i] = exc
+        finally:
+            led.db.discard()  # this thread's connection
+
+    threads = [threading.Thread(target=run, args=(i, fn)) for i, fn in enumerate(fns)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return out
+
+
 class Crash(Exception):
     """A simulated crash at a fault point (the process would have died here)."""
 
 
 class LedgerMachine(RuleBasedStateMachine):
     jobs = Bundle("jobs")
+    db = "sqlite"
 
     def __init__(self):
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="lane-model-"))
-        shutil.copy(_template(), self.dir / "ledger.db")
+        if self.db == "sqlite":
+            shutil.copy(_template(), self.dir / "ledger.db")
+            url = f"sqlite:///{self.dir / 'ledger.db'}"
+        else:
+            url = _PgLedger.fresh()
         self.t = 1_000_000.0
         self._real_uuid, ledgermod.uuid = ledgermod.uuid, _Ids()
-        self.led = Ledger(f"sqlite:///{self.dir / 'ledger.db'}", clock=lambda: self.t)
+        self.led = Ledger(url, clock=lambda: self.t)
+        self.ran = RAN[self.db]
         # the reference model
         self.m: dict[str, dict] = {}
         self.keys: dict[str, tuple[str, int]] = {}
@@ -78,8 +151,8 @@ class LedgerMachine(RuleBasedStateMachine):
         self.seq = 0
 
     def teardown(self):
-        RAN["programs"] += 1
-        RAN["settlements"] += len(self.settled)
+        self.ran["programs"] += 1
+        self.ran["settlements"] += len(self.settled)
         ledgermod.uuid = self._real_uuid
         self.led.close()
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -177,21 +250,41 @@ class LedgerMachine(RuleBasedStateMachine):
             self.tokens[job] = None
         else:
             self.overage += actual
-            RAN["late"] += 1
+            self.ran["late"] += 1
 
     @rule(job=jobs, back=st.integers(0, 2), actual=st.integers(0, 70), failed=st.booleans())
     def settle(self, job, back, actual, failed):
-        self._settle(job, back, actual, failed)
+        """Settle a named attempt: the current one, or an older one (a zombie settling late)."""
+        self._settle(job, self.m[job]["attempt"] - back, actual, failed)
 
-    def _settle(self, job, back, actual, failed):
-        attempt = self.m[job]["attempt"] - back
+    @rule(job=jobs, actual=st.integers(0, 70), failed=st.booleans())
+    def settle_bare(self, job, actual, failed):
+        """Settle by bare id: the job's only leased attempt, or refused once it had several."""
+        self.ran["bare"] += 1
+        last = self.m[job]["lease_attempt"]
+        if last > 1:
+            with pytest.raises(AmbiguousAttempt, match=f"attempts 1 to {last}"):
+                self.led.settle(job, actual, outcome="failed" if failed else "done")
+            self.ran["ambiguous"] += 1
+            return
+        self._settle(job, last or self.m[job]["attempt"], actual, failed, bare=True)
+
+    def _settle(self, job, attempt, actual, failed, bare=False):
         outcome = "failed" if failed else "done"
         kind, info = self._expect_settle(job, attempt, actual)
+        settle = (lambda: self.led.settle(job, actual, outcome=outcome)) if bare else (
+            lambda: self.led.settle(job, actual, attempt=attempt, outcome=outcome))  # fmt: skip
         if kind == "notleased" or attempt < 1:
             with pytest.raises((NotLeased, LaneError)):
-                self.led.settle(job, actual, attempt=attempt, outcome=outcome)
+                settle()
             return
-        r = self.led.settle(job, actual, attempt=attempt, outcome=outcome)
+        if kind == "replay" and actual != info:
+            with pytest.raises(ConflictingReplay, match=f"already settled with {info} tokens"):
+                settle()
+            self.ran["conflicts"] += 1
+            return
+        r = settle()
+        assert r.attempt == attempt, "billed another attempt than the one it had to"
         if kind == "replay":
             assert r.replay and r.actual == info, "a replay billed again or returned another result"
             return
@@ -203,7 +296,65 @@ class LedgerMachine(RuleBasedStateMachine):
     def settle_leased(self, i, actual, failed):
         """Settle a job that holds a lease (the common case, so programs reach it often)."""
         leased = sorted(j for j, m in self.m.items() if m["state"] == "leased")
-        self._settle(leased[i % len(leased)], 0, actual, failed)
+        self._settle(leased[i % len(leased)], self.m[leased[i % len(leased)]]["attempt"], actual, failed)
+
+    # -- retries of keyed jobs (a reopen) and their races ----------------------------------
+    def _reopen(self, job, attempt):
+        m = self.m[job]
+        if attempt <= m["attempt"]:
+            return
+        self.ran["reopens"] += 1
+        if m["state"] == "leased":
+            self.reserved -= m["est"]
+            self.leased -= 1
+        self.tokens[job] = None
+        m.update(state="new", attempt=attempt, lease_until=0.0, wait_since=self.t)
+
+    @precondition(lambda self: self.keys)
+    @rule(i=st.integers(0, 10**6), step=st.integers(0, 2))
+    def retry(self, i, step):
+        """The same key again as attempt n + step (Prefect's retry of a task run: step 0 is a replay)."""
+        key = sorted(self.keys)[i % len(self.keys)]
+        job, est = self.keys[key]
+        attempt = self.m[job]["attempt"] + step
+        assert self.led.submit("model", est, "free", key=key, attempt=attempt) == job
+        self._reopen(job, attempt)
+
+    @rule(i=st.integers(0, 10**6), against=st.sampled_from(["settle", "reap"]), actual=st.integers(0, 70))
+    def race_retry(self, i, against, actual):
+        """A settle (or, its lease expired, a reap) of the leased attempt and the retry of the same keyed
+        job, released together from two connections: the store must end as one serial order would."""
+        keyed = sorted(j for j, _ in self.keys.values() if self.m[j]["state"] == "leased")
+        if not keyed:  # make one: a small keyed job, leased by a tick the model checks
+            self.submit(1, f"race{self.seq}")
+            self.tick()
+            keyed = sorted(j for j, _ in self.keys.values() if self.m[j]["state"] == "leased")
+            if not keyed:
+                return
+        self.ran["races"] += 1
+        job = keyed[i % len(keyed)]
+        key = next(k for k, (j, _) in self.keys.items() if j == job)
+        m = self.m[job]
+        attempt = m["attempt"]
+        if against == "reap":
+            self.t += LEASE + 0.01  # every lease has run out
+        first = (lambda: self.led.settle(job, actual, attempt=attempt)) if against == "settle" else self.led.reap
+        out = _together(self.led, first,
+                        lambda: self.led.submit("model", m["est"], "free", key=key, attempt=attempt + 1))  # fmt: skip
+        assert not any(isinstance(r, BaseException) for r in out) and out[1] == job, out
+        if against == "settle":
+            if out[0].late:  # the retry went first: the lease was void when the settlement came
+                self._reopen(job, attempt + 1)
+                self._apply_settle(job, attempt, actual, False, "done")
+            else:
+                self._apply_settle(job, attempt, actual, True, "done")
+                self._reopen(job, attempt + 1)
+            return
+        reaped = job in out[0].requeued or job in [p["job_id"] for p in out[0].parked]
+        if not reaped:  # the retry went first
+            self._reopen(job, attempt + 1)
+        self._expect_reap(out[0])
+        self._reopen(job, attempt + 1)  # after the reap: a no-op unless the reap parked it
 
     @rule(job=jobs, actual=st.integers(0, 70), where=st.sampled_from(["before_commit", "after_commit"]))
     def crash_then_retry(self, job, actual, where):
@@ -241,7 +392,9 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @rule()
     def reap(self):
-        moved = self.led.reap()
+        self._expect_reap(self.led.reap())
+
+    def _expect_reap(self, moved):
         want_requeued, want_parked = [], []
         for j, m in self.m.items():
             if m["state"] == "leased" and m["lease_until"] < self.t:
@@ -279,7 +432,7 @@ class LedgerMachine(RuleBasedStateMachine):
     # -- agreement ------------------------------------------------------------------
     @invariant()
     def agree(self):
-        RAN["steps"] += 1
+        self.ran["steps"] += 1
         row = self.led.lane("free")
         assert (row.spent, row.reserved, row.overage, row.leased) == (
             self.spent, self.reserved, self.overage, self.leased
@@ -297,17 +450,41 @@ LedgerMachine.TestCase.settings = settings(
 )  # fmt: skip
 
 
+class PgLedgerMachine(LedgerMachine):
+    """The same programs against PostgreSQL (where intake and upkeep are not serialised)."""
+
+    db = "postgresql"
+
+
+PgLedgerMachine.TestCase.settings = settings(
+    max_examples=300 if FULL else 25, stateful_step_count=50, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)  # fmt: skip
+
+
 TestLedgerModel = LedgerMachine.TestCase
+TestLedgerModelPostgres = pytest.mark.postgres(PgLedgerMachine.TestCase)
 
 
-def _model_figure() -> str | None:
-    if not RAN["programs"]:
+@pytest.fixture(scope="module", autouse=True)
+def _drop_pg_schema():
+    yield
+    _PgLedger.drop()
+
+
+def _model_figure(db: str, machine) -> str | None:
+    ran = RAN[db]
+    if not ran["programs"]:
         return None
-    n = LedgerMachine.TestCase.settings.max_examples
-    return (f"model sqlite: {RAN['programs']} hypothesis programs (max_examples {n}), {RAN['steps']} checked steps "
-           f"(submit, tick, renew, settle, replayed settle, crash-then-retry, clock, expire, reap, park, requeue), "
-           f"{RAN['settlements']} settlements ({RAN['late']} late): real store and reference model never diverged; "
-           "audit clean after every step")  # fmt: skip
+    n = machine.TestCase.settings.max_examples
+    return (f"model {db}: {ran['programs']} hypothesis programs (max_examples {n}), {ran['steps']} checked steps "
+            f"(submit, tick, renew, settle by attempt and by bare id, replayed and conflicting settles, zombies, "
+            f"crash-then-retry, clock, expire, reap, park, requeue, retries of keyed jobs, settle/reap racing the "
+            f"retry on two connections), {ran['settlements']} settlements ({ran['late']} late), {ran['bare']} bare-id "
+            f"settles ({ran['ambiguous']} refused as ambiguous), {ran['conflicts']} conflicting replays, "
+            f"{ran['reopens']} reopens, {ran['races']} races: real store and reference model never diverged; "
+            "audit clean after every step")  # fmt: skip
 
 
-late_figure(_model_figure)
+late_figure(lambda: _model_figure("sqlite", LedgerMachine))
+late_figure(lambda: _model_figure("postgresql", PgLedgerMachine))
