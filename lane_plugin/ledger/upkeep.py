@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ..errors import NotParked, UnknownJob
 from .db import Cursor
+from .jobs import lock_job
 from .lanes import all_lanes, lock_lane, period_start, read_lane, roll_counters
 
 
@@ -109,18 +110,17 @@ def expire_tail(cur: Cursor, *, now: float) -> Moved:
 
 
 def park(cur: Cursor, job_id: str, *, reason: str, now: float) -> dict | None:
-    """Park one waiting job; None if it was no longer waiting."""
-    row = cur.one("select lane, stage, est, state from job where id = :id", {"id": job_id})
-    if row is None:
-        raise UnknownJob(job_id)
-    lane = lock_lane(cur, row[0])
+    """Park one waiting job; None if it was no longer waiting (decided under its lane's lock, on a fresh read:
+    a job moved to its fallback meanwhile is parked there, with that lane's tail deadline)."""
+    lane, job = lock_job(cur, job_id)
     cur.execute(
-        "update job set state = 'parked', reason = :why, finished_at = :now where id = :id and state = 'new'",
-        {"why": reason, "now": now, "id": job_id},
+        "update job set state = 'parked', reason = :why, finished_at = :now where id = :id and state = 'new' "
+        "and lane = :l",
+        {"why": reason, "now": now, "id": job_id, "l": lane.name},
     )
     if cur.rowcount != 1:
         return None
-    tail = dict(job_id=job_id, lane=lane.name, stage=row[1], est=row[2], reason=reason, parked_at=now,
+    tail = dict(job_id=job_id, lane=lane.name, stage=job["stage"], est=job["est"], reason=reason, parked_at=now,
                 deadline=now + lane.park_seconds)  # fmt: skip
     _insert_tail(cur, [tail])
     return tail
