@@ -63,7 +63,7 @@ tests/policy check the bound on random traffic (hypothesis).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 
 # The finishing reserve (learned from finished runs) lives in .reserve; its names are read here too.
@@ -165,7 +165,8 @@ class LaneSnapshot:
 
     ``window_used`` is the rate tokens admitted in ``(now - window_seconds, now]``;
     ``reserved_var`` the summed variance (``est_var``) of the leased jobs;
-    ``finishing`` the reserve of every run under way; ``run_remaining`` the
+    ``started_runs`` the runs with an admitted job (only the candidates' are looked
+    up); ``finishing`` the reserve of every run under way; ``run_remaining`` the
     reserve of the runs of the candidates (runs absent hold none); ``resets``
     whether the lane has a period (a job that does not fit now may after it).
     """
@@ -177,7 +178,7 @@ class LaneSnapshot:
     window_used: int
     now: float
     stopped: bool = False
-    started_runs: frozenset[str] = field(default_factory=frozenset)
+    started_runs: Container[str] = field(default_factory=frozenset)
     finishing: int = 0
     run_remaining: Mapping[str, int] = field(default_factory=dict)
     resets: bool = False
@@ -308,12 +309,15 @@ def unfit_before_reset(policy: LanePolicy, c: Candidate, kind: str, *, spent: in
     return None
 
 
-def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> Decision:
+def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: bool = False) -> Decision:
     """Choose which candidates to lease now.
 
     Args:
         snapshot: the lane's counters and policy inside the admission transaction.
         candidates: the head of the waiting queue (any order; ids unique).
+        ordered: the candidates already come in :func:`order`'s order; they are
+            then read lazily and no further than needed (once the lease cap
+            binds, only jobs to park and the head's reason are left to find).
 
     Returns:
         The admitted candidates in admission order and what they add to the
@@ -331,7 +335,8 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> Decision:
         return Decision((), 0, head_reason=STOPPED)
     committed, finishing = snapshot.spent + snapshot.reserved, snapshot.finishing
     leased, window, var = snapshot.leased, snapshot.window_used, snapshot.reserved_var
-    started, remaining = set(snapshot.started_runs), dict(snapshot.run_remaining)
+    # Runs started and reserves changed in this tick, over the snapshot's (which may be large: not copied).
+    started, remaining, was_started, had = set(), {}, snapshot.started_runs, snapshot.run_remaining
     runs: dict[str, tuple[int, str | None]] = {}
     admitted: list[Candidate] = []
     parked: list[tuple[Candidate, str, str]] = []
@@ -342,8 +347,12 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> Decision:
     burst_need: int | None = None
 
     left, burst, start_left = p.ceiling - snapshot.spent, p.burst_tokens, p.start_limit - snapshot.spent
-    for c in order(snapshot, candidates):
-        kind = kind_of(c, started)
+    cap, resets = p.max_leased, snapshot.resets
+    for c in candidates if ordered else order(snapshot, candidates):
+        if leased + sh_slot >= cap and head_reason is not None and resets:
+            break  # no lease slot left and nothing to park: the rest changes nothing
+        key = c.run_key
+        kind = FREE if key is None else FINISH if key in started or key in was_started else START
         need = c.est + (c.after if kind == START else 0)
         unfit = None
         if need + (p.headroom(c.var) if c.var else 0) > left or c.rate > burst or (kind == START and c.est > start_left):  # (a fast test first)
@@ -365,10 +374,10 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> Decision:
             tokens, rate, committed, leased, window = tokens + c.est, rate + c.rate, committed + c.est, leased + 1, window + c.rate
             var += c.var
             if kind != FREE:
-                finishing += c.after - remaining.get(c.run_key, 0)
-                remaining[c.run_key] = c.after
-                runs[c.run_key] = (c.after, c.stage)
-                started.add(c.run_key)
+                finishing += c.after - (remaining[key] if key in remaining else had.get(key, 0))
+                remaining[key] = c.after
+                runs[key] = (c.after, c.stage)
+                started.add(key)
             continue
         if head_reason is None:
             head_reason = rule

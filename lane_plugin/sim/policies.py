@@ -31,6 +31,7 @@ on it.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from heapq import heappop, heappush
 from typing import Any, Protocol
 
@@ -66,26 +67,6 @@ class Sim(Protocol):
     def stopped(self, t: float) -> bool: ...
 
     def park(self, j: int, t: float) -> None: ...
-
-
-def _valid_head(sim: Sim, heap: list, n: int, key, skip=None) -> list:
-    """Pop up to ``n`` distinct waiting entries off ``heap`` (caller pushes back).
-
-    With ``skip``, entries for which ``skip(entry)`` is true are stale (the job
-    now sits in another heap) and are dropped like admitted ones.
-    """
-    state = sim.state
-    out, seen = [], set()
-    while heap and len(out) < n:
-        entry = heap[0]
-        j = key(entry)
-        if state[j] != WAITING or j in seen or (skip is not None and skip(entry)):
-            heappop(heap)  # lazy deletion: admitted, parked, moved or a duplicate entry
-            continue
-        heappop(heap)
-        seen.add(j)
-        out.append(entry)
-    return out
 
 
 class LaneQueue:
@@ -126,12 +107,55 @@ class LaneQueue:
                 if self.sim.state[j] == WAITING:
                     heappush(self.finishing, (self.prio(j), j))
 
-    def head(self, n: int) -> tuple[list, list]:
-        runs, run_key = self.runs.runs, self.sim.trace.run_key
-        fin = _valid_head(self.sim, self.finishing, n, lambda e: e[1])
-        other = _valid_head(self.sim, self.other, n, lambda e: e[1],
-                            skip=lambda e: run_key[e[1]] is not None and run_key[e[1]] in runs)  # fmt: skip
-        return fin, other
+    def head(self, n: int, popped: list) -> Iterator[Candidate]:
+        """The first ``n`` waiting jobs of each range, merged in admission order, read lazily.
+
+        What the store's two-range read returns, sorted as :func:`~lane_plugin.policy.order`
+        sorts it (``(prio, id)``; ids sort like indices), but popped only as far as admission
+        reads. Every entry handed out is appended to ``popped`` (the caller pushes back those
+        neither admitted nor parked).
+        """
+        sim, runs, run_key = self.sim, self.runs.runs, self.sim.trace.run_key
+        state, candidate = sim.state, sim.candidate
+        fin, other = self.finishing, self.other
+        seen_f: set[int] = set()
+        seen_o: set[int] = set()
+        left_f = left_o = n
+        while True:
+            while fin and left_f and (state[fin[0][1]] != WAITING or fin[0][1] in seen_f):
+                heappop(fin)  # lazy deletion: admitted, parked or a duplicate entry
+            while other and left_o:
+                j = other[0][1]
+                if state[j] == WAITING and j not in seen_o and (run_key[j] is None or run_key[j] not in runs):
+                    break
+                heappop(other)  # admitted, parked, a duplicate, or moved to the finishing range
+            f = fin[0] if fin and left_f else None
+            o = other[0] if other and left_o else None
+            if f is None and o is None:
+                return
+            if o is None or (f is not None and f < o):
+                h, e = fin, heappop(fin)
+                seen_f.add(e[1])
+                left_f -= 1
+            else:
+                h, e = other, heappop(other)
+                seen_o.add(e[1])
+                left_o -= 1
+            popped.append((h, e))
+            yield candidate(e[1])
+
+
+class _Remaining:
+    """The reserve of every run a :class:`RunBook` holds, read as ``LaneSnapshot.run_remaining`` reads it."""
+
+    __slots__ = ("runs",)
+
+    def __init__(self, runs: dict) -> None:
+        self.runs = runs
+
+    def get(self, key: str, default: int = 0) -> int:
+        run = self.runs.get(key)
+        return default if run is None else run.remaining
 
 
 def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
@@ -139,8 +163,10 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
 
     Like the store's tick: the reserves of runs that went quiet lapse, then the
     ``free slots + 16`` first waiting jobs of each class (finishing, other) go
-    to :func:`lane_plugin.policy.admit`; every ``REFIT_SECONDS`` the finishing
-    reserve is refit from the runs that lapsed.
+    to :func:`lane_plugin.policy.admit`, in order and read no further than it
+    needs; every ``REFIT_SECONDS`` the finishing reserve is refit from the runs
+    that lapsed. (tests/sim/test_fast_path.py: the same admissions as reading
+    and sorting the whole head.)
 
     Returns:
         Admitted job indices, and the rate tokens the window must make room for
@@ -149,18 +175,14 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     cfg, q = sim.cfg, sim.lane_queue
     book = q.runs
     book.lapse(now)
-    head = max(cfg.max_leased - sim.leased, 0) + HEAD_SLACK
-    fin, other = q.head(head)
-    cands = [sim.candidate(e[1]) for e in fin + other]
-    keys = {c.run_key for c in cands if c.run_key is not None}
-    started = frozenset(k for k in keys if k in book.runs)
+    popped: list[tuple[float, int]] = []
     snap = LaneSnapshot(
         policy=q.policy, spent=sim.spent, reserved=sim.reserved, leased=sim.leased,
-        window_used=sim.window.used(now), now=now, stopped=sim.stopped(now), started_runs=started,
-        finishing=book.finishing, run_remaining={k: book.runs[k].remaining for k in started},
+        window_used=sim.window.used(now), now=now, stopped=sim.stopped(now), started_runs=book.runs,
+        finishing=book.finishing, run_remaining=_Remaining(book.runs),  # type: ignore[arg-type]
         resets=bool(cfg.period_seconds), reserved_var=sim.reserved_var,
     )  # fmt: skip
-    decision = admit(snap, cands)
+    decision = admit(snap, q.head(max(cfg.max_leased - sim.leased, 0) + HEAD_SLACK, popped), ordered=True)
     admitted = [sim.index_of(c) for c in decision.admitted]
     q.started(book.record(decision, admitted, now))
     taken = set(admitted)
@@ -168,10 +190,9 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         j = sim.index_of(c)
         taken.add(j)
         sim.park(j, now)
-    for heap, entries in ((q.finishing, fin), (q.other, other)):
-        for e in entries:
-            if e[1] not in taken:
-                heappush(heap, e)
+    for heap, e in popped:
+        if e[1] not in taken:
+            heappush(heap, e)
     if book.due(now):
         book.refit(now)
     return admitted, decision.burst_need or 0

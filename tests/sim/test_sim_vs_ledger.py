@@ -66,8 +66,8 @@ def test_ledger_admits_what_the_simulator_admits(tmp_path, case, monkeypatch):
     rules: list[str] = []
     real = sim_policies.admit
 
-    def spy(snapshot, candidates):  # which rules kept jobs out, and whether any reserve was held
-        d = real(snapshot, candidates)
+    def spy(snapshot, candidates, **kw):  # which rules kept jobs out, and whether any reserve was held
+        d = real(snapshot, candidates, **kw)
         rules.extend(r for _, r, _ in d.parked)
         rules.append(f"finishing={snapshot.finishing > 0}")
         return d

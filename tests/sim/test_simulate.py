@@ -167,9 +167,10 @@ def test_lane_reads_only_a_bounded_head(monkeypatch):
     sizes = []
     real = sim_policies.admit
 
-    def spy(snapshot, candidates):
+    def spy(snapshot, candidates, **kw):  # read all of what the engine offers (admission may read less)
+        candidates = list(candidates)
         sizes.append(len(candidates))
-        return real(snapshot, candidates)
+        return real(snapshot, candidates, **kw)
 
     monkeypatch.setattr(sim_policies, "admit", spy)
     tr = trace(*[(0.001 * i, 100 + i % 50) for i in range(3_000)])
