@@ -11,11 +11,13 @@ and the ledger reserve the same tokens at the same moments.
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from typing import Any
 
-from ..policy import FIT_RUNS, REFIT_SECONDS, Decision, LanePolicy, StageFit, fit_runs, reserve_hold, run_tokens
+from ..policy import FIT_RUNS, REFIT_SECONDS, Decision, LanePolicy, StageFit, reserve_hold, run_tokens
 
 DONE = 3  # the engine's state code of a settled job
 
@@ -52,6 +54,12 @@ class RunBook:
         self._active: set[str] = set()  # runs under way (expires_at set)
         self._dirty = True  # the fit's input changed since the last refit (else refitting changes nothing)
         self._fixed: dict[str, tuple[float, list]] = {}  # lapsed runs whose jobs all settled: their sequence
+        # The incremental fit: entries of _lapsed per (run, last_at), the sequence each run counts
+        # with, per-stage [tail tokens, jobs, sorted gaps], and the runs to look at again.
+        self._count: dict[tuple[str, float], int] = {}
+        self._counted: dict[str, list] = {}
+        self._sums: dict[str, list] = {}
+        self._touched: set[str] = set()
 
     def after(self, stage: str) -> int:
         """What a run is expected to still need after a job of ``stage`` (0 while unknown)."""
@@ -71,9 +79,16 @@ class RunBook:
             self._active.discard(key)
             self._seq += 1
             heappush(self._lapsed, (run.last_at, self._seq, key))
+            self._enter(key, run.last_at, 1)
             if len(self._lapsed) > FIT_RUNS:
-                heappop(self._lapsed)
+                gone_at, _, gone = heappop(self._lapsed)
+                self._enter(gone, gone_at, -1)
             self._dirty = True
+
+    def _enter(self, key: str, last_at: float, n: int) -> None:
+        """A lapsed run enters (1) or leaves (-1) the latest FIT_RUNS: the next refit looks at it again."""
+        self._count[(key, last_at)] = self._count.get((key, last_at), 0) + n
+        self._touched.add(key)
 
     def record(self, decision: Decision, admitted: list[int], now: float) -> list[str]:
         """Apply a tick's admissions; returns the runs that started in it."""
@@ -88,6 +103,7 @@ class RunBook:
                 new.append(key)
             elif run.expires_at is None:
                 self._dirty = True  # a lapsed run came back: it leaves the fit's input
+                self._touched.add(key)
             if self.sim.admitted_at[j] < 0:  # its first admission (a lease that expired is admitted again)
                 run.jobs.append(j)
         for key, remaining, stage in decision.runs:
@@ -106,27 +122,54 @@ class RunBook:
     def refit(self, now: float) -> None:
         """Learn the profile from the lapsed runs, then re-reserve the runs under way with it.
 
-        Skipped (the same result) when no run lapsed or came back and every job of the
-        runs it learns from had settled at the last refit.
+        Incremental: the per-stage sums :func:`~lane_plugin.policy.fit_runs` makes are kept, and
+        only the runs that lapsed, left the latest FIT_RUNS, came back or still had a job running
+        are taken out and put back in, so the profile is the one ``fit_runs`` gives over every
+        lapsed run (tests/sim/test_fast_path.py). Skipped when nothing it learns from changed.
         """
         self.lapse(now)
         self.profile_at = now
         if not self._dirty:
             return
         self._dirty = False
-        sequences = []
-        for last_at, _, key in self._lapsed:
+        touched, self._touched = self._touched, set()
+        for key in touched:
             run = self.runs[key]
-            if run.expires_at is not None or run.last_at != last_at:
-                continue  # revived by a later job
-            sequences.append(self._sequence(key, run))
-        self.profile.update(fit_runs(sequences))
+            seq = None
+            if run.expires_at is None and self._count.get((key, run.last_at), 0) > 0:
+                seq = self._sequence(key, run)
+            old = self._counted.get(key)
+            if old is not None and old != seq:
+                self._add(old, -1)
+                del self._counted[key]
+            if seq is not None and old != seq:
+                self._add(seq, 1)
+                self._counted[key] = seq
+        self.profile.update({stage: StageFit(math.ceil(total / n), 2.0 * _p95(gaps), n)
+                             for stage, (total, n, gaps) in self._sums.items() if n})  # fmt: skip
         self.finishing = 0
         for key in self._active:
             run = self.runs[key]
             run.remaining = self.after(run.stage) if run.stage is not None else 0
             self.finishing += run.remaining
         self.version += 1
+
+    def _add(self, seq: list, sign: int) -> None:
+        """Count one run's jobs in (sign 1) or out of (-1) the per-stage sums, as fit_runs counts them."""
+        tail = sum(t for _, t, _ in seq)
+        for i, (stage, tokens, at) in enumerate(seq):
+            tail -= tokens
+            acc = self._sums.get(stage)
+            if acc is None:
+                acc = self._sums[stage] = [0, 0, []]
+            acc[0] += sign * tail
+            acc[1] += sign
+            if i + 1 < len(seq):
+                gap = max(0.0, seq[i + 1][2] - at)
+                if sign > 0:
+                    insort(acc[2], gap)
+                else:
+                    del acc[2][bisect_left(acc[2], gap)]
 
     def _sequence(self, key: str, run: Run) -> list:
         """A lapsed run's jobs as fit_runs reads them; kept once every job has settled (it cannot change)."""
@@ -141,4 +184,10 @@ class RunBook:
             self._fixed[key] = (run.last_at, seq)
         else:
             self._dirty = True  # a job still running may settle before the next refit
+            self._touched.add(key)
         return seq
+
+
+def _p95(gaps: list[float]) -> float:
+    """fit_runs' 95th percentile of sorted gaps (0 if none)."""
+    return gaps[min(len(gaps) - 1, math.ceil(0.95 * len(gaps)) - 1)] if gaps else 0.0

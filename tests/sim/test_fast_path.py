@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from lane_plugin.policy import fit_runs
 from lane_plugin.sim import policies as sim_policies
 from lane_plugin.sim import runs as sim_runs
 from lane_plugin.sim.engine import SimConfig, simulate
@@ -54,3 +55,24 @@ def test_the_fast_path_admits_what_the_reference_admits(name, seed, monkeypatch)
     assert fast.log == ref.log
     for figure in ("done", "parked", "expired", "spent", "over_ceiling", "wait_p50", "wait_p99", "stranded_tokens"):
         assert getattr(fast, figure) == getattr(ref, figure), figure
+
+
+@pytest.mark.parametrize("name", ["chained-budget", "expiring"])
+def test_the_incremental_refit_learns_what_fit_runs_learns_from_every_lapsed_run(name, monkeypatch):
+    real, checked = sim_runs.RunBook.refit, []
+
+    def refit(book, now):
+        dirty = book._dirty or book.lapse(now) or book._dirty
+        real(book, now)
+        if not dirty:
+            return
+        sequences = [book._sequence(key, book.runs[key]) for last_at, _, key in book._lapsed
+                     if book.runs[key].expires_at is None and book.runs[key].last_at == last_at]  # fmt: skip
+        fit = fit_runs(sequences)
+        assert {s: book.profile[s] for s in fit} == fit
+        assert {s: n for s, (_, n, _) in book._sums.items() if n} == {s: f.runs for s, f in fit.items()}
+        checked.append(len(sequences))
+
+    monkeypatch.setattr(sim_runs.RunBook, "refit", refit)
+    run(name, 3)
+    assert len(checked) > 5 and max(checked) > 50  # many refits, over many lapsed runs
