@@ -118,29 +118,32 @@ class LaneQueue:
         sim, runs, run_key = self.sim, self.runs.runs, self.sim.trace.run_key
         state, candidate = sim.state, sim.candidate
         fin, other = self.finishing, self.other
-        seen_f: set[int] = set()
-        seen_o: set[int] = set()
+        # A job's entries carry its one cached priority, so a duplicate is equal to the entry
+        # popped just before it from the same heap.
+        last_f = last_o = None
         left_f = left_o = n
         while True:
-            while fin and left_f and (state[fin[0][1]] != WAITING or fin[0][1] in seen_f):
+            while fin and left_f and (state[fin[0][1]] != WAITING or fin[0] == last_f):
                 heappop(fin)  # lazy deletion: admitted, parked or a duplicate entry
             while other and left_o:
-                j = other[0][1]
-                if state[j] == WAITING and j not in seen_o and (run_key[j] is None or run_key[j] not in runs):
+                o = other[0]
+                j = o[1]
+                if state[j] == WAITING and o != last_o and (run_key[j] is None or run_key[j] not in runs):
                     break
                 heappop(other)  # admitted, parked, a duplicate, or moved to the finishing range
             f = fin[0] if fin and left_f else None
             o = other[0] if other and left_o else None
-            if f is None and o is None:
-                return
-            if o is None or (f is not None and f < o):
+            if o is None:
+                if f is None:
+                    return
                 h, e = fin, heappop(fin)
-                seen_f.add(e[1])
-                left_f -= 1
+                last_f, left_f = e, left_f - 1
+            elif f is not None and f < o:
+                h, e = fin, heappop(fin)
+                last_f, left_f = e, left_f - 1
             else:
                 h, e = other, heappop(other)
-                seen_o.add(e[1])
-                left_o -= 1
+                last_o, left_o = e, left_o - 1
             popped.append((h, e))
             yield candidate(e[1])
 
