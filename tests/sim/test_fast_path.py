@@ -11,14 +11,16 @@ expire) the two must log the same tick, settlement, park and expiry at the same 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
 
-from lane_plugin.policy import fit_runs
+from lane_plugin.policy import admit, fit_runs, order
 from lane_plugin.sim import policies as sim_policies
 from lane_plugin.sim import runs as sim_runs
 from lane_plugin.sim.engine import SimConfig, simulate
 from lane_plugin.sim.traffic import generate
 
-from .reference_lane import refit_reference, select_lane_reference
+from ..policy.test_policy import scenarios
+from .reference_lane import reference_admit, refit_reference, select_lane_reference
 
 SCENARIOS = {
     "chained-budget": (dict(jobs=3_000, days=1.0, mix="lognormal", drift=1.3, stages=3, median=400.0),
@@ -76,3 +78,13 @@ def test_the_incremental_refit_learns_what_fit_runs_learns_from_every_lapsed_run
     monkeypatch.setattr(sim_runs.RunBook, "refit", refit)
     run(name, 3)
     assert len(checked) > 5 and max(checked) > 50  # many refits, over many lapsed runs
+
+
+@settings(max_examples=500, deadline=None)
+@given(scenarios())
+def test_admit_in_order_and_stopping_early_decides_as_the_reference(case):
+    """Any lane, any head: read lazily in order (and stopped once the cap binds), the same decision."""
+    s, cands = case
+    ref = reference_admit(s, cands)
+    assert admit(s, cands) == ref
+    assert admit(s, iter(order(s, cands)), ordered=True) == ref

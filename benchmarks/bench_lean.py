@@ -1,0 +1,80 @@
+"""How strongly ``lane`` must lean towards small jobs to meet issue 11's wait targets (an experiment).
+
+Replays the rate-bound scenarios of ``bench_targets.py`` (Azure and Mooncake, a 60 s sliding window a
+little under the hour's demand) with ``LanePolicy.priority`` replaced by candidate leans, each adding
+at most ``max_wait_seconds`` to a job's place (so each keeps the wait bound: a job arriving more than
+``max_wait_seconds`` later is never ahead), and prints `lane`'s p50 and p99 wait against
+`token-fifo`'s (targets: <= 0.5x and <= 1.3x). Class boundaries are quantiles of the trace's own
+estimates: what a lane would have to learn from its traffic (the ledger does not store it yet).
+
+Run:  .venv/bin/python benchmarks/bench_lean.py [--leans today,q50,q60,...]
+
+Leans: ``today`` (the shipped priority: est x max_wait / min(ceiling, burst)); ``qNN``: two classes,
+jobs above the NN-th percentile estimate wait ``max_wait_seconds`` more; ``qAA/BB``: three classes;
+``linNN``: linear in est up to twice the NN-th percentile, then flat; ``burst/K``: linear up to
+min(ceiling, burst) / K (a scale from the lane's settings, not its traffic).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_targets as bt  # noqa: E402
+
+from lane_plugin import policy  # noqa: E402
+from lane_plugin.sim.engine import simulate  # noqa: E402
+
+TODAY = policy.LanePolicy.priority
+DEFAULT = "today,burst/64,burst/128,lin50,q50,q60,q70,q33/67"
+
+
+def lean(name: str, ests: list[int]):
+    """A priority function ``(policy, est, wait_since) -> prio`` for lean ``name`` on these estimates."""
+    ranked = sorted(ests)
+
+    def q(pct: float) -> int:
+        return ranked[min(len(ranked) - 1, int(pct / 100 * len(ranked)))]
+
+    if name == "today":
+        return TODAY
+    if name.startswith("burst/"):
+        k = float(name[6:])
+        return lambda p, est, w: w + p.max_wait_seconds * min(1.0, est / max(1.0, min(p.ceiling, p.burst_tokens) / k))
+    if name.startswith("lin"):
+        scale = 2 * q(float(name[3:]))
+        return lambda p, est, w: w + p.max_wait_seconds * min(1.0, est / scale)
+    if name.startswith("q"):
+        bounds = [q(float(x)) for x in name[1:].split("/")]
+        return lambda p, est, w: w + p.max_wait_seconds * sum(est > b for b in bounds) / len(bounds)
+    raise SystemExit(f"--leans: unknown lean {name!r}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--leans", default=DEFAULT)
+    args = ap.parse_args()
+    print("| scenario | lean | `lane` p50 | `token-fifo` p50 | ratio | `lane` p99 | `token-fifo` p99 | ratio |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for name in ("rate-azure", "rate-mooncake"):
+        trace = bt.traffic(name, True)
+        cfg = bt.config(name, trace)
+        fifo = simulate(trace, cfg, ["token-fifo"])[0]
+        for lean_name in args.leans.split(","):
+            policy.LanePolicy.priority = lean(lean_name, trace.est)
+            try:
+                lane = simulate(trace, cfg, ["lane"])[0]
+            finally:
+                policy.LanePolicy.priority = TODAY
+            print(f"| {name} | `{lean_name}` | {lane.wait_p50:.0f} s | {fifo.wait_p50:.0f} s | "
+                  f"{lane.wait_p50 / fifo.wait_p50:.2f}x | {lane.wait_p99:.0f} s | {fifo.wait_p99:.0f} s | "
+                  f"{lane.wait_p99 / fifo.wait_p99:.2f}x |", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
