@@ -178,6 +178,12 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     cfg, q = sim.cfg, sim.lane_queue
     book = q.runs
     book.lapse(now)
+    if cfg.period_seconds and _smallest(sim) > cfg.ceiling - sim.spent:
+        # Every waiting job's estimate exceeds what spend leaves until the reset: each candidate is
+        # unfit before the reset, so admit would lease nothing and, the lane having a period, park nothing.
+        if book.due(now):
+            book.refit(now)
+        return [], 0
     popped: list[tuple[float, int]] = []
     snap = LaneSnapshot(
         policy=q.policy, spent=sim.spent, reserved=sim.reserved, leased=sim.leased,
@@ -199,6 +205,14 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     if book.due(now):
         book.refit(now)
     return admitted, decision.burst_need or 0
+
+
+def _smallest(sim: Sim) -> float:
+    """The smallest estimate of a waiting job (dropping stale entries), inf if none."""
+    heap, state = sim.by_est, sim.state
+    while heap and state[heap[0][1]] != WAITING:
+        heappop(heap)
+    return heap[0][0] if heap else math.inf
 
 
 def _peek(sim: Sim, heap: list) -> int | None:
@@ -284,7 +298,7 @@ POLICIES = {
     "smallest-first": select_smallest_first,
     "lane": select_lane,
 }
-USES_EST_HEAP = {"smallest-first"}
+USES_EST_HEAP = {"smallest-first", "lane"}
 
 
 def candidate_for(sim: Sim, j: int) -> Candidate:

@@ -17,14 +17,14 @@ from lane_plugin.policy import admit, fit_runs, order
 from lane_plugin.sim import policies as sim_policies
 from lane_plugin.sim import runs as sim_runs
 from lane_plugin.sim.engine import SimConfig, simulate
-from lane_plugin.sim.traffic import generate
+from lane_plugin.sim.traffic import Trace, generate
 
 from ..policy.test_policy import scenarios
 from .reference_lane import reference_admit, refit_reference, select_lane_reference
 
 SCENARIOS = {
     "chained-budget": (dict(jobs=3_000, days=1.0, mix="lognormal", drift=1.3, stages=3, median=400.0),
-                       dict(ceiling=400_000, allowance=500_000, burst_tokens=40_000, window_seconds=1.0, max_leased=8,
+                       dict(ceiling=250_000, allowance=500_000, burst_tokens=40_000, window_seconds=1.0, max_leased=8,
                             lease_seconds=900.0, period_seconds=21_600.0, workers=4, service_base=4.0,
                             service_per_token=0.023, deadline=7_200.0)),
     "ceiling-parks": (dict(jobs=2_000, days=0.05, mix="bimodal", stages=1, median=2_000.0),
@@ -88,3 +88,14 @@ def test_admit_in_order_and_stopping_early_decides_as_the_reference(case):
     ref = reference_admit(s, cands)
     assert admit(s, cands) == ref
     assert admit(s, iter(order(s, cands)), ordered=True) == ref
+
+
+def test_a_job_that_takes_exactly_what_spend_leaves_is_admitted_before_the_reset():
+    """The fast path skips admission only when every waiting job is bigger than what is left."""
+    tr = Trace()
+    tr.add(0.0, "s", 100, 100, None)
+    tr.add(5.0, "s", 50, 50, None)
+    cfg = SimConfig(ceiling=150, allowance=150, burst_tokens=1_000, period_seconds=86_400.0, max_leased=1,
+                    service_base=1.0, service_per_token=0.0)  # fmt: skip
+    (lane,) = simulate(tr.sort(), cfg, ["lane"], record=True)
+    assert [(e[1], e[2]) for e in lane.log if e[0] == "tick" and e[2]] == [(0.0, ["j0000000"]), (5.0, ["j0000001"])]
