@@ -145,8 +145,10 @@ class RunBook:
             if seq is not None and old != seq:
                 self._add(seq, 1)
                 self._counted[key] = seq
-        self.profile.update({stage: StageFit(math.ceil(total / n), 2.0 * _p95(gaps), n)
-                             for stage, (total, n, gaps) in self._sums.items() if n})  # fmt: skip
+        fit = {stage: StageFit(math.ceil(total / n), 2.0 * _p95(gaps), n) for stage, (total, n, gaps) in self._sums.items() if n}
+        if all(self.profile.get(stage) == f for stage, f in fit.items()):
+            return  # the same profile: every run under way already reserves what it gives (admission set it)
+        self.profile.update(fit)
         self.finishing = 0
         for key in self._active:
             run = self.runs[key]
