@@ -348,9 +348,13 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
 
     left, burst, start_left = p.ceiling - snapshot.spent, p.burst_tokens, p.start_limit - snapshot.spent
     cap, resets = p.max_leased, snapshot.resets
+    # Closed: nothing more can be leased (no lease slot left, or the head's shadow already overfills
+    # the burst window and holds the smallest room it needs; rate costs are >= 0): the rest can only
+    # be parked, or give the head's reason. In a lane with a period nothing is parked: stop reading.
+    closed = leased >= cap
     for c in candidates if ordered else order(snapshot, candidates):
-        if leased + sh_slot >= cap and head_reason is not None and resets:
-            break  # no lease slot left and nothing to park: the rest changes nothing
+        if closed and head_reason is not None and resets:
+            break
         key = c.run_key
         kind = FREE if key is None else FINISH if key in started or key in was_started else START
         need = c.est + (c.after if kind == START else 0)
@@ -362,6 +366,9 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
                 head_reason = unfit[0]
             if not snapshot.resets:
                 parked.append((c, *unfit))
+            continue
+        if closed:
+            head_reason = head_reason or LEASE_CAP
             continue
         held = shadow is not None and (sh_kind == FINISH or kind != FINISH)
         rule = blocking_rule(
@@ -378,6 +385,7 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
                 remaining[key] = c.after
                 runs[key] = (c.after, c.stage)
                 started.add(key)
+            closed = leased + sh_slot >= cap
             continue
         if head_reason is None:
             head_reason = rule
@@ -387,6 +395,8 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
         if shadow is None and rule != LEASE_CAP:
             shadow, sh_kind, sh_est, sh_rate, sh_slot, sh_var = c, kind, c.est, c.rate, 1, c.var
             sh_extra = need - c.est if kind != FINISH else 0
+        closed = leased + sh_slot >= cap or (shadow is not None and window + sh_rate > burst
+                                             and burst_need is not None and burst_need <= sh_rate)  # fmt: skip
     return Decision(
         tuple(admitted), tokens, shadow, head_reason, rate, finishing - snapshot.finishing,
         tuple((k, r, s) for k, (r, s) in runs.items()), tuple(parked), burst_need, var - snapshot.reserved_var,
