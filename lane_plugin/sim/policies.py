@@ -84,6 +84,8 @@ class LaneQueue:
         self.other: list[tuple[float, int]] = []
         self.finishing: list[tuple[float, int]] = []
         self.members: dict[str, list[int]] = {}  # waiting jobs of runs not started yet
+        self.biggest: list[tuple[int, int]] = []  # waiting jobs by (-est, index)
+        self.max_var = 0  # the largest est_var any job had (headroom grows with it)
         self._prio: dict[int, float] = {}
 
     def prio(self, j: int) -> float:
@@ -93,6 +95,8 @@ class LaneQueue:
         return p
 
     def push(self, j: int) -> None:
+        heappush(self.biggest, (-self.sim.est[j], j))
+        self.max_var = max(self.max_var, self.sim.var[j])
         key = self.sim.trace.run_key[j]
         if key is not None and key in self.runs.runs:
             heappush(self.finishing, (self.prio(j), j))
@@ -185,11 +189,14 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
             book.refit(now)
         return [], 0
     popped: list[tuple[float, int]] = []
+    # A lane without a period parks what cannot fit before a reset; when no waiting job is that
+    # big, admission decides as in a lane with one, which may stop reading once it is closed.
+    resets = bool(cfg.period_seconds) or _none_unfit(sim, q)
     snap = LaneSnapshot(
         policy=q.policy, spent=sim.spent, reserved=sim.reserved, leased=sim.leased,
         window_used=sim.window.used(now), now=now, stopped=sim.stopped(now), started_runs=book.runs,
         finishing=book.finishing, run_remaining=_Remaining(book.runs),  # type: ignore[arg-type]
-        resets=bool(cfg.period_seconds), reserved_var=sim.reserved_var,
+        resets=resets, reserved_var=sim.reserved_var,
     )  # fmt: skip
     decision = admit(snap, q.head(max(cfg.max_leased - sim.leased, 0) + HEAD_SLACK, popped), ordered=True)
     admitted = [sim.index_of(c) for c in decision.admitted]
@@ -205,6 +212,24 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     if book.due(now):
         book.refit(now)
     return admitted, decision.burst_need or 0
+
+
+def _none_unfit(sim: Sim, q: LaneQueue) -> bool:
+    """Whether no waiting job could be unfit before a reset (``policy.unfit_before_reset``).
+
+    Every rate cost fits the burst (the rest were refused at intake); the biggest estimate, plus the
+    most any run is expected to still need and the headroom of the largest spread any job had, fits
+    what spend leaves, and the biggest estimate the start limit.
+    """
+    heap, state = q.biggest, sim.state
+    while heap and state[heap[0][1]] != WAITING:
+        heappop(heap)
+    if not heap:
+        return True
+    big = -heap[0][0]
+    after = max((f.after for f in q.runs.profile.values()), default=0)
+    own = q.policy.headroom(q.max_var)
+    return big + after + own <= q.policy.ceiling - sim.spent and sim.spent + big <= q.policy.start_limit
 
 
 def _smallest(sim: Sim) -> float:
