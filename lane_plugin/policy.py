@@ -348,9 +348,8 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
 
     left, burst, start_left = p.ceiling - snapshot.spent, p.burst_tokens, p.start_limit - snapshot.spent
     cap, resets = p.max_leased, snapshot.resets
-    # Closed: nothing more can be leased (no lease slot left, or the head's shadow already overfills
-    # the burst window and holds the smallest room it needs; rate costs are >= 0): the rest can only
-    # be parked, or give the head's reason. In a lane with a period nothing is parked: stop reading.
+    # Closed: no lease slot left, or the shadow overfills the window holding the smallest room (rates >= 0);
+    # the rest can only be parked or give the head's reason, and with a period nothing is parked.
     closed = leased >= cap
     for c in candidates if ordered else order(snapshot, candidates):
         if closed and head_reason is not None and resets:
