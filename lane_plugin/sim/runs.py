@@ -51,7 +51,7 @@ class RunBook:
         self._expiry: list[tuple[float, int, str]] = []
         self._lapsed: list[tuple[float, int, str]] = []  # the latest FIT_RUNS lapsed runs by last_at
         self._seq = 0
-        self._active: set[str] = set()  # runs under way (expires_at set)
+        self._by_stage: dict[str | None, set[str]] = {}  # runs under way by their latest stage
         self._dirty = True  # the fit's input changed since the last refit (else refitting changes nothing)
         self._fixed: dict[str, tuple[float, list]] = {}  # lapsed runs whose jobs all settled: their sequence
         # The incremental fit: entries of _lapsed per (run, last_at), the sequence each run counts
@@ -76,7 +76,7 @@ class RunBook:
                 continue  # re-armed by a later admission
             self.finishing -= run.remaining
             run.remaining, run.expires_at = 0, None
-            self._active.discard(key)
+            self._by_stage[run.stage].discard(key)
             self._seq += 1
             heappush(self._lapsed, (run.last_at, self._seq, key))
             self._enter(key, run.last_at, 1)
@@ -108,9 +108,11 @@ class RunBook:
                 run.jobs.append(j)
         for key, remaining, stage in decision.runs:
             run = self.runs[key]
+            if run.expires_at is not None:
+                self._by_stage[run.stage].discard(key)
             run.remaining, run.stage, run.last_at = remaining, stage, now
             run.expires_at = now + reserve_hold(self.policy, self.profile.get(stage))
-            self._active.add(key)
+            self._by_stage.setdefault(stage, set()).add(key)
             self._seq += 1
             heappush(self._expiry, (run.expires_at, self._seq, key))
         self.finishing += decision.finishing
@@ -146,14 +148,18 @@ class RunBook:
                 self._add(seq, 1)
                 self._counted[key] = seq
         fit = {stage: StageFit(math.ceil(total / n), 2.0 * _p95(gaps), n) for stage, (total, n, gaps) in self._sums.items() if n}
-        if all(self.profile.get(stage) == f for stage, f in fit.items()):
+        changed = [stage for stage, f in fit.items() if self.profile.get(stage) != f]
+        if not changed:
             return  # the same profile: every run under way already reserves what it gives (admission set it)
         self.profile.update(fit)
-        self.finishing = 0
-        for key in self._active:
-            run = self.runs[key]
-            run.remaining = self.after(run.stage) if run.stage is not None else 0
-            self.finishing += run.remaining
+        # Re-reserve the runs under way: each holds what the profile gave when it was admitted or
+        # last refit, so only those at a stage whose fit changed move (a run without a stage: 0).
+        for stage in {*changed, None} if None in self._by_stage else changed:
+            target = self.after(stage) if stage is not None else 0
+            for key in self._by_stage.get(stage, ()):
+                run = self.runs[key]
+                self.finishing += target - run.remaining
+                run.remaining = target
         self.version += 1
 
     def _add(self, seq: list, sign: int) -> None:
