@@ -19,7 +19,7 @@ from typing import Any
 
 from ..policy import FIT_RUNS, REFIT_SECONDS, Decision, LanePolicy, StageFit, reserve_hold, run_tokens
 
-DONE = 3  # the engine's state code of a settled job
+DONE, PARKED = 3, 4  # the engine's state codes of a settled job and a parked one (neither ever changes)
 
 
 @dataclass
@@ -180,7 +180,7 @@ class RunBook:
                     del acc[2][bisect_left(acc[2], gap)]
 
     def _sequence(self, key: str, run: Run) -> list:
-        """A lapsed run's jobs as fit_runs reads them; kept once every job has settled (it cannot change)."""
+        """A lapsed run's jobs as fit_runs reads them; kept once every job has settled or been parked (final)."""
         hit = self._fixed.get(key)
         if hit is not None and hit[0] == run.last_at:
             return hit[1]
@@ -188,7 +188,7 @@ class RunBook:
         est, actual, stage, arrival, state = sim.trace.est, sim.trace.actual, sim.trace.stage, sim.trace.arrival, sim.state
         jobs = sorted(run.jobs, key=lambda j: (sim.admitted_at[j], arrival[j], j))
         seq = [(stage[j], run_tokens(est[j], actual[j] if state[j] == DONE else 0), sim.admitted_at[j]) for j in jobs]
-        if all(state[j] == DONE for j in jobs):
+        if all(state[j] == DONE or state[j] == PARKED for j in jobs):
             self._fixed[key] = (run.last_at, seq)
         else:
             self._dirty = True  # a job still running may settle before the next refit
