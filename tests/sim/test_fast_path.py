@@ -10,6 +10,8 @@ expire) the two must log the same tick, settlement, park and expiry at the same 
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given, settings
 
@@ -33,6 +35,10 @@ SCENARIOS = {
     "reserve-parks": (dict(jobs=3_000, days=0.1, mix="lognormal", drift=1.2, stages=3, median=600.0),
                       dict(ceiling=900_000, burst_tokens=60_000, window_seconds=10.0, max_leased=6, workers=4,
                            lease_seconds=900.0, service_base=1.0, service_per_token=0.002)),
+    "learned-headroom": (dict(n=2_500),  # est and est_var learned online: the headroom rule in play
+                         dict(ceiling=2_000_000, burst_tokens=400_000, window_seconds=60.0, max_leased=8, workers=6,
+                              lease_seconds=900.0, service_base=0.5, service_per_output_token=0.02,
+                              estimator="learned", warmup=100)),
     "rate-bound": (dict(jobs=2_000, days=0.05, mix="lognormal", stages=2, median=1_500.0),
                    dict(ceiling=10**12, allowance=10**12, burst_tokens=30_000, window_seconds=60.0, max_leased=64,
                         workers=64, lease_seconds=900.0, service_base=0.5, service_per_token=0.01)),
@@ -42,9 +48,19 @@ SCENARIOS = {
 }  # fmt: skip
 
 
+def calls(n: int, seed: int) -> Trace:
+    """Single calls and 2-stage runs with known input and output tokens (what the learned estimator reads)."""
+    rng, tr = random.Random(seed), Trace()
+    for i in range(n):
+        inp, out = int(rng.lognormvariate(7, 1)) + 1, int(rng.lognormvariate(5, 0.8)) + 1
+        tr.add(i * 1.5, f"s{i % 2}", inp + 256, inp + out, f"r{i // 2}" if i % 3 else None, inp + 2048,
+               input_tokens=inp, output_tokens=out)  # fmt: skip
+    return tr.sort()
+
+
 def run(name: str, seed: int):
     gen, cfg = SCENARIOS[name]
-    trace = generate(seed=seed, **gen)
+    trace = calls(seed=seed, **gen) if "estimator" in cfg else generate(seed=seed, **gen)
     return simulate(trace, SimConfig(**cfg), ["lane"], record=True)[0]
 
 
