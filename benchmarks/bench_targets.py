@@ -245,16 +245,16 @@ Reading the figures (written for the run of 2026-11-29, after issue 11's admissi
   the lane's own estimates and kept on the lane row (a column, a migration), so that intake in the
   ledger and the simulator place jobs by the same number.
 - **worker-azure / worker-mooncake**: when the worker binds, every policy keeps it equally busy.
-- **simulator speed**: the `lane` row is still short of 50k jobs/s, but no longer the policy's cost
-  alone: it reads the two ranges' head lazily in admission order, `policy.admit` stops reading once
-  nothing more can be leased (lease cap, or a shadow overfilling the burst window) and nothing parked, a
-  lane with a period skips admission while every waiting job is bigger than what spend leaves, and the
-  finishing reserve is refit incrementally; tests/sim/test_fast_path.py checks, tick by tick, the same
-  admissions, parks and expiries as the old path on seeded traffic. In CPU seconds
-  (`benchmarks/bench_sim_speed.py`, the machine being shared), against `token-fifo` in the same run:
-  chained week 0.07x -> 0.20x (6.5k -> 16.8k jobs/s), rate-azure 0.04x -> 0.24x, rate-mooncake
-  0.06x -> 0.24x. Left: `admit`'s fixed cost per tick (about a third of the row) and the engine's own
-  bookkeeping; 50k jobs/s needs the tick itself cheaper, not fewer candidates read.
+- **simulator speed**: the `lane` row is still short of 50k jobs/s. It now reads the two ranges' head
+  lazily in admission order, `policy.admit` stops reading once nothing more can be leased (lease cap,
+  or a shadow overfilling the burst window) and nothing parked, a lane with a period skips admission
+  while every waiting job is bigger than what spend leaves, and the finishing reserve is refit
+  incrementally; tests/sim/test_fast_path.py checks, tick by tick, the same admissions, parks and
+  expiries as the old path on seeded traffic. In CPU seconds (`benchmarks/bench_sim_speed.py --root`
+  on main and on this change, one after the other, load average ~5.5 on 2 cores), against `token-fifo`
+  in the same run: chained week 0.06x -> 0.18x (5.3k -> 11.5k jobs/s), rate-azure 0.03x -> 0.19x,
+  rate-mooncake 0.07x -> 0.29x. Left: `admit`'s fixed cost per tick (about a third of the row) and the
+  engine's own bookkeeping: 50k jobs/s needs the tick itself cheaper, not fewer candidates read.
 """
 
 
