@@ -12,13 +12,17 @@ Run:  .venv/bin/python benchmarks/bench_lean.py [--leans today,q50,q60,...]
 Leans: ``today`` (the shipped priority: est x max_wait / min(ceiling, burst)); ``qNN``: two classes,
 jobs above the NN-th percentile estimate wait ``max_wait_seconds`` more; ``qAA/BB``: three classes;
 ``linNN``: linear in est up to twice the NN-th percentile, then flat; ``burst/K``: linear up to
-min(ceiling, burst) / K (a scale from the lane's settings, not its traffic).
+min(ceiling, burst) / K (a scale from the lane's settings, not its traffic); ``learnedNN``: ``qNN``
+with the boundary learned as a lane would, the NN-th percentile of the last 500 estimates submitted,
+refreshed every REFIT_SECONDS (the shipped priority until 50 are known).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from collections import deque
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,10 +32,33 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import bench_targets as bt  # noqa: E402
 
 from lane_plugin import policy  # noqa: E402
+from lane_plugin.sim import policies as sp  # noqa: E402
 from lane_plugin.sim.engine import simulate  # noqa: E402
 
 TODAY = policy.LanePolicy.priority
-DEFAULT = "today,burst/64,burst/128,lin50,q50,q60,q70,q33/67"
+DEFAULT = "today,burst/64,burst/128,lin50,q50,q60,q70,q33/67,learned60"
+LEARN_FROM, LEARN_MIN = 500, 50
+
+
+def learning(pct: float):
+    """A ``LaneQueue.push`` placing each job by a boundary learned from the estimates submitted before it."""
+    push = sp.LaneQueue.push
+
+    def learned_push(q, j: int) -> None:
+        st = q.__dict__.setdefault("_lean", {"recent": deque(maxlen=LEARN_FROM), "bound": 0, "at": -math.inf})
+        sim, p = q.sim, q.policy
+        now = sim.waiting_since[j]
+        if now - st["at"] >= policy.REFIT_SECONDS:
+            ranked = sorted(st["recent"])
+            st["bound"] = ranked[min(len(ranked) - 1, int(pct / 100 * len(ranked)))] if len(ranked) >= LEARN_MIN else 0
+            st["at"] = now
+        if j not in q._prio:  # placed once, at intake (a requeued job keeps its place)
+            est = sim.est[j]
+            q._prio[j] = now + ((p.max_wait_seconds if est > st["bound"] else 0.0) if st["bound"] else est * p.age_factor)
+            st["recent"].append(est)
+        push(q, j)
+
+    return push, learned_push
 
 
 def lean(name: str, ests: list[int]):
@@ -66,11 +93,14 @@ def main() -> None:
         cfg = bt.config(name, trace)
         fifo = simulate(trace, cfg, ["token-fifo"])[0]
         for lean_name in args.leans.split(","):
-            policy.LanePolicy.priority = lean(lean_name, trace.est)
+            if lean_name.startswith("learned"):
+                push, sp.LaneQueue.push = learning(float(lean_name[7:]))
+            else:
+                push, policy.LanePolicy.priority = sp.LaneQueue.push, lean(lean_name, trace.est)
             try:
                 lane = simulate(trace, cfg, ["lane"])[0]
             finally:
-                policy.LanePolicy.priority = TODAY
+                policy.LanePolicy.priority, sp.LaneQueue.push = TODAY, push
             print(f"| {name} | `{lean_name}` | {lane.wait_p50:.0f} s | {fifo.wait_p50:.0f} s | "
                   f"{lane.wait_p50 / fifo.wait_p50:.2f}x | {lane.wait_p99:.0f} s | {fifo.wait_p99:.0f} s | "
                   f"{lane.wait_p99 / fifo.wait_p99:.2f}x |", flush=True)  # fmt: skip
