@@ -7,7 +7,7 @@ at most ``max_wait_seconds`` to a job's place (so each keeps the wait bound: a j
 `token-fifo`'s (targets: <= 0.5x and <= 1.3x). Class boundaries are quantiles of the trace's own
 estimates: what a lane would have to learn from its traffic (the ledger does not store it yet).
 
-Run:  .venv/bin/python benchmarks/bench_lean.py [--leans today,q50,q60,...]
+Run:  .venv/bin/python benchmarks/bench_lean.py [--leans today,q50,q60,...] [--scenarios rate-azure,...]
 
 Leans: ``today`` (the shipped priority: est x max_wait / min(ceiling, burst)); ``qNN``: two classes,
 jobs above the NN-th percentile estimate wait ``max_wait_seconds`` more; ``qAA/BB``: three classes;
@@ -85,10 +85,13 @@ def lean(name: str, ests: list[int]):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--leans", default=DEFAULT)
+    ap.add_argument("--scenarios", default="rate-azure,rate-mooncake",
+                    help="bench_targets scenarios (chained-budget runs its 2-day --quick form)")
     args = ap.parse_args()
-    print("| scenario | lean | `lane` p50 | `token-fifo` p50 | ratio | `lane` p99 | `token-fifo` p99 | ratio |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
-    for name in ("rate-azure", "rate-mooncake"):
+    print("| scenario | lean | `lane` p50 | `token-fifo` p50 | ratio | `lane` p99 | `token-fifo` p99 | ratio "
+          "| runs done (`token-fifo`) | stranded |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name in args.scenarios.split(","):
         trace = bt.traffic(name, True)
         cfg = bt.config(name, trace)
         fifo = simulate(trace, cfg, ["token-fifo"])[0]
@@ -103,7 +106,8 @@ def main() -> None:
                 policy.LanePolicy.priority, sp.LaneQueue.push = TODAY, push
             print(f"| {name} | `{lean_name}` | {lane.wait_p50:.0f} s | {fifo.wait_p50:.0f} s | "
                   f"{lane.wait_p50 / fifo.wait_p50:.2f}x | {lane.wait_p99:.0f} s | {fifo.wait_p99:.0f} s | "
-                  f"{lane.wait_p99 / fifo.wait_p99:.2f}x |", flush=True)  # fmt: skip
+                  f"{lane.wait_p99 / fifo.wait_p99:.2f}x | {lane.runs_finished:,} ({fifo.runs_finished:,}) | "
+                  f"{100 * lane.stranded_tokens / max(1, lane.spent):.2f}% |", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
