@@ -21,6 +21,7 @@ from .errors import (
     NotParked,
     UnknownJob,
     UnknownLane,
+    UnknownRevision,
     UsageMissing,
 )
 from .ledger import Lease, Ledger, Settled
@@ -41,5 +42,5 @@ def __getattr__(name: str):
 __all__ = [
     "AmbiguousAttempt", "ConflictingReplay", "DatabaseError", "InvalidInput", "JobParked", "LaneError", "Lease",
     "LeaseLost", "Ledger", "NeverFits", "NoLedger", "NotALedger", "NotLeased", "NotParked", "Settled", "UnknownJob",
-    "UnknownLane", "UsageMissing", "__version__", *_GATING,
+    "UnknownLane", "UnknownRevision", "UsageMissing", "__version__", *_GATING,
 ]  # fmt: skip

@@ -110,6 +110,17 @@ class NotALedger(DatabaseError):
     """The database exists but is not a lane ledger."""
 
 
+class UnknownRevision(DatabaseError):
+    """The ledger's schema is at an Alembic revision this lane_plugin does not know."""
+
+    def __init__(self, where: str, revision: str, known: list[str]):
+        super().__init__(
+            f"{where}: schema at unknown Alembic revision {_shown(revision)} (this lane_plugin knows "
+            f"{', '.join(known)}): a newer lane_plugin wrote it, or it is another application's database; "
+            "upgrade lane_plugin or point --db/LANE_DATABASE_URL at a lane ledger", revision=revision)
+        self.revision = revision
+
+
 class UsageMissing(LaneError):
     """The gated body finished but reported no token usage."""
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import DatabaseError, LaneError, NoLedger, NotALedger
-from .schema import HEAD_REVISION, upgrade
+from .schema import HEAD_REVISION, check_revision, upgrade
 from .url import DatabaseURL, redact
 
 T = TypeVar("T")
@@ -288,6 +288,7 @@ class Database:
                             f"{self.url} is not a lane ledger (it has tables {sorted(tables)[:5]} "
                             "but no lane_plugin schema)"
                         )
+                    check_revision(self, rev)
                     upgrade(self)
             except sqlite3.DatabaseError as exc:
                 if "not a database" in str(exc):

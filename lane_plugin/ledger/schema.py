@@ -14,6 +14,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..errors import UnknownRevision
+
 MIGRATIONS = Path(__file__).with_name("migrations")
 # Bump together with a new file in lane_plugin/ledger/migrations/versions.
 HEAD_REVISION = "0005"
@@ -27,6 +29,23 @@ def alembic_config(url: str):
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
+
+
+def known_revisions() -> list[str]:
+    """Every revision the shipped migrations know, oldest first."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory(str(MIGRATIONS))
+    return [rev.revision for rev in reversed(list(script.walk_revisions()))]
+
+
+def check_revision(db, revision: str | None) -> None:
+    """Raise :class:`UnknownRevision` when ``revision`` is not one of ours (never hand Alembic an unknown one)."""
+    if revision is None or revision == HEAD_REVISION:
+        return
+    known = known_revisions()
+    if revision not in known:
+        raise UnknownRevision(str(db.url), revision, known)
 
 
 def migration_lock_path(ledger_path: str) -> Path:
@@ -64,6 +83,7 @@ def upgrade(db, revision: str = "head") -> str | None:
     from sqlalchemy.pool import NullPool
 
     with _migration_lock(db):
+        check_revision(db, db.revision())  # under the lock: what Alembic is about to read
         engine = create_engine(db.url.sqlalchemy_url, poolclass=NullPool)
         try:
             cfg = alembic_config(db.url.sqlalchemy_url)
