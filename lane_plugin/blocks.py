@@ -52,10 +52,17 @@ class LaneLedger(Block):
     )
 
 
+def _redact(text: str) -> str:
+    """An API URL or error without a password (an API URL may carry user:password@ too)."""
+    from .ledger.url import redact
+
+    return redact(text)
+
+
 def _api() -> str:
     from prefect.settings import PREFECT_API_URL
 
-    return PREFECT_API_URL.value() or "the ephemeral Prefect server (PREFECT_API_URL is unset)"
+    return _redact(PREFECT_API_URL.value() or "") or "the ephemeral Prefect server (PREFECT_API_URL is unset)"
 
 
 def load_url(name: str) -> str:
@@ -77,7 +84,7 @@ def load_url(name: str) -> str:
     except Exception as exc:
         raise DatabaseError(
             f"cannot load block {SLUG}/{name}: loading a block needs a Prefect API, and {_api()} did not "
-            f"answer ({type(exc).__name__}: {' '.join(str(exc).split())[:160]}). Start one with "
+            f"answer ({type(exc).__name__}: {' '.join(_redact(str(exc)).split())[:160]}). Start one with "
             "'prefect server start', or give the ledger URL itself"
         ) from None
     url = block.url.get_secret_value()

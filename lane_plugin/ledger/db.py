@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from ..errors import DatabaseError, LaneError, NoLedger, NotALedger
 from .schema import HEAD_REVISION, check_revision, upgrade
-from .url import DatabaseURL, redact
+from .url import DatabaseURL
 
 T = TypeVar("T")
 
@@ -102,8 +102,8 @@ class DatabaseClock:
         return time.time() + self.offset
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join(redact(str(exc)).split())
+def _one_line(exc: BaseException, url: DatabaseURL) -> str:
+    return " ".join(url.scrub(str(exc)).split())
 
 
 def _is_transient(exc: BaseException) -> bool:
@@ -168,10 +168,10 @@ class Database:
             conn = psycopg.connect(**{"connect_timeout": 10, **self.url.conninfo}, autocommit=True)
         except psycopg.OperationalError as exc:
             if not self._ever_connected:  # a wrong URL fails fast; a restart is waited out
-                raise DatabaseError(f"cannot connect to {self.url}: {_one_line(exc)}") from None
+                raise DatabaseError(f"cannot connect to {self.url}: {_one_line(exc, self.url)}") from None
             raise
         except (UnicodeError, ValueError) as exc:  # e.g. a host name that is not valid IDNA
-            raise DatabaseError(f"cannot connect to {self.url}: {_one_line(exc)}") from None
+            raise DatabaseError(f"cannot connect to {self.url}: {_one_line(exc, self.url)}") from None
         self._ever_connected = True
         return conn
 
@@ -232,7 +232,7 @@ class Database:
                 if self.dialect == "postgresql":
                     self.discard()
                 if time.monotonic() > deadline:
-                    raise DatabaseError(f"database {self.url} unavailable: {_one_line(exc)}") from None
+                    raise DatabaseError(f"database {self.url} unavailable: {_one_line(exc, self.url)}") from None
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 1.0)
 
@@ -244,7 +244,7 @@ class Database:
         if isinstance(exc, LaneError):
             return exc
         if isinstance(exc, (sqlite3.Error,)) or type(exc).__module__.startswith("psycopg"):
-            return DatabaseError(f"database error on {self.url}: {_one_line(exc)}")
+            return DatabaseError(f"database error on {self.url}: {_one_line(exc, self.url)}")
         return exc
 
     # -- schema --------------------------------------------------------------

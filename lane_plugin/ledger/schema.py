@@ -22,12 +22,13 @@ HEAD_REVISION = "0005"
 _PG_LOCK_ID = 0x1A4E_0001
 
 
-def alembic_config(url: str):
+def alembic_config(connection):
+    """Alembic's configuration, handed an open connection: Alembic never parses a URL string of ours."""
     from alembic.config import Config
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
-    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    cfg.attributes["connection"] = connection
     return cfg
 
 
@@ -84,12 +85,11 @@ def upgrade(db, revision: str = "head") -> str | None:
 
     with _migration_lock(db):
         check_revision(db, db.revision())  # under the lock: what Alembic is about to read
+        # The parts lane_plugin.ledger.url parsed (the same ones every connection uses), as a URL object.
         engine = create_engine(db.url.sqlalchemy_url, poolclass=NullPool)
         try:
-            cfg = alembic_config(db.url.sqlalchemy_url)
             with engine.begin() as conn:
-                cfg.attributes["connection"] = conn
-                command.upgrade(cfg, revision)
+                command.upgrade(alembic_config(conn), revision)
         finally:
             engine.dispose()
     return db.revision()

@@ -6,31 +6,71 @@ an explicit URL, else ``LANE_DATABASE_URL`` (:mod:`lane_plugin.settings`), else
 (``block:lane-ledger/prod``, or ``lane-ledger/prod``), loaded through the
 Prefect API by :mod:`lane_plugin.blocks`.
 
-Parsed without SQLAlchemy so that the CLI starts fast. Passwords never leave
-this module unmasked: use :func:`redact` on anything that may be shown.
+One parser (:func:`parse_url`, without SQLAlchemy so that the CLI starts fast):
+the ledger's connections and its Alembic migrations both use the parts it
+found (:attr:`DatabaseURL.conninfo`, :attr:`DatabaseURL.sqlalchemy_url`), never
+a second reading of the string. User, password, database name, SQLite path and
+query values are percent-decoded; a raw ``@``, ``#``, space or tab in a password
+is accepted, a raw ``/`` or ``?`` is refused (percent-encode it).
+
+One redaction: a URL is shown as SQLAlchemy renders it with the password hidden,
+and query-string secrets (``password``, ``sslpassword``) masked too
+(``str(DatabaseURL)``). :func:`redact` is the safety net for free text (a
+driver's message, a CLI error): it masks every password this process has parsed
+and anything that looks like one in a URL.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote
 
 from ..errors import InvalidInput
 
 ENV_VAR = "LANE_DATABASE_URL"
 BLOCK_SLUG = "lane-ledger"
+SECRET_PARAMS = frozenset({"password", "sslpassword"})  # query parameters whose values are secrets
+MASK = "***"
 _BLOCK = re.compile(r"^block:(?:lane-ledger/)?(?P<name>[\w][\w.-]*)$|^lane-ledger/(?P<bare>[\w][\w.-]*)$")
-# Greedy up to the last "@" before the path: a password may itself contain "@".
-_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^/\s]*(@)")
-_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&\s]*", re.IGNORECASE)
+# Free text: the userinfo of anything that looks like a URL, up to its last "@" (a password may hold "@", "/", "#").
+_PASSWORD = re.compile(r"(://[^:/@\s]*:)\S*(@)")
+_QUERY_SECRET = re.compile(r"([?&](?:ssl)?password=)[^&\s]*", re.IGNORECASE)
+_KNOWN: set[str] = set()  # every password parsed in this process, as written and as decoded
+_KNOWN_LOCK = threading.Lock()
+_MIN_SCRUB = 4  # shorter secrets are hidden where they stand, not searched for in free text
 
 
-def redact(text: str) -> str:
-    """Mask the password of any database URL inside ``text`` (in the userinfo or a ?password=)."""
-    return _QUERY_PASSWORD.sub(r"\1***", _PASSWORD.sub(r"\1***\2", str(text)))
+def _remember(*secrets: str) -> None:
+    with _KNOWN_LOCK:
+        for secret in secrets:
+            for form in {secret, quote(secret, safe=""), quote(secret)}:
+                if len(form) >= _MIN_SCRUB:
+                    _KNOWN.add(form)
+
+
+def redact(text) -> str:
+    """Mask passwords in free text: every password parsed so far, URL userinfo, ``?password=`` / ``?sslpassword=``."""
+    out = str(text)
+    with _KNOWN_LOCK:
+        known = sorted(_KNOWN, key=len, reverse=True)
+    for secret in known:
+        if secret in out:
+            out = out.replace(secret, MASK)
+    return _QUERY_SECRET.sub(r"\1" + MASK, _PASSWORD.sub(r"\1" + MASK + r"\2", out))
+
+
+def mask_raw(raw: str) -> str:
+    """A URL that may not parse, shown without its password: all between ``user:`` and the last ``@`` is masked."""
+    scheme, sep, rest = str(raw).partition("://")
+    if sep and "@" in rest:
+        userinfo, _, after = rest.rpartition("@")
+        user = userinfo.split(":", 1)[0]
+        rest = f"{user}:{MASK}@{after}" if ":" in userinfo else f"{userinfo}@{after}"
+    return redact(scheme + sep + rest)
 
 
 def default_url() -> str:
@@ -70,67 +110,137 @@ def resolve_url(url: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class DatabaseURL:
-    """A parsed ledger URL: ``sqlite:///path`` or ``postgresql[+psycopg]://...``."""
+    """A parsed ledger URL: ``sqlite:///path`` or ``postgresql[+psycopg]://...``.
 
-    raw: str
+    ``str()`` and ``repr()`` never show a password; ``raw`` is the string as given.
+    """
+
+    raw: str = field(repr=False)
     dialect: str  # "sqlite" | "postgresql"
     path: str | None = None  # sqlite file
-    conninfo: dict | None = None  # psycopg keyword arguments
+    conninfo: dict | None = field(default=None, repr=False)  # psycopg keyword arguments
 
     def __str__(self) -> str:
-        return redact(self.raw)
+        return self.sqlalchemy_url_shown
+
+    def __repr__(self) -> str:
+        return f"DatabaseURL({str(self)!r})"
+
+    def _url(self, hide: bool):
+        from sqlalchemy.engine import URL
+
+        if self.dialect == "sqlite":
+            return URL.create("sqlite", database=self.path)
+        info = dict(self.conninfo or {})
+        named = {k: info.pop(k, None) for k in ("host", "port", "user", "password", "dbname")}
+        query = {k: (MASK if hide and k.lower() in SECRET_PARAMS else v) for k, v in info.items()}
+        return URL.create("postgresql+psycopg", username=named["user"], password=named["password"],
+                          host=named["host"], port=named["port"], database=named["dbname"], query=query)  # fmt: skip
 
     @property
-    def sqlalchemy_url(self) -> str:
-        if self.dialect == "sqlite":
-            return f"sqlite:///{self.path}"
-        return re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql+psycopg://", self.raw)
+    def sqlalchemy_url(self):
+        """The same parts as a SQLAlchemy ``URL`` object (what the migrations connect with); never re-parsed."""
+        return self._url(hide=False)
+
+    @property
+    def sqlalchemy_url_shown(self) -> str:
+        """SQLAlchemy's rendering with the password hidden and query-string secrets masked."""
+        return self._url(hide=True).render_as_string(hide_password=True).replace(quote(MASK), MASK)
+
+    def scrub(self, text) -> str:
+        """``text`` with this URL's secrets masked wherever they appear (a driver's message, say)."""
+        out = str(text).replace(self.raw, str(self)) if self.raw else str(text)
+        for key, value in (self.conninfo or {}).items():
+            if key == "password" or key.lower() in SECRET_PARAMS:
+                for form in sorted({value, quote(value, safe=""), quote(value)}, key=len, reverse=True):
+                    if form:
+                        out = out.replace(form, MASK)
+        return redact(out)
+
+
+_URL_HELP = "expected sqlite:///PATH or postgresql+psycopg://..."
+
+
+_ENCODE = "the user name or password holds a '/' or '?': percent-encode it (%2F, %3F)"
+
+
+def _hostport(hostport: str, shown: str, later_at: bool) -> tuple[str | None, int | None]:
+    if hostport.startswith("["):
+        host, closed, tail = hostport[1:].partition("]")
+        if not closed:
+            raise InvalidInput("database URL", shown, "unclosed '[' in the host")
+        if tail and not tail.startswith(":"):
+            raise InvalidInput("database URL", shown, "unexpected text after the IPv6 host")
+        port = tail[1:]
+    else:
+        host, _, port = hostport.partition(":")
+    if port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        # after a "/" or "?" in a password, the "port" is a piece of the password: never show it
+        raise InvalidInput("database URL", shown, _ENCODE if later_at else "the port is not a number 1-65535")
+    return (unquote(host) or None), (int(port) if port else None)
+
+
+def _parse_pg(rest: str, shown: str) -> dict:
+    end = len(rest)
+    for ch in "/?":
+        at = rest.find(ch)
+        if at != -1:
+            end = min(end, at)
+    authority, tail = rest[:end], rest[end:]
+    userinfo, at_sign, hostport = authority.rpartition("@")
+    if not at_sign and "@" in tail.partition("?")[0]:  # "u:p/w@host/db": the path is not "w@host/db"
+        raise InvalidInput("database URL", shown, _ENCODE)
+    info: dict = {}
+    host, port = _hostport(hostport, shown, "@" in tail)
+    if host:
+        info["host"] = host
+    if port:
+        info["port"] = port
+    if at_sign:
+        user, colon, password = userinfo.partition(":")
+        if user:
+            info["user"] = unquote(user)
+        if colon:
+            info["password"] = unquote(password)
+            _remember(password, info["password"])
+    path, _, query = tail.partition("?")
+    dbname = unquote(path.lstrip("/"))
+    if not dbname:
+        raise InvalidInput("database URL", shown, "no database name")
+    info["dbname"] = dbname
+    for item in filter(None, query.split("&")):
+        k, _, v = item.partition("=")
+        info[unquote(k)] = unquote(v)
+        if unquote(k).lower() in SECRET_PARAMS:
+            _remember(v, unquote(v))
+    return info
 
 
 def parse_url(url: str | None = None) -> DatabaseURL:
-    """Parse a ledger URL, raising :class:`InvalidInput` naming the (redacted) URL."""
+    """Parse a ledger URL, raising :class:`InvalidInput` naming the URL (its password masked)."""
     raw = resolve_url(url)
     if isinstance(raw, str) and "\x00" in raw:
-        raise InvalidInput("database URL", redact(raw), "contains a NUL character")
+        raise InvalidInput("database URL", mask_raw(raw), "contains a NUL character")
     if not isinstance(raw, str) or not raw.strip():
-        raise InvalidInput("database URL", raw, "expected sqlite:///PATH or postgresql+psycopg://...")
+        raise InvalidInput("database URL", raw, _URL_HELP)
     scheme, sep, rest = raw.partition("://")
     base = scheme.split("+", 1)[0].lower()
-    shown = redact(raw)
+    shown = mask_raw(raw)
     if not sep:
-        raise InvalidInput("database URL", shown, "expected sqlite:///PATH or postgresql+psycopg://...")
+        raise InvalidInput("database URL", shown, _URL_HELP)
     if base == "sqlite":
         driver = scheme.partition("+")[2]
         if driver not in ("", "pysqlite"):
             raise InvalidInput("database URL", shown, f"unsupported SQLite driver {driver!r}")
         if not rest.startswith("/") or rest in ("/", "/:memory:"):
             raise InvalidInput("database URL", shown, "a ledger needs a file: sqlite:///relative.db or sqlite:////abs.db")
-        path = rest[1:].split("?", 1)[0]
+        path = unquote(rest[1:].split("?", 1)[0])
+        if "\x00" in path:
+            raise InvalidInput("database URL", shown, "contains a NUL character")
         return DatabaseURL(raw, "sqlite", path=str(Path(path).expanduser()))
     if base in ("postgresql", "postgres"):
         driver = scheme.partition("+")[2]
         if driver not in ("", "psycopg"):
             raise InvalidInput("database URL", shown, f"unsupported PostgreSQL driver {driver!r}; use postgresql+psycopg://")
-        try:
-            parts = urlsplit("postgresql://" + rest)
-            port = parts.port
-        except ValueError as exc:
-            raise InvalidInput("database URL", shown, str(exc)) from None
-        info: dict = {}
-        if parts.hostname:
-            info["host"] = parts.hostname
-        if port:
-            info["port"] = port
-        if parts.username:
-            info["user"] = unquote(parts.username)
-        if parts.password:
-            info["password"] = unquote(parts.password)
-        dbname = parts.path.lstrip("/")
-        if not dbname:
-            raise InvalidInput("database URL", shown, "no database name")
-        info["dbname"] = unquote(dbname)
-        for item in filter(None, parts.query.split("&")):
-            k, _, v = item.partition("=")
-            info[k] = unquote(v)
-        return DatabaseURL(raw, "postgresql", conninfo=info)
+        return DatabaseURL(raw, "postgresql", conninfo=_parse_pg(rest, shown))
     raise InvalidInput("database URL", shown, f"unsupported scheme {scheme!r}; expected sqlite or postgresql+psycopg")

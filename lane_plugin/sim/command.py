@@ -60,7 +60,9 @@ def _check_sources(ctx: typer.Context | None, trace: Optional[Path], from_ledger
 
 
 def _fail(msg: str) -> typer.Exit:
-    typer.echo(f"lane simulate: error: {msg}", err=True)
+    from ..ledger.url import redact  # a ledger's message names its URL: never with a password
+
+    typer.echo(f"lane simulate: error: {redact(msg)}", err=True)
     return typer.Exit(2)
 
 
