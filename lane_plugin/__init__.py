@@ -25,6 +25,7 @@ from .errors import (
     UsageMissing,
 )
 from .ledger import Lease, Ledger, Settled
+from .ledger.preflight import register_preflight, unregister_preflight
 
 __version__ = "0.1.0"
 
@@ -42,5 +43,6 @@ def __getattr__(name: str):
 __all__ = [
     "AmbiguousAttempt", "ConflictingReplay", "DatabaseError", "InvalidInput", "JobParked", "LaneError", "Lease",
     "LeaseLost", "Ledger", "NeverFits", "NoLedger", "NotALedger", "NotLeased", "NotParked", "Settled", "UnknownJob",
+    "register_preflight", "unregister_preflight",
     "UnknownLane", "UnknownRevision", "UsageMissing", "__version__", *_GATING,
 ]  # fmt: skip

@@ -113,7 +113,11 @@ def submit(
 @app.command()
 def tick(lane: str = typer.Option("free", help="Lane to admit in."), as_json: bool = JSON):
     """Lease what fits now, in priority order (small first, age raising priority), within budget, burst and lease caps."""
-    leases = ledger().tick(lane)
+    led = ledger()
+    leases = led.tick(lane)
+    ok, why = led.preflight.last(lane)
+    if not ok:  # nothing admitted, and the reason is said, never a silent exit
+        typer.echo(f"lane {lane}: preflight failed: {why}", err=True)
     if as_json:
         _print_json([{"id": x.job_id, "stage": x.stage, "est": x.est, "rate_cost": x.rate_cost, "lane": x.lane,
                       "attempt": x.attempt, "ref": f"{x.job_id}:{x.attempt}", "lease_until": x.lease_until,
@@ -238,7 +242,7 @@ def lanes_set(
     max_attempts: Optional[int] = typer.Option(None, help="Lease expiries before a job is parked."),
     park_seconds: Optional[float] = typer.Option(None, help="How long a parked job stays in the tail."),
     fallback: Optional[str] = typer.Option(None, help="Fallback lane ('' for none)."),
-    preflight: Optional[str] = typer.Option(None, help="http(s) URL or module:function ('' for none)."),
+    preflight: Optional[str] = typer.Option(None, help="http(s) URL, or the name of a check registered in code or in the lane_plugin.preflights entry point group ('' for none)."),
     preflight_timeout: Optional[float] = typer.Option(None, help="Seconds the preflight may take."),
     period: Optional[str] = typer.Option(None, help="Allowance reset: none, daily or monthly."),
     stop: Optional[bool] = typer.Option(None, "--stop/--resume", help="Hard-stop the lane, or resume it."),

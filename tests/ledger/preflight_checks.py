@@ -1,4 +1,4 @@
-"""Preflight callables used by the store tests (``module:function`` specs)."""
+"""Preflight checks the store tests register (a lane row names a registered check, never a function)."""
 
 
 def down() -> bool:

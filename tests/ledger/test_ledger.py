@@ -234,8 +234,20 @@ def test_past_the_start_limit_later_stages_behind_many_starters_still_finish(led
     assert led.audit() == []
 
 
-def test_preflight_failure_stops_the_lane_and_sends_fallback_jobs_on(led):
-    small_lane(led, preflight="tests.ledger.preflight_checks:down", fallback="paid")
+@pytest.fixture
+def down_check():
+    """A check registered in code (a lane row names it; it never names code)."""
+    from lane_plugin import register_preflight, unregister_preflight
+
+    from . import preflight_checks
+
+    register_preflight("store-test-down", preflight_checks.down)
+    yield "store-test-down"
+    unregister_preflight("store-test-down")
+
+
+def test_preflight_failure_stops_the_lane_and_sends_fallback_jobs_on(led, down_check):
+    small_lane(led, preflight=down_check, fallback="paid")
     stay = led.submit("s", 10, "t")
     go = led.submit("s", 10, "t", fallback=True)
     assert led.tick("t") == []
@@ -252,6 +264,8 @@ def test_preflight_spec_is_validated(led):
         led.set_lane("free", preflight="not a url or callable")
     with pytest.raises(InvalidInput, match="preflight"):
         led.set_lane("free", preflight="http://[bad")
+    with pytest.raises(InvalidInput, match="no preflight check named 'tests.ledger.preflight_checks:up'"):
+        led.set_lane("free", preflight="tests.ledger.preflight_checks:up")  # importable, but not registered
 
 
 @pytest.mark.parametrize("stage", ["it's", 'say "hi"', "ünïcödé ✓ 草", "'); drop table job; --", "a%sb%(x)s"])
