@@ -54,7 +54,7 @@ class LaneLedger(Block):
 
 def _redact(text: str) -> str:
     """An API URL or error without a password (an API URL may carry user:password@ too)."""
-    from .ledger.url import redact
+    from .redaction import redact
 
     return redact(text)
 

@@ -24,43 +24,16 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, unquote
 
 from ..errors import InvalidInput
+from ..redaction import MASK, SECRET_PARAMS, redact, remember
 
 ENV_VAR = "LANE_DATABASE_URL"
 BLOCK_SLUG = "lane-ledger"
-SECRET_PARAMS = frozenset({"password", "sslpassword"})  # query parameters whose values are secrets
-MASK = "***"
 _BLOCK = re.compile(r"^block:(?:lane-ledger/)?(?P<name>[\w][\w.-]*)$|^lane-ledger/(?P<bare>[\w][\w.-]*)$")
-# Free text: the userinfo of anything that looks like a URL, up to its last "@" (a password may hold "@", "/", "#").
-_PASSWORD = re.compile(r"(://[^:/@\s]*:)\S*(@)")
-_QUERY_SECRET = re.compile(r"([?&](?:ssl)?password=)[^&\s]*", re.IGNORECASE)
-_KNOWN: set[str] = set()  # every password parsed in this process, as written and as decoded
-_KNOWN_LOCK = threading.Lock()
-_MIN_SCRUB = 4  # shorter secrets are hidden where they stand, not searched for in free text
-
-
-def _remember(*secrets: str) -> None:
-    with _KNOWN_LOCK:
-        for secret in secrets:
-            for form in {secret, quote(secret, safe=""), quote(secret)}:
-                if len(form) >= _MIN_SCRUB:
-                    _KNOWN.add(form)
-
-
-def redact(text) -> str:
-    """Mask passwords in free text: every password parsed so far, URL userinfo, ``?password=`` / ``?sslpassword=``."""
-    out = str(text)
-    with _KNOWN_LOCK:
-        known = sorted(_KNOWN, key=len, reverse=True)
-    for secret in known:
-        if secret in out:
-            out = out.replace(secret, MASK)
-    return _QUERY_SECRET.sub(r"\1" + MASK, _PASSWORD.sub(r"\1" + MASK + r"\2", out))
 
 
 def mask_raw(raw: str) -> str:
@@ -202,7 +175,7 @@ def _parse_pg(rest: str, shown: str) -> dict:
             info["user"] = unquote(user)
         if colon:
             info["password"] = unquote(password)
-            _remember(password, info["password"])
+            remember(password, info["password"])
     path, _, query = tail.partition("?")
     dbname = unquote(path.lstrip("/"))
     if not dbname:
@@ -212,7 +185,7 @@ def _parse_pg(rest: str, shown: str) -> dict:
         k, _, v = item.partition("=")
         info[unquote(k)] = unquote(v)
         if unquote(k).lower() in SECRET_PARAMS:
-            _remember(v, unquote(v))
+            remember(v, unquote(v))
     return info
 
 

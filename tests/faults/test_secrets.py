@@ -99,6 +99,27 @@ def test_reachable_ledger_never_prints_the_password(pg_url, sep):
     _assert_hidden(r.stdout + r.stderr, f"simulate error {sep}")
 
 
+@pytest.mark.postgres
+@pytest.mark.prefect
+def test_flow_logs_never_print_the_password(prefect_server, pg_url, capfd, caplog):
+    """The scheduled flows log the ledger they use: with its password masked."""
+    import logging
+
+    from prefect.flows import load_flow_from_entrypoint
+
+    pg_admin().close()
+    url = pg_url.replace("root@", f"root:{HEAD} {TAIL}@", 1)  # a space: the old masking stopped there
+    Ledger(url).close()
+    root = Path(__file__).parents[2]
+    with caplog.at_level(logging.INFO):
+        for entry in ("flows/lane_status.py:lane_status", "flows/park_overdue.py:park_overdue"):
+            load_flow_from_entrypoint(str(root / entry))(db=url)
+    out, err = capfd.readouterr()
+    logged = out + err + "\n".join(r.getMessage() for r in caplog.records)
+    assert "ledger: postgresql+psycopg://root:***@" in logged, logged[-1500:]  # the line is there, masked
+    _assert_hidden(logged, "flow logs")
+
+
 def _role(password: str):
     """A real role with ``password`` and a schema it owns (trust auth lets it log in)."""
     name = "lane_pw_" + uuid.uuid4().hex[:10]
