@@ -126,7 +126,7 @@ class DatabaseURL:
         for key, value in (self.conninfo or {}).items():
             if key == "password" or key.lower() in SECRET_PARAMS:
                 for form in sorted({value, quote(value, safe=""), quote(value)}, key=len, reverse=True):
-                    if form:
+                    if len(form) >= 4:  # a shorter one is masked in the URL itself, not hunted in prose
                         out = out.replace(form, MASK)
         return redact(out)
 
