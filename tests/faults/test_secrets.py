@@ -27,7 +27,7 @@ from .conftest import PG_BASE, late_figure, pg_admin
 
 HEAD, TAIL = "Zt0pSecr", "Kw8ndHalf"  # the two halves of every password: neither may be printed
 SEPARATORS = {"slash": "/", "hash": "#", "space": " ", "tab": "\t", "at": "@", "question": "?", "colon": ":"}
-LEAKS: dict = {"checked": 0, "surfaces": set()}
+LEAKS: dict = {"checked": 0, "surfaces": set(), "seps": set()}
 
 
 def _lane(*args, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -39,6 +39,7 @@ def _lane(*args, timeout: float = 120) -> subprocess.CompletedProcess:
 def _assert_hidden(text: str, where: str) -> None:
     LEAKS["checked"] += 1
     LEAKS["surfaces"].add(where.split(" ")[0])
+    LEAKS["seps"].add(where.split(" ")[-1])
     for half in (HEAD, TAIL):
         assert half not in text, f"{where} printed the password ({half!r}): {text[-800:]!r}"
 
@@ -211,8 +212,10 @@ def test_reserved_character_in_password_is_a_clear_refusal(bad):
 def _figure() -> str | None:
     if not LEAKS["checked"]:
         return None
+    seps = sorted(LEAKS["seps"] & set(SEPARATORS))
     out = (f"secrets: {LEAKS['checked']} outputs checked ({', '.join(sorted(LEAKS['surfaces']))}; passwords with "
-           f"{', '.join(sorted(SEPARATORS))}, ?password=, ?sslpassword=): no half of a password printed")
+           f"{', '.join(seps) or 'none'} in the user info" + (", ?password=, ?sslpassword=" if seps else "")
+           + "): no half of a password printed")  # fmt: skip
     if "pg" in LEAKS:
         out += "; a real role with password 'p@ss/w#rd' migrates and connects with one parser (" + ", ".join(
             f"{k} {v:.1f} s" for k, v in LEAKS["pg"].items()) + "; before the fix: host 'ss...@127.0.0.1', retried)"
