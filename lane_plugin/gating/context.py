@@ -28,10 +28,13 @@ body, so it neither waits nor settles):
    or failed: two runs never share a lease or a settlement) and its run key the
    flow run id, so a flow run already under way may finish its later stages past
    the start limit;
-2. admission: the waiter polls the ledger with jittered backoff and runs the
-   lane's tick itself (no daemon needed); the wait is logged with its numbers;
-   past the deadline the job goes to its fallback lane or is parked
-   (:class:`~lane_plugin.errors.JobParked`);
+2. admission: the waiter ticks the lane once (no daemon needed), then waits to be
+   woken: a settlement hands its room on to the jobs that now fit, and the waiter
+   learns of its lease from an in-process signal, PostgreSQL's LISTEN/NOTIFY or a
+   cheap read of its own row on SQLite (:mod:`lane_plugin.ledger.wakeups`); the
+   wait is logged with its numbers; past the deadline the job goes to its
+   fallback lane or is parked (:class:`~lane_plugin.errors.JobParked`); a wait
+   ended by an exception (a timeout) parks the job, ``waiter gone``;
 3. while the body runs, a background thread renews the lease;
 4. settlement: tokens reported with :func:`report_usage` (ints, responses,
    stream chunks; :func:`track_usage` wraps a stream) plus the usage read from
@@ -53,16 +56,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import random
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import InvalidInput, JobParked, LaneError, NeverFits, UsageMissing
 from ..ledger import Ledger
+from ..ledger.waiters import waiter_id
+from ..ledger.wakeups import Waiting
 from ..settings import lane_settings
-from . import timeouts, tokenlog
+from . import timeouts, tokenlog, waiting
 from .bill import note_run
 from .estimates import check_rate_cost, is_estimator, resolve_parts, resolve_rate_cost, wait_seconds
 from .ledgers import get_ledger, next_seq, prefect_run, run_logger
@@ -70,12 +73,10 @@ from .renewal import Held, renewer
 from .streams import AsyncTrackedStream, TrackedStream, adrain, drain, is_async_stream, is_stream
 from .usage import UsageMeter, check_missing_policy, usage_of
 
-POLL = 0.1  # first poll delay while waiting (seconds); grows 1.5x per poll
-MAX_POLL = 2.0  # the slowest poll: a waiter never hammers the ledger
-LOG_EVERY = 10.0  # a waiting job logs where it stands at least this often
-REAP_EVERY = 30.0  # a long waiter reaps expired leases of dead workers this often
+LOG_FIRST = 5.0  # a waiting job first logs where it stands after this long
+LOG_EVERY = 10.0  # ... and then at least this often
+ASYNC_CHECK = 0.01  # an async waiter looks at its wake-up event this often (no database read)
 _current: contextvars.ContextVar[Gate | None] = contextvars.ContextVar("lane_gate", default=None)
-_settled = threading.Condition()  # a settlement in this process wakes its local waiters early
 _missing_said: set = set()  # the missing-usage warning is said once per task (or per gate() stage)
 
 
@@ -200,19 +201,23 @@ class Gate:
         try:
             self.job_id = led.submit(self.stage, self.est, self.lane, rate_cost=self.rate_cost,
                                      est_version=self.est_version, est_input=self.est_input, run_key=self.run_key,
-                                     key=self.key, attempt=self.attempt, est_var=self.est_var,
+                                     key=self.key, attempt=self.attempt, est_var=self.est_var, waiter=waiter_id(),
                                      wait_seconds=self.wait_seconds, fallback=self.fallback, rerun=True)  # fmt: skip
         except NeverFits as exc:
             run_logger().error("lane gate: %s job (%s tokens) can never be admitted: %s", self.stage, self.est, exc)
             raise
         return led
 
-    def _poll(self, led: Ledger, state: dict) -> float | None:
-        """One look at the ledger: None once leased, else how long to sleep."""
-        if state.pop("first", False):  # just submitted: one tick usually admits it (2 reads fewer)
-            lease = next((x for x in led.tick(self.lane) if x.job_id == self.job_id), None)
-        else:
-            lease = led.acquire(self.job_id)
+    def _poll(self, led: Ledger, state: dict, w: Waiting) -> float | None:
+        """One look: None once leased, else how long to wait for a wake-up (the event cuts it short)."""
+        lease = None
+        if state.pop("first", False):  # just submitted: one tick usually admits it
+            leases, busy = led.try_tick(self.lane)
+            lease = next((x for x in leases if x.job_id == self.job_id), None)
+            if lease is None and busy:  # another tick is running: it (or the watcher, shortly) leases what fits
+                led.wakeups.retick(self.lane)
+        if lease is None and w.event.is_set():  # leased by a tick or a hand-off, here or in another process
+            lease = waiting.take(led, self.job_id, w)
         if lease is not None:
             self.lease = lease
             return None
@@ -223,15 +228,10 @@ class Gate:
         if now >= state["next_log"]:
             self._log_wait(led, now - state["t0"])
             state["next_log"] = now + LOG_EVERY
-        if now >= state["next_reap"]:
-            led.reap()
-            state["next_reap"] = now + REAP_EVERY
-        delay = state["delay"]
-        state["delay"] = min(delay * 1.5, MAX_POLL)
-        sleep = delay * (0.5 + random.random())
+        sleep = state["next_log"] - now
         if self.wait_seconds is not None:
             sleep = min(sleep, max(0.0, state["t0"] + self.wait_seconds - now) + 0.01)
-        return sleep
+        return max(sleep, 0.0)
 
     def _log_wait(self, led: Ledger, waited: float) -> None:
         s = led.wait_status(self.job_id)
@@ -249,7 +249,7 @@ class Gate:
         if moved_to is not None:
             run_logger().warning("lane gate: %s job waited %.1fs in lane %r (remaining %d); falling back to lane %r",
                               self.stage, self.wait_seconds, s["lane"], s["remaining"], moved_to)  # fmt: skip
-            state["t0"], state["delay"] = time.monotonic(), POLL
+            state["t0"] = time.monotonic()
             return
         try:
             self.lease = led.acquire(self.job_id)  # admitted while we were giving up?
@@ -288,20 +288,33 @@ class Gate:
 
     def __enter__(self) -> Gate:
         led = self._intake()
-        state = {"t0": time.monotonic(), "delay": POLL, "next_log": time.monotonic() + 1.0,
-                 "next_reap": time.monotonic() + REAP_EVERY, "first": True}  # fmt: skip
-        while (sleep := self._poll(led, state)) is not None:
-            with _settled:
-                _settled.wait(sleep)
+        w = led.wakeups.register(self.job_id, self.lane)
+        state = {"t0": time.monotonic(), "next_log": time.monotonic() + LOG_FIRST, "first": True}
+        try:
+            while (sleep := self._poll(led, state, w)) is not None:
+                w.event.wait(sleep)
+        except BaseException as exc:
+            waiting.abandon(led, self, exc)
+            raise
+        finally:
+            led.wakeups.unregister(self.job_id)
         self._admitted(led, time.monotonic() - state["t0"])
         return self
 
     async def __aenter__(self) -> Gate:
         led = self._intake()
-        state = {"t0": time.monotonic(), "delay": POLL, "next_log": time.monotonic() + 1.0,
-                 "next_reap": time.monotonic() + REAP_EVERY, "first": True}  # fmt: skip
-        while (sleep := self._poll(led, state)) is not None:
-            await asyncio.sleep(sleep)
+        w = led.wakeups.register(self.job_id, self.lane)
+        state = {"t0": time.monotonic(), "next_log": time.monotonic() + LOG_FIRST, "first": True}
+        try:
+            while (sleep := self._poll(led, state, w)) is not None:
+                end = time.monotonic() + sleep
+                while not w.event.is_set() and time.monotonic() < end:  # the event is set by another thread
+                    await asyncio.sleep(min(ASYNC_CHECK, max(0.0, end - time.monotonic())))
+        except BaseException as exc:
+            waiting.abandon(led, self, exc)
+            raise
+        finally:
+            led.wakeups.unregister(self.job_id)
         self._admitted(led, time.monotonic() - state["t0"])
         return self
 
@@ -358,8 +371,6 @@ class Gate:
             self.settled = led.settle(self.job_id, actual, attempt=self.lease.attempt, outcome=outcome,
                                       by_estimate=by_estimate)  # fmt: skip
         tokenlog.settled(run_logger(), self.settled, stage=self.stage, est=self.est)
-        with _settled:
-            _settled.notify_all()
         if held is not None and held.lost:
             run_logger().error("lane gate: %s job %s lost its lease while running; settled %d tokens late "
                             "(billed, marked late)", self.stage, self.job_id, actual)  # fmt: skip

@@ -61,12 +61,29 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+def may_emit() -> bool:
+    """Is there a Prefect API to send events to? A configured ``PREFECT_API_URL``, or a Prefect run
+    (whose engine already serves one). Outside a run with no API the gate emits nothing: Prefect would
+    start an ephemeral server per process for it, which can outlive the process."""
+    try:
+        from prefect.context import FlowRunContext, TaskRunContext
+        from prefect.settings import PREFECT_API_URL
+
+        return bool(PREFECT_API_URL.value()) or FlowRunContext.get() is not None or TaskRunContext.get() is not None
+    except Exception:
+        return False
+
+
 def emit(event: str, about: str | dict, payload: dict | None = None, related: list[dict] | None = None) -> None:
     """Emit one Prefect event about a lane (a name) or another resource (a dict); never raises.
 
     The ledger's writes are committed before an event is sent: a failed emit is
-    logged, never raised, so it cannot undo a run.
+    logged, never raised, so it cannot undo a run. With no Prefect API to send to
+    (:func:`may_emit`) nothing is sent.
     """
+    if not may_emit():
+        log.debug("no Prefect API (PREFECT_API_URL unset, outside a run): event %s not sent", event)
+        return
     try:
         from prefect.events import emit_event
 
@@ -169,5 +186,5 @@ class PrefectListener:
 prefect_listener = PrefectListener()  # job events only: a ledger-less listener cannot read lane states
 
 
-__all__ = ["PrefectListener", "emit", "job_card", "job_resource", "job_title", "prefect_listener", "publish_lane_states", "resource",
+__all__ = ["PrefectListener", "emit", "job_card", "job_resource", "job_title", "may_emit", "prefect_listener", "publish_lane_states", "resource",
            "stage_resource", "state_event_name", "state_title"]

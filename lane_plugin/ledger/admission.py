@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from .. import policy
 from ..errors import LaneError, LeaseLost, UnknownJob
-from . import rates, runs, upkeep
+from . import rates, runs, upkeep, waiters
 from .db import Cursor
 from .jobs import Lease
 from .lanes import LaneRow, lock_lane, roll_counters
 
 # The head of one index, (lane, state, finishing, prio), read as two ranges: the waiting jobs of
 # runs under way and the rest, each in priority order (finishing jobs must not hide behind starters).
-_COLS = "id, est, wait_since, run_key, stage, attempt, coalesce(rate_cost, est), prio, est_var"
+_COLS = "id, est, wait_since, run_key, stage, attempt, coalesce(rate_cost, est), prio, est_var, waiter"
 HEAD_SQL = (
     f"select * from (select {_COLS} from job where lane = :l and state = 'new' and finishing = :f "
     f"order by prio limit :k) as other union all "
@@ -28,11 +28,16 @@ HEAD_SQL = (
 )
 
 
-def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = policy.HEAD_SLACK):
+def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = policy.HEAD_SLACK,
+         handoff: bool = False):  # fmt: skip
     """Lease what fits in ``lane`` now.
 
     Returns ``(leases, decision, lane row, refit due, parked)``: ``parked`` the tail entries of the
-    jobs this tick parked because they cannot fit before the next reset (with their ``rule``).
+    jobs this tick parked because they cannot fit before the next reset (with their ``rule``), or
+    because their waiter is gone. ``handoff``: a settlement or a reap handing its room on, in its own
+    transaction; it leases only gated jobs (their waiters pick the lease up from the job row), up to
+    the first job in the admission order that has no waiter (a CLI job is leased to whoever ticks
+    next; its room is kept for it).
     """
     row = roll_counters(cur, lock_lane(cur, lane), now)
     rates.slide(cur, row, now)
@@ -44,8 +49,14 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
         held = policy.Decision((), 0, head_reason=policy.STOPPED if row.held else policy.LEASE_CAP)
         return [], held, row, refit_due, []
     head = cur.all(HEAD_SQL, {"l": lane, "k": free_slots + head_extra, "f": False, "t": True})
+    gone_tails: list[dict] = []
+    gone = waiters.gone(cur, {r[9] for r in head if r[9] is not None}, now) if any(r[9] for r in head) else set()
+    if gone:  # their jobs leave admission at once, never leased to nobody
+        gone_tails = upkeep.drop_waiters(cur, gone, now=now, lane=lane,
+                                         why=f"{waiters.WAITER_GONE}: not seen for {waiters.GONE_SECONDS:g}s")
+        head = [r for r in head if r[9] not in gone]
     if not head:
-        return [], policy.Decision((), 0), row, refit_due, []
+        return [], policy.Decision((), 0), row, refit_due, gone_tails
     rows = {r[0]: r for r in head}
     remaining = runs.runs_of(cur, lane, sorted({r[3] for r in head if r[3] is not None}))
     fits = runs.fits_of(cur, lane, sorted({r[4] for r in head if r[3] is not None}))
@@ -60,7 +71,13 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
         resets=row.period != "none", reserved_var=row.reserved_var,
     )  # fmt: skip
     decision = policy.admit(snapshot, cands)
-    parked = [t for t in (_give_up(cur, row, c.id, rule, why, now) for c, rule, why in decision.parked) if t]
+    if handoff:
+        cut = next((i for i, c in enumerate(decision.admitted) if rows[c.id][9] is None), None)
+        if cut is not None:  # lease only the gated prefix of the order (a subset of what fits, fits)
+            keep = {c.id for c in decision.admitted[:cut]}
+            decision = policy.admit(snapshot, [c for c in cands if c.id in keep])
+    unfit = () if handoff else decision.parked  # a hand-off only leases; parking the unfit is a tick's
+    parked = gone_tails + [t for t in (_give_up(cur, row, c.id, rule, why, now) for c, rule, why in unfit) if t]
     if not decision.admitted:
         return [], decision, row, refit_due, parked
     n, tokens = len(decision.admitted), decision.tokens
@@ -87,6 +104,7 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
         if cur.rowcount != 1:
             raise LaneError(f"admission in lane {lane!r} lost a race it cannot lose (lock not held?)")
     rates.charge(cur, lane, now, [(c.id, rows[c.id][5], c.rate) for c in decision.admitted])
+    waiters.notify(cur, lane, "leased")
     if decision.runs:
         runs.record(cur, row, now, decision, fits, set(remaining))
     leases = [

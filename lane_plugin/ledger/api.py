@@ -11,19 +11,19 @@ Example:
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict
 
 from ..checks import SHADOW_VERSION_MAX, job_ref, number, text, tokens, when
-from ..errors import InvalidInput, JobParked, Replay
-from . import admission, intake, rates, reads, runs, settlement, status, upkeep
+from ..errors import InvalidInput, Replay
+from . import admission, intake, reads, runs, settlement, status, upkeep, waiters
+from .admitting import Admitting
 from .audit import audit as audit_tables
 from .bill import BillLine, run_bill
 from .db import Database
 from .jobs import Lease, Settled
-from .lanes import LaneRow, delete_lane, lock_lane, read_lane, write_lane_settings
+from .lanes import LaneRow, delete_lane, read_lane, write_lane_settings
 from .learning import LearningStore
 from .preflight import PreflightCache
 from .url import parse_url
@@ -31,7 +31,7 @@ from .url import parse_url
 Listener = Callable[[str, str, dict], None]
 
 
-class Ledger(LearningStore):
+class Ledger(Admitting, LearningStore):
     """A token ledger in one database: lanes, jobs, leases and settlements.
 
     Args:
@@ -54,7 +54,7 @@ class Ledger(LearningStore):
         self.clock = clock
         self.listeners: list[Listener] = list(listeners or [])
         self.preflight = PreflightCache()
-        self._specs: dict[str, tuple[float, LaneRow]] = {}
+        self._admitting_init()
 
     def __repr__(self) -> str:
         return f"Ledger({str(self.url)!r})"
@@ -90,7 +90,8 @@ class Ledger(LearningStore):
                est_version: str | None = None, run_key: str | None = None, key: str | None = None, attempt: int = 1,
                deadline: float | None = None, wait_seconds: float | None = None,
                fallback: str | bool | None = None, shadows: dict[str, int] | None = None,
-               est_input: int | None = None, rerun: bool = False, est_var: int = 0) -> str:  # fmt: skip
+               est_input: int | None = None, rerun: bool = False, est_var: int = 0,
+               waiter: str | None = None) -> str:  # fmt: skip
         """Record a job waiting for admission; returns its id.
 
         Args:
@@ -111,6 +112,8 @@ class Ledger(LearningStore):
             shadows: other estimators' numbers for this job, by version.
             est_input: the input (prompt) tokens counted, if known (learned estimators learn ``actual - est_input``).
             est_var: the variance of ``actual - est`` its estimator knows; admission keeps headroom for it.
+            waiter: the waiting process (a gate: :func:`waiters.waiter_id`); its job leaves admission
+                when it is gone. None (the CLI): the job is pulled by whoever ticks.
 
         Raises:
             InvalidInput, UnknownLane, NeverFits, ConflictingReplay.
@@ -136,35 +139,21 @@ class Ledger(LearningStore):
                    for v, e in (shadows or {}).items()}  # fmt: skip
         job_id = uuid.uuid4().hex  # chosen before the transaction: a retried commit finds it
 
+        waiter = text("waiter", waiter, limit=64, required=False)
+
         def record(cur, now):
             dl = now + wait_seconds if wait_seconds is not None else deadline
-            return intake.submit(cur, job_id=job_id, lane=lane, stage=stage, est=est, now=now, rate_cost=rate_cost,
+            out = intake.submit(cur, job_id=job_id, lane=lane, stage=stage, est=est, now=now, rate_cost=rate_cost,
                                 est_version=est_version, est_input=est_input, run_key=run_key, key=key, attempt=attempt,
                                 deadline=dl, fallback=fallback, shadows=shadows, rerun=bool(rerun), est_var=est_var)  # fmt: skip
+            if waiter is not None:
+                waiters.claim(cur, out[0], waiter, now)
+            return out
 
         jid, _ = self._run(record)
         return jid
 
-    # -- admission -----------------------------------------------------------------
-    def tick(self, lane: str = "free") -> list[Lease]:
-        """Lease what fits in ``lane`` now (one short transaction); returns the leases."""
-        lane = text("lane", lane)
-        spec = self._lane_spec(lane)
-        ok, err, fresh = self.preflight.check(lane, spec.preflight, spec.preflight_timeout)
-        if fresh or not ok:
-            moved = self._run(lambda cur, now: self._record_preflight(cur, now, lane, ok, err))
-            if not ok and fresh:
-                self._emit("lane.preflight.failed", lane, {"error": err, "fell_back": moved})
-        token = uuid.uuid4().hex
-        leases, decision, before, refit, parked = self._run(lambda cur, now: admission.tick(cur, lane, now=now, token=token))
-        for tail in parked:  # cannot fit before the next reset (the lane has no period)
-            self._emit("lane.job.parked", lane, tail)
-        if leases:
-            self._after_admission(lane, leases, before, decision.tokens)
-        if refit:  # outside the admission transaction: the tick stays short
-            self._run(lambda cur, now: runs.refit(cur, lane, now))
-        return leases
-
+    # -- admission (ticks, hand-offs, wake-ups: Admitting) -------------------------------
     def refit_runs(self, lane: str = "free") -> list[dict]:
         """Learn the lane's finishing reserve from its finished runs now (ticks do it every ``REFIT_SECONDS``).
 
@@ -173,53 +162,6 @@ class Ledger(LearningStore):
         """
         lane = text("lane", lane)
         return self._run(lambda cur, now: (runs.refit(cur, lane, now, force=True), runs.profile(cur, lane))[1])
-
-    def _lane_spec(self, lane: str) -> LaneRow:
-        """The lane's preflight settings, re-read at most every few seconds (not per tick)."""
-        hit = self._specs.get(lane)
-        if hit is None or time.monotonic() - hit[0] > self.preflight.ttl:
-            hit = (time.monotonic(), self._run(lambda cur, now: read_lane(cur, lane), write=False))
-            self._specs[lane] = hit
-        return hit[1]
-
-    def _record_preflight(self, cur, now, lane, ok, err) -> int:
-        lock_lane(cur, lane)
-        cur.execute(
-            "update lane set preflight_ok = :ok, preflight_error = :err, preflight_at = :now where name = :l",
-            {"ok": ok, "err": err, "now": now, "l": lane},
-        )
-        return 0 if ok else upkeep.fall_back_waiting(cur, lane, now=now)
-
-    def _after_admission(self, lane: str, leases: list[Lease], before: LaneRow, admitted: int) -> None:
-        for lease in leases:
-            self._emit("lane.job.admitted", lane, {**asdict(lease), "token": None})
-        committed_before = before.spent + before.reserved
-        limit = before.policy.start_limit
-        if committed_before < limit <= committed_before + admitted:
-            self._emit("lane.lane.start-stop", lane, {
-                "start_limit": limit, "ceiling": before.ceiling,
-                "committed": committed_before + admitted, "spent": before.spent})  # fmt: skip
-
-    def acquire(self, job_id: str) -> Lease | None:
-        """Tick the job's lane and return the job's lease if it holds one now.
-
-        Raises :class:`JobParked` if the job was parked (or failed) while waiting.
-        """
-        job = self.job(job_id)
-        if job["state"] == "new":
-            self.tick(job["lane"])
-            job = self.job(job_id)
-        if job["state"] == "leased":  # its request goes out now: the rate window counts it from now
-            self._run(lambda cur, now: rates.stamp(cur, job_id, job["attempt"], now))
-            return Lease(job["id"], job["lane"], job["stage"], job["est"], job["attempt"],
-                         job["lease_token"], job["lease_until"], job["run_key"], job["rate_cost"])  # fmt: skip
-        if job["state"] in ("parked", "failed"):
-            raise JobParked(
-                f"job {job_id} ({job['stage']!r}, {job['est']} tokens) in lane {job['lane']!r} is "
-                f"{job['state']}: {job['reason'] or 'no reason recorded'}",
-                job_id=job_id, lane=job["lane"], est=job["est"],
-            )  # fmt: skip
-        return None
 
     def renew(self, job_id: str, token: str) -> float:
         """Extend a held lease by the lane's ``lease_seconds``; returns the new expiry."""
@@ -244,7 +186,8 @@ class Ledger(LearningStore):
         A replay of the same (job, attempt) with the same ``actual`` returns the first result with
         ``replay=True`` and bills nothing; with another ``actual`` it is refused
         (:class:`~lane_plugin.errors.ConflictingReplay`). A settlement after the lease expired
-        is still billed, marked ``late``: the provider billed those tokens.
+        is still billed, marked ``late``: the provider billed those tokens. The room it frees is
+        handed on in the same transaction: the gated jobs that now fit are leased.
         """
         if isinstance(job, Lease):
             attempt = job.attempt if attempt is None else attempt
@@ -253,27 +196,42 @@ class Ledger(LearningStore):
         actual = tokens("actual", actual, low=0)
         if outcome not in ("done", "failed"):
             raise InvalidInput("outcome", outcome, "expected done or failed")
+        token = uuid.uuid4().hex
+
+        def run(cur, now):
+            done = settlement.settle(cur, job_id, actual=actual, attempt=attempt, outcome=outcome, now=now,
+                                     by_estimate=bool(by_estimate))  # fmt: skip
+            return done, self._hand_off(cur, now, done[0].lane, token, freed=not done[0].late)
+
         try:
-            result = self._run(
-                lambda cur, now: settlement.settle(cur, job_id, actual=actual, attempt=attempt, outcome=outcome,
-                                                   now=now, by_estimate=bool(by_estimate)),
-                fault="settle",
-            )
+            (result, (spent, ceiling, overage)), handed = self._run(run, fault="settle")
         except Replay as replay:  # the first result, if this one repeats it (else ConflictingReplay)
             att = replay.details["attempt"]
             return settlement.replayed(self._run(lambda cur, now: settlement.first_settlement(cur, job_id, att),
                                                  write=False), actual)  # fmt: skip
-        result, (spent, ceiling, overage) = result
         self._emit("lane.job.settled", result.lane, asdict(result))
+        self._handed(result.lane, handed)
         if spent >= ceiling and spent - result.actual < ceiling:
             self._emit("lane.lane.hard-stop", result.lane, {"spent": spent, "ceiling": ceiling, "overage": overage})
         return result
 
     # -- upkeep --------------------------------------------------------------------
     def reap(self) -> upkeep.Moved:
-        """Expired leases go back to the queue (attempt + 1) or, attempts exhausted, to the tail."""
-        moved = self._run(lambda cur, now: upkeep.reap(cur, now=now))
+        """Expired leases go back to the queue (attempt + 1) or, attempts exhausted, to the tail.
+
+        A gated job's expired lease parks it and its waiter's other waiting jobs (``waiter gone``).
+        The room freed is handed on in the same transaction.
+        """
+        token = uuid.uuid4().hex
+
+        def run(cur, now):
+            moved = upkeep.reap(cur, now=now)
+            return moved, [(lane, self._hand_off(cur, now, lane, token)) for lane in moved.freed]
+
+        moved, handed = self._run(run)
         self._emit_parked(moved)
+        for lane, h in handed:
+            self._handed(lane, h)
         return moved
 
     def park_overdue(self) -> upkeep.Moved:

@@ -15,6 +15,7 @@ import re
 import sqlite3
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from contextlib import contextmanager
 from functools import lru_cache
@@ -27,6 +28,7 @@ from .url import DatabaseURL
 
 T = TypeVar("T")
 
+TRY_LOCK_MS = 50  # SQLite: how long a try-locking tick waits for another writer before it gives up
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
 
@@ -36,13 +38,30 @@ def _pyformat(sql: str) -> str:
     return _PARAM.sub(r"%(\1)s", sql.replace("%", "%%"))
 
 
+class Busy(Exception):
+    """A try-lock found the lane's ticker (or, on SQLite, the database's writer) busy: nothing was done."""
+
+
+class Stats:
+    """What this process's transactions cost: commits, and how long writers waited for a lane's lock
+    (``BEGIN IMMEDIATE`` on SQLite, the lane row's ``FOR UPDATE`` on PostgreSQL). For benchmarks."""
+
+    def __init__(self):
+        self.commits = self.writes = self.busy = 0
+        self.lock_waits: deque[float] = deque(maxlen=500_000)
+
+    def snapshot(self) -> dict:
+        return {"commits": self.commits, "writes": self.writes, "busy": self.busy, "lock_waits": list(self.lock_waits)}
+
+
 class Cursor:
     """A thin cursor speaking ``:name`` parameters on both databases."""
 
-    def __init__(self, raw, dialect: str, clock: DatabaseClock | None = None):
+    def __init__(self, raw, dialect: str, clock: DatabaseClock | None = None, stats: Stats | None = None):
         self.raw = raw
         self.dialect = dialect
         self.clock = clock
+        self.stats = stats
 
     def execute(self, sql: str, params: dict | None = None):
         if self.dialect == "postgresql":
@@ -136,6 +155,8 @@ class Database:
         self.clock = DatabaseClock()
         self._ever_connected = False
         self._check_lock = threading.Lock()
+        self.stats = Stats()
+        self.backend_pids: set[int] = set()
 
     # -- connections ---------------------------------------------------------
     def _connect(self):
@@ -173,6 +194,7 @@ class Database:
         except (UnicodeError, ValueError) as exc:  # e.g. a host name that is not valid IDNA
             raise DatabaseError(f"cannot connect to {self.url}: {_one_line(exc, self.url)}") from None
         self._ever_connected = True
+        self.backend_pids.add(conn.info.backend_pid)  # the watcher ignores this process's own NOTIFYs
         return conn
 
     def connection(self):
@@ -196,12 +218,21 @@ class Database:
 
     # -- transactions --------------------------------------------------------
     @contextmanager
-    def _txn(self, write: bool):
+    def _txn(self, write: bool, try_lock: bool = False):
         conn = self.connection()
         if self.dialect == "sqlite":
-            conn.execute("begin immediate" if write else "begin")
+            if try_lock:  # the try-lock: wait for the writer's lock only briefly, then give up (Busy)
+                conn.execute(f"pragma busy_timeout={TRY_LOCK_MS}")
+            t0 = time.perf_counter()
             try:
-                yield Cursor(conn.cursor(), "sqlite")
+                conn.execute("begin immediate" if write else "begin")
+            finally:
+                if try_lock:
+                    conn.execute(f"pragma busy_timeout={int(self.busy_timeout * 1000)}")
+            if write:
+                self.stats.lock_waits.append(time.perf_counter() - t0)
+            try:
+                yield Cursor(conn.cursor(), "sqlite", stats=self.stats)
                 conn.execute("commit")
             except BaseException:
                 if conn.in_transaction:
@@ -210,23 +241,37 @@ class Database:
         else:
             with conn.transaction():
                 with conn.cursor() as raw:
-                    yield Cursor(raw, "postgresql", self.clock)
+                    yield Cursor(raw, "postgresql", self.clock, self.stats)
 
-    def transaction(self, fn: Callable[[Cursor], T], *, write: bool = True, fault: str | None = None) -> T:
-        """Run ``fn(cursor)`` in one transaction, retrying the whole of it when transient."""
+    def transaction(self, fn: Callable[[Cursor], T], *, write: bool = True, fault: str | None = None,
+                    try_lock: bool = False) -> T:  # fmt: skip
+        """Run ``fn(cursor)`` in one transaction, retrying the whole of it when transient.
+
+        ``try_lock``: on SQLite, give up with :class:`Busy` when another writer holds the database for
+        more than ``TRY_LOCK_MS`` (a tick that finds another running returns at once); ``fn`` raising
+        :class:`Busy` (PostgreSQL's advisory try-lock) is not retried either.
+        """
         deadline = time.monotonic() + self.retry_for
         delay = 0.005
         while True:
             try:
                 self.ensure_schema()
-                with self._txn(write) as cur:
+                with self._txn(write, try_lock) as cur:
                     result = fn(cur)
                     if fault:
                         fault_point(fault + ".before_commit")
+                self.stats.commits += 1
+                self.stats.writes += write
                 if fault:
                     fault_point(fault + ".after_commit")
                 return result
+            except Busy:
+                self.stats.busy += 1
+                raise
             except Exception as exc:
+                if try_lock and self.dialect == "sqlite" and _is_transient(exc):
+                    self.stats.busy += 1
+                    raise Busy() from None
                 if not _is_transient(exc):
                     raise self._wrap(exc) from exc
                 if self.dialect == "postgresql":

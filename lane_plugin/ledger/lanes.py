@@ -109,7 +109,10 @@ def read_lane(cur: Cursor, name: str) -> LaneRow:
 def lock_lane(cur: Cursor, name: str) -> LaneRow:
     """Read a lane row holding its lock until the transaction ends."""
     suffix = " for update" if cur.dialect == "postgresql" else ""
+    t0 = time.perf_counter()
     r = cur.one(_SELECT + " where name = :n" + suffix, {"n": name})
+    if suffix and cur.stats is not None:  # how long the lane's lock was waited for (SQLite: at BEGIN IMMEDIATE)
+        cur.stats.lock_waits.append(time.perf_counter() - t0)
     if r is None:
         raise UnknownLane(name)
     return _row(r)

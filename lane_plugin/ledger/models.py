@@ -89,6 +89,7 @@ class Job(SQLModel, table=True):
         Index("ix_job_lease", "state", "lease_until"),
         Index("ix_job_deadline", "state", "deadline"),
         Index("ix_job_run", "lane", "run_key"),
+        Index("ix_job_waiter", "waiter"),
         CheckConstraint("est > 0 and actual >= 0 and attempt >= 1", name="ck_job_numbers"),
         CheckConstraint(f"state in {JOB_STATES!r}", name="ck_job_state"),
         CheckConstraint("rate_cost is null or rate_cost > 0", name="ck_job_rate_cost"),
@@ -125,6 +126,22 @@ class Job(SQLModel, table=True):
     finishing: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
     admitted_at: Optional[float] = Field(default=None)
     finished_at: Optional[float] = Field(default=None)
+    # The process waiting for this gated job (waiter.id); null: submitted from the CLI, pulled by whoever ticks.
+    waiter: Optional[str] = Field(default=None, max_length=64)
+
+
+class Waiter(SQLModel, table=True):
+    """A process waiting for gated jobs: its heartbeat, and when it was found gone.
+
+    A waiter is gone when it has not been seen for ``policy.WAITER_GONE_SECONDS`` or a lease it held
+    expired unrenewed: its jobs leave admission at once (parked, reason ``waiter gone``).
+    """
+
+    __tablename__ = "waiter"
+
+    id: str = Field(primary_key=True, max_length=64)
+    seen: float
+    gone_at: Optional[float] = Field(default=None)
 
 
 class Settlement(SQLModel, table=True):

@@ -14,6 +14,7 @@ from ..errors import NotParked, UnknownJob
 from .db import Cursor
 from .jobs import lock_job
 from .lanes import all_lanes, lock_lane, period_start, read_lane, roll_counters
+from .waiters import WAITER_GONE
 
 
 @dataclass
@@ -23,6 +24,7 @@ class Moved:
     requeued: list[str] = field(default_factory=list)
     parked: list[dict] = field(default_factory=list)
     expired: list[dict] = field(default_factory=list)
+    freed: list[str] = field(default_factory=list)  # lanes where reaping freed room (to hand on)
 
     def __bool__(self) -> bool:
         return bool(self.requeued or self.parked or self.expired)
@@ -38,11 +40,30 @@ def _insert_tail(cur: Cursor, rows: list[dict]) -> None:
 
 
 def reap(cur: Cursor, *, now: float) -> Moved:
-    """Return expired leases to the queue (attempt + 1), or park them when attempts are exhausted."""
+    """Return expired leases to the queue (attempt + 1), or park them when attempts are exhausted.
+
+    A gated job's expired lease means its waiter is gone (its renewer stopped): the job is parked
+    (``waiter gone``), not requeued for nobody, and so are the other waiting jobs of that waiter.
+    """
     lanes = {row.name: row for row in all_lanes(cur, lock=True)}
     moved = Moved()
     released: dict[str, list[tuple[int, int]]] = {}  # lane: [(est, est_var)] of the leases it gets back
+    why_gone = f"{WAITER_GONE}: its lease expired with no renewal"
+    gone: set[str] = set()
     for lane in lanes.values():
+        orphans = cur.all(
+            "update job set state = 'parked', lease_token = null, lease_until = 0, finished_at = :now, "
+            "reason = :why where lane = :l and state = 'leased' and lease_until < :now and waiter is not null "
+            "returning id, stage, est, waiter, est_var",
+            {"l": lane.name, "now": now, "why": why_gone},
+        )
+        gone |= {r[3] for r in orphans}
+        tail = [dict(job_id=r[0], lane=lane.name, stage=r[1], est=r[2], reason=why_gone, parked_at=now,
+                     deadline=now + lane.park_seconds) for r in orphans]  # fmt: skip
+        _insert_tail(cur, tail)
+        moved.parked += tail
+        if orphans:
+            released[lane.name] = [(r[2], r[4]) for r in orphans]
         requeued = cur.all(
             "update job set state = 'new', attempt = attempt + 1, lease_token = null, lease_until = 0, "
             "reason = 'lease expired' where lane = :l and state = 'leased' and lease_until < :now "
@@ -65,14 +86,33 @@ def reap(cur: Cursor, *, now: float) -> Moved:
         moved.parked += tail
         ests = [(r[1], r[2]) for r in requeued] + [(r[2], r[3]) for r in parked]
         if ests:
-            released[lane.name] = ests
+            released.setdefault(lane.name, []).extend(ests)
     for name, ests in released.items():
         cur.execute(
             "update lane set reserved = reserved - :e, reserved_var = reserved_var - :v, leased = leased - :n, "
             "updated_at = :now where name = :l",
             {"e": sum(e for e, _ in ests), "v": sum(v for _, v in ests), "n": len(ests), "now": now, "l": name},
         )
+    moved.parked += drop_waiters(cur, gone, now=now, why=f"{WAITER_GONE}: a lease it held expired with no renewal")
+    moved.freed = sorted(released)
     return moved
+
+
+def drop_waiters(cur: Cursor, waiters: set[str], *, now: float, why: str, lane: str | None = None) -> list[dict]:
+    """The waiters are gone: mark them, and park their waiting jobs (in ``lane``, or every lane; locked)."""
+    tails: list[dict] = []
+    for w in sorted(waiters):
+        cur.execute("update waiter set gone_at = :now where id = :w and gone_at is null", {"now": now, "w": w})
+        rows = cur.all(
+            "update job set state = 'parked', reason = :why, finished_at = :now where waiter = :w and state = 'new'"
+            + (" and lane = :l" if lane else "") + " returning id, lane, stage, est",
+            {"why": why, "now": now, "w": w, "l": lane},
+        )
+        park_for = {r[1]: read_lane(cur, r[1]).park_seconds for r in rows}
+        tails += [dict(job_id=r[0], lane=r[1], stage=r[2], est=r[3], reason=why, parked_at=now,
+                       deadline=now + park_for[r[1]]) for r in rows]  # fmt: skip
+    _insert_tail(cur, tails)
+    return tails
 
 
 def park_overdue(cur: Cursor, *, now: float) -> Moved:

@@ -1,0 +1,48 @@
+"""A waiting gate's two edge cases: its job's row changed, and its wait ended by an exception."""
+
+from __future__ import annotations
+
+from ..errors import JobParked
+from ..ledger.waiters import ROW_KEYS, WAITER_GONE
+from . import timeouts
+from .ledgers import run_logger
+
+
+def take(led, job_id: str, w):
+    """The job's row changed (``w``'s event): its lease (picked up now), or None if it waits on.
+
+    A job parked as ``waiter gone`` while its waiter is still here (a stalled process was taken
+    for dead) goes back to the queue; any other parking raises :class:`JobParked`.
+    """
+    w.event.clear()
+    row, w.row = w.row, None
+    if row is None:
+        row = led.waiting_rows([job_id])[0]
+    try:
+        return led.take(row)
+    except JobParked:
+        reason = row[ROW_KEYS.index("reason")] or ""
+        if row[ROW_KEYS.index("state")] == "parked" and reason.startswith(WAITER_GONE):
+            led.requeue(job_id)
+            return None
+        raise
+
+
+def abandon(led, gate, exc: BaseException) -> None:
+    """The wait ended by an exception (a timeout, a cancellation): nobody waits for the job any more.
+
+    It is parked (``waiter gone``) rather than left waiting for a later tick to lease it to nobody;
+    leased just as the wait ended, it is settled with nothing spent (its body never ran).
+    """
+    if gate.job_id is None or isinstance(exc, JobParked) or gate.lease is not None:
+        return
+    try:
+        with timeouts.shield():
+            if led.park(gate.job_id, f"{WAITER_GONE}: its wait ended with {type(exc).__name__}"):
+                return
+            job = led.job(gate.job_id)
+            if job["state"] == "leased":
+                led.settle(gate.job_id, 0, attempt=job["attempt"], outcome="failed")
+    except Exception as err:  # its waiter is gone anyway: the ledger drops the job in a few seconds
+        run_logger().warning("lane gate: could not release job %s after %s: %s", gate.job_id,
+                             type(exc).__name__, err)  # fmt: skip

@@ -1,0 +1,155 @@
+"""The :class:`~lane_plugin.Ledger`'s admission side: ticks (one ticker per lane), hand-offs, wake-ups.
+
+A mixin of :class:`~lane_plugin.Ledger` (it uses the ledger's ``_run``, ``_emit`` and ``db``); the
+SQL is in :mod:`~lane_plugin.ledger.admission` and :mod:`~lane_plugin.ledger.waiters`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import asdict
+
+from ..checks import text
+from ..errors import JobParked
+from . import admission, rates, runs, upkeep, waiters
+from .db import Busy
+from .jobs import Lease
+from .lanes import LaneRow, lock_lane, read_lane
+
+
+class Admitting:
+    """Ticks, hand-offs and what a waiting gate asks of the ledger."""
+
+    def _admitting_init(self) -> None:
+        from .wakeups import Wakeups
+
+        self._specs: dict[str, tuple[float, LaneRow]] = {}
+        self._tick_locks: dict[str, threading.Lock] = {}
+        self.wakeups = Wakeups(self)
+
+    def tick(self, lane: str = "free") -> list[Lease]:
+        """Lease what fits in ``lane`` now (one short transaction); returns the leases.
+
+        One ticker at a time per lane: a tick that finds another running returns ``[]`` at once
+        (that one leases what fits; a settlement hands its room on itself).
+        """
+        return self.try_tick(lane)[0]
+
+    def try_tick(self, lane: str = "free") -> tuple[list[Lease], bool]:
+        """:meth:`tick`, also telling whether it found another tick running (``busy``: nothing done)."""
+        lane = text("lane", lane)
+        spec = self._lane_spec(lane)
+        ok, err, fresh = self.preflight.check(lane, spec.preflight, spec.preflight_timeout)
+        if fresh or not ok:
+            moved = self._run(lambda cur, now: self._record_preflight(cur, now, lane, ok, err))
+            if not ok and fresh:
+                self._emit("lane.preflight.failed", lane, {"error": err, "fell_back": moved})
+        token = uuid.uuid4().hex
+        lock = self._tick_locks.setdefault(lane, threading.Lock())
+        if not lock.acquire(blocking=False):  # another thread of this process is ticking this lane
+            return [], True
+
+        def run(cur):
+            if not waiters.try_tick_lock(cur, lane):  # another process is ticking it (PostgreSQL)
+                raise Busy()
+            return admission.tick(cur, lane, now=self._now(cur), token=token)
+
+        try:
+            leases, decision, before, refit, parked = self.db.transaction(run, try_lock=True)
+        except Busy:
+            return [], True
+        finally:
+            lock.release()
+        self._admitted(lane, leases, decision, before, parked)
+        if refit:  # outside the admission transaction: the tick stays short
+            self._run(lambda cur, now: runs.refit(cur, lane, now))
+        return leases, False
+
+    def _admitted(self, lane: str, leases: list[Lease], decision, before: LaneRow, parked: list[dict]) -> None:
+        """After a commit that leased (a tick, a hand-off): events, and this process's waiters woken."""
+        for tail in parked:  # cannot fit before the next reset (the lane has no period), or waiter gone
+            self._emit("lane.job.parked", tail["lane"], tail)
+        if not leases:
+            return
+        self.wakeups.wake([x.job_id for x in leases])
+        for lease in leases:
+            self._emit("lane.job.admitted", lane, {**asdict(lease), "token": None})
+        committed_before = before.spent + before.reserved
+        limit = before.policy.start_limit
+        if committed_before < limit <= committed_before + decision.tokens:
+            self._emit("lane.lane.start-stop", lane, {
+                "start_limit": limit, "ceiling": before.ceiling,
+                "committed": committed_before + decision.tokens, "spent": before.spent})  # fmt: skip
+
+    def _hand_off(self, cur, now: float, lane: str, token: str, *, freed: bool = True):
+        """Inside a settlement's or a reap's transaction: lease the gated jobs that now fit."""
+        if not freed:
+            return None
+        handed = admission.tick(cur, lane, now=now, token=token, handoff=True)
+        if not handed[0]:
+            waiters.notify(cur, lane, "room")  # other processes' waiters may tick (a safety net)
+        return handed
+
+    def _handed(self, lane: str, handed) -> None:
+        if handed is not None:
+            leases, decision, before, _refit, parked = handed
+            self._admitted(lane, leases, decision, before, parked)
+
+    def _lane_spec(self, lane: str) -> LaneRow:
+        """The lane's preflight settings, re-read at most every few seconds (not per tick)."""
+        hit = self._specs.get(lane)
+        if hit is None or time.monotonic() - hit[0] > self.preflight.ttl:
+            hit = (time.monotonic(), self._run(lambda cur, now: read_lane(cur, lane), write=False))
+            self._specs[lane] = hit
+        return hit[1]
+
+    def _record_preflight(self, cur, now, lane, ok, err) -> int:
+        lock_lane(cur, lane)
+        cur.execute(
+            "update lane set preflight_ok = :ok, preflight_error = :err, preflight_at = :now where name = :l",
+            {"ok": ok, "err": err, "now": now, "l": lane},
+        )
+        return 0 if ok else upkeep.fall_back_waiting(cur, lane, now=now)
+
+    def acquire(self, job_id: str) -> Lease | None:
+        """Tick the job's lane and return the job's lease if it holds one now.
+
+        Raises :class:`JobParked` if the job was parked (or failed) while waiting.
+        """
+        job = self.job(job_id)
+        if job["state"] == "new":
+            self.tick(job["lane"])
+            job = self.job(job_id)
+        return self.take(tuple(job[k] for k in waiters.ROW_KEYS))
+
+    def take(self, row: tuple) -> Lease | None:
+        """The lease a waiting job's own row shows (:data:`waiters.ROW_KEYS`), picked up now; None if it
+        still waits. Raises :class:`JobParked` if it was parked (or failed) while waiting."""
+        job = dict(zip(waiters.ROW_KEYS, row))
+        job_id = job["id"]
+        if job["state"] == "leased":  # its request goes out now: the rate window counts it from now
+            self._run(lambda cur, now: rates.stamp(cur, job_id, job["attempt"], now))
+            return Lease(job["id"], job["lane"], job["stage"], job["est"], job["attempt"],
+                         job["lease_token"], job["lease_until"], job["run_key"], job["rate_cost"])  # fmt: skip
+        if job["state"] in ("parked", "failed", "done"):
+            raise JobParked(
+                f"job {job_id} ({job['stage']!r}, {job['est']} tokens) in lane {job['lane']!r} is "
+                f"{job['state']}: {job['reason'] or 'no reason recorded'}",
+                job_id=job_id, lane=job["lane"], est=job["est"],
+            )  # fmt: skip
+        return None
+
+    # -- what a waiting process asks (its watcher thread, lane_plugin.ledger.wakeups) ---------------------
+    def waiting_rows(self, job_ids: list[str]) -> list[tuple]:
+        """The waiting jobs' own rows (:data:`waiters.ROW_KEYS`): primary-key lookups, no lock, no tick."""
+        return self._run(lambda cur, now: waiters.rows(cur, job_ids), write=False)
+
+    def heartbeat(self, waiter: str) -> None:
+        """The waiting process ``waiter`` is still there."""
+        self._run(lambda cur, now: waiters.heartbeat(cur, waiter, now))
+
+    def lease_expired(self) -> bool:
+        """Has any lease expired unreaped (one index read)?"""
+        return self._run(lambda cur, now: waiters.lease_expired(cur, now), write=False)

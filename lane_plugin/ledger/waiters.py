@@ -1,0 +1,107 @@
+"""Waiters: who waits for a gated job, their heartbeat, the lane's tick try-lock and its wake-ups.
+
+A *waiter* is one process waiting for gated jobs (``waiter`` row, ``job.waiter``); its watcher
+thread (:mod:`lane_plugin.ledger.wakeups`) beats its heartbeat every :data:`HEARTBEAT_SECONDS`
+while it waits. A waiter not seen for :data:`GONE_SECONDS`, or whose lease expired unrenewed, is
+*gone*: its waiting jobs leave admission at once, parked with the reason ``waiter gone`` (never
+leased to nobody again and again), and Prefect's own retry makes the next attempt. A job with no
+waiter (submitted from the CLI, pulled by whoever ticks) keeps requeue-on-expiry.
+
+The tick try-lock: one ticker at a time per lane (``pg_try_advisory_xact_lock`` on PostgreSQL; an
+in-process lock and ``BEGIN IMMEDIATE`` with a short busy timeout on SQLite, see
+:meth:`~lane_plugin.ledger.db.Database.transaction`); a tick that finds another running returns at
+once. On PostgreSQL a transaction that leases jobs or frees room ``NOTIFY``s the lane's channel.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+
+from .db import Cursor
+
+HEARTBEAT_SECONDS = 1.0  # a waiting process says it is still there this often
+GONE_SECONDS = 5.0  # ... and is gone after this long unseen (five missed heartbeats)
+WAITER_GONE = "waiter gone"
+CHANNEL = "lane_plugin"  # the LISTEN/NOTIFY channel; the payload is "<schema>|<lane>|<what>"
+_PG_TICK_CLASS = 0x1A4E  # pg_try_advisory_xact_lock(class, hashtext(schema/lane))
+_CHUNK = 500
+_ident: tuple[int, str] | None = None
+_ident_lock = threading.Lock()
+
+# The own-row read of a waiting job: what its waiter needs to hold the lease it was handed.
+ROW_KEYS = ("id", "lane", "stage", "est", "attempt", "lease_token", "lease_until", "run_key", "rate_cost", "state",
+            "reason", "admitted_at")  # fmt: skip
+
+
+def waiter_id() -> str:
+    """This process's waiter id (``host:pid:random``): a fork is a new waiter."""
+    global _ident
+    with _ident_lock:
+        if _ident is None or _ident[0] != os.getpid():
+            _ident = (os.getpid(), f"{socket.gethostname()[:32]}:{os.getpid()}:{uuid.uuid4().hex[:12]}")
+        return _ident[1]
+
+
+def claim(cur: Cursor, job_id: str, waiter: str, now: float) -> None:
+    """A gated intake: ``waiter`` waits for ``job_id`` (heartbeat now; the waiting job names it)."""
+    heartbeat(cur, waiter, now)
+    cur.execute("update job set waiter = :w where id = :id and state = 'new'", {"w": waiter, "id": job_id})
+
+
+def heartbeat(cur: Cursor, waiter: str, now: float) -> None:
+    """The waiter is still there (and no longer gone, if it was wrongly thought so)."""
+    cur.execute("update waiter set seen = :now, gone_at = null where id = :w", {"now": now, "w": waiter})
+    if cur.rowcount != 1:
+        conflict = "on conflict (id) do update set seen = excluded.seen, gone_at = null"
+        cur.execute(f"insert into waiter (id, seen) values (:w, :now) {conflict}", {"w": waiter, "now": now})
+
+
+def gone(cur: Cursor, waiters: set[str], now: float) -> set[str]:
+    """Of ``waiters``, those gone: marked gone before, or not seen for :data:`GONE_SECONDS`."""
+    out: set[str] = set()
+    ids = sorted(waiters)
+    for i in range(0, len(ids), _CHUNK):
+        part = {f"w{k}": w for k, w in enumerate(ids[i:i + _CHUNK])}
+        rows = cur.all(f"select id, seen, gone_at from waiter where id in ({', '.join(':' + k for k in part)})", part)
+        out |= {w for w, seen, gone_at in rows if gone_at is not None or now - seen > GONE_SECONDS}
+    return out
+
+
+def rows(cur: Cursor, job_ids: list[str]) -> list[tuple]:
+    """Waiting jobs' own rows (primary-key lookups, no lock): has anyone handed them a lease?"""
+    out: list[tuple] = []
+    for i in range(0, len(job_ids), _CHUNK):
+        part = {f"j{k}": j for k, j in enumerate(job_ids[i:i + _CHUNK])}
+        out += cur.all(f"select {', '.join(ROW_KEYS)} from job where id in ({', '.join(':' + k for k in part)})",
+                       part)  # fmt: skip
+    return out
+
+
+def lease_expired(cur: Cursor, now: float) -> bool:
+    """Is any lease past its expiry (the head of ``ix_job_lease``)? Cheap: then reap hands its room on."""
+    return cur.one("select 1 from job where state = 'leased' and lease_until < :now limit 1", {"now": now}) is not None
+
+
+def try_tick_lock(cur: Cursor, lane: str) -> bool:
+    """PostgreSQL: this transaction becomes the lane's one ticker, or returns False at once.
+
+    (On SQLite the transaction's ``BEGIN IMMEDIATE`` with a short busy timeout is the try-lock.)
+    """
+    if cur.dialect != "postgresql":
+        return True
+    return bool(cur.scalar("select pg_try_advisory_xact_lock(:c, hashtext(current_schema() || '/' || :l))",
+                           {"c": _PG_TICK_CLASS, "l": lane}))  # fmt: skip
+
+
+def notify(cur: Cursor, lane: str, what: str) -> None:
+    """PostgreSQL: tell every listening process, at commit, that jobs were ``leased`` or ``room`` freed."""
+    if cur.dialect == "postgresql":
+        cur.execute("select pg_notify(:ch, current_schema() || '|' || :l || '|' || :w)",
+                    {"ch": CHANNEL, "l": lane, "w": what})  # fmt: skip
+
+
+__all__ = ["CHANNEL", "GONE_SECONDS", "HEARTBEAT_SECONDS", "ROW_KEYS", "WAITER_GONE", "claim", "gone", "heartbeat",
+           "lease_expired", "notify", "rows", "try_tick_lock", "waiter_id"]

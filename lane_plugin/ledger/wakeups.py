@@ -1,0 +1,195 @@
+"""Wake-ups instead of polls: how a waiting gate learns that its job was leased.
+
+Each waiting job has a :class:`Waiting` (a ``threading.Event``). Any thread of this process whose
+commit leases jobs (a tick, a settlement handing its room on, a reap) sets their events at once. One
+watcher thread per ledger per process covers what other processes do:
+
+- on PostgreSQL it ``LISTEN``s on the lane channel (a ``NOTIFY`` is sent when jobs are leased or
+  room frees; notifications from this process's own connections are ignored, its waiters were woken
+  already) and then reads its waiting jobs' own rows, all in one read;
+- on SQLite it reads its waiting jobs' own rows every :data:`POLL_SQLITE` seconds (primary-key
+  lookups in one read transaction: no lock, no tick);
+- on both, a slow safety poll every :data:`SAFETY_SECONDS`: it reaps expired leases if there are any
+  (one index read; the reap hands the room on), ticks the lanes its jobs still wait in (a try-lock:
+  returns at once if another tick runs; room can free with no event, e.g. the burst window
+  sliding), and beats the process's waiter heartbeat (:mod:`lane_plugin.ledger.waiters`).
+
+The watcher exits when nothing waits and is started again by the next waiter; it is a daemon
+thread and holds one extra connection on PostgreSQL (closed when it exits): nothing outlives the
+process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from . import waiters
+
+log = logging.getLogger("lane_plugin.wakeups")
+POLL_SQLITE = 0.1  # SQLite: how often the watcher reads its waiting jobs' rows
+SAFETY_SECONDS = 1.0  # the slow safety poll: reap check, tick, heartbeat
+RETICK_SECONDS = 0.02  # a tick that found another running is tried again this soon
+_IDLE_EXIT = 5.0  # the watcher exits after this long with nothing waiting
+
+
+@dataclass(eq=False)
+class Waiting:
+    """One waiting job: ``event`` is set when its row is no longer ``new`` (``row`` then holds it)."""
+
+    job_id: str
+    lane: str
+    event: threading.Event = field(default_factory=threading.Event)
+    row: tuple | None = None
+
+
+class Wakeups:
+    """This process's waiting jobs on one ledger, and the watcher thread that wakes them."""
+
+    def __init__(self, ledger):
+        self.ledger = ledger
+        self._cv = threading.Condition()
+        self._jobs: dict[str, Waiting] = {}
+        self._thread: threading.Thread | None = None
+        self._retick: set[str] = set()
+        self._room: set[str] = set()
+
+    def register(self, job_id: str, lane: str) -> Waiting:
+        """Wait for ``job_id``: the returned :class:`Waiting`'s event is set when it is leased (or parked)."""
+        w = Waiting(job_id, lane)
+        with self._cv:
+            self._jobs[job_id] = w
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="lane-wakeups", daemon=True)
+                self._thread.start()
+        return w
+
+    def unregister(self, job_id: str) -> None:
+        with self._cv:
+            self._jobs.pop(job_id, None)
+
+    def wake(self, job_ids: list[str]) -> None:
+        """These jobs were leased by a commit in this process: their waiters go on at once."""
+        for job_id in job_ids:
+            w = self._jobs.get(job_id)
+            if w is not None:
+                w.row = None  # the waiter reads its lease from its row
+                w.event.set()
+
+    def retick(self, lane: str) -> None:
+        """A tick found another running: the watcher tries again shortly (nothing is lost meanwhile)."""
+        with self._cv:
+            self._retick.add(lane)
+            self._cv.notify()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._jobs)
+
+    # -- the watcher thread ----------------------------------------------------------------------------
+    def _run(self) -> None:
+        listener = _Listener(self.ledger) if self.ledger.db.dialect == "postgresql" else None
+        next_safety = next_beat = time.monotonic()
+        idle_since = None
+        try:
+            while True:
+                now = time.monotonic()
+                with self._cv:
+                    if not self._jobs:
+                        idle_since = idle_since or now
+                        if now - idle_since > _IDLE_EXIT:
+                            self._thread = None
+                            return
+                    else:
+                        idle_since = None
+                    retick, self._retick = self._retick, set()
+                timeout = RETICK_SECONDS if retick else max(0.0, min(next_safety, next_beat) - now)
+                notified: set[str] = set()
+                if not retick:
+                    if listener is not None:
+                        notified = listener.wait(timeout)
+                    else:
+                        with self._cv:
+                            self._cv.wait(min(timeout, POLL_SQLITE))
+                try:
+                    next_safety, next_beat = self._cycle(listener, notified, retick, next_safety, next_beat)
+                except Exception as exc:  # the database is briefly away: try again on the next cycle
+                    log.warning("lane wake-up watcher: %s", exc)
+                    time.sleep(0.2)
+        finally:
+            if listener is not None:
+                listener.close()
+
+    def _cycle(self, listener, notified: set[str], retick: set[str], next_safety: float, next_beat: float):
+        with self._cv:
+            jobs = list(self._jobs.values())
+        now = time.monotonic()
+        safety = now >= next_safety
+        if jobs and (listener is None or notified or safety):
+            self._read(jobs)
+        if jobs and now >= next_beat:
+            self.ledger.heartbeat(waiters.waiter_id())
+            next_beat = now + waiters.HEARTBEAT_SECONDS
+        lanes = {w.lane for w in jobs if not w.event.is_set()}
+        if safety and jobs:
+            next_safety = now + SAFETY_SECONDS
+            if self.ledger.lease_expired():
+                self.ledger.reap()  # hands the room on in its own transaction
+        for lane in sorted(lanes & (retick | _room_lanes(notified) | (lanes if safety else set()))):
+            _, busy = self.ledger.try_tick(lane)
+            if busy:
+                self.retick(lane)
+        if not jobs:
+            next_safety = next_beat = now  # the next waiter starts with a heartbeat
+        return next_safety, next_beat
+
+    def _read(self, jobs: list[Waiting]) -> None:
+        waiting = [w for w in jobs if not w.event.is_set()]
+        if not waiting:
+            return
+        for row in self.ledger.waiting_rows([w.job_id for w in waiting]):
+            if row[waiters.ROW_KEYS.index("state")] != "new":
+                w = self._jobs.get(row[0])
+                if w is not None:
+                    w.row = row
+                    w.event.set()
+
+
+def _room_lanes(notified: set[str]) -> set[str]:
+    return {x.rsplit("|", 1)[0] for x in notified if x.endswith("|room")}
+
+
+class _Listener:
+    """PostgreSQL: one autocommit connection ``LISTEN``ing on the lane channel."""
+
+    def __init__(self, ledger):
+        import psycopg
+
+        self.db = ledger.db
+        self.conn = psycopg.connect(**{"connect_timeout": 10, **ledger.url.conninfo}, autocommit=True)
+        self.conn.execute(f"listen {waiters.CHANNEL}")
+        self.schema = self.conn.execute("select current_schema()").fetchone()[0]
+
+    def wait(self, timeout: float) -> set[str]:
+        """Notifications for this schema from other processes within ``timeout``: ``lane|what`` each."""
+        out: set[str] = set()
+        got = list(self.conn.notifies(timeout=max(timeout, 0.001), stop_after=1))
+        if got:
+            got += list(self.conn.notifies(timeout=0.001))  # drain what came with it
+        own = self.db.backend_pids
+        for n in got:
+            schema, _, rest = n.payload.partition("|")
+            if schema == self.schema and n.pid not in own:
+                out.add(rest)
+        return out
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:
+            pass
+
+
+__all__ = ["POLL_SQLITE", "SAFETY_SECONDS", "Waiting", "Wakeups"]
