@@ -73,7 +73,7 @@ from .renewal import Held, renewer
 from .streams import AsyncTrackedStream, TrackedStream, adrain, drain, is_async_stream, is_stream
 from .usage import UsageMeter, check_missing_policy, usage_of
 
-LOG_FIRST = 5.0  # a waiting job first logs where it stands after this long
+LOG_FIRST = 1.0  # a waiting job first logs where it stands after this long
 LOG_EVERY = 10.0  # ... and then at least this often
 ASYNC_CHECK = 0.01  # an async waiter looks at its wake-up event this often (no database read)
 _current: contextvars.ContextVar[Gate | None] = contextvars.ContextVar("lane_gate", default=None)
@@ -212,10 +212,11 @@ class Gate:
         """One look: None once leased, else how long to wait for a wake-up (the event cuts it short)."""
         lease = None
         if state.pop("first", False):  # just submitted: one tick usually admits it
-            leases, busy = led.try_tick(self.lane)
+            w.lane = state.get("lane", self.lane)  # its fallback lane, once it fell back
+            leases, busy = led.try_tick(w.lane)
             lease = next((x for x in leases if x.job_id == self.job_id), None)
             if lease is None and busy:  # another tick is running: it (or the watcher, shortly) leases what fits
-                led.wakeups.retick(self.lane)
+                led.wakeups.retick(w.lane)
         if lease is None and w.event.is_set():  # leased by a tick or a hand-off, here or in another process
             lease = waiting.take(led, self.job_id, w)
         if lease is not None:
@@ -249,7 +250,7 @@ class Gate:
         if moved_to is not None:
             run_logger().warning("lane gate: %s job waited %.1fs in lane %r (remaining %d); falling back to lane %r",
                               self.stage, self.wait_seconds, s["lane"], s["remaining"], moved_to)  # fmt: skip
-            state["t0"] = time.monotonic()
+            state.update(t0=time.monotonic(), first=True, lane=moved_to)  # tick the fallback lane now
             return
         try:
             self.lease = led.acquire(self.job_id)  # admitted while we were giving up?
