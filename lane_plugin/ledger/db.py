@@ -28,6 +28,7 @@ from .url import DatabaseURL
 
 T = TypeVar("T")
 
+PG_POOL = 8  # PostgreSQL connections per ledger per process, shared by its threads
 TRY_LOCK_MS = 50  # SQLite: how long a try-locking tick waits for another writer before it gives up
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
@@ -157,6 +158,10 @@ class Database:
         self._check_lock = threading.Lock()
         self.stats = Stats()
         self.backend_pids: set[int] = set()
+        self._pool: list = []
+        self._pool_lock = threading.Lock()
+        self._pool_sem = threading.BoundedSemaphore(PG_POOL)
+        self._pool_pid = os.getpid()
 
     # -- connections ---------------------------------------------------------
     def _connect(self):
@@ -214,11 +219,51 @@ class Database:
             except Exception:
                 pass
 
-    close = discard
+    def close(self) -> None:
+        self.discard()
+        with self._pool_lock:
+            idle, self._pool = self._pool, []
+        for conn in idle if self._pool_pid == os.getpid() else ():
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    @contextmanager
+    def _pooled(self):
+        """PostgreSQL: a connection from this process's pool of at most :data:`PG_POOL` (a thousand
+        waiting threads share a few connections; each transaction holds one only while it runs)."""
+        if self._pool_pid != os.getpid():  # forked: the parent's connections are not ours
+            self._pool, self._pool_pid = [], os.getpid()
+            self._pool_sem = threading.BoundedSemaphore(PG_POOL)
+        sem = self._pool_sem
+        sem.acquire()
+        try:
+            with self._pool_lock:
+                conn = self._pool.pop() if self._pool else None
+            if conn is None or conn.closed:
+                conn = self._connect()
+            try:
+                yield conn
+            except BaseException as exc:
+                if conn.broken or _is_transient(exc) or not isinstance(exc, Exception):
+                    conn.close()  # a restart, a killed session, an interrupted statement: never reused
+                    conn = None
+                raise
+            finally:
+                if conn is not None and not conn.closed:
+                    with self._pool_lock:
+                        self._pool.append(conn)
+        finally:
+            sem.release()
 
     # -- transactions --------------------------------------------------------
     @contextmanager
     def _txn(self, write: bool, try_lock: bool = False):
+        if self.dialect != "sqlite":
+            with self._pooled() as conn, conn.transaction(), conn.cursor() as raw:
+                yield Cursor(raw, "postgresql", self.clock, self.stats)
+            return
         conn = self.connection()
         if self.dialect == "sqlite":
             if try_lock:  # the try-lock: wait for the writer's lock only briefly, then give up (Busy)
@@ -238,10 +283,6 @@ class Database:
                 if conn.in_transaction:
                     conn.execute("rollback")
                 raise
-        else:
-            with conn.transaction():
-                with conn.cursor() as raw:
-                    yield Cursor(raw, "postgresql", self.clock, self.stats)
 
     def transaction(self, fn: Callable[[Cursor], T], *, write: bool = True, fault: str | None = None,
                     try_lock: bool = False) -> T:  # fmt: skip
@@ -274,8 +315,6 @@ class Database:
                     raise Busy() from None
                 if not _is_transient(exc):
                     raise self._wrap(exc) from exc
-                if self.dialect == "postgresql":
-                    self.discard()
                 if time.monotonic() > deadline:
                     raise DatabaseError(f"database {self.url} unavailable: {_one_line(exc, self.url)}") from None
                 time.sleep(delay * (0.5 + random.random()))
