@@ -58,10 +58,8 @@ def worker(spec: dict) -> None:
     lock = threading.Lock()
     if spec["kind"] == "ledger":
         from lane_plugin import gate
-        from lane_plugin.gating.ledgers import get_ledger
-
         from lane_plugin.gating.events import may_emit
-        from lane_plugin.gating.ledgers import prefect_run
+        from lane_plugin.gating.ledgers import get_ledger, prefect_run
 
         led = get_ledger(spec["url"])
         led.lane(LANE)  # connect, check the schema and import Prefect before the start signal
@@ -271,7 +269,7 @@ def main() -> None:
     scenarios = {  # name: (n, procs, slots, hold)
         "target": (80, 2, 10, "1.0"),
         "mixed": (60 if args.quick else 120, 2, 10, "0.1:5.0"),
-        "many": (many, 4, 50, "0.1:1.0"),
+        "many": (many, 4, 50, "0.1:5.0"),
     }
     chosen = [s for s in args.only.split(",") if s in scenarios]
     dbs = [d for d in args.db.split(",") if d in ("sqlite", "postgresql")]

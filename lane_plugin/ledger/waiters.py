@@ -28,6 +28,8 @@ WAITER_GONE = "waiter gone"
 CHANNEL = "lane_plugin"  # the LISTEN/NOTIFY channel; the payload is "<schema>|<lane>|<what>"
 _PG_TICK_CLASS = 0x1A4E  # pg_try_advisory_xact_lock(class, hashtext(schema/lane))
 _CHUNK = 500
+RECHECK_SECONDS = 1.0  # a waiter seen alive is not read again for this long (ledger time)
+_seen_alive: dict[str, float] = {}
 _ident: tuple[int, str] | None = None
 _ident_lock = threading.Lock()
 
@@ -60,13 +62,21 @@ def heartbeat(cur: Cursor, waiter: str, now: float) -> None:
 
 
 def gone(cur: Cursor, waiters: set[str], now: float) -> set[str]:
-    """Of ``waiters``, those gone: marked gone before, or not seen for :data:`GONE_SECONDS`."""
+    """Of ``waiters``, those gone: marked gone before, or not seen for :data:`GONE_SECONDS`.
+
+    A waiter this process saw alive less than :data:`RECHECK_SECONDS` ago (ledger time) is not read
+    again: the lane's lock is held, and one round trip per tick adds up.
+    """
     out: set[str] = set()
-    ids = sorted(waiters)
+    ids = sorted(w for w in waiters if not 0 <= now - _seen_alive.get(w, -1e18) < RECHECK_SECONDS)
     for i in range(0, len(ids), _CHUNK):
         part = {f"w{k}": w for k, w in enumerate(ids[i:i + _CHUNK])}
         rows = cur.all(f"select id, seen, gone_at from waiter where id in ({', '.join(':' + k for k in part)})", part)
-        out |= {w for w, seen, gone_at in rows if gone_at is not None or now - seen > GONE_SECONDS}
+        for w, seen, gone_at in rows:
+            if gone_at is not None or now - seen > GONE_SECONDS:
+                out.add(w)
+            elif len(_seen_alive) < 100_000:
+                _seen_alive[w] = now
     return out
 
 
