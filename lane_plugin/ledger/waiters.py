@@ -29,7 +29,7 @@ CHANNEL = "lane_plugin"  # the LISTEN/NOTIFY channel; the payload is "<schema>|<
 _PG_TICK_CLASS = 0x1A4E  # pg_try_advisory_xact_lock(class, hashtext(schema/lane))
 _CHUNK = 500
 RECHECK_SECONDS = 1.0  # a waiter seen alive is not read again for this long (ledger time)
-_seen_alive: dict[str, float] = {}
+_seen_alive: dict[tuple[int, str], float] = {}  # (the database, the waiter): ledger time seen alive
 _ident: tuple[int, str] | None = None
 _ident_lock = threading.Lock()
 
@@ -68,7 +68,7 @@ def gone(cur: Cursor, waiters: set[str], now: float) -> set[str]:
     again: the lane's lock is held, and one round trip per tick adds up.
     """
     out: set[str] = set()
-    ids = sorted(w for w in waiters if not 0 <= now - _seen_alive.get(w, -1e18) < RECHECK_SECONDS)
+    ids = sorted(w for w in waiters if not 0 <= now - _seen_alive.get((id(cur.stats), w), -1e18) < RECHECK_SECONDS)
     for i in range(0, len(ids), _CHUNK):
         part = {f"w{k}": w for k, w in enumerate(ids[i:i + _CHUNK])}
         rows = cur.all(f"select id, seen, gone_at from waiter where id in ({', '.join(':' + k for k in part)})", part)
@@ -76,7 +76,7 @@ def gone(cur: Cursor, waiters: set[str], now: float) -> set[str]:
             if gone_at is not None or now - seen > GONE_SECONDS:
                 out.add(w)
             elif len(_seen_alive) < 100_000:
-                _seen_alive[w] = now
+                _seen_alive[(id(cur.stats), w)] = now
     return out
 
 

@@ -1,0 +1,185 @@
+"""Issue 14: hand-off at settle and reap, wake-ups, one ticker per lane; issue 10 item 5: waiters that are gone.
+
+On both databases (``ledger_url``). A *gated* job is one submitted with a ``waiter`` (what the gate
+does); a job without one was submitted from the CLI and is pulled by whoever ticks.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from lane_plugin import Ledger
+from lane_plugin.ledger import admission, wakeups
+from lane_plugin.ledger.waiters import GONE_SECONDS, WAITER_GONE
+
+
+@pytest.fixture
+def led(ledger_url, clock):
+    ledger = Ledger(ledger_url, clock=clock)
+    yield ledger
+    ledger.close()
+
+
+def lane(led, **kw):
+    settings = dict(allowance=100_000, ceiling=100_000, start_fraction=1.0, burst_tokens=100_000, max_leased=1,
+                    lease_seconds=30, max_attempts=3, max_wait_seconds=600)  # fmt: skip
+    settings.update(kw)
+    return led.set_lane("h", **settings)
+
+
+def state(led, job_id: str) -> tuple:
+    j = led.job(job_id)
+    return j["state"], j["attempt"]
+
+
+def test_a_settlement_hands_its_room_to_the_next_gated_job_in_its_own_transaction(led):
+    lane(led)
+    a = led.submit("s", 100, "h", waiter="w1")
+    b = led.submit("s", 100, "h", waiter="w1")
+    [lease] = led.tick("h")
+    assert lease.job_id == a and state(led, b) == ("new", 1)
+    commits = led.db.stats.commits
+    led.settle(lease, 90)
+    assert led.db.stats.commits - commits == 1  # the settlement and the hand-off: one transaction
+    assert state(led, b) == ("leased", 1)
+    assert led.tick("h") == []  # nothing left for a tick to do
+    row = led.lane("h")
+    assert (row.leased, row.reserved, row.spent) == (1, 100, 90)
+    assert led.audit() == []
+
+
+def test_a_hand_off_leaves_a_cli_job_to_whoever_ticks_and_keeps_its_room(led):
+    lane(led)
+    x = led.submit("s", 100, "h", waiter="w1")
+    [lx] = led.tick("h")
+    cli = led.submit("s", 50, "h")  # smaller: first in the order, and nobody waits for it
+    gated = led.submit("s", 100, "h", waiter="w1")
+    led.settle(lx, 100)
+    assert state(led, cli) == ("new", 1) and state(led, gated) == ("new", 1)  # its room kept for the CLI job
+    [lc] = led.tick("h")
+    assert lc.job_id == cli
+    led.settle(lc, 50)  # now the gated job is first: handed on
+    assert state(led, gated) == ("leased", 1)
+    assert x == lx.job_id and led.audit() == []
+
+
+def test_a_reap_parks_the_gone_waiters_jobs_and_hands_the_room_on(led, clock):
+    lane(led, max_leased=2, lease_seconds=10)
+    dead1 = led.submit("s", 100, "h", waiter="dead")
+    dead2 = led.submit("s", 100, "h", waiter="dead")
+    assert {x.job_id for x in led.tick("h")} == {dead1, dead2}
+    dead3 = led.submit("s", 100, "h", waiter="dead")  # waits, its waiter about to die
+    cli = led.submit("s", 100, "h")
+    [lcli] = led.tick("h") or [None]
+    assert lcli is None  # two slots, both held
+    clock.t += 11  # the dead waiter's leases expire unrenewed
+    led.heartbeat("alive")
+    live = led.submit("s", 100, "h", waiter="alive")
+    moved = led.reap()
+    for j in (dead1, dead2, dead3):
+        assert state(led, j) == ("parked", 1)
+        assert led.job(j)["reason"].startswith(WAITER_GONE)
+    assert {t["job_id"] for t in moved.parked} == {dead1, dead2, dead3}
+    # the CLI job is first in the order: the hand-off keeps its room; a tick leases it and the live job
+    assert state(led, live) == ("new", 1)
+    assert {x.job_id for x in led.tick("h")} == {cli, live}
+    assert led.audit() == []
+
+
+def test_cli_jobs_keep_requeue_on_expiry(led, clock):
+    lane(led, lease_seconds=10)
+    cli = led.submit("s", 100, "h")
+    led.tick("h")
+    clock.t += 11
+    moved = led.reap()
+    assert moved.requeued == [cli] and state(led, cli) == ("new", 2)
+    assert led.tick("h")[0].job_id == cli
+
+
+def test_a_waiter_unseen_for_a_few_heartbeats_is_dropped_from_admission_at_once(led, clock):
+    lane(led)
+    led.heartbeat("old")
+    old = led.submit("s", 50, "h", waiter="old")  # first in the order
+    clock.t += GONE_SECONDS + 1
+    new = led.submit("s", 100, "h", waiter="new")
+    [lease] = led.tick("h")
+    assert lease.job_id == new
+    assert state(led, old) == ("parked", 1) and led.job(old)["reason"].startswith(WAITER_GONE)
+    assert [t["job_id"] for t in led.tail("h")] == [old]
+    # its waiter was only stalled: it comes back and requeues its job (the gate does this)
+    led.heartbeat("old")
+    led.requeue(old)
+    led.settle(lease, 100)
+    assert state(led, old) == ("leased", 1)
+
+
+def test_one_ticker_per_lane_a_tick_that_finds_another_running_returns_at_once(ledger_url, monkeypatch):
+    a, b = Ledger(ledger_url), Ledger(ledger_url)  # two ledgers: as two processes (own locks, connections)
+    lane(a, max_leased=5)
+    for _ in range(3):
+        a.submit("s", 100, "h", waiter="w")
+    inside, release = threading.Event(), threading.Event()
+    real = admission.tick
+
+    def slow_tick(cur, lane_name, **kw):
+        out = real(cur, lane_name, **kw)
+        if threading.current_thread().name == "slow-ticker":
+            inside.set()
+            release.wait(10)
+        return out
+
+    monkeypatch.setattr(admission, "tick", slow_tick)
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("a", a.try_tick("h")), name="slow-ticker")
+    t.start()
+    assert inside.wait(10)
+    t0 = time.monotonic()
+    same_process = a.try_tick("h")  # another thread of the same process
+    other_process = b.try_tick("h")  # another connection: pg_try_advisory_xact_lock / BEGIN IMMEDIATE
+    took = time.monotonic() - t0
+    release.set()
+    t.join()
+    assert same_process == ([], True) and other_process == ([], True)
+    assert took < 1.0, f"the busy ticks waited {took:.2f}s"
+    assert len(got["a"][0]) == 3 and got["a"][1] is False
+    assert b.db.stats.busy >= 1
+    assert a.audit() == []
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("by", ["same ledger", "another ledger"])
+def test_a_waiter_wakes_when_its_job_is_handed_a_lease(ledger_url, monkeypatch, by):
+    """In-process signal (the same ledger); LISTEN/NOTIFY on PostgreSQL or the own-row read on SQLite
+    (another ledger: its own connections, as another process). No safety poll: it is set to 60 s."""
+    monkeypatch.setattr(wakeups, "SAFETY_SECONDS", 60.0)
+    a = Ledger(ledger_url)
+    b = a if by == "same ledger" else Ledger(ledger_url)
+    lane(a)
+    first = a.submit("s", 100, "h", waiter="w")
+    waiting = a.submit("s", 100, "h", waiter="w")
+    [lease] = b.tick("h")
+    assert lease.job_id == first
+    w = a.wakeups.register(waiting, "h")
+    time.sleep(0.3)  # the watcher is listening / polling
+    assert not w.event.is_set()
+    writes = a.db.stats.writes
+    time.sleep(1.5)
+    assert a.db.stats.writes - writes <= 3  # waiting costs heartbeats only: no ticks (safety poll off)
+    b.settle(lease, 100)  # hands the room to `waiting`
+    if b is a:
+        assert w.event.is_set(), "the same ledger's commit sets the event before settle() returns"
+    t0 = time.monotonic()
+    assert w.event.wait(5.0), "the waiter was not woken"
+    latency = time.monotonic() - t0
+    assert latency < 0.6, f"woken {latency:.3f}s after the settlement"
+    lease2 = a.take(w.row) if w.row is not None else a.acquire(waiting)
+    assert lease2.job_id == waiting
+    a.wakeups.unregister(waiting)
+    a.settle(lease2, 100)
+    assert a.audit() == []
+    for x in {a, b}:
+        x.close()
