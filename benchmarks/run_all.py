@@ -43,6 +43,11 @@ BENCHMARKS = [
      "a flow of 200 trivial tasks as plain @task, as @lane_task (with and without its two tags), and "
      "gated by Prefect's own concurrency(occupy=): targets (b)/(a) <= 1.25 and (b) 5x faster than (c) "
      "per gated task."),
+    ("Waiters: hand-off, wake-ups, one ticker per lane", "bench_waiters.py", [], ["--quick"],
+     "performance_waiters.md",
+     "N gated waiters in P processes on few slots, on SQLite and PostgreSQL, beside Prefect's concurrency(occupy=) "
+     "on a real server: wall against the ideal, slot use, transactions per job, lane-lock wait, slot refill "
+     "latency; issue 14's targets printed met or missed."),
     ("Parking 100,000 overdue jobs", "bench_park.py", [], ["--jobs", "20000"], None,
      "park_overdue is set-based: 100k overdue jobs in under 10 s, each parked exactly once, with two "
      "copies running at once."),
