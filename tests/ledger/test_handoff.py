@@ -35,9 +35,10 @@ def state(led, job_id: str) -> tuple:
     return j["state"], j["attempt"]
 
 
-def test_a_settlement_hands_its_room_to_the_next_gated_job_in_its_own_transaction(led):
+def test_a_settlement_hands_its_room_to_the_next_gated_job_in_its_own_transaction(led, clock):
     lane(led)
     a = led.submit("s", 100, "h", waiter="w1")
+    clock.t += 1
     b = led.submit("s", 100, "h", waiter="w1")
     [lease] = led.tick("h")
     assert lease.job_id == a and state(led, b) == ("new", 1)
