@@ -128,7 +128,7 @@ class Wakeups:
         now = time.monotonic()
         safety = now >= next_safety
         if jobs and (listener is None or notified or safety):
-            self._read(jobs)
+            self._read(jobs, listener)
         if jobs and now >= next_beat:
             self.ledger.heartbeat(waiters.waiter_id())
             next_beat = now + waiters.HEARTBEAT_SECONDS
@@ -145,11 +145,14 @@ class Wakeups:
             next_safety = next_beat = now  # the next waiter starts with a heartbeat
         return next_safety, next_beat
 
-    def _read(self, jobs: list[Waiting]) -> None:
+    def _read(self, jobs: list[Waiting], listener=None) -> None:
         waiting = [w for w in jobs if not w.event.is_set()]
         if not waiting:
             return
-        for row in self.ledger.waiting_rows([w.job_id for w in waiting]):
+        ids = [w.job_id for w in waiting]
+        # PostgreSQL: on the listening connection itself, never queued behind the pool's busy threads
+        got = listener.rows(ids) if listener is not None else self.ledger.waiting_rows(ids)
+        for row in got:
             if row[waiters.ROW_KEYS.index("state")] != "new":
                 w = self._jobs.get(row[0])
                 if w is not None:
@@ -183,6 +186,15 @@ class _Listener:
             schema, _, rest = n.payload.partition("|")
             if schema == self.schema and n.pid not in own:
                 out.add(rest)
+        return out
+
+    def rows(self, job_ids: list[str]) -> list[tuple]:
+        """The waiting jobs' own rows, read on this connection (autocommit: one statement, one transaction)."""
+        from .db import Cursor
+
+        with self.conn.cursor() as raw:
+            out = waiters.rows(Cursor(raw, "postgresql"), job_ids)
+        self.db.stats.commits += 1
         return out
 
     def close(self) -> None:
