@@ -90,7 +90,8 @@ class Wakeups:
 
     # -- the watcher thread ----------------------------------------------------------------------------
     def _run(self) -> None:
-        listener = _Listener(self.ledger) if self.ledger.db.dialect == "postgresql" else None
+        pg = self.ledger.db.dialect == "postgresql"
+        listener = None
         next_safety = next_beat = time.monotonic()
         idle_since = None
         try:
@@ -107,16 +108,22 @@ class Wakeups:
                     retick, self._retick = self._retick, set()
                 timeout = RETICK_SECONDS if retick else max(0.0, min(next_safety, next_beat) - now)
                 notified: set[str] = set()
-                if not retick:
-                    if listener is not None:
-                        notified = listener.wait(timeout)
-                    else:
-                        with self._cv:
-                            self._cv.wait(min(timeout, POLL_SQLITE))
                 try:
+                    if pg and listener is None:
+                        listener = _Listener(self.ledger)
+                        next_safety = now  # (re)connected: look at once, a NOTIFY may have been missed
+                    if not retick:
+                        if listener is not None:
+                            notified = listener.wait(timeout)
+                        else:
+                            with self._cv:
+                                self._cv.wait(min(timeout, POLL_SQLITE))
                     next_safety, next_beat = self._cycle(listener, notified, retick, next_safety, next_beat)
-                except Exception as exc:  # the database is briefly away: try again on the next cycle
+                except Exception as exc:  # the database is briefly away (a restart): reconnect, try again
                     log.warning("lane wake-up watcher: %s", exc)
+                    if listener is not None:
+                        listener.close()
+                        listener = None
                     time.sleep(0.2)
         finally:
             if listener is not None:
