@@ -133,7 +133,7 @@ class Job(SQLModel, table=True):
 class Waiter(SQLModel, table=True):
     """A process waiting for gated jobs: its heartbeat, and when it was found gone.
 
-    A waiter is gone when it has not been seen for ``policy.WAITER_GONE_SECONDS`` or a lease it held
+    A waiter is gone when it has not been seen for ``waiters.GONE_SECONDS`` (5 s) or a lease it held
     expired unrenewed: its jobs leave admission at once (parked, reason ``waiter gone``).
     """
 
