@@ -17,14 +17,14 @@ from .db import Cursor
 from .jobs import Lease
 from .lanes import LaneRow, lock_lane, roll_counters
 
-# The head of one index, (lane, state, finishing, prio), read as two ranges: the waiting jobs of
+# The head of one index, (lane, state, finishing, prio, id), read as two ranges: the waiting jobs of
 # runs under way and the rest, each in priority order (finishing jobs must not hide behind starters).
 _COLS = "id, est, wait_since, run_key, stage, attempt, coalesce(rate_cost, est), prio, est_var, waiter"
 HEAD_SQL = (
     f"select * from (select {_COLS} from job where lane = :l and state = 'new' and finishing = :f "
-    f"order by prio limit :k) as other union all "
+    f"order by prio, id limit :k) as other union all "
     f"select * from (select {_COLS} from job where lane = :l and state = 'new' and finishing = :t "
-    f"order by prio limit :k) as fin"
+    f"order by prio, id limit :k) as fin"
 )
 
 

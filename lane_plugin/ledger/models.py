@@ -85,7 +85,7 @@ class Job(SQLModel, table=True):
     __table_args__ = (
         # The admission scan reads only the head of this index: for each of the two classes
         # (jobs of runs under way, the rest) the waiting jobs in priority order.
-        Index("ix_job_queue", "lane", "state", "finishing", "prio"),
+        Index("ix_job_queue", "lane", "state", "finishing", "prio", "id"),  # id: one order for equal prio
         Index("ix_job_lease", "state", "lease_until"),
         Index("ix_job_deadline", "state", "deadline"),
         Index("ix_job_run", "lane", "run_key"),
