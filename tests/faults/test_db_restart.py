@@ -24,9 +24,12 @@ RESTARTS_ALLOWED = FULL or "1" in (os.environ.get("LANE_FAULT_RESTART"), os.envi
 
 
 def restart_postgres() -> float:
-    version = sorted(os.listdir("/etc/postgresql"))[0]
+    # LANE_FAULT_PG_CLUSTER=VERSION/NAME: the cluster LANE_TEST_POSTGRES_URL points at, when it is not
+    # the machine's main one (a private cluster keeps the restarts away from everything else)
+    cluster = os.environ.get("LANE_FAULT_PG_CLUSTER") or f"{sorted(os.listdir('/etc/postgresql'))[0]}/main"
+    version, name = cluster.split("/", 1)
     t = time.monotonic()
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"], check=True,
+    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, name, "restart"], check=True,
                    capture_output=True, timeout=120)  # fmt: skip
     return time.monotonic() - t
 
