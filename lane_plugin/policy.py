@@ -35,7 +35,9 @@ Rules, in order (docs/architecture.md, "Admission"):
    age_factor`` with ``age_factor = max_wait_seconds / min(ceiling,
    burst_tokens)`` seconds per token; equivalently ``key = est + k * wait_since``
    with ``k = 1 / age_factor`` tokens per second: small jobs first, each second
-   of waiting worth ``k`` tokens of size;
+   of waiting worth ``k`` tokens of size. Once the lane has learned a size-class
+   boundary (:func:`size_class_boundary`), two classes instead: ``wait_since``
+   at or under it, ``wait_since + max_wait_seconds`` above it;
 8. backfilling: the first job in that order that does not fit (the *head*)
    keeps a shadow reservation (its tokens, rate tokens and a lease slot): later
    jobs get only room it does not need. A finishing job is not held back by a
@@ -47,10 +49,12 @@ Rules, in order (docs/architecture.md, "Admission"):
    period it waits for the reset;
 10. a job that can never fit is refused at intake (:func:`never_fits`).
 
-The wait bound. Let J wait since ``w`` with estimate ``e``. A job arriving at
-``t`` has ``prio >= t + age_factor``, so *no job arriving after* ``w + (e - 1)
-* age_factor`` *is ever ahead of J* (that is within ``max_wait_seconds`` for
-``e <= min(ceiling, burst_tokens)``). The jobs ahead of J are a finite set,
+The wait bound. Let J wait since ``w`` with estimate ``e <= min(ceiling,
+burst_tokens)``: ``prio <= w + max_wait_seconds`` either way, and a job arriving
+at ``t`` has ``prio >= t``, so *no job arriving after J's prio* (after ``w + (e
+- 1) * age_factor`` while the lane has no boundary) *is ever ahead of J*, whatever boundary
+each job was placed by: that is within ``max_wait_seconds``.
+The jobs ahead of J are a finite set,
 each admitted or parked in turn. Once J is the head past that horizon, its
 shadow keeps what is admitted after it out of its room, so J is admitted (or
 parked, if spend leaves it no room) within ``max(time for the work leased
@@ -71,6 +75,10 @@ from .reserve import StageFit as StageFit
 from .reserve import fit_runs as fit_runs
 from .reserve import reserve_hold as reserve_hold
 from .reserve import run_tokens as run_tokens
+
+# The size classes of the order (rule 7), learned from recent estimates in .sizeclass.
+from .sizeclass import SIZE_CLASS_SAMPLE as SIZE_CLASS_SAMPLE
+from .sizeclass import size_class_boundary as size_class_boundary
 
 # Every lane setting's default, the one place they are written: the ledger's table
 # (models.Lane), a lane created by `lane lanes set NEW`, and the simulator read them here.
@@ -136,15 +144,22 @@ class LanePolicy:
         """Seconds of waiting one token of estimate is worth in the order (0: oldest first)."""
         return self.max_wait_seconds / min(self.ceiling, self.burst_tokens)
 
-    def priority(self, est: int, wait_since: float) -> float:
+    def priority(self, est: int, wait_since: float, size_class_boundary: int | None = None) -> float:
         """A waiting job's place in the order: lower goes first.
+
+        ``size_class_boundary`` None: one continuous priority (``est * age_factor`` added);
+        else two classes, ``max_wait_seconds`` added above the boundary (module docstring, rule 7).
 
         Example:
             >>> p = LanePolicy(ceiling=10_000, burst_tokens=1_000, max_wait_seconds=600)
             >>> p.priority(500, 100.0), p.priority(100, 300.0)   # 200 s of waiting = 333 tokens
             (400.0, 360.0)
+            >>> p.priority(500, 100.0, 400), p.priority(400, 300.0, 400)   # above / at the boundary
+            (700.0, 300.0)
         """
-        return wait_since + est * self.age_factor
+        if size_class_boundary is None:
+            return wait_since + est * self.age_factor
+        return wait_since + (self.max_wait_seconds if est > size_class_boundary else 0.0)
 
     def headroom(self, var: int) -> int:
         """Tokens kept free for the spread of what is in flight: ``ceil(headroom_sigmas * sqrt(var))``.

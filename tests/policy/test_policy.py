@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lane_plugin import policy
+from lane_plugin import policy, sizeclass
 from lane_plugin.policy import Candidate, LanePolicy, LaneSnapshot, admit, fit_runs, never_fits
 
 
@@ -313,11 +313,19 @@ def traffic(draw):
          draw(st.none() | st.integers(1, p.burst_tokens)), draw(st.floats(0.3, 1.0)))
         for _ in range(draw(st.integers(1, 30)))
     ]  # fmt: skip
-    return p, jobs, draw(st.sampled_from([0.5, 3.0, 30.0]))
+    # The size-class boundary each job is placed by: none (one continuous priority), or one the
+    # lane refits while jobs wait (so jobs placed by different boundaries meet in the queue).
+    bounds = draw(st.lists(st.none() | st.integers(1, min(p.ceiling, p.burst_tokens)), min_size=1, max_size=3))
+    placed_by = [draw(st.sampled_from(bounds)) for _ in jobs]
+    return p, jobs, draw(st.sampled_from([0.5, 3.0, 30.0])), placed_by
 
 
-def run_ticks(p: LanePolicy, jobs, service: float):
-    """Tick at every arrival, settlement and window expiry; returns what happened to each job."""
+def run_ticks(p: LanePolicy, jobs, service: float, placed_by=None):
+    """Tick at every arrival, settlement and window expiry; returns what happened to each job.
+
+    ``placed_by[i]``: the size-class boundary job i's priority was computed with (None: none).
+    """
+    placed_by = placed_by or [None] * len(jobs)
     events = [(t, "arrive", i) for i, (t, *_) in enumerate(jobs)]
     heapq.heapify(events)
     waiting: dict[str, Candidate] = {}
@@ -329,7 +337,9 @@ def run_ticks(p: LanePolicy, jobs, service: float):
         while events and events[0][0] == t:
             _, kind, i = heapq.heappop(events)
             if kind == "arrive":
-                waiting[f"j{i:03d}"] = Candidate(f"j{i:03d}", jobs[i][1], jobs[i][0], None, jobs[i][2])
+                prio = p.priority(jobs[i][1], jobs[i][0], placed_by[i])
+                assert prio <= jobs[i][0] + p.max_wait_seconds  # the most any job's place adds
+                waiting[f"j{i:03d}"] = Candidate(f"j{i:03d}", jobs[i][1], jobs[i][0], None, jobs[i][2], prio=prio)
             elif kind == "settle":
                 est, actual = i
                 spent, reserved, leased = spent + actual, reserved - est, leased - 1
@@ -347,8 +357,9 @@ def run_ticks(p: LanePolicy, jobs, service: float):
             parked_at[c.id] = t
             del waiting[c.id]
         if waiting:  # the head: the first job left waiting, once past its horizon
-            h = min(waiting.values(), key=lambda c: (p.priority(c.est, c.waiting_since), c.id))
-            if t >= h.waiting_since + (h.est - 1) * p.age_factor:
+            h = min(waiting.values(), key=lambda c: (c.prio, c.id))
+            # past it no arrival gets ahead: an arrival at t has prio >= t (>= t + age_factor if none is classed)
+            if (t > h.prio) if any(b is not None for b in placed_by) else t >= h.prio - p.age_factor:
                 head_since.setdefault(h.id, t)
         ticks.append((t, spent + reserved, leased, window + d.rate))
     return waiting, charges, admitted_at, parked_at, head_since, ticks
@@ -357,8 +368,8 @@ def run_ticks(p: LanePolicy, jobs, service: float):
 @settings(max_examples=300, deadline=None)
 @given(traffic())
 def test_many_ticks_keep_every_limit_and_the_wait_bound(case):
-    p, jobs, service = case
-    waiting, charges, admitted_at, parked_at, head_since, ticks = run_ticks(p, jobs, service)
+    p, jobs, service, placed_by = case
+    waiting, charges, admitted_at, parked_at, head_since, ticks = run_ticks(p, jobs, service, placed_by)
     for _, committed, leased, window in ticks:
         assert committed <= p.ceiling and leased <= p.max_leased and window <= p.burst_tokens
     # no span of window_seconds admits more than the burst (the worst span ends at an admission)
@@ -371,3 +382,23 @@ def test_many_ticks_keep_every_limit_and_the_wait_bound(case):
     for job_id, since in head_since.items():
         done = admitted_at.get(job_id, parked_at.get(job_id))
         assert done <= since + max(service, p.window_seconds) + 1e-9, (job_id, since, done)
+
+
+def test_two_size_classes_put_big_jobs_max_wait_behind():
+    p = LanePolicy(ceiling=10_000, burst_tokens=1_000, max_wait_seconds=600)
+    assert p.priority(300, 10.0, None) == p.priority(300, 10.0) == 10.0 + 300 * p.age_factor
+    assert p.priority(300, 10.0, 300) == 10.0  # at the boundary: the small class
+    assert p.priority(301, 10.0, 300) == 610.0
+    # a big job waiting since 0 goes before a small one arriving after 600 s, not before one at 600 s
+    big = Candidate("big", 900, 0.0, prio=p.priority(900, 0.0, 300))
+    assert policy.order(snap(p), [big, Candidate("a", 1, 600.001, prio=p.priority(1, 600.001, 300))])[0] == big
+    assert policy.order(snap(p), [big, Candidate("a", 1, 599.0, prio=p.priority(1, 599.0, 300))])[0].id == "a"
+
+
+def test_size_class_boundary_is_the_60th_percentile_of_enough_estimates():
+    assert policy.size_class_boundary([7] * (sizeclass.SIZE_CLASS_MIN - 1)) is None
+    assert policy.size_class_boundary(range(1, 501)) == 301  # ranked[int(0.6 * 500)]
+    assert policy.size_class_boundary(reversed(range(1, 101))) == 61
+    assert policy.size_class_boundary([4] * 60 + [9] * 40) == 9  # ranked[60]: the first of the 9s
+    with pytest.raises(ValueError, match="pct"):
+        policy.size_class_boundary(range(100), pct=101)
