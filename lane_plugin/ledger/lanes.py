@@ -19,6 +19,7 @@ POLICY_FIELDS = (
 COUNTER_FIELDS = (
     "spent", "reserved", "overage", "leased", "window_start", "window_used", "period_start",
     "preflight_ok", "preflight_error", "preflight_at", "updated_at", "finishing", "profile_at", "reserved_var",
+    "size_boundary",
 )  # fmt: skip
 # Settings that move a waiting job's place in the order (policy.LanePolicy.age_factor).
 ORDER_FIELDS = ("ceiling", "burst_tokens", "max_wait_seconds")
@@ -27,6 +28,7 @@ PERIODS = ("none", "daily", "monthly")
 NEW_LANE = dict(
     policy.LANE_DEFAULTS, spent=0, reserved=0, overage=0, leased=0, window_start=0.0, window_used=0,
     period_start=0.0, preflight_ok=True, finishing=0, profile_at=0.0, reserved_var=0,
+    size_boundary=None,
 )  # fmt: skip
 
 
@@ -64,10 +66,22 @@ class LaneRow:
     finishing: int
     profile_at: float
     reserved_var: int
+    size_boundary: int | None
 
     @property
     def policy(self) -> policy.LanePolicy:
         return policy.LanePolicy.of(self)
+
+    def priority(self, est: int, wait_since: float) -> float:
+        """A job's place in this lane's order, by the lane's learned size classes."""
+        return self.policy.priority(est, wait_since, self.size_boundary)
+
+    def prio_sql(self, wait: str) -> tuple[str, dict]:
+        """The same place as an SQL expression over ``job.est`` and ``wait`` (a column or a parameter)."""
+        if self.size_boundary is None:
+            return f"{wait} + est * :prio_f", {"prio_f": self.policy.age_factor}
+        return (f"{wait} + case when est > :prio_b then :prio_w else 0 end",
+                {"prio_b": self.size_boundary, "prio_w": float(self.max_wait_seconds)})  # fmt: skip
 
     @property
     def hard_stopped(self) -> bool:
@@ -255,9 +269,10 @@ def _repoint_period(cur: Cursor, old: LaneRow, period: str, now: float) -> None:
 
 
 def reprioritise(cur: Cursor, row: LaneRow) -> None:
-    """The lane's age factor changed: every waiting or parked job's place follows (one set-based UPDATE)."""
-    cur.execute("update job set prio = wait_since + est * :f where lane = :l and state in ('new', 'parked')",
-                {"f": row.policy.age_factor, "l": row.name})  # fmt: skip
+    """The lane's order settings changed: every waiting or parked job's place follows (one set-based UPDATE)."""
+    prio, params = row.prio_sql("wait_since")
+    cur.execute(f"update job set prio = {prio} where lane = :l and state in ('new', 'parked')",
+                {**params, "l": row.name})  # fmt: skip
 
 
 def delete_lane(cur: Cursor, name: str) -> None:

@@ -70,6 +70,8 @@ class Lane(SQLModel, table=True):
     window_used: int = _big(default=0)  # the rate_cost of the rate_charge rows still in the window
     finishing: int = Field(default=0, sa_type=BigInteger, sa_column_kwargs={"server_default": "0"})
     profile_at: float = Field(default=0.0, sa_column_kwargs={"server_default": "0"})
+    # The size-class boundary learned with the profile (policy.size_class_boundary; null: not yet).
+    size_boundary: Optional[int] = Field(default=None, sa_type=BigInteger)
     period_start: float = Field(default=0.0)
     preflight_ok: bool = Field(default=True)
     preflight_error: Optional[str] = Field(default=None)
@@ -90,6 +92,7 @@ class Job(SQLModel, table=True):
         Index("ix_job_deadline", "state", "deadline"),
         Index("ix_job_run", "lane", "run_key"),
         Index("ix_job_waiter", "waiter"),
+        Index("ix_job_lane_created", "lane", "created_at"),  # the lane's latest estimates (size classes)
         CheckConstraint("est > 0 and actual >= 0 and attempt >= 1", name="ck_job_numbers"),
         CheckConstraint(f"state in {JOB_STATES!r}", name="ck_job_state"),
         CheckConstraint("rate_cost is null or rate_cost > 0", name="ck_job_rate_cost"),

@@ -115,10 +115,14 @@ def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[st
         "and p.stage = lane_run.stage), 0) where lane = :l and expires_at is not null",
         {"l": lane},
     )
+    # The size classes of the order, from the lane's latest estimates (the head of ix_job_lane_created);
+    # waiting jobs keep the place they were given, jobs placed from now on get the new boundary.
+    ests = cur.all("select est from job where lane = :l order by created_at desc limit :n",
+                   {"l": lane, "n": policy.SIZE_CLASS_SAMPLE})  # fmt: skip
     cur.execute(
-        "update lane set profile_at = :now, finishing = (select coalesce(sum(remaining), 0) from lane_run "
-        "where lane = :l and expires_at is not null) where name = :l",
-        {"now": now, "l": lane},
+        "update lane set profile_at = :now, size_boundary = :b, finishing = (select coalesce(sum(remaining), 0) "
+        "from lane_run where lane = :l and expires_at is not null) where name = :l",
+        {"now": now, "l": lane, "b": policy.size_class_boundary(e for (e,) in ests)},
     )
     return fitted
 

@@ -169,9 +169,13 @@ def park(cur: Cursor, job_id: str, *, reason: str, now: float) -> dict | None:
 # In its fallback lane a job gets the same time to wait again: otherwise park_overdue would
 # park it there at once for the deadline it just missed in its first lane.
 _FRESH_DEADLINE = "deadline = case when deadline is null then null else :now + (deadline - wait_since) end"
-# ...and a place in its new lane's order (:f is that lane's age factor, :to the lane).
-_FRESH_PLACE = ("prio = :now + est * :f, finishing = exists (select 1 from lane_run r where r.lane = :to "
-                "and r.run_key = job.run_key)")  # fmt: skip
+# ...and a place in its new lane's order (by that lane's size classes; :to the lane).
+_FRESH_RUN = "finishing = exists (select 1 from lane_run r where r.lane = :to and r.run_key = job.run_key)"
+
+
+def _fresh_place(cur: Cursor, lane: str) -> tuple[str, dict]:
+    prio, params = read_lane(cur, lane).prio_sql(":now")
+    return f"prio = {prio}, {_FRESH_RUN}", params
 
 
 def move_to_fallback(cur: Cursor, job_id: str, *, now: float) -> str | None:
@@ -184,11 +188,11 @@ def move_to_fallback(cur: Cursor, job_id: str, *, now: float) -> str | None:
     # A tick of the old lane may be choosing this job right now: wait for its lane lock, so the
     # job is either leased there (and stays) or moved here, never leased there and billed here.
     lock_lane(cur, row[0])
+    place, params = _fresh_place(cur, row[1])
     cur.execute(
-        f"update job set lane = :fb, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {_FRESH_PLACE} "
+        f"update job set lane = :fb, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {place} "
         "where id = :id and state = 'new' and lane = :old",
-        {"fb": row[1], "to": row[1], "now": now, "id": job_id, "old": row[0],
-         "f": read_lane(cur, row[1]).policy.age_factor},
+        {"fb": row[1], "to": row[1], "now": now, "id": job_id, "old": row[0], **params},
     )
     return row[1] if cur.rowcount == 1 else None
 
@@ -198,10 +202,11 @@ def fall_back_waiting(cur: Cursor, lane: str, *, now: float) -> int:
     moved = 0
     for (fb,) in cur.all("select distinct fallback from job where lane = :l and state = 'new' and fallback is not null",
                          {"l": lane}):  # fmt: skip
+        place, params = _fresh_place(cur, fb)
         cur.execute(
-            f"update job set lane = fallback, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {_FRESH_PLACE} "
+            f"update job set lane = fallback, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {place} "
             "where lane = :l and state = 'new' and fallback = :fb",
-            {"l": lane, "fb": fb, "to": fb, "now": now, "f": read_lane(cur, fb).policy.age_factor},
+            {"l": lane, "fb": fb, "to": fb, "now": now, **params},
         )
         moved += max(cur.rowcount, 0)
     return moved
@@ -216,11 +221,12 @@ def requeue(cur: Cursor, job_id: str, *, now: float) -> None:
         raise NotParked(f"job {job_id} is {row[0]}, not parked: only parked jobs can be requeued", job_id=job_id)
     lane = lock_lane(cur, row[1])
     cur.execute("delete from tail where job_id = :id", {"id": job_id})
+    prio, params = lane.prio_sql(":now")
     cur.execute(
-        "update job set state = 'new', reason = null, finished_at = null, wait_since = :now, prio = :now + est * :f, "
+        f"update job set state = 'new', reason = null, finished_at = null, wait_since = :now, prio = {prio}, "
         "attempt = case when lease_attempt >= attempt then attempt + 1 else attempt end "
         "where id = :id and state = 'parked'",
-        {"now": now, "id": job_id, "f": lane.policy.age_factor},
+        {"now": now, "id": job_id, **params},
     )
 
 
