@@ -31,11 +31,12 @@ on it.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterator
 from heapq import heappop, heappush
 from typing import Any, Protocol
 
-from ..policy import HEAD_SLACK, Candidate, LaneSnapshot, admit
+from ..policy import HEAD_SLACK, SIZE_CLASS_SAMPLE, Candidate, LaneSnapshot, admit, size_class_boundary
 from .runs import RunBook
 
 WAITING = 0  # the engine's state code of a waiting job
@@ -87,14 +88,27 @@ class LaneQueue:
         self.biggest: list[tuple[int, int]] = []  # waiting jobs by (-est, index)
         self.max_var = 0  # the largest est_var any job had (headroom grows with it)
         self._prio: dict[int, float] = {}
+        # The size classes, learned as the ledger learns them: the boundary of the last
+        # SIZE_CLASS_SAMPLE estimates submitted, refit with the profile (None: not yet).
+        self.recent: deque[int] = deque(maxlen=SIZE_CLASS_SAMPLE)
+        self.size_boundary: int | None = None
 
     def prio(self, j: int) -> float:
+        """Job ``j``'s place, given once (at intake, by the boundary known then), as the ledger stores it."""
         p = self._prio.get(j)
         if p is None:
-            p = self._prio[j] = self.policy.priority(self.sim.est[j], self.sim.waiting_since[j])
+            p = self._prio[j] = self.policy.priority(self.sim.est[j], self.sim.waiting_since[j], self.size_boundary)
         return p
 
+    def refit(self, now: float) -> None:
+        """What the ledger's refit does: the finishing reserve's profile, and the size-class boundary."""
+        self.runs.refit(now)
+        self.size_boundary = size_class_boundary(self.recent)
+
     def push(self, j: int) -> None:
+        if j not in self._prio:  # a job entering the lane: its estimate is one the boundary learns from
+            self.prio(j)
+            self.recent.append(self.sim.est[j])
         heappush(self.biggest, (-self.sim.est[j], j))
         self.max_var = max(self.max_var, self.sim.var[j])
         key = self.sim.trace.run_key[j]
@@ -172,7 +186,7 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     ``free slots + 16`` first waiting jobs of each class (finishing, other) go
     to :func:`lane_plugin.policy.admit`, in order and read no further than it
     needs; every ``REFIT_SECONDS`` the finishing reserve is refit from the runs
-    that lapsed. (tests/sim/test_fast_path.py: the same admissions as reading
+    that lapsed, and the size-class boundary from the latest estimates. (tests/sim/test_fast_path.py: the same admissions as reading
     and sorting the whole head.)
 
     Returns:
@@ -186,7 +200,7 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         # Every waiting job's estimate exceeds what spend leaves until the reset: each candidate is
         # unfit before the reset, so admit would lease nothing and, the lane having a period, park nothing.
         if book.due(now):
-            book.refit(now)
+            q.refit(now)
         return [], 0
     popped: list[tuple[float, int]] = []
     # A lane without a period parks what cannot fit before a reset; when no waiting job is that
@@ -210,7 +224,7 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         if e[1] not in taken:
             heappush(heap, e)
     if book.due(now):
-        book.refit(now)
+        q.refit(now)
     return admitted, decision.burst_need or 0
 
 

@@ -27,6 +27,7 @@ from lane_plugin.policy import (
     fit_runs,
     kind_of,
     order,
+    size_class_boundary,
     unfit_before_reset,
 )
 
@@ -184,6 +185,9 @@ def select_lane_reference(sim: Sim, now: float) -> tuple[list[int], int | bool]:
                 heappush(heap, e)
     if book.due(now):
         book.refit(now)
+        # Changed since 6b2873b on purpose (issue 11, the `learned60` lean): the refit also learns
+        # the size-class boundary new jobs are placed by (LaneQueue.prio); while it is None, as before.
+        q.size_boundary = size_class_boundary(q.recent)
     return admitted, decision.burst_need or 0
 
 

@@ -15,6 +15,7 @@ import random
 import pytest
 from hypothesis import given, settings
 
+from lane_plugin import policy, sizeclass
 from lane_plugin.policy import admit, fit_runs, order
 from lane_plugin.sim import policies as sim_policies
 from lane_plugin.sim import runs as sim_runs
@@ -22,6 +23,7 @@ from lane_plugin.sim.engine import SimConfig, simulate
 from lane_plugin.sim.traffic import Trace, generate
 
 from ..policy.test_policy import scenarios
+from . import reference_lane
 from .reference_lane import reference_admit, refit_reference, select_lane_reference
 
 SCENARIOS = {
@@ -64,9 +66,14 @@ def run(name: str, seed: int):
     return simulate(trace, SimConfig(**cfg), ["lane"], record=True)[0]
 
 
+@pytest.mark.parametrize("classes", ["learned", "none"])
 @pytest.mark.parametrize("seed", [1, 7])
 @pytest.mark.parametrize("name", list(SCENARIOS))
-def test_the_fast_path_admits_what_the_reference_admits(name, seed, monkeypatch):
+def test_the_fast_path_admits_what_the_reference_admits(name, seed, classes, monkeypatch):
+    """With the size classes learned, and with none (boundary None: the reference exactly as it was)."""
+    if classes == "none":
+        monkeypatch.setattr(sim_policies, "size_class_boundary", lambda ests: None)
+        monkeypatch.setattr(reference_lane, "size_class_boundary", lambda ests: None)
     fast = run(name, seed)
     monkeypatch.setitem(sim_policies.POLICIES, "lane", select_lane_reference)
     monkeypatch.setattr(sim_runs.RunBook, "refit", refit_reference)
@@ -122,3 +129,31 @@ def test_a_job_that_takes_exactly_what_spend_leaves_is_admitted_before_the_reset
                     service_base=1.0, service_per_token=0.0)  # fmt: skip
     (lane,) = simulate(tr.sort(), cfg, ["lane"], record=True)
     assert [(e[1], e[2]) for e in lane.log if e[0] == "tick" and e[2]] == [(0.0, ["j0000000"]), (5.0, ["j0000001"])]
+
+
+def test_the_lane_learns_its_size_classes_from_its_last_estimates_as_the_ledger_does(monkeypatch):
+    """Every refit sets the boundary of the last SIZE_CLASS_SAMPLE estimates pushed; a job is placed by
+    the boundary known when it entered (and keeps that place)."""
+    real, seen = sim_policies.LaneQueue.refit, []
+
+    def refit(q, now):
+        real(q, now)
+        seen.append((len(q.recent), q.size_boundary))
+        assert q.size_boundary == policy.size_class_boundary(q.recent)
+        assert len(q.recent) == min(policy.SIZE_CLASS_SAMPLE, len(q._prio))
+
+    monkeypatch.setattr(sim_policies.LaneQueue, "refit", refit)
+    placed = []
+    push = sim_policies.LaneQueue.push
+
+    def checked_push(q, j):
+        known = j in q._prio
+        push(q, j)
+        if not known:
+            placed.append(q._prio[j] == q.policy.priority(q.sim.est[j], q.sim.waiting_since[j], q.size_boundary))
+
+    monkeypatch.setattr(sim_policies.LaneQueue, "push", checked_push)
+    run("rate-bound", 1)
+    assert all(placed) and len(placed) > 1_000
+    assert seen[0] == (seen[0][0], None) and seen[0][0] < sizeclass.SIZE_CLASS_MIN  # nothing known at the first tick
+    assert any(b is not None for _, b in seen) and any(n == policy.SIZE_CLASS_SAMPLE for n, _ in seen)
