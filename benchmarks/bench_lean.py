@@ -9,12 +9,14 @@ estimates: what a lane would have to learn from its traffic (the ledger does not
 
 Run:  .venv/bin/python benchmarks/bench_lean.py [--leans today,q50,q60,...] [--scenarios rate-azure,...]
 
-Leans: ``today`` (the shipped priority: est x max_wait / min(ceiling, burst)); ``qNN``: two classes,
+Leans: ``shipped`` (the lane as it is: two classes by a boundary learned at each refit, policy.sizeclass);
+``today`` (the one continuous priority: est x max_wait / min(ceiling, burst)); ``qNN``: two classes,
 jobs above the NN-th percentile estimate wait ``max_wait_seconds`` more; ``qAA/BB``: three classes;
 ``linNN``: linear in est up to twice the NN-th percentile, then flat; ``burst/K``: linear up to
 min(ceiling, burst) / K (a scale from the lane's settings, not its traffic); ``learnedNN``: ``qNN``
 with the boundary learned as a lane would, the NN-th percentile of the last 500 estimates submitted,
-refreshed every REFIT_SECONDS (the shipped priority until 50 are known).
+refreshed every REFIT_SECONDS (the continuous priority until 50 are known): what ``shipped`` does, but
+refreshed at a submission rather than at the refit after a tick.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from lane_plugin.sim import policies as sp  # noqa: E402
 from lane_plugin.sim.engine import simulate  # noqa: E402
 
 TODAY = policy.LanePolicy.priority
-DEFAULT = "today,burst/64,burst/128,lin50,q50,q60,q70,q33/67,learned60"
+DEFAULT = "shipped,today,burst/64,burst/128,lin50,q50,q60,q70,q33/67,learned60"
 LEARN_FROM, LEARN_MIN = 500, 50
 
 
@@ -62,7 +64,8 @@ def learning(pct: float):
 
 
 def lean(name: str, ests: list[int]):
-    """A priority function ``(policy, est, wait_since) -> prio`` for lean ``name`` on these estimates."""
+    """A priority function ``(policy, est, wait_since, boundary) -> prio`` for lean ``name`` on these estimates
+    (the lane's own boundary is kept None while it runs)."""
     ranked = sorted(ests)
 
     def q(pct: float) -> int:
@@ -72,13 +75,13 @@ def lean(name: str, ests: list[int]):
         return TODAY
     if name.startswith("burst/"):
         k = float(name[6:])
-        return lambda p, est, w: w + p.max_wait_seconds * min(1.0, est / max(1.0, min(p.ceiling, p.burst_tokens) / k))
+        return lambda p, est, w, b=None: w + p.max_wait_seconds * min(1.0, est / max(1.0, min(p.ceiling, p.burst_tokens) / k))
     if name.startswith("lin"):
         scale = 2 * q(float(name[3:]))
-        return lambda p, est, w: w + p.max_wait_seconds * min(1.0, est / scale)
+        return lambda p, est, w, b=None: w + p.max_wait_seconds * min(1.0, est / scale)
     if name.startswith("q"):
         bounds = [q(float(x)) for x in name[1:].split("/")]
-        return lambda p, est, w: w + p.max_wait_seconds * sum(est > b for b in bounds) / len(bounds)
+        return lambda p, est, w, b=None: w + p.max_wait_seconds * sum(est > x for x in bounds) / len(bounds)
     raise SystemExit(f"--leans: unknown lean {name!r}")
 
 
@@ -96,14 +99,17 @@ def main() -> None:
         cfg = bt.config(name, trace)
         fifo = simulate(trace, cfg, ["token-fifo"])[0]
         for lean_name in args.leans.split(","):
+            push, learn = sp.LaneQueue.push, sp.size_class_boundary
+            if lean_name != "shipped":
+                sp.size_class_boundary = lambda ests: None  # the lean below places every job
             if lean_name.startswith("learned"):
                 push, sp.LaneQueue.push = learning(float(lean_name[7:]))
-            else:
-                push, policy.LanePolicy.priority = sp.LaneQueue.push, lean(lean_name, trace.est)
+            elif lean_name != "shipped":
+                policy.LanePolicy.priority = lean(lean_name, trace.est)
             try:
                 lane = simulate(trace, cfg, ["lane"])[0]
             finally:
-                policy.LanePolicy.priority, sp.LaneQueue.push = TODAY, push
+                policy.LanePolicy.priority, sp.LaneQueue.push, sp.size_class_boundary = TODAY, push, learn
             print(f"| {name} | `{lean_name}` | {lane.wait_p50:.0f} s | {fifo.wait_p50:.0f} s | "
                   f"{lane.wait_p50 / fifo.wait_p50:.2f}x | {lane.wait_p99:.0f} s | {fifo.wait_p99:.0f} s | "
                   f"{lane.wait_p99 / fifo.wait_p99:.2f}x | {lane.runs_finished:,} ({fifo.runs_finished:,}) | "
