@@ -36,8 +36,8 @@ Rules, in order (docs/architecture.md, "Admission"):
    burst_tokens)`` seconds per token; equivalently ``key = est + k * wait_since``
    with ``k = 1 / age_factor`` tokens per second: small jobs first, each second
    of waiting worth ``k`` tokens of size. Once the lane has learned a size-class
-   boundary (:func:`size_class_boundary`), two classes instead: ``wait_since``
-   at or under it, ``wait_since + max_wait_seconds`` above it;
+   boundary (:func:`size_class_boundary`), two classes for the jobs that are not
+   finishing at intake: ``wait_since`` at or under it, ``+ max_wait_seconds`` above;
 8. backfilling: the first job in that order that does not fit (the *head*)
    keeps a shadow reservation (its tokens, rate tokens and a lease slot): later
    jobs get only room it does not need. A finishing job is not held back by a
@@ -53,12 +53,11 @@ The wait bound. Let J wait since ``w`` with estimate ``e <= min(ceiling,
 burst_tokens)``: ``prio <= w + max_wait_seconds`` either way, and a job arriving
 at ``t`` has ``prio >= t``, so *no job arriving after J's prio* (after ``w + (e
 - 1) * age_factor`` while the lane has no boundary) *is ever ahead of J*, whatever boundary
-each job was placed by: that is within ``max_wait_seconds``.
-The jobs ahead of J are a finite set,
-each admitted or parked in turn. Once J is the head past that horizon, its
-shadow keeps what is admitted after it out of its room, so J is admitted (or
-parked, if spend leaves it no room) within ``max(time for the work leased
-before it to settle, window_seconds)``. The one exception is rule 8's: stages
+each job was placed by: that is within ``max_wait_seconds``. The jobs ahead of
+J are a finite set, each admitted or parked in turn. Once J is the head past
+that horizon, its shadow keeps what is admitted after it out of its room, so J
+is admitted (or parked, if spend leaves it no room) within ``max(time for the
+work leased before it to settle, window_seconds)``. The one exception is rule 8's: stages
 of runs under way may pass a starting or free head; no new run starts past
 it, so this is bounded by the runs under way when J became the head.
 tests/policy check the bound on random traffic (hypothesis).
@@ -144,20 +143,20 @@ class LanePolicy:
         """Seconds of waiting one token of estimate is worth in the order (0: oldest first)."""
         return self.max_wait_seconds / min(self.ceiling, self.burst_tokens)
 
-    def priority(self, est: int, wait_since: float, size_class_boundary: int | None = None) -> float:
-        """A waiting job's place in the order: lower goes first.
-
-        ``size_class_boundary`` None: one continuous priority (``est * age_factor`` added);
-        else two classes, ``max_wait_seconds`` added above the boundary (module docstring, rule 7).
+    def priority(self, est: int, wait_since: float, size_class_boundary: int | None = None,
+                 finishing: bool = False) -> float:
+        """A waiting job's place in the order, lower first. ``size_class_boundary`` None, or a job
+        ``finishing`` a run under way at intake (holding a run's later stage back strands what the run
+        spent): one continuous priority, ``est * age_factor`` added; else two classes (rule 7).
 
         Example:
             >>> p = LanePolicy(ceiling=10_000, burst_tokens=1_000, max_wait_seconds=600)
-            >>> p.priority(500, 100.0), p.priority(100, 300.0)   # 200 s of waiting = 333 tokens
-            (400.0, 360.0)
+            >>> p.priority(500, 100.0), p.priority(100, 300.0), p.priority(500, 100.0, 400, finishing=True)
+            (400.0, 360.0, 400.0)
             >>> p.priority(500, 100.0, 400), p.priority(400, 300.0, 400)   # above / at the boundary
             (700.0, 300.0)
         """
-        if size_class_boundary is None:
+        if size_class_boundary is None or finishing:
             return wait_since + est * self.age_factor
         return wait_since + (self.max_wait_seconds if est > size_class_boundary else 0.0)
 

@@ -74,7 +74,7 @@ def submit(
         id=job_id, lane=target.name, stage=stage, est=est, est_version=est_version, est_input=est_input, est_var=est_var, actual=0,
         state="new", attempt=attempt, lease_attempt=0, lease_until=0.0, run_key=run_key, key=key,
         deadline=deadline, fallback=fallback_lane, created_at=now, wait_since=now,
-        rate_cost=rate_cost, prio=target.priority(est, now), finishing=started,
+        rate_cost=rate_cost, prio=target.priority(est, now, started), finishing=started,
     )  # fmt: skip
     cur.execute(
         insert.format(cols=", ".join(fields), vals=", ".join(":" + k for k in fields)), fields
@@ -129,7 +129,7 @@ def reopen(cur: Cursor, job: dict, *, attempt: int, now: float) -> None:
         "update job set state = 'new', attempt = :a, lease_token = null, lease_until = 0, "
         "wait_since = :now, prio = :p, reason = null, finished_at = null "
         "where id = :id and state = :st and attempt = :old",
-        {"a": attempt, "now": now, "p": row.priority(job["est"], now), "id": job["id"],
+        {"a": attempt, "now": now, "p": row.priority(job["est"], now, job["finishing"]), "id": job["id"],
          "st": job["state"], "old": job["attempt"]},
     )  # fmt: skip
     if cur.rowcount != 1:  # cannot happen under the locks; never let counters and rows part

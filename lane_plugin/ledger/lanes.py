@@ -72,16 +72,18 @@ class LaneRow:
     def policy(self) -> policy.LanePolicy:
         return policy.LanePolicy.of(self)
 
-    def priority(self, est: int, wait_since: float) -> float:
+    def priority(self, est: int, wait_since: float, finishing: bool = False) -> float:
         """A job's place in this lane's order, by the lane's learned size classes."""
-        return self.policy.priority(est, wait_since, self.size_boundary)
+        return self.policy.priority(est, wait_since, self.size_boundary, bool(finishing))
 
-    def prio_sql(self, wait: str) -> tuple[str, dict]:
-        """The same place as an SQL expression over ``job.est`` and ``wait`` (a column or a parameter)."""
+    def prio_sql(self, wait: str, finishing: str = "finishing") -> tuple[str, dict]:
+        """The same place as an SQL expression over ``job.est``, ``wait`` (a column or a parameter) and
+        ``finishing`` (whether the job finishes a run under way: a column or an expression)."""
         if self.size_boundary is None:
             return f"{wait} + est * :prio_f", {"prio_f": self.policy.age_factor}
-        return (f"{wait} + case when est > :prio_b then :prio_w else 0 end",
-                {"prio_b": self.size_boundary, "prio_w": float(self.max_wait_seconds)})  # fmt: skip
+        return (f"{wait} + case when {finishing} then est * :prio_f when est > :prio_b then :prio_w else 0 end",
+                {"prio_f": self.policy.age_factor, "prio_b": self.size_boundary,
+                 "prio_w": float(self.max_wait_seconds)})  # fmt: skip
 
     @property
     def hard_stopped(self) -> bool:

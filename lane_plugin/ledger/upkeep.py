@@ -170,12 +170,12 @@ def park(cur: Cursor, job_id: str, *, reason: str, now: float) -> dict | None:
 # park it there at once for the deadline it just missed in its first lane.
 _FRESH_DEADLINE = "deadline = case when deadline is null then null else :now + (deadline - wait_since) end"
 # ...and a place in its new lane's order (by that lane's size classes; :to the lane).
-_FRESH_RUN = "finishing = exists (select 1 from lane_run r where r.lane = :to and r.run_key = job.run_key)"
+_UNDER_WAY = "exists (select 1 from lane_run r where r.lane = :to and r.run_key = job.run_key)"
 
 
 def _fresh_place(cur: Cursor, lane: str) -> tuple[str, dict]:
-    prio, params = read_lane(cur, lane).prio_sql(":now")
-    return f"prio = {prio}, {_FRESH_RUN}", params
+    prio, params = read_lane(cur, lane).prio_sql(":now", _UNDER_WAY)
+    return f"prio = {prio}, finishing = {_UNDER_WAY}", params
 
 
 def move_to_fallback(cur: Cursor, job_id: str, *, now: float) -> str | None:

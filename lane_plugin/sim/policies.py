@@ -94,10 +94,13 @@ class LaneQueue:
         self.size_boundary: int | None = None
 
     def prio(self, j: int) -> float:
-        """Job ``j``'s place, given once (at intake, by the boundary known then), as the ledger stores it."""
+        """Job ``j``'s place, given once (at intake, by the boundary known then and whether its run is
+        under way), as the ledger stores it."""
         p = self._prio.get(j)
         if p is None:
-            p = self._prio[j] = self.policy.priority(self.sim.est[j], self.sim.waiting_since[j], self.size_boundary)
+            key = self.sim.trace.run_key[j]
+            p = self._prio[j] = self.policy.priority(self.sim.est[j], self.sim.waiting_since[j], self.size_boundary,
+                                                     key is not None and key in self.runs.runs)  # fmt: skip
         return p
 
     def refit(self, now: float) -> None:

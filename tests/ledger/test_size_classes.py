@@ -98,3 +98,31 @@ def test_requeue_fallback_and_settings_place_jobs_by_the_boundary(led, clock):
     waiting = {j: led.job(j) for j in (big, small)}
     assert waiting[big]["prio"] == pytest.approx(waiting[big]["wait_since"] + 30)
     assert waiting[small]["prio"] == pytest.approx(waiting[small]["wait_since"])
+
+
+def test_a_later_stage_of_a_run_under_way_is_placed_without_the_classes(led, clock):
+    lane(led, "fb")
+    lane(led, fallback="fb")
+    sample = submit_all(led, clock, range(1, 101))
+    submit_all(led, clock, range(1, 101), "fb")
+    led.refit_runs("t"), led.refit_runs("fb")
+    for j in sample:  # out of the queue: the run's first stage is the only one to lease
+        led.park(j)
+    first = led.submit("s1", 5, "t", run_key="run-1")
+    assert [x.job_id for x in led.tick("t")] == [first]  # the run is under way
+    clock.t += 1
+    later, alone = led.submit("s2", 90, "t", run_key="run-1"), led.submit("s2", 90, "t", run_key="run-2")
+    assert led.job(later)["prio"] == pytest.approx(clock.t + 90 * 0.01)  # continuous, though above 61
+    assert led.job(alone)["prio"] == pytest.approx(clock.t + 100)  # starts a run: by class
+    led.park(later)
+    clock.t += 2
+    led.requeue(later)
+    assert led.job(later)["prio"] == pytest.approx(clock.t + 90 * 0.01)
+    led.set_lane("t", max_wait_seconds=50)  # age factor 0.005
+    assert led.job(later)["prio"] == pytest.approx(led.job(later)["wait_since"] + 90 * 0.005)
+    assert led.job(alone)["prio"] == pytest.approx(led.job(alone)["wait_since"] + 50)
+    # moved to a fallback lane where its run is not under way: placed by that lane's classes
+    moved = led.submit("s2", 90, "t", run_key="run-1", fallback=True)
+    clock.t += 3
+    assert led.give_up_waiting(moved, "deadline") == "fb"
+    assert led.job(moved)["prio"] == pytest.approx(clock.t + 100)

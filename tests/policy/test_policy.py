@@ -389,6 +389,8 @@ def test_two_size_classes_put_big_jobs_max_wait_behind():
     assert p.priority(300, 10.0, None) == p.priority(300, 10.0) == 10.0 + 300 * p.age_factor
     assert p.priority(300, 10.0, 300) == 10.0  # at the boundary: the small class
     assert p.priority(301, 10.0, 300) == 610.0
+    # a job finishing a run under way is not held back by its size: the continuous priority
+    assert p.priority(900, 10.0, 300, finishing=True) == p.priority(900, 10.0) == 10.0 + 900 * p.age_factor
     # a big job waiting since 0 goes before a small one arriving after 600 s, not before one at 600 s
     big = Candidate("big", 900, 0.0, prio=p.priority(900, 0.0, 300))
     assert policy.order(snap(p), [big, Candidate("a", 1, 600.001, prio=p.priority(1, 600.001, 300))])[0] == big

@@ -133,7 +133,7 @@ def test_a_job_that_takes_exactly_what_spend_leaves_is_admitted_before_the_reset
 
 def test_the_lane_learns_its_size_classes_from_its_last_estimates_as_the_ledger_does(monkeypatch):
     """Every refit sets the boundary of the last SIZE_CLASS_SAMPLE estimates pushed; a job is placed by
-    the boundary known when it entered (and keeps that place)."""
+    the boundary known when it entered (and keeps that place), a later stage of a run under way without it."""
     real, seen = sim_policies.LaneQueue.refit, []
 
     def refit(q, now):
@@ -143,17 +143,21 @@ def test_the_lane_learns_its_size_classes_from_its_last_estimates_as_the_ledger_
         assert len(q.recent) == min(policy.SIZE_CLASS_SAMPLE, len(q._prio))
 
     monkeypatch.setattr(sim_policies.LaneQueue, "refit", refit)
-    placed = []
+    placed, classed = [], []
     push = sim_policies.LaneQueue.push
 
     def checked_push(q, j):
-        known = j in q._prio
+        known, key = j in q._prio, q.sim.trace.run_key[j]
+        finishing = key is not None and key in q.runs.runs  # a later stage of a run under way
         push(q, j)
         if not known:
-            placed.append(q._prio[j] == q.policy.priority(q.sim.est[j], q.sim.waiting_since[j], q.size_boundary))
+            placed.append(q._prio[j] == q.policy.priority(q.sim.est[j], q.sim.waiting_since[j], q.size_boundary,
+                                                          finishing))  # fmt: skip
+            classed.append(q.size_boundary is not None and not finishing)
 
     monkeypatch.setattr(sim_policies.LaneQueue, "push", checked_push)
     run("rate-bound", 1)
     assert all(placed) and len(placed) > 1_000
+    assert 500 < sum(classed) < len(classed)  # most starting stages placed by class, later stages not
     assert seen[0] == (seen[0][0], None) and seen[0][0] < sizeclass.SIZE_CLASS_MIN  # nothing known at the first tick
     assert any(b is not None for _, b in seen) and any(n == policy.SIZE_CLASS_SAMPLE for n, _ in seen)
