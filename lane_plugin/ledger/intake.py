@@ -125,11 +125,12 @@ def reopen(cur: Cursor, job: dict, *, attempt: int, now: float) -> None:
         )
     if job["state"] == "parked":
         cur.execute("delete from tail where job_id = :id", {"id": job["id"]})
+    finishing = job["run_key"] is not None and run_started(cur, row.name, job["run_key"])
     cur.execute(
         "update job set state = 'new', attempt = :a, lease_token = null, lease_until = 0, "
         "wait_since = :now, prio = :p, reason = null, finished_at = null "
         "where id = :id and state = :st and attempt = :old",
-        {"a": attempt, "now": now, "p": row.priority(job["est"], now, job["finishing"]), "id": job["id"],
+        {"a": attempt, "now": now, "p": row.priority(job["est"], now, finishing), "id": job["id"],
          "st": job["state"], "old": job["attempt"]},
     )  # fmt: skip
     if cur.rowcount != 1:  # cannot happen under the locks; never let counters and rows part

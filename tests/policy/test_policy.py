@@ -338,7 +338,7 @@ def run_ticks(p: LanePolicy, jobs, service: float, placed_by=None):
             _, kind, i = heapq.heappop(events)
             if kind == "arrive":
                 prio = p.priority(jobs[i][1], jobs[i][0], placed_by[i])
-                assert prio <= jobs[i][0] + p.max_wait_seconds  # the most any job's place adds
+                assert prio <= jobs[i][0] + p.max_wait_seconds + 1e-9  # the most any job's place adds
                 waiting[f"j{i:03d}"] = Candidate(f"j{i:03d}", jobs[i][1], jobs[i][0], None, jobs[i][2], prio=prio)
             elif kind == "settle":
                 est, actual = i
