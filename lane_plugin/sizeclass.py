@@ -2,7 +2,8 @@
 
 A lane that knows its traffic puts a job whose estimate is above its boundary (the
 ``SIZE_CLASS_PCT``-th percentile of its last ``SIZE_CLASS_SAMPLE`` estimates) ``max_wait_seconds``
-behind the jobs at or under it (``LanePolicy.priority``). The ledger refits the boundary where it
+behind the jobs at or under it (``LanePolicy.priority``); a job finishing a run under way keeps
+the continuous priority. The ledger refits the boundary where it
 refits the finishing reserve (``ledger/runs.py``, every ``REFIT_SECONDS``), the simulator the same way.
 """
 
