@@ -16,7 +16,7 @@ jobs above the NN-th percentile estimate wait ``max_wait_seconds`` more; ``qAA/B
 min(ceiling, burst) / K (a scale from the lane's settings, not its traffic); ``learnedNN``: ``qNN``
 with the boundary learned as a lane would, the NN-th percentile of the last 500 estimates submitted,
 refreshed every REFIT_SECONDS (the continuous priority until 50 are known): what ``shipped`` does, but
-refreshed at a submission rather than at the refit after a tick.
+refreshed at a submission rather than at the refit after a tick, and for stages of runs under way too.
 """
 
 from __future__ import annotations
