@@ -7,6 +7,7 @@ from ..errors import ConflictingReplay, LaneError, NeverFits, UnknownLane
 from .db import Cursor
 from .jobs import JOB_COLS, JOB_KEYS, lock_job, run_started
 from .lanes import LaneRow, read_lane
+from .waiters import WAITER_GONE
 
 
 def submit(
@@ -103,9 +104,18 @@ def _replay_submit(cur: Cursor, existing, *, stage: str, est: int, attempt: int,
         )
     if attempt > job["attempt"]:
         reopen(cur, job, attempt=attempt, now=now)
-    elif rerun and job["state"] in ("leased", "done", "failed"):
+    elif rerun and (job["state"] in ("leased", "done", "failed") or _waiter_gone(cur, job)):
+        # parked "waiter gone": its waiter died (a killed Dask worker) and this run is the rerun; as a new
+        # attempt it is 'new' again, so the caller's waiter claims it (else it keeps the dead one's for ever)
         reopen(cur, job, attempt=job["attempt"] + 1, now=now)
     return job["id"], job["lane"]
+
+
+def _waiter_gone(cur: Cursor, job: dict) -> bool:
+    if job["state"] != "parked":
+        return False
+    reason = cur.one("select reason from job where id = :id", {"id": job["id"]})[0]
+    return (reason or "").startswith(WAITER_GONE)
 
 
 def reopen(cur: Cursor, job: dict, *, attempt: int, now: float) -> None:

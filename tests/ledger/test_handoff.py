@@ -184,3 +184,24 @@ def test_a_waiter_wakes_when_its_job_is_handed_a_lease(ledger_url, monkeypatch, 
     assert a.audit() == []
     for x in {a, b}:
         x.close()
+
+
+def test_a_rerun_of_a_job_parked_waiter_gone_is_its_next_attempt_under_the_new_waiter(led, clock):
+    """Found by the Dask fault test at full count: a killed worker's waiter is gone, its waiting job is
+    parked ``waiter gone``; Dask runs the task again elsewhere (same key, same attempt, ``rerun``). Before
+    the fix the job stayed tied to the dead waiter: every tick parked it again and the rerun waited for ever."""
+    lane(led, max_leased=1)
+    blocker = led.submit("s", 100, "h", waiter="alive")
+    clock.t += 1  # first in the order
+    led.heartbeat("dead")
+    job = led.submit("s", 100, "h", key="task-run-9", attempt=1, waiter="dead", rerun=True)
+    assert [x.job_id for x in led.tick("h")] == [blocker]
+    clock.t += GONE_SECONDS + 1
+    led.heartbeat("alive")
+    led.settle(blocker, 100)  # the hand-off finds the next job's waiter gone: parked
+    assert state(led, job) == ("parked", 1) and led.job(job)["reason"].startswith(WAITER_GONE)
+    led.heartbeat("rerun")
+    again = led.submit("s", 100, "h", key="task-run-9", attempt=1, waiter="rerun", rerun=True)
+    assert again == job and state(led, job) == ("new", 2) and led.job(job)["waiter"] == "rerun"
+    assert [x.job_id for x in led.tick("h")] == [job]
+    assert led.audit() == []
