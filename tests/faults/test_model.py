@@ -174,10 +174,19 @@ class LedgerMachine(RuleBasedStateMachine):
             return multiple()
         self.seq += 1
         self.m[job] = dict(est=est, state="new", attempt=1, lease_attempt=0, lease_until=0.0, actual=0,
-                           wait_since=self.t, seq=self.seq)  # fmt: skip
+                           wait_since=self.t, seq=self.seq, prio=self._place(est))  # fmt: skip
         if key is not None:
             self.keys[key] = (job, est)
         return job
+
+    def _place(self, est: int) -> float:
+        """A job's place when it is (re)queued now (issue 11 rule 7): one continuous priority until the
+        lane has learned a size boundary, then two classes by it. The boundary is the store's (its value
+        is tested in tests/ledger/test_size_classes.py); where it puts each job is restated here."""
+        boundary = self.led.rows("select size_boundary from lane where name = 'free'")[1][0][0]
+        if boundary is None:
+            return self.t + est * (10**8 / CEILING)  # max_wait_seconds / min(ceiling, burst)
+        return self.t + (10**8 if est > boundary else 0.0)  # max_wait_seconds above the boundary
 
     @rule(target=jobs, ests=st.lists(st.sampled_from([10, 25, 50]) | st.integers(1, 60), min_size=2, max_size=8))
     def submit_many(self, ests):
@@ -185,15 +194,13 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @rule()
     def tick(self):
-        """The policy, restated: the head of the queue by priority (wait_since + est * age factor); the
+        """The policy, restated: the head of the queue by priority (the place each job got when queued); the
         first job that does not fit holds a shadow (its tokens and a slot); a job that spend alone leaves
         no room for is parked (this lane has no period); nothing is read while every slot is taken."""
         expect, parked = [], []
         free = MAX_LEASED - self.leased
         if free > 0:
-            age = 10**8 / CEILING  # max_wait_seconds / min(ceiling, burst)
-            waiting = sorted((j for j in self.m if self.m[j]["state"] == "new"),
-                             key=lambda j: (self.m[j]["wait_since"] + self.m[j]["est"] * age, j))  # fmt: skip
+            waiting = sorted((j for j in self.m if self.m[j]["state"] == "new"), key=lambda j: (self.m[j]["prio"], j))
             committed, leased, sh_est, sh_slot = self.spent + self.reserved, self.leased, 0, 0
             for j in waiting[: free + HEAD_SLACK]:
                 est = self.m[j]["est"]
@@ -308,7 +315,7 @@ class LedgerMachine(RuleBasedStateMachine):
             self.reserved -= m["est"]
             self.leased -= 1
         self.tokens[job] = None
-        m.update(state="new", attempt=attempt, lease_until=0.0, wait_since=self.t)
+        m.update(state="new", attempt=attempt, lease_until=0.0, wait_since=self.t, prio=self._place(m["est"]))
 
     @precondition(lambda self: self.keys)
     @rule(i=st.integers(0, 10**6), step=st.integers(0, 2))
@@ -425,7 +432,7 @@ class LedgerMachine(RuleBasedStateMachine):
                 self.led.requeue(job)
             return
         self.led.requeue(job)
-        m.update(state="new", wait_since=self.t)
+        m.update(state="new", wait_since=self.t, prio=self._place(m["est"]))
         if m["lease_attempt"] >= m["attempt"]:
             m["attempt"] += 1
 
