@@ -8,7 +8,6 @@ own process groups and killed in ``finally``. Takes ~30-60 s on two cores.
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import pytest
 from lane_plugin import Ledger
 from lane_plugin.reports import drift
 
-from ..realserver import free_port, stop, wait_healthy
+from ..realserver import free_port, server_env, stop, wait_healthy
 from ..tables import ARTICLE_SQL
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -59,25 +58,11 @@ CLIENT = textwrap.dedent(
 
 
 def test_drift_report_deployment_on_a_real_server(tmp_path):
-    home = tmp_path / "prefect-home"
-    home.mkdir()
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     lane_url = f"sqlite:///{tmp_path / 'lane.db'}"
-    env = {
-        **os.environ,
-        "PREFECT_HOME": str(home),
-        "PREFECT_PROFILES_PATH": str(home / "profiles.toml"),
-        "PREFECT_API_URL": api,
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{tmp_path / 'prefect.db'}",
-        "PREFECT_SERVER_UI_ENABLED": "false",
-        "PREFECT_RUNNER_POLL_FREQUENCY": "2",
-        "PREFECT_LOGGING_LEVEL": "INFO",
-        "LANE_DATABASE_URL": lane_url,
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    env.pop("PREFECT_API_KEY", None)
+    env = server_env(tmp_path, api, PREFECT_RUNNER_POLL_FREQUENCY="2", PREFECT_LOGGING_LEVEL="INFO",
+                     LANE_DATABASE_URL=lane_url)  # fmt: skip
 
     # the ledger: one biased stage, one honest one
     rng = random.Random(11)
