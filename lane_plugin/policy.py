@@ -377,11 +377,15 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
         if unfit is not None:  # it holds no shadow and blocks nobody
             if head_reason is None:
                 head_reason = unfit[0]
-            if not snapshot.resets:
+            if not resets:
                 parked.append((c, *unfit))
+            elif closed:
+                break  # the reason is known and nothing is parked: the rest would change nothing
             continue
         if closed:
             head_reason = head_reason or LEASE_CAP
+            if resets:
+                break
             continue
         held = shadow is not None and (sh_kind == FINISH or kind != FINISH)
         rule = blocking_rule(
@@ -410,6 +414,8 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
             sh_extra = need - c.est if kind != FINISH else 0
         closed = leased + sh_slot >= cap or (shadow is not None and window + sh_rate > burst
                                              and burst_need is not None and burst_need <= sh_rate)  # fmt: skip
+        if closed and resets:
+            break  # head_reason is set: the rest would change nothing
     return Decision(
         tuple(admitted), tokens, shadow, head_reason, rate, finishing - snapshot.finishing,
         tuple((k, r, s) for k, (r, s) in runs.items()), tuple(parked), burst_need, var - snapshot.reserved_var,
