@@ -52,7 +52,7 @@ from .chains import DONE, FUTURE, LEASED, PARKED, REFUSED, RUNNING, WAITING, Run
 from .config import PERIODS, SimConfig, refused_at_intake
 from .estimating import OnlineEstimator, figures
 from .meter import OverBurst
-from .policies import POLICIES, USES_EST_HEAP, LaneQueue, candidate_for
+from .policies import POLICIES, USES_EST_HEAP, LaneQueue
 from .results import SimResult, collect, percentile
 from .traffic import Trace
 from .window import RateWindow
@@ -98,7 +98,6 @@ class Sim:
         self.started_at = [-1.0] * n
         self.parked_at = [-1.0] * n
         self.lease_no = [0] * n
-        self._cands: list[tuple[int, Candidate] | None] = [None] * n
         self._width = max(7, len(str(n)))
         self.age: list[tuple[float, int]] = []  # waiting jobs by (submitted, index)
         self.by_est: list[tuple[int, int]] = []  # waiting jobs by (est, index)
@@ -145,11 +144,7 @@ class Sim:
 
     def candidate(self, j: int) -> Candidate:
         """The ``lane`` policy's candidate for job ``j`` (cached until the reserve profile is refit)."""
-        hit = self._cands[j]
-        version = self.lane_queue.runs.version
-        if hit is None or hit[0] != version:
-            hit = self._cands[j] = (version, candidate_for(self, j))
-        return hit[1]
+        return self.lane_queue.candidate(j)
 
     def asleep(self, t: float) -> bool:
         """Whether the cold drainer is asleep at ``t`` (the last part of each cycle)."""

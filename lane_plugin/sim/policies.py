@@ -88,6 +88,8 @@ class LaneQueue:
         self.biggest: list[tuple[int, int]] = []  # waiting jobs by (-est, index)
         self.max_var = 0  # the largest est_var any job had (headroom grows with it)
         self._prio: dict[int, float] = {}
+        self._cands: dict[int, Candidate] = {}  # candidates built under the profile of version _cands_at
+        self._cands_at = self.runs.version
         # The size classes, learned as the ledger learns them: the boundary of the last
         # SIZE_CLASS_SAMPLE estimates submitted, refit with the profile (None: not yet).
         self.recent: deque[int] = deque(maxlen=SIZE_CLASS_SAMPLE)
@@ -128,6 +130,16 @@ class LaneQueue:
                 if self.sim.state[j] == WAITING:
                     heappush(self.finishing, (self.prio(j), j))
 
+    def candidate(self, j: int) -> Candidate:
+        """Job ``j``'s candidate, cached until the reserve profile is refit (its ``after`` reads the profile)."""
+        if self._cands_at != self.runs.version:
+            self._cands.clear()
+            self._cands_at = self.runs.version
+        c = self._cands.get(j)
+        if c is None:
+            c = self._cands[j] = candidate_for(self.sim, j)
+        return c
+
     def head(self, n: int, popped: list) -> Iterator[Candidate]:
         """The first ``n`` waiting jobs of each range, merged in admission order, read lazily.
 
@@ -137,7 +149,11 @@ class LaneQueue:
         neither admitted nor parked).
         """
         sim, runs, run_key = self.sim, self.runs.runs, self.sim.trace.run_key
-        state, candidate = sim.state, sim.candidate
+        state = sim.state
+        if self._cands_at != self.runs.version:  # no refit happens while admission reads the head
+            self._cands.clear()
+            self._cands_at = self.runs.version
+        cands = self._cands
         fin, other = self.finishing, self.other
         # A job's entries carry its one cached priority, so a duplicate is equal to the entry
         # popped just before it from the same heap.
@@ -166,20 +182,10 @@ class LaneQueue:
                 h, e = other, heappop(other)
                 last_o, left_o = e, left_o - 1
             popped.append((h, e))
-            yield candidate(e[1])
-
-
-class _Remaining:
-    """The reserve of every run a :class:`RunBook` holds, read as ``LaneSnapshot.run_remaining`` reads it."""
-
-    __slots__ = ("runs",)
-
-    def __init__(self, runs: dict) -> None:
-        self.runs = runs
-
-    def get(self, key: str, default: int = 0) -> int:
-        run = self.runs.get(key)
-        return default if run is None else run.remaining
+            c = cands.get(e[1])
+            if c is None:
+                c = cands[e[1]] = candidate_for(sim, e[1])
+            yield c
 
 
 def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
@@ -212,7 +218,7 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     snap = LaneSnapshot(
         policy=q.policy, spent=sim.spent, reserved=sim.reserved, leased=sim.leased,
         window_used=sim.window.used(now), now=now, stopped=sim.stopped(now), started_runs=book.runs,
-        finishing=book.finishing, run_remaining=_Remaining(book.runs),  # type: ignore[arg-type]
+        finishing=book.finishing, run_remaining=book,  # type: ignore[arg-type]
         resets=resets, reserved_var=sim.reserved_var,
     )  # fmt: skip
     decision = admit(snap, q.head(max(cfg.max_leased - sim.leased, 0) + HEAD_SLACK, popped), ordered=True)

@@ -24,9 +24,8 @@ DONE, PARKED = 3, 4  # the engine's state codes of a settled job and a parked on
 
 @dataclass
 class Run:
-    """A run with an admitted job: the ledger's ``lane_run`` row."""
+    """A run with an admitted job: the ledger's ``lane_run`` row (its reserve: :meth:`RunBook.remaining`)."""
 
-    remaining: int = 0
     stage: str | None = None
     last_at: float = 0.0
     expires_at: float | None = None
@@ -61,10 +60,25 @@ class RunBook:
         self._sums: dict[str, list] = {}
         self._touched: set[str] = set()
 
-    def after(self, stage: str) -> int:
+    def after(self, stage: str | None) -> int:
         """What a run is expected to still need after a job of ``stage`` (0 while unknown)."""
         fit = self.profile.get(stage)
         return fit.after if fit is not None else 0
+
+    def remaining(self, key: str) -> int:
+        """The reserve run ``key`` holds: what the profile gives its latest stage while it is under way, else 0.
+
+        Every run under way reserves exactly that (admission reserves the candidate's ``after``, read
+        from the profile, and a refit re-reserves every run with the new profile), so it is read off
+        the profile rather than stored per run, and a refit moves ``finishing`` by stage, not by run.
+        """
+        run = self.runs.get(key)
+        return 0 if run is None or run.expires_at is None else self.after(run.stage)
+
+    def get(self, key: str, default: int = 0) -> int:
+        """The reserve of run ``key`` (``default`` if the book holds no such run), read as
+        ``LaneSnapshot.run_remaining`` reads it."""
+        return self.remaining(key) if key in self.runs else default
 
     def lapse(self, now: float) -> None:
         """Runs whose reserve expired (no admission for their hold) are presumed finished."""
@@ -74,8 +88,8 @@ class RunBook:
             run = self.runs[key]
             if run.expires_at != at:
                 continue  # re-armed by a later admission
-            self.finishing -= run.remaining
-            run.remaining, run.expires_at = 0, None
+            self.finishing -= self.remaining(key)
+            run.expires_at = None
             self._by_stage[run.stage].discard(key)
             self._seq += 1
             heappush(self._lapsed, (run.last_at, self._seq, key))
@@ -106,11 +120,11 @@ class RunBook:
                 self._touched.add(key)
             if self.sim.admitted_at[j] < 0:  # its first admission (a lease that expired is admitted again)
                 run.jobs.append(j)
-        for key, remaining, stage in decision.runs:
+        for key, _, stage in decision.runs:  # each reserves the profile's after(stage): remaining()
             run = self.runs[key]
             if run.expires_at is not None:
                 self._by_stage[run.stage].discard(key)
-            run.remaining, run.stage, run.last_at = remaining, stage, now
+            run.stage, run.last_at = stage, now
             run.expires_at = now + reserve_hold(self.policy, self.profile.get(stage))
             self._by_stage.setdefault(stage, set()).add(key)
             self._seq += 1
@@ -151,15 +165,14 @@ class RunBook:
         changed = [stage for stage, f in fit.items() if self.profile.get(stage) != f]
         if not changed:
             return  # the same profile: every run under way already reserves what it gives (admission set it)
+        # Re-reserve the runs under way with the new profile: each holds after(its stage), so the
+        # lane's finishing reserve moves by (new - old) x the runs at each stage whose fit changed.
+        by_stage = self._by_stage
+        for stage in changed:
+            keys = by_stage.get(stage)
+            if keys:
+                self.finishing += (fit[stage].after - self.after(stage)) * len(keys)
         self.profile.update(fit)
-        # Re-reserve the runs under way: each holds what the profile gave when it was admitted or
-        # last refit, so only those at a stage whose fit changed move (a run without a stage: 0).
-        for stage in {*changed, None} if None in self._by_stage else changed:
-            target = self.after(stage) if stage is not None else 0
-            for key in self._by_stage.get(stage, ()):
-                run = self.runs[key]
-                self.finishing += target - run.remaining
-                run.remaining = target
         self.version += 1
 
     def _add(self, seq: list, sign: int) -> None:

@@ -3,7 +3,9 @@
 Kept verbatim as the reference the fast path must match: ``reference_admit`` sorted every head and
 scanned all of it; ``select_lane_reference`` popped the two ranges' heads and pushed them back at
 every tick; ``refit_reference`` refit the finishing reserve from every lapsed run anew.
-tests/sim/test_fast_path.py runs both on seeded traffic and compares every tick.
+tests/sim/test_fast_path.py runs both on seeded traffic and compares every tick. (Since then the
+RunBook no longer stores each run's reserve: the reference reads it as ``book.remaining(key)``, what
+the profile gives the run's latest stage, which is what it stored.)
 """
 
 from __future__ import annotations
@@ -168,7 +170,7 @@ def select_lane_reference(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     snap = LaneSnapshot(
         policy=q.policy, spent=sim.spent, reserved=sim.reserved, leased=sim.leased,
         window_used=sim.window.used(now), now=now, stopped=sim.stopped(now), started_runs=started,
-        finishing=book.finishing, run_remaining={k: book.runs[k].remaining for k in started},
+        finishing=book.finishing, run_remaining={k: book.remaining(k) for k in started},
         resets=bool(cfg.period_seconds), reserved_var=sim.reserved_var,
     )  # fmt: skip
     decision = reference_admit(snap, cands)
@@ -210,9 +212,8 @@ def refit_reference(self, now: float) -> None:
         sequences.append(self._sequence(key, run))
     self.profile.update(fit_runs(sequences))
     self.finishing = 0
-    for run in self.runs.values():  # the runs under way (expires_at set)
+    for key, run in self.runs.items():  # the runs under way (expires_at set)
         if run.expires_at is None:
             continue
-        run.remaining = self.after(run.stage) if run.stage is not None else 0
-        self.finishing += run.remaining
+        self.finishing += self.remaining(key)
     self.version += 1
