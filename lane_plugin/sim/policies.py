@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from heapq import heappop, heappush
 from typing import Any, Protocol
 
-from ..policy import HEAD_SLACK, SIZE_CLASS_SAMPLE, Candidate, LaneSnapshot, admit, size_class_boundary
+from ..policy import HEAD_SLACK, REFIT_SECONDS, SIZE_CLASS_SAMPLE, Candidate, LaneSnapshot, admit, size_class_boundary
 from .runs import RunBook
 
 WAITING = 0  # the engine's state code of a waiting job
@@ -204,11 +204,12 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     """
     cfg, q = sim.cfg, sim.lane_queue
     book = q.runs
-    book.lapse(now)
+    if book._expiry and book._expiry[0][0] <= now:
+        book.lapse(now)
     if cfg.period_seconds and _smallest(sim) > cfg.ceiling - sim.spent:
         # Every waiting job's estimate exceeds what spend leaves until the reset: each candidate is
         # unfit before the reset, so admit would lease nothing and, the lane having a period, park nothing.
-        if book.due(now):
+        if now - book.profile_at >= REFIT_SECONDS:
             q.refit(now)
         return [], 0
     popped: list[tuple[float, int]] = []
@@ -222,17 +223,22 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         resets=resets, reserved_var=sim.reserved_var,
     )  # fmt: skip
     decision = admit(snap, q.head(max(cfg.max_leased - sim.leased, 0) + HEAD_SLACK, popped), ordered=True)
-    admitted = [sim.index_of(c) for c in decision.admitted]
-    q.started(book.record(decision, admitted, now))
-    taken = set(admitted)
-    for c, _, _ in decision.parked:
-        j = sim.index_of(c)
-        taken.add(j)
-        sim.park(j, now)
-    for heap, e in popped:
-        if e[1] not in taken:
+    if decision.admitted or decision.parked:
+        admitted = [int(c.id[1:]) for c in decision.admitted]  # sim.index_of
+        q.started(book.record(decision, admitted, now))
+        taken = set(admitted)
+        for c, _, _ in decision.parked:
+            j = sim.index_of(c)
+            taken.add(j)
+            sim.park(j, now)
+        for heap, e in popped:
+            if e[1] not in taken:
+                heappush(heap, e)
+    else:  # nothing leased or parked: record() would change nothing, every entry read goes back
+        admitted = []
+        for heap, e in popped:
             heappush(heap, e)
-    if book.due(now):
+    if now - book.profile_at >= REFIT_SECONDS:  # book.due(now)
         q.refit(now)
     return admitted, decision.burst_need or 0
 
@@ -250,7 +256,7 @@ def _none_unfit(sim: Sim, q: LaneQueue) -> bool:
     if not heap:
         return True
     big = -heap[0][0]
-    after = max((f.after for f in q.runs.profile.values()), default=0)
+    after = q.runs.most_after()
     own = q.policy.headroom(q.max_var)
     return big + after + own <= q.policy.ceiling - sim.spent and sim.spent + big <= q.policy.start_limit
 

@@ -47,6 +47,7 @@ class RunBook:
         self.profile: dict[str, StageFit] = {}
         self.version = 0  # bumped at every refit (cached candidates carry the profile's numbers)
         self.profile_at = -float("inf")
+        self._most, self._most_at = 0, self.version
         self._expiry: list[tuple[float, int, str]] = []
         self._lapsed: list[tuple[float, int, str]] = []  # the latest FIT_RUNS lapsed runs by last_at
         self._seq = 0
@@ -74,6 +75,13 @@ class RunBook:
         """
         run = self.runs.get(key)
         return 0 if run is None or run.expires_at is None else self.after(run.stage)
+
+    def most_after(self) -> int:
+        """The most any run is expected to still need after a job of any stage (0 while unknown)."""
+        if self._most_at != self.version:
+            self._most = max((f.after for f in self.profile.values()), default=0)
+            self._most_at = self.version
+        return self._most
 
     def get(self, key: str, default: int = 0) -> int:
         """The reserve of run ``key`` (``default`` if the book holds no such run), read as
