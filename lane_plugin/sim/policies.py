@@ -31,6 +31,7 @@ on it.
 from __future__ import annotations
 
 import math
+from bisect import insort
 from collections import deque
 from collections.abc import Iterator
 from heapq import heappop, heappush
@@ -73,9 +74,10 @@ class Sim(Protocol):
 class LaneQueue:
     """The ``lane`` policy's waiting jobs, as the ledger's index (lane, state, finishing, prio) holds them.
 
-    Two heaps by priority: jobs of runs already under way (*finishing*) and the
-    rest. A job moves to the first when its run starts; its entry in the second
-    goes stale and is skipped.
+    Two ranges, lists sorted by ``(prio, index)``: jobs of runs already under way
+    (*finishing*) and the rest. A job moves to the first when its run starts; its
+    entry in the second goes stale. Admission reads the ranges in place, so the
+    head it leaves is not moved; stale entries are deleted when a read passes them.
     """
 
     def __init__(self, sim: Sim) -> None:
@@ -118,9 +120,9 @@ class LaneQueue:
         self.max_var = max(self.max_var, self.sim.var[j])
         key = self.sim.trace.run_key[j]
         if key is not None and key in self.runs.runs:
-            heappush(self.finishing, (self.prio(j), j))
+            insort(self.finishing, (self.prio(j), j))
         else:
-            heappush(self.other, (self.prio(j), j))
+            insort(self.other, (self.prio(j), j))
             if key is not None:
                 self.members.setdefault(key, []).append(j)
 
@@ -128,7 +130,7 @@ class LaneQueue:
         for key in keys:
             for j in self.members.pop(key, ()):
                 if self.sim.state[j] == WAITING:
-                    heappush(self.finishing, (self.prio(j), j))
+                    insort(self.finishing, (self.prio(j), j))
 
     def candidate(self, j: int) -> Candidate:
         """Job ``j``'s candidate, cached until the reserve profile is refit (its ``after`` reads the profile)."""
@@ -140,13 +142,14 @@ class LaneQueue:
             c = self._cands[j] = candidate_for(self.sim, j)
         return c
 
-    def head(self, n: int, popped: list) -> Iterator[Candidate]:
+    def head(self, n: int, seen: list) -> Iterator[Candidate]:
         """The first ``n`` waiting jobs of each range, merged in admission order, read lazily.
 
         What the store's two-range read returns, sorted as :func:`~lane_plugin.policy.order`
-        sorts it (``(prio, id)``; ids sort like indices), but popped only as far as admission
-        reads. Every entry handed out is appended to ``popped`` (the caller pushes back those
-        neither admitted nor parked).
+        sorts it (``(prio, id)``; ids sort like indices), read in place only as far as admission
+        reads. Every entry scanned is appended to ``seen`` as ``(range, index, job)``, job -1 for a
+        stale one (admitted, parked, a duplicate, or moved to the finishing range); the caller
+        then deletes those and the ones it takes (:meth:`drop`), before anything is inserted.
         """
         sim, runs, run_key = self.sim, self.runs.runs, self.sim.trace.run_key
         state = sim.state
@@ -155,37 +158,47 @@ class LaneQueue:
             self._cands_at = self.runs.version
         cands = self._cands
         fin, other = self.finishing, self.other
-        # A job's entries carry its one cached priority, so a duplicate is equal to the entry
-        # popped just before it from the same heap.
-        last_f = last_o = None
+        n_f, n_o = len(fin), len(other)
+        # A job's entries carry its one cached priority, so its duplicates sit next to each other.
+        i_f = i_o = 0
         left_f = left_o = n
         while True:
-            while fin and left_f and (state[fin[0][1]] != WAITING or fin[0] == last_f):
-                heappop(fin)  # lazy deletion: admitted, parked or a duplicate entry
-            while other and left_o:
-                o = other[0]
-                j = o[1]
-                if state[j] == WAITING and o != last_o and (run_key[j] is None or run_key[j] not in runs):
+            f = o = None
+            while left_f and i_f < n_f:
+                e = fin[i_f]
+                if state[e[1]] == WAITING and (i_f == 0 or fin[i_f - 1] != e):
+                    f = e
                     break
-                heappop(other)  # admitted, parked, a duplicate, or moved to the finishing range
-            f = fin[0] if fin and left_f else None
-            o = other[0] if other and left_o else None
-            if o is None:
-                if f is None:
-                    return
-                h, e = fin, heappop(fin)
-                last_f, left_f = e, left_f - 1
-            elif f is not None and f < o:
-                h, e = fin, heappop(fin)
-                last_f, left_f = e, left_f - 1
+                seen.append((fin, i_f, -1))
+                i_f += 1
+            while left_o and i_o < n_o:
+                e = other[i_o]
+                j = e[1]
+                if (state[j] == WAITING and (i_o == 0 or other[i_o - 1] != e)
+                        and (run_key[j] is None or run_key[j] not in runs)):  # fmt: skip
+                    o = e
+                    break
+                seen.append((other, i_o, -1))
+                i_o += 1
+            if f is not None and (o is None or f < o):
+                seen.append((fin, i_f, f[1]))
+                e, i_f, left_f = f, i_f + 1, left_f - 1
+            elif o is not None:
+                seen.append((other, i_o, o[1]))
+                e, i_o, left_o = o, i_o + 1, left_o - 1
             else:
-                h, e = other, heappop(other)
-                last_o, left_o = e, left_o - 1
-            popped.append((h, e))
+                return
             c = cands.get(e[1])
             if c is None:
                 c = cands[e[1]] = candidate_for(sim, e[1])
             yield c
+
+    def drop(self, seen: list, taken: set[int] | list[int]) -> None:
+        """Delete from the ranges the stale entries :meth:`head` scanned and those of the jobs ``taken``."""
+        for lst in (self.finishing, self.other):
+            for r, i, j in reversed(seen):  # indices ascend within a range: delete from the back
+                if r is lst and (j < 0 or j in taken):
+                    del lst[i]
 
 
 def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
@@ -212,7 +225,7 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         if now - book.profile_at >= REFIT_SECONDS:
             q.refit(now)
         return [], 0
-    popped: list[tuple[float, int]] = []
+    seen: list[tuple[list, int, int]] = []
     # A lane without a period parks what cannot fit before a reset; when no waiting job is that
     # big, admission decides as in a lane with one, which may stop reading once it is closed.
     resets = bool(cfg.period_seconds) or _none_unfit(sim, q)
@@ -222,22 +235,18 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         finishing=book.finishing, run_remaining=book,  # type: ignore[arg-type]
         resets=resets, reserved_var=sim.reserved_var,
     )  # fmt: skip
-    decision = admit(snap, q.head(max(cfg.max_leased - sim.leased, 0) + HEAD_SLACK, popped), ordered=True)
+    decision = admit(snap, q.head(max(cfg.max_leased - sim.leased, 0) + HEAD_SLACK, seen), ordered=True)
     if decision.admitted or decision.parked:
         admitted = [int(c.id[1:]) for c in decision.admitted]  # sim.index_of
+        parked = [sim.index_of(c) for c, _, _ in decision.parked]
+        q.drop(seen, set(admitted).union(parked))
         q.started(book.record(decision, admitted, now))
-        taken = set(admitted)
-        for c, _, _ in decision.parked:
-            j = sim.index_of(c)
-            taken.add(j)
+        for j in parked:
             sim.park(j, now)
-        for heap, e in popped:
-            if e[1] not in taken:
-                heappush(heap, e)
-    else:  # nothing leased or parked: record() would change nothing, every entry read goes back
+    else:  # nothing leased or parked: record() would change nothing
         admitted = []
-        for heap, e in popped:
-            heappush(heap, e)
+        if seen:
+            q.drop(seen, ())
     if now - book.profile_at >= REFIT_SECONDS:  # book.due(now)
         q.refit(now)
     return admitted, decision.burst_need or 0

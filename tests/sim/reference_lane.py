@@ -5,7 +5,8 @@ scanned all of it; ``select_lane_reference`` popped the two ranges' heads and pu
 every tick; ``refit_reference`` refit the finishing reserve from every lapsed run anew.
 tests/sim/test_fast_path.py runs both on seeded traffic and compares every tick. (Since then the
 RunBook no longer stores each run's reserve: the reference reads it as ``book.remaining(key)``, what
-the profile gives the run's latest stage, which is what it stored.)
+the profile gives the run's latest stage, which is what it stored; and LaneQueue's ranges became
+sorted lists read in place: ``push_reference`` and ``started_reference`` keep them heaps, as they were.)
 """
 
 from __future__ import annotations
@@ -191,6 +192,30 @@ def select_lane_reference(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         # the size-class boundary new jobs are placed by (LaneQueue.prio); while it is None, as before.
         q.size_boundary = size_class_boundary(q.recent)
     return admitted, decision.burst_need or 0
+
+
+def push_reference(self, j: int) -> None:
+    """LaneQueue.push when its two ranges were heaps (popped and pushed back at every tick)."""
+    if j not in self._prio:  # a job entering the lane: its estimate is one the boundary learns from
+        self.prio(j)
+        self.recent.append(self.sim.est[j])
+    heappush(self.biggest, (-self.sim.est[j], j))
+    self.max_var = max(self.max_var, self.sim.var[j])
+    key = self.sim.trace.run_key[j]
+    if key is not None and key in self.runs.runs:
+        heappush(self.finishing, (self.prio(j), j))
+    else:
+        heappush(self.other, (self.prio(j), j))
+        if key is not None:
+            self.members.setdefault(key, []).append(j)
+
+
+def started_reference(self, keys: list[str]) -> None:
+    """LaneQueue.started when its two ranges were heaps."""
+    for key in keys:
+        for j in self.members.pop(key, ()):
+            if self.sim.state[j] == WAITING:
+                heappush(self.finishing, (self.prio(j), j))
 
 
 def refit_reference(self, now: float) -> None:

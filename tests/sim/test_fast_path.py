@@ -24,7 +24,7 @@ from lane_plugin.sim.traffic import Trace, generate
 
 from ..policy.test_policy import scenarios
 from . import reference_lane
-from .reference_lane import reference_admit, refit_reference, select_lane_reference
+from .reference_lane import push_reference, reference_admit, refit_reference, select_lane_reference, started_reference
 
 SCENARIOS = {
     "chained-budget": (dict(jobs=3_000, days=1.0, mix="lognormal", drift=1.3, stages=3, median=400.0),
@@ -77,6 +77,8 @@ def test_the_fast_path_admits_what_the_reference_admits(name, seed, classes, mon
     fast = run(name, seed)
     monkeypatch.setitem(sim_policies.POLICIES, "lane", select_lane_reference)
     monkeypatch.setattr(sim_runs.RunBook, "refit", refit_reference)
+    monkeypatch.setattr(sim_policies.LaneQueue, "push", push_reference)
+    monkeypatch.setattr(sim_policies.LaneQueue, "started", started_reference)
     ref = run(name, seed)
     ticks = [e for e in ref.log if e[0] == "tick" and e[2]]
     assert len(ticks) > 50, "the scenario must make the policy choose, many times"
