@@ -102,7 +102,10 @@ class Sim:
         self._width = max(7, len(str(n)))
         self.age: list[tuple[float, int]] = []  # waiting jobs by (submitted, index)
         self.by_est: list[tuple[int, int]] = []  # waiting jobs by (est, index)
-        self._use_est = policy in USES_EST_HEAP
+        # kept only where read: the FIFO policies and the deadline read the age order, smallest-first
+        # and a lane with a period (skipping what cannot fit before the reset) the estimate order
+        self._use_age = policy in ("count", "token-fifo") or cfg.deadline is not None
+        self._use_est = policy in USES_EST_HEAP and (policy != "lane" or bool(cfg.period_seconds))
         self.spent = self.reserved = self.leased = 0
         # The burst window every policy obeys (rate_cost, sliding) and what it measures.
         self.window = RateWindow(cfg.window_seconds)
@@ -111,6 +114,7 @@ class Sim:
         self._charges: dict[int, object] = {}  # rate charges to true up at settlement (basis "actual")
         self.started: set[str] = set()
         self.events: list[tuple] = []
+        self._arm: list[tuple] = []  # expiries of this instant's leases, pushed unless the job started
         self._seq = 0
         self._pending = 0  # wake-ups in the heap (window, worker, deadline): they may change what fits
         self._next_window_wake = -INF
@@ -188,7 +192,8 @@ class Sim:
     def _make_waiting(self, j: int) -> None:
         self.state[j] = WAITING
         self.n_waiting += 1
-        heappush(self.age, (self.waiting_since[j], j))
+        if self._use_age:
+            heappush(self.age, (self.waiting_since[j], j))
         if self._use_est:
             heappush(self.by_est, (self.est[j], j))
         if self.lane_queue is not None:
@@ -237,7 +242,11 @@ class Sim:
         rk = self.trace.run_key[j]
         if rk is not None:
             self.started.add(rk)
-        self._push(t + self.cfg.lease_seconds, EXPIRE_EV, j, self.lease_no[j])
+        # The lease's expiry enters the event heap only if the worker has not started the job by the
+        # end of this instant (run() arms it; a started job's expiry would do nothing): its order
+        # among events is kept by taking its sequence number now.
+        self._seq += 1
+        self._arm.append((t + self.cfg.lease_seconds, self._seq, EXPIRE_EV, j, self.lease_no[j]))
         self.queue.append((j, self.lease_no[j]))
 
     def _settle(self, j: int, t: float) -> None:
@@ -395,6 +404,11 @@ class Sim:
                 self._park_overdue(t)
             admitted = self._tick(t)
             self._start_work(t)
+            if self._arm:
+                for ev in self._arm:
+                    if state[ev[3]] == LEASED:
+                        heappush(events, ev)
+                self._arm.clear()
             if rollover:
                 if not admitted and self.leased == 0 and self._pending == 0 and ai >= n_static:
                     if self.n_waiting > 0:  # a fresh period on an idle lane admits nothing: it never will

@@ -87,7 +87,8 @@ class LaneQueue:
         self.other: list[tuple[float, int]] = []
         self.finishing: list[tuple[float, int]] = []
         self.members: dict[str, list[int]] = {}  # waiting jobs of runs not started yet
-        self.biggest: list[tuple[int, int]] = []  # waiting jobs by (-est, index)
+        self.biggest: list[tuple[int, int]] = []  # waiting jobs by (-est, index): read without a period
+        self._biggest = not sim.cfg.period_seconds
         self.max_var = 0  # the largest est_var any job had (headroom grows with it)
         self._prio: dict[int, float] = {}
         self._cands: dict[int, Candidate] = {}  # candidates built under the profile of version _cands_at
@@ -116,7 +117,8 @@ class LaneQueue:
         if j not in self._prio:  # a job entering the lane: its estimate is one the boundary learns from
             self.prio(j)
             self.recent.append(self.sim.est[j])
-        heappush(self.biggest, (-self.sim.est[j], j))
+        if self._biggest:
+            heappush(self.biggest, (-self.sim.est[j], j))
         self.max_var = max(self.max_var, self.sim.var[j])
         key = self.sim.trace.run_key[j]
         if key is not None and key in self.runs.runs:
