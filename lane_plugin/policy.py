@@ -277,10 +277,15 @@ def blocking_rule(policy: LanePolicy, *, est: int, kind: str, committed: int, le
     job; default ``est``); ``var`` the summed variance in flight with the job
     (:meth:`LanePolicy.headroom`).
     """
-    rate_cost = est if rate_cost is None else rate_cost
-    need = est if need is None else need
     if stopped:
         return STOPPED
+    return _rule(policy, est, kind, committed, leased, window_used, est if rate_cost is None else rate_cost,
+                 finishing, est if need is None else need, var)  # fmt: skip
+
+
+def _rule(policy: LanePolicy, est: int, kind: str, committed: int, leased: int, window_used: int, rate_cost: int,
+          finishing: int, need: int, var: int) -> str | None:  # fmt: skip
+    """:func:`blocking_rule` of a lane not stopped, every argument given (positional: admit calls it per candidate)."""
     if leased + 1 > policy.max_leased:
         return LEASE_CAP
     if committed + est > policy.ceiling:
@@ -351,7 +356,7 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
     leased, window, var = snapshot.leased, snapshot.window_used, snapshot.reserved_var
     # Runs started and reserves changed in this tick, over the snapshot's (which may be large: not copied).
     started, remaining, was_started, had = set(), {}, snapshot.started_runs, snapshot.run_remaining
-    runs: dict[str, tuple[int, str | None]] = {}
+    runs: dict[str, tuple[str, int, str | None]] = {}
     admitted: list[Candidate] = []
     parked: list[tuple[Candidate, str, str]] = []
     tokens = rate = 0
@@ -366,59 +371,47 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
     # the rest can only be parked or give the head's reason, and with a period nothing is parked.
     closed = leased >= cap
     for c in candidates if ordered else order(snapshot, candidates):
-        if closed and head_reason is not None and resets:
-            break
-        key = c.run_key
+        key, est, c_rate, c_var = c.run_key, c.est, c.rate, c.var
         kind = FREE if key is None else FINISH if key in started or key in was_started else START
-        need = c.est + (c.after if kind == START else 0)
+        need = est + (c.after if kind == START else 0)
         unfit = None
-        if need + (p.headroom(c.var) if c.var else 0) > left or c.rate > burst or (kind == START and c.est > start_left):  # (a fast test first)
+        if need + (p.headroom(c_var) if c_var else 0) > left or c_rate > burst or (kind == START and est > start_left):  # (a fast test first)
             unfit = unfit_before_reset(p, c, kind, spent=snapshot.spent, need=need)
         if unfit is not None:  # it holds no shadow and blocks nobody
-            if head_reason is None:
-                head_reason = unfit[0]
+            head_reason = head_reason or unfit[0]
             if not resets:
                 parked.append((c, *unfit))
-            elif closed:
-                break  # the reason is known and nothing is parked: the rest would change nothing
-            continue
-        if closed:
+        elif closed:
             head_reason = head_reason or LEASE_CAP
-            if resets:
-                break
-            continue
-        held = shadow is not None and (sh_kind == FINISH or kind != FINISH)
-        rule = blocking_rule(
-            p, est=c.est, kind=kind, rate_cost=c.rate, need=need,
-            committed=committed + (sh_est if held else 0), finishing=finishing + (sh_extra if held else 0),
-            leased=leased + sh_slot, window_used=window + sh_rate, var=var + c.var + (sh_var if held else 0),
-        )  # fmt: skip
-        if rule is None:
-            admitted.append(c)
-            tokens, rate, committed, leased, window = tokens + c.est, rate + c.rate, committed + c.est, leased + 1, window + c.rate
-            var += c.var
-            if kind != FREE:
-                finishing += c.after - (remaining[key] if key in remaining else had.get(key, 0))
-                remaining[key] = c.after
-                runs[key] = (c.after, c.stage)
-                started.add(key)
-            closed = leased + sh_slot >= cap
-            continue
-        if head_reason is None:
-            head_reason = rule
-        if rule == BURST:
-            room = c.rate + sh_rate
-            burst_need = room if burst_need is None else min(burst_need, room)
-        if shadow is None and rule != LEASE_CAP:
-            shadow, sh_kind, sh_est, sh_rate, sh_slot, sh_var = c, kind, c.est, c.rate, 1, c.var
-            sh_extra = need - c.est if kind != FINISH else 0
-        closed = leased + sh_slot >= cap or (shadow is not None and window + sh_rate > burst
-                                             and burst_need is not None and burst_need <= sh_rate)  # fmt: skip
-        if closed and resets:
-            break  # head_reason is set: the rest would change nothing
+        else:
+            held = shadow is not None and (sh_kind == FINISH or kind != FINISH)
+            rule = _rule(p, est, kind, committed + (sh_est if held else 0), leased + sh_slot, window + sh_rate, c_rate,
+                         finishing + (sh_extra if held else 0), need, var + c_var + (sh_var if held else 0))  # fmt: skip
+            if rule is None:
+                admitted.append(c)
+                tokens, rate, committed, leased, window = tokens + est, rate + c_rate, committed + est, leased + 1, window + c_rate
+                var += c_var
+                if kind != FREE:
+                    finishing += c.after - (remaining[key] if key in remaining else had.get(key, 0))
+                    remaining[key] = c.after
+                    runs[key] = (key, c.after, c.stage)
+                    started.add(key)
+                closed = leased + sh_slot >= cap
+            else:
+                head_reason = head_reason or rule
+                if rule == BURST:
+                    room = c_rate + sh_rate
+                    burst_need = room if burst_need is None else min(burst_need, room)
+                if shadow is None and rule != LEASE_CAP:
+                    shadow, sh_kind, sh_est, sh_rate, sh_slot, sh_var = c, kind, est, c_rate, 1, c_var
+                    sh_extra = need - est if kind != FINISH else 0
+                closed = leased + sh_slot >= cap or (shadow is not None and window + sh_rate > burst
+                                                     and burst_need is not None and burst_need <= sh_rate)  # fmt: skip
+        if closed and head_reason is not None and resets:
+            break  # nothing more can be leased, the reason is known, nothing is parked: the rest changes nothing
     return Decision(
         tuple(admitted), tokens, shadow, head_reason, rate, finishing - snapshot.finishing,
-        tuple((k, r, s) for k, (r, s) in runs.items()), tuple(parked), burst_need, var - snapshot.reserved_var,
+        tuple(runs.values()), tuple(parked), burst_need, var - snapshot.reserved_var,
     )  # fmt: skip
 
 

@@ -41,7 +41,6 @@ the last event: jobs still waiting then are ``stalled`` too.
 
 from __future__ import annotations
 
-import gc
 import math
 import time
 from collections import deque
@@ -52,6 +51,7 @@ from ..policy import Candidate, never_fits
 from .chains import DONE, FUTURE, LEASED, PARKED, REFUSED, RUNNING, WAITING, Runs
 from .config import PERIODS, SimConfig, refused_at_intake
 from .estimating import OnlineEstimator, figures
+from .gcpause import paused_gc
 from .meter import OverBurst
 from .policies import POLICIES, USES_EST_HEAP, LaneQueue
 from .results import SimResult, collect, percentile
@@ -102,10 +102,8 @@ class Sim:
         self._width = max(7, len(str(n)))
         self.age: list[tuple[float, int]] = []  # waiting jobs by (submitted, index)
         self.by_est: list[tuple[int, int]] = []  # waiting jobs by (est, index)
-        # kept only where read: the FIFO policies and the deadline read the age order, smallest-first
-        # and a lane with a period (skipping what cannot fit before the reset) the estimate order
-        self._use_age = policy in ("count", "token-fifo") or cfg.deadline is not None
-        self._use_est = policy in USES_EST_HEAP and (policy != "lane" or bool(cfg.period_seconds))
+        self._use_age = policy in ("count", "token-fifo") or cfg.deadline is not None  # kept only where read
+        self._use_est = policy in USES_EST_HEAP and (policy != "lane" or bool(cfg.period_seconds))  # (a lane: skip)
         self.spent = self.reserved = self.leased = 0
         # The burst window every policy obeys (rate_cost, sliding) and what it measures.
         self.window = RateWindow(cfg.window_seconds)
@@ -242,9 +240,7 @@ class Sim:
         rk = self.trace.run_key[j]
         if rk is not None:
             self.started.add(rk)
-        # The lease's expiry enters the event heap only if the worker has not started the job by the
-        # end of this instant (run() arms it; a started job's expiry would do nothing): its order
-        # among events is kept by taking its sequence number now.
+        # its expiry, numbered now (the same order), enters the heap only if the job is not started this instant
         self._seq += 1
         self._arm.append((t + self.cfg.lease_seconds, self._seq, EXPIRE_EV, j, self.lease_no[j]))
         self.queue.append((j, self.lease_no[j]))
@@ -353,21 +349,7 @@ class Sim:
 
     # -- the loop ---------------------------------------------------------------
     def run(self) -> SimResult:
-        """Simulate up to the horizon (default: until drained) and return the figures.
-
-        The cyclic garbage collector is paused meanwhile: the loop makes many short-lived tuples and
-        no cycles, and with the other policies' results alive (``simulate``) the collector's passes
-        cost the chained week's ``lane`` run 10-20% of its CPU time.
-        """
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return self._run()
-        finally:
-            if enabled:
-                gc.enable()
-
-    def _run(self) -> SimResult:
+        """Simulate up to the horizon (default: until drained) and return the figures."""
         wall = time.perf_counter()
         arrival, events, state = self.trace.arrival, self.events, self.state
         static = self.runs.static
@@ -404,11 +386,10 @@ class Sim:
                 self._park_overdue(t)
             admitted = self._tick(t)
             self._start_work(t)
-            if self._arm:
-                for ev in self._arm:
-                    if state[ev[3]] == LEASED:
-                        heappush(events, ev)
-                self._arm.clear()
+            for ev in self._arm:  # the expiries of this instant's leases the worker did not start
+                if state[ev[3]] == LEASED:
+                    heappush(events, ev)
+            self._arm.clear()
             if rollover:
                 if not admitted and self.leased == 0 and self._pending == 0 and ai >= n_static:
                     if self.n_waiting > 0:  # a fresh period on an idle lane admits nothing: it never will
@@ -461,8 +442,9 @@ def simulate(trace: Trace, cfg: SimConfig, policies: list[str] | tuple[str, ...]
     refused = refused_at_intake(trace, cfg)
     runs = Runs.of(trace, chain=cfg.chain)
     # with an estimator each policy's run estimates (and refuses) at submission: its own copy
-    return [Sim(trace, cfg, p, refused=list(refused) if cfg.estimator else refused, record=record, runs=runs,
-                progress=progress).run() for p in policies]  # fmt: skip
+    with paused_gc():
+        return [Sim(trace, cfg, p, refused=list(refused) if cfg.estimator else refused, record=record, runs=runs,
+                    progress=progress).run() for p in policies]  # fmt: skip
 
 
 __all__ = ["PERIODS", "Sim", "SimConfig", "SimResult", "percentile", "refused_at_intake", "service_times", "simulate"]

@@ -196,7 +196,7 @@ class LaneQueue:
             yield c
 
     def drop(self, seen: list, taken: set[int] | list[int]) -> None:
-        """Delete from the ranges the stale entries :meth:`head` scanned and those of the jobs ``taken``."""
+        """Remove the stale entries :meth:`head` scanned, and those of the jobs ``taken``, from the ranges."""
         for lst in (self.finishing, self.other):
             for r, i, j in reversed(seen):  # indices ascend within a range: delete from the back
                 if r is lst and (j < 0 or j in taken):
