@@ -114,17 +114,20 @@ class LaneQueue:
         self.size_boundary = size_class_boundary(self.recent)
 
     def push(self, j: int) -> None:
-        if j not in self._prio:  # a job entering the lane: its estimate is one the boundary learns from
-            self.prio(j)
-            self.recent.append(self.sim.est[j])
+        sim = self.sim
+        p = self._prio.get(j)
+        if p is None:  # a job entering the lane: its estimate is one the boundary learns from
+            p = self.prio(j)
+            self.recent.append(sim.est[j])
         if self._biggest:
-            heappush(self.biggest, (-self.sim.est[j], j))
-        self.max_var = max(self.max_var, self.sim.var[j])
-        key = self.sim.trace.run_key[j]
+            heappush(self.biggest, (-sim.est[j], j))
+        if sim.var[j] > self.max_var:
+            self.max_var = sim.var[j]
+        key = sim.trace.run_key[j]
         if key is not None and key in self.runs.runs:
-            insort(self.finishing, (self.prio(j), j))
+            insort(self.finishing, (p, j))
         else:
-            insort(self.other, (self.prio(j), j))
+            insort(self.other, (p, j))
             if key is not None:
                 self.members.setdefault(key, []).append(j)
 
