@@ -247,19 +247,29 @@ Reading the figures (written for the run of 2026-11-29, after issue 11's admissi
   `min(ceiling, burst) / 64` or `/ 128`) misses one trace either way (Azure p50 >= 0.75x, Mooncake p99
   >= 1.5x).
 - **worker-azure / worker-mooncake**: when the worker binds, every policy keeps it equally busy.
-- **simulator speed**: the `lane` row is still short of 50k jobs/s. It now reads the two ranges' head
-  lazily in admission order, `policy.admit` stops reading once nothing more can be leased (lease cap,
-  or a shadow overfilling the burst window) and nothing parked, a lane with a period skips admission
-  while every waiting job is bigger than what spend leaves, and the finishing reserve is refit
-  incrementally; tests/sim/test_fast_path.py checks, tick by tick, the same admissions, parks and
-  expiries as the old path on seeded traffic. In CPU seconds (`benchmarks/bench_sim_speed.py --root`
-  on main and on this change, one after the other, load average ~5.5 on 2 cores), against `token-fifo`
-  in the same run: chained week 0.06x -> 0.18x (5.3k -> 11.5k jobs/s), rate-azure 0.03x -> 0.19x,
-  rate-mooncake 0.07x -> 0.29x. Left: `admit`'s fixed cost per tick (about a third of the row) and the
-  engine's own bookkeeping: 50k jobs/s needs the tick itself cheaper, not fewer candidates read. The
-  size classes cost little: chained `--quick`, `lane` 0.22x `token-fifo` on main against 0.19x with
-  them (`bench_sim_speed.py --quick --root`, load average ~8); the row's jobs/s above is wall time
-  on a loaded machine.
+- **simulator speed**: the `lane` row is still short of 50k jobs/s. Admission reads the two ranges'
+  head lazily, in place, in admission order (sorted lists: what it leaves is not popped and pushed
+  back), and `policy.admit` stops at the candidate that closes the lane with its reason known; a tick
+  that leases and parks nothing skips the bookkeeping; a lane with a period skips admission while every
+  waiting job is bigger than what spend leaves; the finishing reserve is refit incrementally, moved by
+  stage rather than run by run; a lease's expiry enters the event heap only if the worker did not start
+  the job at once; the cyclic GC is paused while `simulate` runs. tests/sim/test_fast_path.py checks,
+  tick by tick, the same admissions, parks and expiries as the old path; every figure and event log of
+  all four policies is unchanged on chained `--quick`, ceiling-azure, ceiling-mooncake-learned,
+  rate-azure and worker-azure. In CPU seconds (`benchmarks/bench_sim_speed.py --root` on main and on
+  this change, alternating, two runs each, load average 6.5-7.4 on 2 cores): chained week `lane`
+  18.4k/18.7k -> 23.9k/24.1k jobs/s (0.20x -> 0.26x `token-fifo`), rate-azure 21.5k/22.3k ->
+  28.7k/29.4k, rate-mooncake 22.4k/22.8k -> 29.5k/31.0k (there `token-fifo` sped up too, ~96k -> ~110k,
+  so the ratio moved less: 0.22x -> 0.26x): about 1.3x. Where the `lane`
+  run's time goes now (pyinstrument, chained week): `admit` 31% (reading the head and building
+  candidates 14%, its own loop 11%), the refit 9%, lapsing reserves 5%, recording admissions 4%, the
+  rest of the tick 10%, the engine (leases, settlements, the worker, the deadline, the event heap)
+  about 30%. One `admit` call per lease (73.5k calls for 68.5k leases) is the floor: the row costs
+  about 42 us of CPU per job, 50k jobs/s allows 20, and the engine's own share is about 12 of them, so
+  the whole tick (snapshot, head, decision, reserve bookkeeping) would have to fit in under 10 us,
+  where building one frozen dataclass (`LaneSnapshot`, `Decision`) alone costs 2-3.5 us: out of reach
+  in pure Python without changing the policy's data types or compiling it. The row's
+  jobs/s above is wall time on a loaded machine.
 """
 
 
