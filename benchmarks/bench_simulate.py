@@ -132,21 +132,23 @@ def checks(runs: list[dict]) -> list[str]:
 
 READING = """
 Reading the figures (what they do and do not show; written for the run of 2026-11-29 after issue 11's
-admission changes landed):
+admission changes landed, updated 2026-11-30 for the size classes of the order, which moved `lane`'s
+figures below; the simulator's speed work since gives the same figures):
 
 - Every policy obeys the same sliding burst window and lease cap, stages are submitted one after the
   other, and the clock runs until the backlog drains: the baselines no longer look faster by breaking
   the rate limit, and a run's later stages compete for the budget when they really would.
 - budget-bound: `count` (blind to tokens) spends ~1.5x the ceiling. `token-fifo`, the seed's
   `smallest-first` and `lane` all spend each day's ceiling; all three end a little past it over the
-  week (`lane` 25.2k of 56M, `token-fifo` 16.9k, `smallest-first` 114k): with drift 1.3 a job
+  week (`lane` 22.2k of 56M, `token-fifo` 16.9k, `smallest-first` 114k): with drift 1.3 a job
   admitted on its estimate settles 1.3x bigger, and `lane` fills the ceiling to the last token.
   `lane`'s median wait is a quarter of `token-fifo`'s (5.3 h against 23.3 h) and its largest decile
   waits like everybody else; `smallest-first` has the best median and leaves big jobs waiting 8.5 days.
-- worker-bound (~90% busy, budget ample): every policy keeps the worker equally busy. With an ample
-  budget the continuous priority (age + est x max_wait / min(ceiling, burst)) weighs a token at 15 ms,
-  so `lane` orders like FIFO with a slight lean to small jobs: `token-fifo`'s p99, not
-  `smallest-first`'s median.
+- worker-bound (~90% busy, budget ample): every policy keeps the worker equally busy. Once the lane
+  has learned its size-class boundary (the 60th percentile of its last 500 estimates), a job above it
+  that does not finish a run under way is placed `max_wait_seconds` (600 s) later: `lane`'s median wait
+  (17.9 s) comes near `smallest-first`'s (16.1 s), its p99 (10.3 min) is above `token-fifo`'s (5.8 min)
+  and its largest decile's p99 (12.1 min) half `smallest-first`'s (25.0 min).
 """
 
 

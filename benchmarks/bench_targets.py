@@ -256,7 +256,8 @@ Reading the figures (written for the run of 2026-11-29, after issue 11's admissi
   the job at once; the cyclic GC is paused while `simulate` runs. tests/sim/test_fast_path.py checks,
   tick by tick, the same admissions, parks and expiries as the old path; every figure and event log of
   all four policies is unchanged on chained `--quick`, ceiling-azure, ceiling-mooncake-learned,
-  rate-azure and worker-azure. In CPU seconds (`benchmarks/bench_sim_speed.py --root` on main and on
+  rate-azure, worker-azure and `bench_simulate.py`'s budget-bound week. In CPU seconds
+  (`benchmarks/bench_sim_speed.py --root` on main and on
   this change, alternating, two runs each, load average 6.5-7.4 on 2 cores): chained week `lane`
   18.4k/18.7k -> 23.9k/24.1k jobs/s (0.20x -> 0.26x `token-fifo`), rate-azure 21.5k/22.3k ->
   28.7k/29.4k, rate-mooncake 22.4k/22.8k -> 29.5k/31.0k (there `token-fifo` sped up too, ~96k -> ~110k,
