@@ -21,7 +21,11 @@ Rules, in order (docs/architecture.md, "Admission"):
    ``+ headroom`` with ``headroom = ceil(headroom_sigmas * sqrt(var))``, ``var``
    the variance of ``actual - est`` summed over the leased jobs and this one
    (a learned estimator's spread, :func:`headroom`): estimates sit at the mean
-   while what settles stays under the ceiling;
+   while what settles stays under the ceiling; and ``+ over``, the *drift
+   allowance* (:mod:`lane_plugin.drift`, learned with the profile from the
+   lane's latest settlements): what is in flight and the job are charged at
+   their drift-corrected size, and a quantile of the overruns seen is kept free
+   per job in flight, the largest once. Where estimates cover the bill it is 0;
 4. a starting or free job also leaves the reserve of every run under way (and a
    starting job its own run's expected rest): ``spent + reserved + finishing +
    est (+ rest) <= ceiling``; a finishing job may use the reserve: it is for it;
@@ -69,11 +73,33 @@ import math
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 
+# The drift allowance of the ceiling rule (rule 3), learned from recent settlements in .drift.
+from .drift import DRIFT_SAMPLE as DRIFT_SAMPLE
+from .drift import fit_drift as fit_drift
+from .drift import over_charge as over_charge
+
 # The finishing reserve (learned from finished runs) lives in .reserve; its names are read here too.
 from .reserve import StageFit as StageFit
 from .reserve import fit_runs as fit_runs
 from .reserve import reserve_hold as reserve_hold
 from .reserve import run_tokens as run_tokens
+
+# The rules one job is checked against (rules 1-6, 9: blocking_rule, unfit_before_reset), their
+# reasons and the kinds of job live in .rules; policy re-exports them.
+from .rules import BURST as BURST
+from .rules import CEILING as CEILING
+from .rules import DRIFT as DRIFT
+from .rules import FINISH as FINISH
+from .rules import FREE as FREE
+from .rules import HEADROOM as HEADROOM
+from .rules import LEASE_CAP as LEASE_CAP
+from .rules import RESERVE as RESERVE
+from .rules import START as START
+from .rules import START_LIMIT as START_LIMIT
+from .rules import STOPPED as STOPPED
+from .rules import _rule
+from .rules import blocking_rule as blocking_rule
+from .rules import unfit_before_reset as unfit_before_reset
 
 # The size classes of the order (rule 7), learned from recent estimates in .sizeclass.
 from .sizeclass import SIZE_CLASS_SAMPLE as SIZE_CLASS_SAMPLE
@@ -107,12 +133,6 @@ HEAD_SLACK = 16
 REFIT_SECONDS = 300.0
 FIT_RUNS = 500
 
-# Reasons a job is not admitted, in rule order. They are stable strings: the
-# gate logs them, the CLI prints them and tests compare them.
-STOPPED, LEASE_CAP, CEILING, HEADROOM, RESERVE, START_LIMIT, BURST = (
-    "stopped", "lease_cap", "ceiling", "headroom", "reserve", "start_limit", "burst")
-# Kinds of job (see the module docstring).
-FINISH, START, FREE = "finishing", "starting", "free"
 
 
 @dataclass(frozen=True)
@@ -182,7 +202,9 @@ class LaneSnapshot:
     ``started_runs`` the runs with an admitted job (only the candidates' are looked
     up); ``finishing`` the reserve of every run under way; ``run_remaining`` the
     reserve of the runs of the candidates (runs absent hold none); ``resets``
-    whether the lane has a period (a job that does not fit now may after it).
+    whether the lane has a period (a job that does not fit now may after it);
+    ``drift``, ``overrun`` and ``spread`` the lane's learned drift allowance
+    (:func:`fit_drift`; 1.0, 0 and 0: none).
     """
 
     policy: LanePolicy
@@ -197,6 +219,9 @@ class LaneSnapshot:
     run_remaining: Mapping[str, int] = field(default_factory=dict)
     resets: bool = False
     reserved_var: int = 0
+    drift: float = 1.0
+    overrun: int = 0
+    spread: int = 0
 
 
 @dataclass(frozen=True)
@@ -266,68 +291,6 @@ def order(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> list[Candi
     return sorted(candidates, key=lambda c: (p.priority(c.est, c.waiting_since) if c.prio is None else c.prio, c.id))
 
 
-def blocking_rule(policy: LanePolicy, *, est: int, kind: str, committed: int, leased: int, window_used: int,
-                  rate_cost: int | None = None, finishing: int = 0, need: int | None = None,
-                  stopped: bool = False, var: int = 0) -> str | None:  # fmt: skip
-    """The first rule that keeps a job out, or None if it fits.
-
-    ``committed`` is ``spent + reserved`` and ``finishing`` the reserve of the
-    runs under way (each plus any shadow); ``need`` what the job adds to that
-    reserve-inclusive total (``est`` plus its run's expected rest for a starting
-    job; default ``est``); ``var`` the summed variance in flight with the job
-    (:meth:`LanePolicy.headroom`).
-    """
-    if stopped:
-        return STOPPED
-    return _rule(policy, est, kind, committed, leased, window_used, est if rate_cost is None else rate_cost,
-                 finishing, est if need is None else need, var)  # fmt: skip
-
-
-def _rule(policy: LanePolicy, est: int, kind: str, committed: int, leased: int, window_used: int, rate_cost: int,
-          finishing: int, need: int, var: int) -> str | None:  # fmt: skip
-    """:func:`blocking_rule` of a lane not stopped, every argument given (positional: admit calls it per candidate)."""
-    if leased + 1 > policy.max_leased:
-        return LEASE_CAP
-    if committed + est > policy.ceiling:
-        return CEILING
-    room = policy.ceiling - policy.headroom(var)
-    if committed + est > room:
-        return HEADROOM
-    if kind != FINISH and committed + finishing + need > room:
-        return RESERVE
-    if kind == START and committed + est > policy.start_limit:
-        return START_LIMIT
-    if window_used + rate_cost > policy.burst_tokens:
-        return BURST
-    return None
-
-
-def unfit_before_reset(policy: LanePolicy, c: Candidate, kind: str, *, spent: int, need: int) -> tuple[str, str] | None:
-    """``(rule, reason)`` if the job cannot fit until ``spent`` resets, else None.
-
-    Leased work settling and runs under way finishing free everything but
-    ``spent``; the rate window always slides. So a job cannot fit before the
-    next reset only if ``spent`` alone already leaves no room for it.
-    """
-    left = policy.ceiling - spent
-    own = policy.headroom(c.var)
-    if c.rate > policy.burst_tokens:
-        return BURST, (f"rate cost {c.rate} exceeds the lane's burst of {policy.burst_tokens} tokens "
-                       f"per {policy.window_seconds:g}s window")  # fmt: skip
-    if c.est > left:
-        return CEILING, f"estimate {c.est} exceeds what is left of the ceiling: {left} of {policy.ceiling} (spent {spent})"
-    if c.est + own > left:
-        return HEADROOM, (f"estimate {c.est} plus {own} tokens of headroom for its spread exceeds what is left of "
-                          f"the ceiling: {left} of {policy.ceiling} (spent {spent})")  # fmt: skip
-    if kind == START and spent + c.est > policy.start_limit:
-        return START_LIMIT, (f"estimate {c.est} would start a run past the start limit {policy.start_limit} "
-                             f"({policy.start_fraction:.0%} of the ceiling {policy.ceiling}; spent {spent})")  # fmt: skip
-    if kind != FINISH and need + own > left:
-        return RESERVE, (f"its run is expected to need {need} tokens ({c.est} now, {need - c.est} to finish) "
-                         f"but {left} of the ceiling {policy.ceiling} is left (spent {spent})")  # fmt: skip
-    return None
-
-
 def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: bool = False) -> Decision:
     """Choose which candidates to lease now.
 
@@ -367,6 +330,11 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
 
     left, burst, start_left = p.ceiling - snapshot.spent, p.burst_tokens, p.start_limit - snapshot.spent
     cap, resets = p.max_leased, snapshot.resets
+    # The drift allowance (rule 3): in-flight estimates and the job's at their drift-corrected size, a spread per
+    # job, one overrun. over_charge inlined (it runs per candidate): drift in 1/10,000 past 1, rounded up per total.
+    drift, overrun, spread, spent = snapshot.drift, snapshot.overrun, snapshot.spread, snapshot.spent
+    drifts = drift > 1.0 or overrun > 0 or spread > 0
+    extra = max(0, round(drift * 10_000) - 10_000)
     # Closed: no lease slot left, or the shadow overfills the window holding the smallest room (rates >= 0);
     # the rest can only be parked or give the head's reason, and with a period nothing is parked.
     closed = leased >= cap
@@ -375,8 +343,15 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
         kind = FREE if key is None else FINISH if key in started or key in was_started else START
         need = est + (c.after if kind == START else 0)
         unfit = None
-        if need + (p.headroom(c_var) if c_var else 0) > left or c_rate > burst or (kind == START and est > start_left):  # (a fast test first)
-            unfit = unfit_before_reset(p, c, kind, spent=snapshot.spent, need=need)
+        own = p.headroom(c_var) if c_var else 0
+        if drifts:
+            own += overrun + spread - (-extra * est // 10_000)
+        if need + own > left or c_rate > burst or (kind == START and est > start_left):
+            # Exactly unfit_before_reset's rules without their reasons: with a period and the head's
+            # reason known, nothing is parked and no reason read, so the reason is not written.
+            if resets and head_reason is not None:
+                continue
+            unfit = unfit_before_reset(p, c, kind, spent=spent, need=need, drift=drift, overrun=overrun, spread=spread)
         if unfit is not None:  # it holds no shadow and blocks nobody
             head_reason = head_reason or unfit[0]
             if not resets:
@@ -385,8 +360,10 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
             head_reason = head_reason or LEASE_CAP
         else:
             held = shadow is not None and (sh_kind == FINISH or kind != FINISH)
-            rule = _rule(p, est, kind, committed + (sh_est if held else 0), leased + sh_slot, window + sh_rate, c_rate,
-                         finishing + (sh_extra if held else 0), need, var + c_var + (sh_var if held else 0))  # fmt: skip
+            with_shadow = committed + (sh_est if held else 0)
+            over = overrun + spread * (leased + held + 1) - (-extra * (with_shadow - spent + est) // 10_000) if drifts else 0
+            rule = _rule(p, est, kind, with_shadow, leased + sh_slot, window + sh_rate, c_rate,
+                         finishing + (sh_extra if held else 0), need, var + c_var + (sh_var if held else 0), over)  # fmt: skip
             if rule is None:
                 admitted.append(c)
                 tokens, rate, committed, leased, window = tokens + est, rate + c_rate, committed + est, leased + 1, window + c_rate

@@ -248,17 +248,17 @@ class Sim:
     def _settle(self, j: int, t: float) -> None:
         actual = self.trace.actual[j]
         self.state[j] = DONE
-        self.free += 1
-        self.leased -= 1
+        self.free, self.leased = self.free + 1, self.leased - 1
         self.reserved -= self.est[j]
         self.reserved_var -= self.var[j]
         if self.estimator is not None:
             self.estimator.observe(j)
         if self._charges:
             self.window.true_up(self._charges.pop(j, None), actual)
-        self.spent += actual
-        self.total_spent += actual
+        self.spent, self.total_spent = self.spent + actual, self.total_spent + actual
         self.done += 1
+        if self.lane_queue is not None:  # what the drift allowance learns from (the ledger's settlements)
+            self.lane_queue.settle(self.est[j], actual)
         self.series_t.append(t)
         self.series_spent.append(self.spent)
         if self.record:

@@ -37,7 +37,18 @@ from collections.abc import Iterator
 from heapq import heappop, heappush
 from typing import Any, Protocol
 
-from ..policy import HEAD_SLACK, REFIT_SECONDS, SIZE_CLASS_SAMPLE, Candidate, LaneSnapshot, admit, size_class_boundary
+from ..policy import (
+    DRIFT_SAMPLE,
+    HEAD_SLACK,
+    REFIT_SECONDS,
+    SIZE_CLASS_SAMPLE,
+    Candidate,
+    LaneSnapshot,
+    admit,
+    fit_drift,
+    over_charge,
+    size_class_boundary,
+)
 from .runs import RunBook
 
 WAITING = 0  # the engine's state code of a waiting job
@@ -97,6 +108,11 @@ class LaneQueue:
         # SIZE_CLASS_SAMPLE estimates submitted, refit with the profile (None: not yet).
         self.recent: deque[int] = deque(maxlen=SIZE_CLASS_SAMPLE)
         self.size_boundary: int | None = None
+        # The drift allowance, learned as the ledger learns it: from the last DRIFT_SAMPLE
+        # settlements (est, actual), refit with the profile (1.0, 0 and 0: none yet).
+        self.settled: deque[tuple[int, int]] = deque(maxlen=DRIFT_SAMPLE)
+        self.drift, self.overrun, self.spread = 1.0, 0, 0
+        self._settles = self._fitted = 0  # settlements seen, and seen at the last fit (none since: the same fit)
 
     def prio(self, j: int) -> float:
         """Job ``j``'s place, given once (at intake, by the boundary known then and whether its run is
@@ -109,9 +125,18 @@ class LaneQueue:
         return p
 
     def refit(self, now: float) -> None:
-        """What the ledger's refit does: the finishing reserve's profile, and the size-class boundary."""
+        """What the ledger's refit does: the finishing reserve's profile, the size-class boundary and
+        the drift allowance."""
         self.runs.refit(now)
         self.size_boundary = size_class_boundary(self.recent)
+        if self._settles != self._fitted:
+            self.drift, self.overrun, self.spread = fit_drift(self.settled)
+            self._fitted = self._settles
+
+    def settle(self, est: int, actual: int) -> None:
+        """A settlement the drift allowance learns from (the ledger's settlement rows)."""
+        self.settled.append((est, actual))
+        self._settles += 1
 
     def push(self, j: int) -> None:
         sim = self.sim
@@ -224,9 +249,10 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     book = q.runs
     if book._expiry and book._expiry[0][0] <= now:
         book.lapse(now)
-    if cfg.period_seconds and _smallest(sim) > cfg.ceiling - sim.spent:
-        # Every waiting job's estimate exceeds what spend leaves until the reset: each candidate is
-        # unfit before the reset, so admit would lease nothing and, the lane having a period, park nothing.
+    if cfg.period_seconds and _smallest_need(sim, q) > cfg.ceiling - sim.spent:
+        # Every waiting job's estimate, with its drift allowance (which grows with the estimate),
+        # exceeds what spend leaves until the reset: each candidate is unfit before the reset, so
+        # admit would lease nothing and, the lane having a period, park nothing.
         if now - book.profile_at >= REFIT_SECONDS:
             q.refit(now)
         return [], 0
@@ -238,7 +264,7 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         policy=q.policy, spent=sim.spent, reserved=sim.reserved, leased=sim.leased,
         window_used=sim.window.used(now), now=now, stopped=sim.stopped(now), started_runs=book.runs,
         finishing=book.finishing, run_remaining=book,  # type: ignore[arg-type]
-        resets=resets, reserved_var=sim.reserved_var,
+        resets=resets, reserved_var=sim.reserved_var, drift=q.drift, overrun=q.overrun, spread=q.spread,
     )  # fmt: skip
     decision = admit(snap, q.head(max(cfg.max_leased - sim.leased, 0) + HEAD_SLACK, seen), ordered=True)
     if decision.admitted or decision.parked:
@@ -261,8 +287,8 @@ def _none_unfit(sim: Sim, q: LaneQueue) -> bool:
     """Whether no waiting job could be unfit before a reset (``policy.unfit_before_reset``).
 
     Every rate cost fits the burst (the rest were refused at intake); the biggest estimate, plus the
-    most any run is expected to still need and the headroom of the largest spread any job had, fits
-    what spend leaves, and the biggest estimate the start limit.
+    most any run is expected to still need, the headroom of the largest spread any job had and the
+    biggest estimate's drift allowance, fits what spend leaves, and the biggest estimate the start limit.
     """
     heap, state = q.biggest, sim.state
     while heap and state[heap[0][1]] != WAITING:
@@ -271,8 +297,14 @@ def _none_unfit(sim: Sim, q: LaneQueue) -> bool:
         return True
     big = -heap[0][0]
     after = q.runs.most_after()
-    own = q.policy.headroom(q.max_var)
+    own = q.policy.headroom(q.max_var) + over_charge(q.drift, q.overrun, q.spread, big, 1)
     return big + after + own <= q.policy.ceiling - sim.spent and sim.spent + big <= q.policy.start_limit
+
+
+def _smallest_need(sim: Sim, q: LaneQueue) -> float:
+    """The smallest estimate of a waiting job with its drift allowance (which grows with the estimate), inf if none."""
+    small = _smallest(sim)
+    return small if small == math.inf else small + over_charge(q.drift, q.overrun, q.spread, int(small), 1)
 
 
 def _smallest(sim: Sim) -> float:

@@ -27,9 +27,11 @@ from lane_plugin.policy import (
     Decision,
     LaneSnapshot,
     blocking_rule,
+    fit_drift,
     fit_runs,
     kind_of,
     order,
+    over_charge,
     size_class_boundary,
     unfit_before_reset,
 )
@@ -72,16 +74,20 @@ def reference_admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> 
     burst_need: int | None = None
 
     left, burst, start_left = p.ceiling - snapshot.spent, p.burst_tokens, p.start_limit - snapshot.spent
+    # Changed since 6b2873b on purpose (issue 11, "never past the ceiling"): the drift allowance of
+    # rule 3, the same change as policy.admit's (what is in flight charged at its drift-corrected size).
+    drift, overrun, spread = snapshot.drift, snapshot.overrun, snapshot.spread
     for c in order(snapshot, candidates):
         kind = kind_of(c, started)
         need = c.est + (c.after if kind == START else 0)
         unfit = None
         if (
-            need + (p.headroom(c.var) if c.var else 0) > left
+            need + (p.headroom(c.var) if c.var else 0) + over_charge(drift, overrun, spread, c.est, 1) > left
             or c.rate > burst
             or (kind == START and c.est > start_left)
         ):  # (a fast test first)
-            unfit = unfit_before_reset(p, c, kind, spent=snapshot.spent, need=need)
+            unfit = unfit_before_reset(p, c, kind, spent=snapshot.spent, need=need, drift=drift, overrun=overrun,
+                                       spread=spread)
         if unfit is not None:  # it holds no shadow and blocks nobody
             if head_reason is None:
                 head_reason = unfit[0]
@@ -93,6 +99,8 @@ def reference_admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> 
             p, est=c.est, kind=kind, rate_cost=c.rate, need=need,
             committed=committed + (sh_est if held else 0), finishing=finishing + (sh_extra if held else 0),
             leased=leased + sh_slot, window_used=window + sh_rate, var=var + c.var + (sh_var if held else 0),
+            over=over_charge(drift, overrun, spread, committed + (sh_est if held else 0) - snapshot.spent + c.est,
+                             leased + (1 if held else 0) + 1),
         )  # fmt: skip
         if rule is None:
             admitted.append(c)
@@ -172,7 +180,8 @@ def select_lane_reference(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         policy=q.policy, spent=sim.spent, reserved=sim.reserved, leased=sim.leased,
         window_used=sim.window.used(now), now=now, stopped=sim.stopped(now), started_runs=started,
         finishing=book.finishing, run_remaining={k: book.remaining(k) for k in started},
-        resets=bool(cfg.period_seconds), reserved_var=sim.reserved_var,
+        resets=bool(cfg.period_seconds), reserved_var=sim.reserved_var, drift=q.drift, overrun=q.overrun,
+        spread=q.spread,
     )  # fmt: skip
     decision = reference_admit(snap, cands)
     admitted = [sim.index_of(c) for c in decision.admitted]
@@ -191,6 +200,7 @@ def select_lane_reference(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         # Changed since 6b2873b on purpose (issue 11, the `learned60` lean): the refit also learns
         # the size-class boundary new jobs are placed by (LaneQueue.prio); while it is None, as before.
         q.size_boundary = size_class_boundary(q.recent)
+        q.drift, q.overrun, q.spread = fit_drift(q.settled)  # and the drift allowance (issue 11, the same change)
     return admitted, decision.burst_need or 0
 
 

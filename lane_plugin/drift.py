@@ -1,0 +1,78 @@
+"""The drift allowance: what admission charges past the estimates, learned from settled work.
+
+Pure functions (no database, no clock), used by :mod:`lane_plugin.policy`'s ceiling
+rule, the ledger's refit (:mod:`lane_plugin.ledger.runs`) and the simulator.
+
+A lane whose jobs settle above their estimates (a fixed output allowance below
+the real mean, a generator's drift) overruns the ceiling by what the jobs in
+flight at its last admissions overran. Three numbers, learned from the lane's
+latest :data:`DRIFT_SAMPLE` settlements, keep that out:
+
+- ``drift``: ``sum(actual) / sum(est)`` when above 1 (else 1): the jobs in
+  flight and the candidate are charged at their drift-corrected size,
+  ``est + ceil((drift - 1) * est)`` summed;
+- ``spread``: the :data:`SPREAD_QUANTILE` quantile of what a settlement ran past
+  its drift-corrected size, kept free for every job in flight and the candidate;
+- ``overrun``: the most one settlement ran past its drift-corrected size, kept
+  free once. Jobs still in flight when the ceiling nears are the long ones
+  (service time follows output length), so what settles last runs past its
+  estimate more than the average job does; no mean or quantile covers one
+  answer 60 times its estimate.
+
+All three bite only near the ceiling: they add to what an admission must leave
+free, never to what is reserved or spent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+# Settlements the allowance is learned from: the lane's latest this many (refit with the profile).
+DRIFT_SAMPLE = 1000
+# The quantile of the overruns kept free for each job in flight.
+SPREAD_QUANTILE = 0.9
+
+
+def over_charge(drift: float, overrun: int, spread: int, tokens: int, jobs: int) -> int:
+    """Tokens kept free past ``tokens`` of estimates in ``jobs`` jobs (in flight with the candidate).
+
+    ``ceil((drift - 1) * tokens)`` (drift > 1, read to 4 decimals), ``spread`` per job, and ``overrun`` once.
+
+    Example:
+        >>> over_charge(1.3, 0, 0, 1_000, 2), over_charge(1.0, 250, 0, 1_000, 2), over_charge(1.25, 10, 5, 3, 2)
+        (300, 250, 21)
+    """
+    extra = round(drift * 10_000) - 10_000  # drift in 1/10,000 (fit_drift's precision): integer arithmetic
+    return overrun + spread * jobs + (-(-extra * tokens // 10_000) if extra > 0 and tokens > 0 else 0)
+
+
+def fit_drift(settled: Iterable[tuple[int, int]]) -> tuple[float, int, int]:
+    """Learn ``(drift, overrun, spread)`` from settlements ``(est, actual)`` (the lane's latest :data:`DRIFT_SAMPLE`).
+
+    ``drift`` is ``sum(actual) / sum(est)`` rounded up to 4 decimals, 1.0 when
+    that is not above 1 (estimates that cover the bill need no allowance) or
+    nothing was settled. Each settlement's overrun is ``actual`` past its
+    drift-corrected size (``est + ceil((drift - 1) * est)``), at least 0:
+    ``overrun`` is the largest, ``spread`` the :data:`SPREAD_QUANTILE` quantile.
+
+    Example:
+        >>> fit_drift([(100, 130), (200, 260)])
+        (1.3, 0, 0)
+        >>> fit_drift([(100, 90), (100, 150), (100, 40)])   # drift 0.93: none; one ran 50 past
+        (1.0, 50, 50)
+        >>> fit_drift([])
+        (1.0, 0, 0)
+    """
+    rows = [(int(e), int(a)) for e, a in settled]
+    est = sum(e for e, _ in rows)
+    actual = sum(a for _, a in rows)
+    drift = 1.0
+    if est > 0 and actual > est:
+        drift = -(-actual * 10_000 // est) / 10_000
+    extra = round(drift * 10_000) - 10_000  # over_charge(drift, 0, 0, e, 0), inlined: it runs per settlement
+    overs = sorted([a - e + (-extra * e // 10_000) for e, a in rows])
+    if not overs:
+        return drift, 0, 0
+    q = overs[min(len(overs) - 1, math.ceil(SPREAD_QUANTILE * len(overs)) - 1)]
+    return drift, max(0, overs[-1]), max(0, q)

@@ -1,0 +1,94 @@
+"""The rules one job is checked against at admission: why it is kept out now, or until the next reset.
+
+Pure functions (no database, no clock), the rules 1-6 and 9 of :mod:`lane_plugin.policy`, which
+re-exports every name here; :func:`lane_plugin.policy.admit` applies them in priority order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .drift import over_charge
+
+# A lane_plugin.policy.LanePolicy and a Candidate (not imported: policy imports this module).
+LanePolicy = Candidate = Any
+
+# Reasons a job is not admitted, in rule order. They are stable strings: the
+# gate logs them, the CLI prints them and tests compare them.
+STOPPED, LEASE_CAP, CEILING, DRIFT, HEADROOM, RESERVE, START_LIMIT, BURST = (
+    "stopped", "lease_cap", "ceiling", "drift", "headroom", "reserve", "start_limit", "burst")
+# Kinds of job (see lane_plugin.policy's docstring).
+FINISH, START, FREE = "finishing", "starting", "free"
+
+
+def blocking_rule(policy: LanePolicy, *, est: int, kind: str, committed: int, leased: int, window_used: int,
+                  rate_cost: int | None = None, finishing: int = 0, need: int | None = None,
+                  stopped: bool = False, var: int = 0, over: int = 0) -> str | None:  # fmt: skip
+    """The first rule that keeps a job out, or None if it fits.
+
+    ``committed`` is ``spent + reserved`` and ``finishing`` the reserve of the
+    runs under way (each plus any shadow); ``need`` what the job adds to that
+    reserve-inclusive total (``est`` plus its run's expected rest for a starting
+    job; default ``est``); ``var`` the summed variance in flight with the job
+    (:meth:`LanePolicy.headroom`); ``over`` the drift allowance of what is in
+    flight with the job (:func:`over_charge` of its ``reserved + est`` and jobs).
+    """
+    if stopped:
+        return STOPPED
+    return _rule(policy, est, kind, committed, leased, window_used, est if rate_cost is None else rate_cost,
+                 finishing, est if need is None else need, var, over)  # fmt: skip
+
+
+def _rule(policy: LanePolicy, est: int, kind: str, committed: int, leased: int, window_used: int, rate_cost: int,
+          finishing: int, need: int, var: int, over: int = 0) -> str | None:  # fmt: skip
+    """:func:`blocking_rule` of a lane not stopped, every argument given (positional: admit calls it per candidate)."""
+    if leased + 1 > policy.max_leased:
+        return LEASE_CAP
+    if committed + est > policy.ceiling:
+        return CEILING
+    if over and committed + est + over > policy.ceiling:
+        return DRIFT
+    room = policy.ceiling - policy.headroom(var) - over
+    if committed + est > room:
+        return HEADROOM
+    if kind != FINISH and committed + finishing + need > room:
+        return RESERVE
+    if kind == START and committed + est > policy.start_limit:
+        return START_LIMIT
+    if window_used + rate_cost > policy.burst_tokens:
+        return BURST
+    return None
+
+
+def unfit_before_reset(policy: LanePolicy, c: Candidate, kind: str, *, spent: int, need: int,
+                       drift: float = 1.0, overrun: int = 0, spread: int = 0) -> tuple[str, str] | None:  # fmt: skip
+    """``(rule, reason)`` if the job cannot fit until ``spent`` resets, else None.
+
+    Leased work settling and runs under way finishing free everything but
+    ``spent``; the rate window always slides. So a job cannot fit before the
+    next reset only if ``spent`` alone already leaves no room for it (with its
+    own headroom and drift allowance: :func:`blocking_rule` with nothing in flight).
+    """
+    left = policy.ceiling - spent
+    own = policy.headroom(c.var)
+    over = over_charge(drift, overrun, spread, c.est, 1)
+    if c.rate > policy.burst_tokens:
+        return BURST, (f"rate cost {c.rate} exceeds the lane's burst of {policy.burst_tokens} tokens "
+                       f"per {policy.window_seconds:g}s window")  # fmt: skip
+    if c.est > left:
+        return CEILING, f"estimate {c.est} exceeds what is left of the ceiling: {left} of {policy.ceiling} (spent {spent})"
+    if over and c.est + over > left:
+        return DRIFT, (f"estimate {c.est} plus {over} tokens of drift allowance (settled work ran {drift:g}x its "
+                       f"estimates, one {overrun} past) exceeds what is left of the ceiling: {left} of "
+                       f"{policy.ceiling} (spent {spent})")  # fmt: skip
+    if c.est + own + over > left:
+        also = f" and {over} of drift allowance" if over else ""
+        return HEADROOM, (f"estimate {c.est} plus {own} tokens of headroom for its spread{also} exceeds what is left "
+                          f"of the ceiling: {left} of {policy.ceiling} (spent {spent})")  # fmt: skip
+    if kind == START and spent + c.est > policy.start_limit:
+        return START_LIMIT, (f"estimate {c.est} would start a run past the start limit {policy.start_limit} "
+                             f"({policy.start_fraction:.0%} of the ceiling {policy.ceiling}; spent {spent})")  # fmt: skip
+    if kind != FINISH and need + own + over > left:
+        return RESERVE, (f"its run is expected to need {need} tokens ({c.est} now, {need - c.est} to finish) "
+                         f"but {left} of the ceiling {policy.ceiling} is left (spent {spent})")  # fmt: skip
+    return None
