@@ -68,7 +68,8 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     snapshot = policy.LaneSnapshot(
         policy=row.policy, spent=row.spent, reserved=row.reserved, leased=row.leased, window_used=row.window_used,
         now=now, started_runs=frozenset(remaining), finishing=row.finishing, run_remaining=remaining,
-        resets=row.period != "none", reserved_var=row.reserved_var,
+        resets=row.period != "none", reserved_var=row.reserved_var, drift=row.drift, overrun=row.drift_overrun,
+        spread=row.drift_spread,
     )  # fmt: skip
     decision = policy.admit(snapshot, cands)
     if handoff:

@@ -19,7 +19,7 @@ POLICY_FIELDS = (
 COUNTER_FIELDS = (
     "spent", "reserved", "overage", "leased", "window_start", "window_used", "period_start",
     "preflight_ok", "preflight_error", "preflight_at", "updated_at", "finishing", "profile_at", "reserved_var",
-    "size_boundary",
+    "size_boundary", "drift", "drift_overrun", "drift_spread",
 )  # fmt: skip
 # Settings that move a waiting job's place in the order (policy.LanePolicy.age_factor).
 ORDER_FIELDS = ("ceiling", "burst_tokens", "max_wait_seconds")
@@ -28,7 +28,7 @@ PERIODS = ("none", "daily", "monthly")
 NEW_LANE = dict(
     policy.LANE_DEFAULTS, spent=0, reserved=0, overage=0, leased=0, window_start=0.0, window_used=0,
     period_start=0.0, preflight_ok=True, finishing=0, profile_at=0.0, reserved_var=0,
-    size_boundary=None,
+    size_boundary=None, drift=1.0, drift_overrun=0, drift_spread=0,
 )  # fmt: skip
 
 
@@ -67,6 +67,9 @@ class LaneRow:
     profile_at: float
     reserved_var: int
     size_boundary: int | None
+    drift: float
+    drift_overrun: int
+    drift_spread: int
 
     @property
     def policy(self) -> policy.LanePolicy:
@@ -102,6 +105,10 @@ class LaneRow:
     @property
     def remaining(self) -> int:
         return self.ceiling - self.spent - self.reserved
+
+    def over(self, tokens: int, jobs: int) -> int:
+        """The drift allowance of ``tokens`` of estimates in ``jobs`` jobs in flight (policy.over_charge)."""
+        return policy.over_charge(self.drift, self.drift_overrun, self.drift_spread, tokens, jobs)
 
 
 _COLS = ("name",) + POLICY_FIELDS + COUNTER_FIELDS

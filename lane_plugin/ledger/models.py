@@ -38,6 +38,7 @@ class Lane(SQLModel, table=True):
         CheckConstraint("ceiling > 0 and burst_tokens > 0 and max_leased > 0", name="ck_lane_policy"),
         CheckConstraint("rate_basis in ('request', 'actual') and finishing >= 0", name="ck_lane_rate_reserve"),
         CheckConstraint("reserved_var >= 0 and headroom_sigmas >= 0", name="ck_lane_headroom"),
+        CheckConstraint("drift >= 1 and drift_overrun >= 0 and drift_spread >= 0", name="ck_lane_drift"),
     )
 
     name: str = Field(primary_key=True, max_length=64)
@@ -72,6 +73,11 @@ class Lane(SQLModel, table=True):
     profile_at: float = Field(default=0.0, sa_column_kwargs={"server_default": "0"})
     # The size-class boundary learned with the profile (policy.size_class_boundary; null: not yet).
     size_boundary: Optional[int] = Field(default=None, sa_type=BigInteger)
+    # The drift allowance learned with the profile from the latest settlements (policy.fit_drift):
+    # what is in flight is charged at est * drift, plus drift_spread per job and drift_overrun once.
+    drift: float = Field(default=1.0, sa_column_kwargs={"server_default": "1.0"})
+    drift_overrun: int = Field(default=0, sa_type=BigInteger, sa_column_kwargs={"server_default": "0"})
+    drift_spread: int = Field(default=0, sa_type=BigInteger, sa_column_kwargs={"server_default": "0"})
     period_start: float = Field(default=0.0)
     preflight_ok: bool = Field(default=True)
     preflight_error: Optional[str] = Field(default=None)

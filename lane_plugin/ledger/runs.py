@@ -9,7 +9,10 @@ sum of the reserves, maintained with every change, so a tick reads one number.
 
 The profile (``run_profile``: per stage, ``after`` and ``hold``) is refit
 outside the admission transaction, at most every ``REFIT_SECONDS``, from the
-latest ``FIT_RUNS`` lapsed runs with :func:`lane_plugin.policy.fit_runs`.
+latest ``FIT_RUNS`` lapsed runs with :func:`lane_plugin.policy.fit_runs`; with it
+the lane's size-class boundary and its drift allowance (``lane.drift``,
+``drift_overrun``, ``drift_spread``: :func:`lane_plugin.policy.fit_drift` of the
+latest ``DRIFT_SAMPLE`` settlements).
 """
 
 from __future__ import annotations
@@ -119,11 +122,18 @@ def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[st
     # waiting jobs keep the place they were given, jobs placed from now on get the new boundary.
     ests = cur.all("select est from job where lane = :l order by created_at desc limit :n",
                    {"l": lane, "n": policy.SIZE_CLASS_SAMPLE})  # fmt: skip
+    # The drift allowance, from the lane's latest settlements (the head of ix_settlement_lane_at): an
+    # estimate billed back for missing usage says nothing about how the estimates drift.
+    settled = cur.all("select est, actual from settlement where lane = :l and not by_estimate "
+                      "order by settled_at desc, id desc limit :n", {"l": lane, "n": policy.DRIFT_SAMPLE})  # fmt: skip
+    drift, overrun, spread = policy.fit_drift(settled)
     cur.execute(
-        "update lane set profile_at = :now, size_boundary = :b, finishing = (select coalesce(sum(remaining), 0) "
-        "from lane_run where lane = :l and expires_at is not null) where name = :l",
-        {"now": now, "l": lane, "b": policy.size_class_boundary(e for (e,) in ests)},
-    )
+        "update lane set profile_at = :now, size_boundary = :b, drift = :d, drift_overrun = :o, drift_spread = :s, "
+        "finishing = (select coalesce(sum(remaining), 0) from lane_run where lane = :l and expires_at is not null) "
+        "where name = :l",
+        {"now": now, "l": lane, "b": policy.size_class_boundary(e for (e,) in ests), "d": drift, "o": overrun,
+         "s": spread},
+    )  # fmt: skip
     return fitted
 
 

@@ -73,6 +73,10 @@ def lane_status(cur: Cursor, now: float) -> list[dict]:
                 "finishing": row.finishing,
                 "reserved_var": row.reserved_var,
                 "headroom": row.policy.headroom(row.reserved_var),
+                "drift": row.drift,
+                "drift_overrun": row.drift_overrun,
+                "drift_spread": row.drift_spread,
+                "drift_allowance": row.over(row.reserved, row.leased) if row.leased else 0,
                 "overage": row.overage,
                 "pct_of_ceiling": round(100.0 * committed / row.ceiling, 2),
                 "start_limit": row.policy.start_limit,
@@ -119,7 +123,8 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
                          job["est_var"])  # fmt: skip
     kind = policy.kind_of(c, frozenset(started))
     need = c.est + (c.after if kind == policy.START else 0)
-    unfit = policy.unfit_before_reset(row.policy, c, kind, spent=row.spent, need=need)
+    unfit = policy.unfit_before_reset(row.policy, c, kind, spent=row.spent, need=need, drift=row.drift,
+                                      overrun=row.drift_overrun, spread=row.drift_spread)  # fmt: skip
     if unfit is not None:
         blocked_by, reason = unfit[0], unfit[1] + (" (until the period resets)" if row.period != "none" else
                                                   " (the lane has no period: the next tick parks it)")  # fmt: skip
@@ -128,7 +133,7 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
         blocked_by = blocking_rule(
             row.policy, est=c.est, kind=kind, rate_cost=rate_cost, need=need, committed=row.spent + row.reserved,
             finishing=row.finishing, leased=row.leased, window_used=used(cur, row, now), stopped=row.held,
-            var=row.reserved_var + c.var,
+            var=row.reserved_var + c.var, over=row.over(row.reserved + c.est, row.leased + 1),
         )  # fmt: skip
     return {
         "job_id": job_id, "lane": row.name, "stage": job["stage"], "est": job["est"], "rate_cost": rate_cost,
