@@ -205,32 +205,41 @@ def load() -> str:
 
 
 READING = """
-Reading the figures (written for the run of 2026-11-29, after issue 11's admission changes landed):
+Reading the figures (written for the run of 2026-11-30, after issue 11's drift allowance landed):
 
-- **ceiling-azure / ceiling-mooncake**: `lane` spends 100.0% of the ceiling and finishes a few more calls
-  than `token-fifo` on both traces (before the change: 80.0%, ~20% fewer calls, because a single call
-  counted as starting a run and stopped at `start_fraction` 0.8). On Mooncake it settles 4,839 tokens past
-  the ceiling: outputs average 343 tokens against the 256 the estimate allows, and `lane` fills the ceiling
-  to the last estimated token where `token-fifo` stops, a little short, at its first misfit. Meeting
-  "never past it" needs estimates that cover the output (a learned allowance) or admission that allows
-  for the drift it has seen.
+- **ceiling-azure / ceiling-mooncake**: `lane` spends 100.0% of the ceiling and finishes more calls
+  than `token-fifo` on both traces (Azure 4,360 to 4,342, Mooncake 5,667 to 5,657; before issue 11:
+  80.0%, ~20% fewer calls, because a single call counted as starting a run and stopped at
+  `start_fraction` 0.8), and now never settles past it. Before the **drift allowance** it settled
+  6,952 tokens past the ceiling on Mooncake: outputs average 343 tokens against the 256 the estimate
+  allows, and `lane` filled the ceiling to the last estimated token. Now admission allows for the drift
+  it has seen: at every refit of the finishing reserve the lane learns, from its latest 1,000
+  settlements, `drift` = sum(actual) / sum(est) when above 1, and the overruns past that
+  drift-corrected size; each admission keeps free the drift-corrected size of what is in flight and
+  of the job, the 90th percentile of those overruns per job in flight, and the largest one once
+  (`lane_plugin/drift.py`; `lane.drift`, `drift_spread`, `drift_overrun`, migration 0009). On
+  Mooncake at the end: drift 1.0079, spread 302, overrun 1,683, so with 64 calls of ~12k in flight
+  about 1,683 + 64 x 302 + 0.79% of 790k = ~27k tokens (0.04% of the ceiling) are kept free; on Azure
+  the estimate covers the mean output (drift 1.0, spread 0) and only the overrun (684) is kept free.
 - **ceiling-azure-learned / ceiling-mooncake-learned** (issue 12): the same replays with every call
   re-estimated at arrival by `learned` (its input + the mean output of the calls settled so far: no
   padding, drift 1.007 and 1.003) and admission keeping 2 sigma of the spread in flight free
-  (`headroom_sigmas`, from each job's `est_var`). Mooncake now settles exactly under the ceiling (0 over,
-  where the fixed allowance of 256 < the mean 343 went 4,839 past it) with 100.0% used. On Azure the
-  estimate drops from input + 256 to input + ~28 (the trace's mean output), and `lane` settles 641
-  tokens (0.007%) past the ceiling, `token-fifo` on the same estimates 335: the calls in flight at the
-  last admission include one 1,899-token answer (mean 28, sd 60), far past any k-sigma headroom, and
-  calls in flight are the long ones (service time follows output length). Within the 0.5% target,
-  not yet "never".
+  (`headroom_sigmas`, from each job's `est_var`). Both now settle under the ceiling with 99.99% and
+  100.0% used. On Azure the headroom alone went 335 tokens past (`token-fifo` on the same estimates:
+  335): the calls in flight at the last admission included one 1,899-token answer (mean 28, sd 60),
+  far past any k-sigma headroom, and calls in flight are the long ones (service time follows output
+  length). The drift allowance keeps the largest overrun seen free once (912 at the end) and the
+  90th percentile per job in flight (24), on top of the headroom: 0 past.
 - **chained-budget**: with stages submitted as the previous one settles, `lane` uses 100% of the week's
-  budget, strands 0.83% of what it spends and finishes ~18% more runs than `token-fifo` (22,649 to
-  19,195), which strands ~16% (it starts runs the deadline then cuts off). The size classes (below) do
-  not apply to a stage of a run already under way: placed `max_wait_seconds` back like any big job,
-  later stages met the 6 h deadline and the week stranded 1.24% (0.74% before the classes). It settles
-  16,396 tokens (0.03% of spent; 22,902 before the classes) past the ceiling over the week: finishing
-  stages admitted on their estimate settle 1.3x bigger (this generator's drift).
+  budget, strands 0.72% of what it spends (0.83% before the drift allowance) and finishes ~18% more
+  runs than `token-fifo` (22,661 to 19,195), which strands ~16% (it starts runs the deadline then cuts
+  off). The size classes (below) do not apply to a stage of a run already under way: placed
+  `max_wait_seconds` back like any big job, later stages met the 6 h deadline and the week stranded
+  1.24% (0.74% before the classes). Finishing stages admitted on their estimate settle 1.3x bigger
+  (this generator's drift): before the drift allowance the week settled 16,396 tokens past the
+  ceiling (22,902 before the classes), now 0. A drift-corrected size with the largest overrun once
+  (drift learned 1.28-1.31x, overrun 2-7k) left one day 472 past (noise 0.2 on 8 jobs in flight);
+  the 90th percentile per job in flight (~200) covers it.
 - **rate-azure / rate-mooncake**: every policy, `lane` included, stays inside the sliding window
   (over burst 0; before issue 11's changes `lane` admitted 25M and 94M rate tokens past it). The one
   continuous priority alone waited as long as `token-fifo` (1.00x and 0.92x at p50): it weighs a token
@@ -271,6 +280,13 @@ Reading the figures (written for the run of 2026-11-29, after issue 11's admissi
   where building one frozen dataclass (`LaneSnapshot`, `Decision`) alone costs 2-3.5 us: out of reach
   in pure Python without changing the policy's data types or compiling it. The row's
   jobs/s above is wall time on a loaded machine.
+  Issue 11's drift allowance then costs the chained week about a third of that: `lane` 25.2k/26.3k ->
+  18.2k/17.2k jobs/cpu-s (0.26x -> 0.18x `token-fifo`; `bench_sim_speed.py --root`, main and this
+  change alternating, load average 2.5-4.5). Once a day's ceiling is near, the lane keeps the
+  allowance (a few thousand tokens) free instead of filling it, so for the rest of the day small
+  finishing stages still trickle in while each tick reads a head of jobs that cannot fit before the
+  reset (`admit` writes no reason for those once the head's is known, and a lane with a period skips
+  the tick while the smallest waiting estimate with its allowance exceeds what spend leaves).
 """
 
 
