@@ -14,7 +14,9 @@ Figures: wall time against the ideal (each wave of S jobs takes H; random holds:
 least the longest hold), slot utilisation (total hold / (S x wall)), database transactions per job
 (every commit of every process: intake, ticks, hand-offs, wake-up reads, heartbeats, settlements;
 reads included), lane-lock wait p50/p99 (a writer waiting for ``BEGIN IMMEDIATE`` on SQLite, for the
-lane row's ``FOR UPDATE`` on PostgreSQL), and slot refill latency p99 (the k-th job picked up after
+lane row's ``FOR UPDATE`` on PostgreSQL: timed in the client around the statement, so its round trip
+and the client's own scheduling are in it; one sample per transaction, its first lock), lane-lock
+hold p50/p99 (from getting that lock to the end of the commit that releases it), and slot refill latency p99 (the k-th job picked up after
 the first S against the k-th release: from a settlement's commit to the next waiter's body starting).
 
 Targets (issue 14), printed met or missed: 80 jobs x 1 s on 10 slots from 2 processes within 9.2 s
@@ -165,8 +167,10 @@ def run_once(kind: str, url: str | None, n: int, procs: int, slots: int, hold: s
            "refill_p99": pct(refill, 0.99)}  # fmt: skip
     if kind == "ledger":
         waits = [w for s in stats for w in s["lock_waits"]]
+        holds_ = [h for s in stats for h in s.get("lock_holds", [])]
         res.update(txn=sum(s["commits"] for s in stats) / n, writes=sum(s["writes"] for s in stats) / n,
-                   busy=sum(s["busy"] for s in stats), lock_p50=pct(waits, 0.5), lock_p99=pct(waits, 0.99))
+                   busy=sum(s["busy"] for s in stats), lock_p50=pct(waits, 0.5), lock_p99=pct(waits, 0.99),
+                   locks=len(waits), hold_p50=pct(holds_, 0.5), hold_p99=pct(holds_, 0.99))  # fmt: skip
     if os.environ.get("BENCH_WAITERS_KEEP"):
         (Path(os.environ["BENCH_WAITERS_KEEP"]) / f"{kind}-{n}.json").write_text(json.dumps({"t_go": t_go, "jobs": jobs}))
     shutil.rmtree(run, ignore_errors=True)
@@ -243,11 +247,12 @@ def verdict(ok: bool) -> str:
 
 def row(label: str, r: dict) -> str:
     if "wall" not in r:
-        return f"| {label} | {r['n']} | {r['procs']} | {r['slots']} | {r['hold']} | did not finish in {r['timeout']:.0f} s | | | | | |"
+        return f"| {label} | {r['n']} | {r['procs']} | {r['slots']} | {r['hold']} | did not finish in {r['timeout']:.0f} s | | | | | | |"
     txn = f"{r['txn']:.1f} ({r['writes']:.1f} writes)" if "txn" in r else "n/a"
     lock = f"{r['lock_p50'] * 1e3:.1f} / {r['lock_p99'] * 1e3:.1f} ms" if "lock_p50" in r else "n/a"
+    hold = f"{r['hold_p50'] * 1e3:.1f} / {r['hold_p99'] * 1e3:.1f} ms" if "hold_p50" in r else "n/a"
     return (f"| {label} | {r['n']} | {r['procs']} | {r['slots']} | {r['hold']} s | {r['wall']:.2f} s "
-            f"({r['wall'] / r['ideal']:.2f}x of {r['ideal']:.1f}) | {r['util']:.0%} | {txn} | {lock} | "
+            f"({r['wall'] / r['ideal']:.2f}x of {r['ideal']:.1f}) | {r['util']:.0%} | {txn} | {lock} | {hold} | "
             f"{r['refill_p50'] * 1e3:.0f} / {r['refill_p99'] * 1e3:.0f} ms |")  # fmt: skip
 
 
@@ -342,7 +347,8 @@ def write(results, lines, args) -> None:
             f"Machine: {platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}; "
             "wall from the start signal (workers already imported) to the last release.", "",
             "| scenario | jobs | processes | slots | hold | wall (x ideal) | slot use | transactions per job "
-            "| lane-lock wait p50 / p99 | slot refill p50 / p99 |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+            "| lane-lock wait p50 / p99 | lane-lock hold p50 / p99 | slot refill p50 / p99 |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     body = [row(f"{name}: {label}", r) for name, label, r in results]
     DOC.write_text("\n".join(head + body + ["", "Targets (issue 14):", ""] + lines) + "\n")
     print(f"wrote {DOC.relative_to(ROOT)}")

@@ -44,15 +44,19 @@ class Busy(Exception):
 
 
 class Stats:
-    """What this process's transactions cost: commits, and how long writers waited for a lane's lock
-    (``BEGIN IMMEDIATE`` on SQLite, the lane row's ``FOR UPDATE`` on PostgreSQL). For benchmarks."""
+    """What this process's transactions cost: commits, how long writers waited for a lane's lock
+    (``BEGIN IMMEDIATE`` on SQLite, the lane row's ``FOR UPDATE`` on PostgreSQL: one sample per
+    transaction, its first lock; a re-lock of a row the transaction holds cannot wait and is not a
+    sample), and how long they held it (from getting it to the end of the commit). For benchmarks."""
 
     def __init__(self):
         self.commits = self.writes = self.busy = 0
         self.lock_waits: deque[float] = deque(maxlen=500_000)
+        self.lock_holds: deque[float] = deque(maxlen=500_000)
 
     def snapshot(self) -> dict:
-        return {"commits": self.commits, "writes": self.writes, "busy": self.busy, "lock_waits": list(self.lock_waits)}
+        return {"commits": self.commits, "writes": self.writes, "busy": self.busy, "lock_waits": list(self.lock_waits),
+                "lock_holds": list(self.lock_holds)}  # fmt: skip
 
 
 class Cursor:
@@ -63,6 +67,7 @@ class Cursor:
         self.dialect = dialect
         self.clock = clock
         self.stats = stats
+        self.locked_at: float | None = None  # when this transaction first got a lane's lock (perf_counter)
 
     def execute(self, sql: str, params: dict | None = None):
         if self.dialect == "postgresql":
@@ -261,8 +266,12 @@ class Database:
     @contextmanager
     def _txn(self, write: bool, try_lock: bool = False):
         if self.dialect != "sqlite":
-            with self._pooled() as conn, conn.transaction(), conn.cursor() as raw:
-                yield Cursor(raw, "postgresql", self.clock, self.stats)
+            with self._pooled() as conn:
+                with conn.transaction(), conn.cursor() as raw:
+                    cur = Cursor(raw, "postgresql", self.clock, self.stats)
+                    yield cur
+                if cur.locked_at is not None:  # committed: the lane's lock is released now
+                    self.stats.lock_holds.append(time.perf_counter() - cur.locked_at)
             return
         conn = self.connection()
         if self.dialect == "sqlite":
@@ -274,11 +283,14 @@ class Database:
             finally:
                 if try_lock:
                     conn.execute(f"pragma busy_timeout={int(self.busy_timeout * 1000)}")
+            t1 = time.perf_counter()
             if write:
-                self.stats.lock_waits.append(time.perf_counter() - t0)
+                self.stats.lock_waits.append(t1 - t0)
             try:
                 yield Cursor(conn.cursor(), "sqlite", stats=self.stats)
                 conn.execute("commit")
+                if write:
+                    self.stats.lock_holds.append(time.perf_counter() - t1)
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("rollback")

@@ -134,8 +134,10 @@ def lock_lane(cur: Cursor, name: str) -> LaneRow:
     suffix = " for update" if cur.dialect == "postgresql" else ""
     t0 = time.perf_counter()
     r = cur.one(_SELECT + " where name = :n" + suffix, {"n": name})
-    if suffix and cur.stats is not None:  # how long the lane's lock was waited for (SQLite: at BEGIN IMMEDIATE)
-        cur.stats.lock_waits.append(time.perf_counter() - t0)
+    if suffix and cur.locked_at is None:  # the transaction's first lane lock (a re-lock cannot wait)
+        cur.locked_at = time.perf_counter()
+        if cur.stats is not None:  # how long it was waited for (SQLite: at BEGIN IMMEDIATE), round trip included
+            cur.stats.lock_waits.append(cur.locked_at - t0)
     if r is None:
         raise UnknownLane(name)
     return _row(r)
