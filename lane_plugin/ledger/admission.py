@@ -29,7 +29,7 @@ HEAD_SQL = (
 
 
 def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = policy.HEAD_SLACK,
-         handoff: bool = False):  # fmt: skip
+         handoff: bool = False, row: LaneRow | None = None):  # fmt: skip
     """Lease what fits in ``lane`` now.
 
     Returns ``(leases, decision, lane row, refit due, parked)``: ``parked`` the tail entries of the
@@ -37,9 +37,10 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     because their waiter is gone. ``handoff``: a settlement or a reap handing its room on, in its own
     transaction; it leases only gated jobs (their waiters pick the lease up from the job row), up to
     the first job in the admission order that has no waiter (a CLI job is leased to whoever ticks
-    next; its room is kept for it).
+    next; its room is kept for it). ``row``: the lane's row, locked and rolled by this transaction and
+    as it last wrote it (a settlement's hand-off), so the tick does not read it again.
     """
-    row = roll_counters(cur, lock_lane(cur, lane), now)
+    row = roll_counters(cur, lock_lane(cur, lane), now) if row is None else row
     rates.slide(cur, row, now)
     if row.finishing:  # only a reserve can lapse; refit lapses quiet runs itself before it reads them
         runs.lapse(cur, row, now)

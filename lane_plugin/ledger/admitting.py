@@ -83,11 +83,14 @@ class Admitting:
                 "start_limit": limit, "ceiling": before.ceiling,
                 "committed": committed_before + decision.tokens, "spent": before.spent})  # fmt: skip
 
-    def _hand_off(self, cur, now: float, lane: str, token: str, *, freed: bool = True):
-        """Inside a settlement's or a reap's transaction: lease the gated jobs that now fit."""
+    def _hand_off(self, cur, now: float, lane: str, token: str, *, freed: bool = True, row: LaneRow | None = None):
+        """Inside a settlement's or a reap's transaction: lease the gated jobs that now fit.
+
+        ``row``: the lane's row as this transaction last wrote it, locked (a settlement's), or None to lock it.
+        """
         if not freed:
             return None
-        handed = admission.tick(cur, lane, now=now, token=token, handoff=True)
+        handed = admission.tick(cur, lane, now=now, token=token, handoff=True, row=row)
         if not handed[0]:
             waiters.notify(cur, lane, "room")  # other processes' waiters may tick (a safety net)
         return handed

@@ -201,18 +201,19 @@ class Ledger(Admitting, LearningStore):
         def run(cur, now):
             done = settlement.settle(cur, job_id, actual=actual, attempt=attempt, outcome=outcome, now=now,
                                      by_estimate=bool(by_estimate))  # fmt: skip
-            return done, self._hand_off(cur, now, done[0].lane, token, freed=not done[0].late)
+            return done, self._hand_off(cur, now, done[0].lane, token, freed=not done[0].late, row=done[1])
 
         try:
-            (result, (spent, ceiling, overage)), handed = self._run(run, fault="settle")
+            (result, after), handed = self._run(run, fault="settle")
         except Replay as replay:  # the first result, if this one repeats it (else ConflictingReplay)
             att = replay.details["attempt"]
             return settlement.replayed(self._run(lambda cur, now: settlement.first_settlement(cur, job_id, att),
                                                  write=False), actual)  # fmt: skip
         self._emit("lane.job.settled", result.lane, asdict(result))
         self._handed(result.lane, handed)
+        spent, ceiling = after.spent, after.ceiling
         if spent >= ceiling and spent - result.actual < ceiling:
-            self._emit("lane.lane.hard-stop", result.lane, {"spent": spent, "ceiling": ceiling, "overage": overage})
+            self._emit("lane.lane.hard-stop", result.lane, {"spent": spent, "ceiling": ceiling, "overage": after.overage})
         return result
 
     # -- upkeep --------------------------------------------------------------------

@@ -115,6 +115,15 @@ _COLS = ("name",) + POLICY_FIELDS + COUNTER_FIELDS
 _SELECT = "select " + ", ".join(_COLS) + " from lane"
 
 
+# A statement that writes the lane row can return it whole: ``returning`` these, read by :func:`row_of`.
+RETURNING = ", ".join("lane." + c for c in _COLS)
+
+
+def row_of(r) -> LaneRow:
+    """A lane row from the columns of :data:`RETURNING` (or ``_SELECT``), in order."""
+    return _row(r[: len(_COLS)])
+
+
 def _row(r) -> LaneRow:
     d = dict(zip(_COLS, r))
     d["stopped"] = bool(d["stopped"])

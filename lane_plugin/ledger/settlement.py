@@ -5,22 +5,44 @@ from __future__ import annotations
 from ..errors import AmbiguousAttempt, ConflictingReplay, JobParked, NotLeased, Replay
 from .db import Cursor
 from .jobs import Settled, get_job, lock_job
-from .lanes import roll_counters
+from .lanes import RETURNING, LaneRow, lock_lane, roll_counters, row_of
 from .rates import true_up
+
+# The common case in one statement (PostgreSQL): the attempt named is the job's live lease. The
+# job's update re-checks that on the row's latest version (it takes the job's lock, after the lane's);
+# the settlement row and the lane's counters follow from what it returned. No row from ``j``: not
+# the live lease (late, parked, moved to another lane, never leased): the full path decides.
+_LIVE_SQL = (
+    "with j as (update job set state = :st, actual = actual + :a, finished_at = :now, lease_token = null "
+    "where id = :id and lane = :l and state = 'leased' and attempt = :att and lease_attempt = :att "
+    "returning est, est_var), "
+    "s as (insert into settlement (job_id, attempt, lane, est, actual, overage, late, by_estimate, outcome, "
+    "settled_at) select :id, :att, :l, est, :a, greatest(:a - est, 0), false, :be, :out, :now from j "
+    "on conflict do nothing returning est, overage), "
+    "u as (update lane set spent = spent + :a, reserved = reserved - s.est, reserved_var = reserved_var - j.est_var, "
+    "leased = leased - 1, overage = lane.overage + s.overage, updated_at = :now from j, s where lane.name = :l "
+    f"returning s.est, s.overage, {RETURNING}) "
+    "select (select count(*) from j), u.* from (select 1) as one left join u on true"
+)
 
 
 def settle(
     cur: Cursor, job_id: str, *, actual: int, attempt: int | None, outcome: str, now: float,
     by_estimate: bool = False,
-) -> tuple[Settled, tuple[int, int, int]]:
+) -> tuple[Settled, LaneRow]:
     """Bill what one attempt really spent, exactly once (raises :class:`Replay` if already).
 
     ``by_estimate`` marks an attempt billed its estimate because no usage was found.
-    Returns the settlement and the lane's ``(spent, ceiling, overage)`` after it.
+    Returns the settlement and the lane's row after it (still locked: the hand-off starts from it).
 
     Everything is decided under the lane lock on a fresh read of the job and its
     settlements: which attempt a bare job id means, replay or conflict, live or late.
     """
+    if cur.dialect == "postgresql" and attempt is not None:
+        done = _settle_live(cur, job_id, actual=actual, attempt=attempt, outcome=outcome, now=now,
+                            by_estimate=by_estimate)  # fmt: skip
+        if done is not None:
+            return done
     # Locks in the order lane, then job, as every writer does; and rolls the period first: a
     # settlement arriving after a period boundary but before the next tick must count in the new
     # period, not be wiped by that tick's reset.
@@ -63,20 +85,41 @@ def settle(
     if live:
         after = cur.one(
             "update lane set spent = spent + :a, reserved = reserved - :e, reserved_var = reserved_var - :v, "
-            "leased = leased - 1, overage = overage + :o, updated_at = :now where name = :l "
-            "returning spent, ceiling, overage",
+            f"leased = leased - 1, overage = overage + :o, updated_at = :now where name = :l returning {RETURNING}",
             {"a": actual, "e": est, "v": job["est_var"], "o": overage, "now": now, "l": lane},
-        )
+        )  # fmt: skip
     else:
         cur.execute("update job set actual = actual + :a where id = :id", {"a": actual, "id": job_id})
         after = cur.one(
-            "update lane set spent = spent + :a, overage = overage + :o, updated_at = :now where name = :l "
-            "returning spent, ceiling, overage",
+            f"update lane set spent = spent + :a, overage = overage + :o, updated_at = :now where name = :l "
+            f"returning {RETURNING}",
             {"a": actual, "o": overage, "now": now, "l": lane},
-        )
+        )  # fmt: skip
     settled = Settled(job_id, attempt, lane, est if live else 0, actual, overage, not live, outcome,
                       by_estimate=bool(by_estimate))  # fmt: skip
-    return settled, tuple(after)
+    return settled, row_of(after)
+
+
+def _settle_live(cur: Cursor, job_id: str, *, actual: int, attempt: int, outcome: str, now: float,
+                 by_estimate: bool) -> tuple[Settled, LaneRow] | None:  # fmt: skip
+    """PostgreSQL: settle the job's live lease in one statement under the lane lock; None if the
+    attempt is not the live lease (the full path then decides, under the same lock)."""
+    job = get_job(cur, job_id)  # which lane to lock: read before the lock, re-checked by the update
+    lane = job["lane"]
+    row = roll_counters(cur, lock_lane(cur, lane), now)
+    final = "done" if outcome == "done" else "failed"
+    got = cur.one(_LIVE_SQL, {"st": final, "a": actual, "now": now, "id": job_id, "l": lane, "att": attempt,
+                              "be": bool(by_estimate), "out": outcome})  # fmt: skip
+    if got[0] == 0:
+        return None
+    if got[1] is None:
+        raise Replay(attempt=attempt)  # already settled (the job was reopened since): roll back the job's update
+    est, overage = got[1], got[2]
+    after = row_of(got[3:])
+    if row.rate_basis == "actual":  # the provider counted what was really used: so does the window
+        true_up(cur, lane, job_id, attempt, actual)
+        after = lock_lane(cur, lane)  # (held already: a fresh read of the window)
+    return Settled(job_id, attempt, lane, est, actual, overage, False, outcome, by_estimate=bool(by_estimate)), after
 
 
 def which_attempt(job: dict, done: dict[int, int]) -> int:
