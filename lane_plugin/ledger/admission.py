@@ -27,6 +27,25 @@ HEAD_SQL = (
     f"order by prio, id limit :k) as fin"
 )
 
+# Applying a choice: the lane's counters, re-checking the ceiling and the lease cap (a bug in the policy
+# fails the transaction, never overspends), and the chosen jobs' leases.
+_LANE_UPDATE = (
+    "update lane set reserved = reserved + :t, leased = leased + :n, window_used = window_used + :r, "
+    "finishing = finishing + :fd, reserved_var = reserved_var + :v, updated_at = :now "
+    "where name = :l and spent + reserved + :t <= ceiling and leased + :n <= max_leased"
+)
+_LEASE_JOB = ("update job set state = 'leased', lease_until = :lu, lease_token = :tok, lease_attempt = attempt, "
+              "admitted_at = coalesce(admitted_at, :now) where ")  # fmt: skip
+# PostgreSQL: all of it in one statement (data-modifying CTEs always run; the counts are checked after).
+_LEASE_PG = (
+    f"with l as ({_LANE_UPDATE} returning 1), "
+    f"j as ({_LEASE_JOB}id = any(:ids) and state = 'new' returning 1), "
+    "c as (insert into rate_charge (job_id, attempt, lane, at, cost) select x.j, x.a, :l, :now, x.c "
+    "from unnest(:js::text[], :atts::int[], :cs::bigint[]) as x(j, a, c)), "
+    "n as (select pg_notify(:ch, current_schema() || '|' || :l || '|' || :what) from l) "
+    "select (select count(*) from l), (select count(*) from j), (select count(*) from n)"
+)
+
 
 def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = policy.HEAD_SLACK,
          handoff: bool = False, row: LaneRow | None = None):  # fmt: skip
@@ -83,30 +102,29 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     if not decision.admitted:
         return [], decision, row, refit_due, parked
     n, tokens = len(decision.admitted), decision.tokens
-    cur.execute(
-        "update lane set reserved = reserved + :t, leased = leased + :n, window_used = window_used + :r, "
-        "finishing = finishing + :fd, reserved_var = reserved_var + :v, updated_at = :now "
-        "where name = :l and spent + reserved + :t <= ceiling and leased + :n <= max_leased",
-        {"t": tokens, "n": n, "r": decision.rate, "fd": decision.finishing, "v": decision.var, "now": now, "l": lane},
-    )
-    if cur.rowcount != 1:
-        raise LaneError(f"admission re-check failed in lane {lane!r}: the policy chose past the ceiling")
     lease_until = now + row.lease_seconds
-    lease = ("update job set state = 'leased', lease_until = :lu, lease_token = :tok, lease_attempt = attempt, "
-             "admitted_at = coalesce(admitted_at, :now) where ")  # fmt: skip
-    if cur.dialect == "postgresql":  # one statement (primary-key lookups), one round trip
-        cur.execute(lease + "id = any(:ids) and state = 'new'",
-                    {"ids": decision.ids, "lu": lease_until, "tok": token, "now": now})  # fmt: skip
-        if cur.rowcount != len(decision.ids):
+    charges = [(c.id, rows[c.id][5], c.rate) for c in decision.admitted]
+    params = {"t": tokens, "n": n, "r": decision.rate, "fd": decision.finishing, "v": decision.var, "now": now,
+              "l": lane, "lu": lease_until, "tok": token}  # fmt: skip
+    if cur.dialect == "postgresql":  # the lane, the jobs, the rate charges and the NOTIFY: one round trip
+        counted, leased, _ = cur.one(_LEASE_PG, {
+            **params, "ids": decision.ids, "js": [j for j, _, _ in charges], "atts": [a for _, a, _ in charges],
+            "cs": [c for _, _, c in charges], "ch": waiters.CHANNEL, "what": "leased"})  # fmt: skip
+        if counted != 1:
+            raise LaneError(f"admission re-check failed in lane {lane!r}: the policy chose past the ceiling")
+        if leased != n:
             raise LaneError(f"admission in lane {lane!r} lost a race it cannot lose (lock not held?)")
-    for job_id in decision.ids if cur.dialect != "postgresql" else ():
-        # One primary-key update per job: with "id in (...) and state = 'new'" SQLite's planner
-        # picks the state index and walks every waiting job.
-        cur.execute(lease + "id = :id and state = 'new'", {"id": job_id, "lu": lease_until, "tok": token, "now": now})
+    else:
+        cur.execute(_LANE_UPDATE, params)
         if cur.rowcount != 1:
-            raise LaneError(f"admission in lane {lane!r} lost a race it cannot lose (lock not held?)")
-    rates.charge(cur, lane, now, [(c.id, rows[c.id][5], c.rate) for c in decision.admitted])
-    waiters.notify(cur, lane, "leased")
+            raise LaneError(f"admission re-check failed in lane {lane!r}: the policy chose past the ceiling")
+        for job_id in decision.ids:
+            # One primary-key update per job: with "id in (...) and state = 'new'" SQLite's planner
+            # picks the state index and walks every waiting job.
+            cur.execute(_LEASE_JOB + "id = :id and state = 'new'", {**params, "id": job_id})
+            if cur.rowcount != 1:
+                raise LaneError(f"admission in lane {lane!r} lost a race it cannot lose (lock not held?)")
+        rates.charge(cur, lane, now, charges)  # (no NOTIFY on SQLite: its waiters read their own rows)
     if decision.runs:
         runs.record(cur, row, now, decision, fits, set(remaining))
     leases = [
