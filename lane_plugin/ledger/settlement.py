@@ -2,27 +2,33 @@
 
 from __future__ import annotations
 
+import time
+
 from ..errors import AmbiguousAttempt, ConflictingReplay, JobParked, NotLeased, Replay
 from .db import Cursor
 from .jobs import Settled, get_job, lock_job
-from .lanes import RETURNING, LaneRow, lock_lane, roll_counters, row_of
+from .lanes import RETURNING, LaneRow, lock_lane, period_start, roll_counters, row_of
 from .rates import true_up
 
-# The common case in one statement (PostgreSQL): the attempt named is the job's live lease. The
-# job's update re-checks that on the row's latest version (it takes the job's lock, after the lane's);
-# the settlement row and the lane's counters follow from what it returned. No row from ``j``: not
-# the live lease (late, parked, moved to another lane, never leased): the full path decides.
+# The common case in one statement (PostgreSQL), the lane's lock included: the attempt named is the
+# job's live lease. ``lk`` locks the lane row first (an uncorrelated EXISTS is a one-time filter,
+# evaluated before the job is touched: the lock order stays lane, then job), and only if its period
+# needs no roll; the job's UPDATE re-checks state, attempt and lane on the row's latest version; the
+# settlement row and the lane's counters (the latest version, read after the lock) follow from what it
+# returned. No row from ``j``: not the live lease (late, parked, moved to another lane, never leased)
+# or a period to roll: the full path decides, under the lane lock.
 _LIVE_SQL = (
-    "with j as (update job set state = :st, actual = actual + :a, finished_at = :now, lease_token = null "
+    "with lk as (select name from lane where name = :l and period = :per and period_start >= :ps for update), "
+    "j as (update job set state = :st, actual = actual + :a, finished_at = :now, lease_token = null "
     "where id = :id and lane = :l and state = 'leased' and attempt = :att and lease_attempt = :att "
-    "returning est, est_var), "
+    "and exists (select 1 from lk) returning est, est_var), "
     "s as (insert into settlement (job_id, attempt, lane, est, actual, overage, late, by_estimate, outcome, "
     "settled_at) select :id, :att, :l, est, :a, greatest(:a - est, 0), false, :be, :out, :now from j "
     "on conflict do nothing returning est, overage), "
     "u as (update lane set spent = spent + :a, reserved = reserved - s.est, reserved_var = reserved_var - j.est_var, "
     "leased = leased - 1, overage = lane.overage + s.overage, updated_at = :now from j, s where lane.name = :l "
     f"returning s.est, s.overage, {RETURNING}) "
-    "select (select count(*) from j), u.* from (select 1) as one left join u on true"
+    "select (select count(*) from lk), (select count(*) from j), u.* from (select 1) as one left join u on true"
 )
 
 
@@ -104,19 +110,31 @@ def _settle_live(cur: Cursor, job_id: str, *, actual: int, attempt: int, outcome
                  by_estimate: bool) -> tuple[Settled, LaneRow] | None:  # fmt: skip
     """PostgreSQL: settle the job's live lease in one statement under the lane lock; None if the
     attempt is not the live lease (the full path then decides, under the same lock)."""
-    job = get_job(cur, job_id)  # which lane to lock: read before the lock, re-checked by the update
-    lane = job["lane"]
-    row = roll_counters(cur, lock_lane(cur, lane), now)
-    final = "done" if outcome == "done" else "failed"
-    got = cur.one(_LIVE_SQL, {"st": final, "a": actual, "now": now, "id": job_id, "l": lane, "att": attempt,
-                              "be": bool(by_estimate), "out": outcome})  # fmt: skip
-    if got[0] == 0:
+    # Which lane to lock, and whether its period must roll first: read before the lock, re-checked by the
+    # statement (a period only rolls forwards: if it needs no roll now, the locked row needs none either).
+    pre = cur.one("select j.lane, l.period, l.period_start from job j join lane l on l.name = j.lane where j.id = :id",
+                  {"id": job_id})  # fmt: skip
+    if pre is None:
         return None
-    if got[1] is None:
+    lane, period, started = pre
+    ps = period_start(period, now)
+    if ps > started:
+        return None
+    final = "done" if outcome == "done" else "failed"
+    t0 = time.perf_counter()
+    got = cur.one(_LIVE_SQL, {"st": final, "a": actual, "now": now, "id": job_id, "l": lane, "att": attempt,
+                              "be": bool(by_estimate), "out": outcome, "per": period, "ps": ps})  # fmt: skip
+    if got[0] and cur.locked_at is None:  # this statement waited for the lane's lock: a lock-wait sample
+        cur.locked_at = time.perf_counter()
+        if cur.stats is not None:
+            cur.stats.lock_waits.append(cur.locked_at - t0)
+    if got[1] == 0:
+        return None
+    if got[2] is None:
         raise Replay(attempt=attempt)  # already settled (the job was reopened since): roll back the job's update
-    est, overage = got[1], got[2]
-    after = row_of(got[3:])
-    if row.rate_basis == "actual":  # the provider counted what was really used: so does the window
+    est, overage = got[2], got[3]
+    after = row_of(got[4:])
+    if after.rate_basis == "actual":  # the provider counted what was really used: so does the window
         true_up(cur, lane, job_id, attempt, actual)
         after = lock_lane(cur, lane)  # (held already: a fresh read of the window)
     return Settled(job_id, attempt, lane, est, actual, overage, False, outcome, by_estimate=bool(by_estimate)), after
