@@ -73,7 +73,7 @@ class Admitting:
             self._emit("lane.job.parked", tail["lane"], tail)
         if not leases:
             return
-        self.wakeups.wake([x.job_id for x in leases])
+        self.wakeups.wake(leases)
         for lease in leases:
             self._emit("lane.job.admitted", lane, {**asdict(lease), "token": None})
         committed_before = before.spent + before.reserved

@@ -70,12 +70,14 @@ class Wakeups:
         with self._cv:
             self._jobs.pop(job_id, None)
 
-    def wake(self, job_ids: list[str]) -> None:
-        """These jobs were leased by a commit in this process: their waiters go on at once."""
-        for job_id in job_ids:
-            w = self._jobs.get(job_id)
+    def wake(self, leases: list) -> None:
+        """These leases were granted by a commit in this process: their waiters go on at once, each
+        with its job's row as that commit left it (no read of its own row; ``admitted_at`` not given)."""
+        for lease in leases:
+            w = self._jobs.get(lease.job_id)
             if w is not None:
-                w.row = None  # the waiter reads its lease from its row
+                w.row = (lease.job_id, lease.lane, lease.stage, lease.est, lease.attempt, lease.token,
+                         lease.lease_until, lease.run_key, lease.rate_cost, "leased", None, None)  # fmt: skip
                 w.event.set()
 
     def retick(self, lane: str) -> None:
