@@ -205,3 +205,35 @@ def test_a_rerun_of_a_job_parked_waiter_gone_is_its_next_attempt_under_the_new_w
     assert again == job and state(led, job) == ("new", 2) and led.job(job)["waiter"] == "rerun"
     assert [x.job_id for x in led.tick("h")] == [job]
     assert led.audit() == []
+
+
+def test_a_settlement_takes_the_lane_lock_once_one_lock_wait_and_one_hold_sample(led):
+    # The benchmark's lane-lock wait: one sample per transaction (the hand-off reuses the settlement's
+    # locked row; a re-lock could not wait and would only dilute the percentiles).
+    lane(led)
+    led.submit("s", 100, "h", waiter="w1")
+    led.submit("s", 100, "h", waiter="w1")
+    [lease] = led.tick("h")
+    waits, holds = len(led.db.stats.lock_waits), len(led.db.stats.lock_holds)
+    led.settle(lease, 100)
+    assert (len(led.db.stats.lock_waits) - waits, len(led.db.stats.lock_holds) - holds) == (1, 1)
+    assert led.lane("h").leased == 1 and led.audit() == []
+
+
+def test_a_settlement_after_a_period_boundary_counts_in_the_new_period_and_hands_its_room_on(led, clock):
+    clock.t = 1_800_057_600.0 - 5  # five seconds before a UTC midnight
+    lane(led, period="daily")
+    a = led.submit("s", 100, "h", waiter="w1")
+    clock.t += 1
+    b = led.submit("s", 100, "h", waiter="w1")
+    [lease] = led.tick("h")
+    assert lease.job_id == a
+    led.settle(lease, 70)  # hands its room to b
+    assert led.lane("h").spent == 70
+    lb = led.job(b)
+    assert lb["state"] == "leased"
+    clock.t += 10  # the next day; no tick in between: the settlement itself rolls the period first
+    led.settle(b, 40, attempt=lb["attempt"])
+    row = led.lane("h")
+    assert (row.spent, row.reserved, row.leased) == (40, 0, 0)
+    assert led.job(a)["state"] == "done" and led.audit() == []
