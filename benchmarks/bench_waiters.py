@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DOC = ROOT / "docs" / "performance_waiters.md"
 LANE = "w"
+NOTES = "<!-- notes: everything from this line on is kept when bench_waiters.py rewrites this page -->"
 GCL = "bench-waiters"
 
 
@@ -350,7 +351,9 @@ def write(results, lines, args) -> None:
             "| lane-lock wait p50 / p99 | lane-lock hold p50 / p99 | slot refill p50 / p99 |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     body = [row(f"{name}: {label}", r) for name, label, r in results]
-    DOC.write_text("\n".join(head + body + ["", "Targets (issue 14):", ""] + lines) + "\n")
+    old = DOC.read_text() if DOC.exists() else ""
+    kept = old[old.index(NOTES):] if NOTES in old else ""  # the notes written by hand below the tables
+    DOC.write_text("\n".join(head + body + ["", "Targets (issue 14):", ""] + lines) + "\n" + ("\n" + kept if kept else ""))
     print(f"wrote {DOC.relative_to(ROOT)}")
 
 

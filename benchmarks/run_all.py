@@ -46,8 +46,8 @@ BENCHMARKS = [
     ("Waiters: hand-off, wake-ups, one ticker per lane", "bench_waiters.py", [], ["--quick"],
      "performance_waiters.md",
      "N gated waiters in P processes on few slots, on SQLite and PostgreSQL, beside Prefect's concurrency(occupy=) "
-     "on a real server: wall against the ideal, slot use, transactions per job, lane-lock wait, slot refill "
-     "latency; issue 14's targets printed met or missed."),
+     "on a real server: wall against the ideal, slot use, transactions per job, lane-lock wait, lane-lock hold, "
+     "slot refill latency; issue 14's targets printed met or missed."),
     ("Parking 100,000 overdue jobs", "bench_park.py", [], ["--jobs", "20000"], None,
      "park_overdue is set-based: 100k overdue jobs in under 10 s, each parked exactly once, with two "
      "copies running at once."),
@@ -115,7 +115,10 @@ def main() -> None:
             if section is None:
                 (DOCS / f"performance_{path.stem.removeprefix('bench_')}.txt").write_text(p.stdout)
         if section and (DOCS / section).exists():
-            parts += [(DOCS / section).read_text().strip(), ""]
+            text = (DOCS / section).read_text().strip()
+            if text.startswith("## "):  # the section's own heading: the page has this one's title already
+                text = text.split("\n", 1)[1].strip() if "\n" in text else ""
+            parts += [text, ""]
         else:
             out = DOCS / f"performance_{path.stem.removeprefix('bench_')}.txt"
             text = out.read_text().strip() if out.exists() else "(not run yet)"
