@@ -123,8 +123,9 @@ def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[st
     ests = cur.all("select est from job where lane = :l order by created_at desc limit :n",
                    {"l": lane, "n": policy.SIZE_CLASS_SAMPLE})  # fmt: skip
     # The drift allowance, from the lane's latest settlements (the head of ix_settlement_lane_at): an
-    # estimate billed back for missing usage says nothing about how the estimates drift.
-    settled = cur.all("select est, actual from settlement where lane = :l and not by_estimate "
+    # estimate billed back for missing usage says nothing about how the estimates drift, nor does a late
+    # settlement (stored with est 0: its estimate was released when its lease was reaped).
+    settled = cur.all("select est, actual from settlement where lane = :l and not by_estimate and not late "
                       "order by settled_at desc, id desc limit :n", {"l": lane, "n": policy.DRIFT_SAMPLE})  # fmt: skip
     drift, overrun, spread = policy.fit_drift(settled)
     cur.execute(

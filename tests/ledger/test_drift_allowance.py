@@ -75,3 +75,19 @@ def test_admission_keeps_the_allowance_free_only_near_the_ceiling(led, clock):
     _, [(spent,)] = led.rows("select spent from lane where name = 't'")
     assert spent == 26_000 + 8 * 9_100 <= 100_000  # settled at 1.3x, still under the ceiling
     assert led.audit() == []
+
+
+def test_a_late_settlement_teaches_the_allowance_nothing(led, clock):
+    # A zombie settling after its lease was reaped is stored with est 0 (its estimate was released at the
+    # reap): read as (0, actual) it made its whole bill an overrun kept free forever (1,000 settlements).
+    lane(led, lease_seconds=30.0)
+    run_jobs(led, clock, [(1_000, 1_000)] * 10)  # estimates exact: no allowance
+    jid = led.submit("s", 1_000, "t")
+    [first] = led.tick("t")
+    clock.t += 31
+    assert led.reap().requeued == [jid]
+    [second] = led.tick("t")
+    assert led.settle(first, 1_000).late  # the zombie's tokens: billed, late
+    led.settle(second, 1_000)
+    led.refit_runs("t")
+    assert allowance(led) == (1.0, 0, 0)  # was (1.091, 1000, 0): the late row read as est 0, actual 1,000
