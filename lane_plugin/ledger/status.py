@@ -106,6 +106,22 @@ def lane_status(cur: Cursor, now: float) -> list[dict]:
     return out
 
 
+def _when(row: LaneRow, c: policy.Candidate, kind: str, need: int) -> str:
+    """When a job unfit before the next reset may fit: parked without a period, after the reset if an empty lane holds it.
+
+    The drift allowance does not reset with ``spent``: a job it keeps out of the empty lane waits past every reset.
+    """
+    if row.period == "none":
+        return " (the lane has no period: the next tick parks it)"
+    if policy.unfit_before_reset(row.policy, c, kind, spent=0, need=need, drift=row.drift, overrun=row.drift_overrun,
+                                 spread=row.drift_spread) is None:  # fmt: skip
+        return " (until the period resets)"
+    return (
+        " (not even after the period resets: it does not fit the empty lane either; the drift allowance "
+        f"changes only as jobs settle, learned from the latest {policy.DRIFT_SAMPLE:,})"
+    )
+
+
 def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
     """Where a waiting job stands: its place in admission order and the lane's room (Ledger.wait_status)."""
     job = get_job(cur, job_id)
@@ -126,8 +142,7 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
     unfit = policy.unfit_before_reset(row.policy, c, kind, spent=row.spent, need=need, drift=row.drift,
                                       overrun=row.drift_overrun, spread=row.drift_spread)  # fmt: skip
     if unfit is not None:
-        blocked_by, reason = unfit[0], unfit[1] + (" (until the period resets)" if row.period != "none" else
-                                                  " (the lane has no period: the next tick parks it)")  # fmt: skip
+        blocked_by, reason = unfit[0], unfit[1] + _when(row, c, kind, need)
     else:
         reason = None
         blocked_by = blocking_rule(
