@@ -299,6 +299,8 @@ def status(
         typer.echo(f"job {job_id} ({s['stage']}, estimate {s['est']:,}) waits in lane {s['lane']}: "
                    f"position {s['position']} of {s['waiting']}, blocked by {why}; "
                    f"{s['remaining']:,} of {s['ceiling']:,} tokens remaining")  # fmt: skip
+        if s["reason"]:  # it cannot fit before the next reset (or ever): say why, as --json does
+            typer.echo(f"  {s['reason']}")
         return
     from .ledger.status import lane_state
 

@@ -202,3 +202,21 @@ def test_automations_apply_fills_the_block_id_and_says_what_it_created(capsys, m
     assert code == 2 and "no such block" in out.err
     code, out = lane("automations", "apply")
     assert code == 2 and "give a notification block" in out.err
+
+
+def test_status_of_a_job_the_drift_allowance_keeps_out_says_why_and_how_much(run, env):
+    # 'blocked by drift; 70,000 of 200,000 tokens remaining' for a job of 1,000 reads as a bug: say why.
+    from lane_plugin import Ledger
+
+    led = Ledger(env["LANE_DATABASE_URL"])
+    led.set_lane("d", allowance=200_000, ceiling=200_000, burst_tokens=200_000, max_leased=10)
+    for actual in [1_000] * 10 + [120_000]:  # one report_usage typo: drift 11.8x, one 108,181 past
+        jid = led.submit("s", 1_000, "d")
+        [lease] = led.tick("d")
+        led.settle(lease, actual)
+    led.refit_runs("d")
+    led.close()
+    jid = run("submit", "--lane", "d", "--stage", "s", "--est", "1000").stdout.strip()
+    out = run("status", jid).stdout
+    assert "blocked by drift; 70,000 of 200,000 tokens remaining" in out, out
+    assert "estimate 1000 plus 119000 tokens of drift allowance" in out and "the next tick parks it" in out, out
