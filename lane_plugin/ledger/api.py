@@ -325,9 +325,10 @@ class Ledger(Admitting, LearningStore):
 
         ``position`` follows the admission order (priority: small first, age raising it): 1 means
         admission considers it first; 0 means the job is not waiting. ``blocked_by`` is the first
-        rule the job fails right now (``ceiling``, ``reserve``, ``start_limit``, ``burst``,
-        ``lease_cap``, ``stopped``) or None if only jobs ahead of it are in the way; ``reason`` says
-        why, when it cannot fit before the next reset (it is parked, or waits for the period).
+        rule the job fails right now (``ceiling``, ``drift``, ``headroom``, ``reserve``, ``start_limit``,
+        ``burst``, ``lease_cap``, ``stopped``) or None if only jobs ahead of it are in the way; ``reason``
+        says why, when it cannot fit before the next reset (it is parked, or waits for the period; the
+        drift allowance does not reset, so a job it keeps out of the empty lane is told so).
 
         Example:
             >>> led.wait_status(job)["position"]                     # doctest: +SKIP
