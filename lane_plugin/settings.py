@@ -9,6 +9,11 @@
                             when a gated body reports no token usage
 ``LANE_TRACES_DIR``         where ``lane simulate`` and the provider emulator look
                             for trace files by name
+``LANE_SEND_SLACK_SECONDS`` how long after a gated task picks its lease up its
+                            request may take to reach the provider (default 0.5):
+                            the burst window counts the rate charge from then, so
+                            a provider's own sliding window never sees a charge
+                            the lane already let go of
 ==========================  =====================================================
 
 Read afresh whenever a ``LANE_*`` variable changed (a process may change its
@@ -44,6 +49,7 @@ class LaneSettings(BaseSettings):
     database_url: Optional[SecretStr] = Field(default=None, description="the ledger URL or block reference")
     missing_usage: Literal["estimate", "fail"] = Field(default="estimate")
     traces_dir: Optional[Path] = Field(default=None)
+    send_slack_seconds: float = Field(default=0.5, ge=0.0, le=60.0)
 
 
 _cache: dict = {}

@@ -8,6 +8,7 @@ from collections import OrderedDict
 
 from ..ledger import Ledger
 from ..ledger.url import resolve_url
+from ..settings import lane_settings
 from .events import PrefectListener
 
 log = logging.getLogger("lane_plugin.gate")
@@ -24,7 +25,8 @@ def get_ledger(ledger: Ledger | str | None = None) -> Ledger:
     ``block:lane-ledger/prod``), or None for ``LANE_DATABASE_URL`` / the default.
     One :class:`Ledger` per URL per process (it keeps a connection per thread);
     its :class:`~lane_plugin.gating.events.PrefectListener` turns ledger events
-    into Prefect events.
+    into Prefect events, and its ``send_slack`` is ``LANE_SEND_SLACK_SECONDS``
+    (a :class:`Ledger` passed in keeps its own).
 
     Example:
         >>> get_ledger("sqlite:////tmp/lanes.db") is get_ledger("sqlite:////tmp/lanes.db")   # doctest: +SKIP
@@ -37,7 +39,7 @@ def get_ledger(ledger: Ledger | str | None = None) -> Ledger:
     url = resolve_url(ledger)
     with _ledgers_lock:
         if url not in _ledgers:
-            led = Ledger(url)
+            led = Ledger(url, send_slack=lane_settings().send_slack_seconds)
             led.listeners.append(PrefectListener(led))
             _ledgers[url] = led
         return _ledgers[url]

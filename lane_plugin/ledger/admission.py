@@ -10,12 +10,27 @@ the policy must fail the transaction, never overspend.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .. import policy
 from ..errors import LaneError, LeaseLost, UnknownJob
 from . import rates, runs, upkeep, waiters
 from .db import Cursor
 from .jobs import Lease
 from .lanes import LaneRow, lock_lane, roll_counters
+
+
+class Ticked(NamedTuple):
+    """What one tick did: the leases, the policy's decision, the lane row as the tick read it (before its
+    admissions), whether the lane's profile is due for a refit, the tail entries of the jobs it parked, and
+    ``retry_in``: seconds until the window has room for a job it left blocked by the burst window."""
+
+    leases: list[Lease]
+    decision: policy.Decision
+    row: LaneRow
+    refit_due: bool
+    parked: list[dict]
+    retry_in: float | None = None
 
 # The head of one index, (lane, state, finishing, prio, id), read as two ranges: the waiting jobs of
 # runs under way and the rest, each in priority order (finishing jobs must not hide behind starters).
@@ -40,7 +55,7 @@ _LEASE_JOB = ("update job set state = 'leased', lease_until = :lu, lease_token =
 _LEASE_PG = (
     f"with l as ({_LANE_UPDATE} returning 1), "
     f"j as ({_LEASE_JOB}id = any(:ids) and state = 'new' returning 1), "
-    "c as (insert into rate_charge (job_id, attempt, lane, at, cost) select x.j, x.a, :l, :now, x.c "
+    "c as (insert into rate_charge (job_id, attempt, lane, at, cost) select x.j, x.a, :l, :at, x.c "
     "from unnest(:js::text[], :atts::int[], :cs::bigint[]) as x(j, a, c)), "
     "n as (select pg_notify(:ch, current_schema() || '|' || :l || '|' || :what) from l) "
     "select (select count(*) from l), (select count(*) from j), (select count(*) from n)"
@@ -48,16 +63,19 @@ _LEASE_PG = (
 
 
 def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = policy.HEAD_SLACK,
-         handoff: bool = False, row: LaneRow | None = None):  # fmt: skip
+         handoff: bool = False, row: LaneRow | None = None, send_slack: float = 0.0) -> Ticked:  # fmt: skip
     """Lease what fits in ``lane`` now.
 
-    Returns ``(leases, decision, lane row, refit due, parked)``: ``parked`` the tail entries of the
-    jobs this tick parked because they cannot fit before the next reset (with their ``rule``), or
-    because their waiter is gone. ``handoff``: a settlement or a reap handing its room on, in its own
+    Returns a :class:`Ticked`: ``parked`` the tail entries of the jobs this tick parked because they
+    cannot fit before the next reset (with their ``rule``), or because their waiter is gone;
+    ``retry_in`` the seconds until the burst window has slid far enough for a job it left blocked
+    (None if none waits on the window). ``handoff``: a settlement or a reap handing its room on, in its own
     transaction; it leases only gated jobs (their waiters pick the lease up from the job row), up to
     the first job in the admission order that has no waiter (a CLI job is leased to whoever ticks
     next; its room is kept for it). ``row``: the lane's row, locked and rolled by this transaction and
-    as it last wrote it (a settlement's hand-off), so the tick does not read it again.
+    as it last wrote it (a settlement's hand-off), so the tick does not read it again. ``send_slack``:
+    the admitted jobs' rate charges are placed that many seconds after ``now`` (the ledger's
+    ``send_slack``: when their requests may reach the provider).
     """
     row = roll_counters(cur, lock_lane(cur, lane), now) if row is None else row
     rates.slide(cur, row, now)
@@ -67,7 +85,7 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     free_slots = row.max_leased - row.leased
     if row.held or free_slots <= 0:
         held = policy.Decision((), 0, head_reason=policy.STOPPED if row.held else policy.LEASE_CAP)
-        return [], held, row, refit_due, []
+        return Ticked([], held, row, refit_due, [])
     head = cur.all(HEAD_SQL, {"l": lane, "k": free_slots + head_extra, "f": False, "t": True})
     gone_tails: list[dict] = []
     gone = waiters.gone(cur, {r[9] for r in head if r[9] is not None}, now) if any(r[9] for r in head) else set()
@@ -76,7 +94,7 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
                                          why=f"{waiters.WAITER_GONE}: not seen for {waiters.GONE_SECONDS:g}s")
         head = [r for r in head if r[9] not in gone]
     if not head:
-        return [], policy.Decision((), 0), row, refit_due, gone_tails
+        return Ticked([], policy.Decision((), 0), row, refit_due, gone_tails)
     rows = {r[0]: r for r in head}
     remaining = runs.runs_of(cur, lane, sorted({r[3] for r in head if r[3] is not None}))
     fits = runs.fits_of(cur, lane, sorted({r[4] for r in head if r[3] is not None}))
@@ -100,7 +118,7 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     unfit = () if handoff else decision.parked  # a hand-off only leases; parking the unfit is a tick's
     parked = gone_tails + [t for t in (_give_up(cur, row, c.id, rule, why, now) for c, rule, why in unfit) if t]
     if not decision.admitted:
-        return [], decision, row, refit_due, parked
+        return Ticked([], decision, row, refit_due, parked, _retry_in(cur, row, decision, now))
     n, tokens = len(decision.admitted), decision.tokens
     lease_until = now + row.lease_seconds
     charges = [(c.id, rows[c.id][5], c.rate) for c in decision.admitted]
@@ -109,7 +127,7 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     if cur.dialect == "postgresql":  # the lane, the jobs, the rate charges and the NOTIFY: one round trip
         counted, leased, _ = cur.one(_LEASE_PG, {
             **params, "ids": decision.ids, "js": [j for j, _, _ in charges], "atts": [a for _, a, _ in charges],
-            "cs": [c for _, _, c in charges], "ch": waiters.CHANNEL, "what": "leased"})  # fmt: skip
+            "cs": [c for _, _, c in charges], "ch": waiters.CHANNEL, "what": "leased", "at": now + send_slack})  # fmt: skip
         if counted != 1:
             raise LaneError(f"admission re-check failed in lane {lane!r}: the policy chose past the ceiling")
         if leased != n:
@@ -124,14 +142,22 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
             cur.execute(_LEASE_JOB + "id = :id and state = 'new'", {**params, "id": job_id})
             if cur.rowcount != 1:
                 raise LaneError(f"admission in lane {lane!r} lost a race it cannot lose (lock not held?)")
-        rates.charge(cur, lane, now, charges)  # (no NOTIFY on SQLite: its waiters read their own rows)
+        rates.charge(cur, lane, now + send_slack, charges)  # (no NOTIFY on SQLite: its waiters read their own rows)
     if decision.runs:
         runs.record(cur, row, now, decision, fits, set(remaining))
     leases = [
         Lease(c.id, lane, c.stage, c.est, rows[c.id][5], token, lease_until, c.run_key, c.rate)
         for c in decision.admitted
     ]
-    return leases, decision, row, refit_due, parked
+    return Ticked(leases, decision, row, refit_due, parked, _retry_in(cur, row, decision, now))
+
+
+def _retry_in(cur: Cursor, row: LaneRow, decision: policy.Decision, now: float) -> float | None:
+    """Seconds from ``now`` until the window has slid far enough for the job the burst window blocked."""
+    if decision.burst_need is None:
+        return None
+    at = rates.free_at(cur, row, row.window_used + decision.rate, decision.burst_need)
+    return None if at is None else max(0.0, at - now)
 
 
 def _give_up(cur: Cursor, row: LaneRow, job_id: str, rule: str, why: str, now: float) -> dict | None:

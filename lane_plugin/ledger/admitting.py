@@ -54,21 +54,25 @@ class Admitting:
         def run(cur):
             if not waiters.try_tick_lock(cur, lane):  # another process is ticking it (PostgreSQL)
                 raise Busy()
-            return admission.tick(cur, lane, now=self._now(cur), token=token)
+            return admission.tick(cur, lane, now=self._now(cur), token=token, send_slack=self.send_slack)
 
         try:
-            leases, decision, before, refit, parked = self.db.transaction(run, try_lock=True)
+            ticked = self.db.transaction(run, try_lock=True)
         except Busy:
             return [], True
         finally:
             lock.release()
-        self._admitted(lane, leases, decision, before, parked)
-        if refit:  # outside the admission transaction: the tick stays short
+        self._admitted(lane, ticked)
+        if ticked.refit_due:  # outside the admission transaction: the tick stays short
             self._run(lambda cur, now: runs.refit(cur, lane, now))
-        return leases, False
+        return ticked.leases, False
 
-    def _admitted(self, lane: str, leases: list[Lease], decision, before: LaneRow, parked: list[dict]) -> None:
-        """After a commit that leased (a tick, a hand-off): events, and this process's waiters woken."""
+    def _admitted(self, lane: str, ticked: admission.Ticked) -> None:
+        """After a commit that leased (a tick, a hand-off): events, this process's waiters woken, and a
+        timed tick for when the burst window will have slid far enough for a job still waiting on it."""
+        leases, decision, before, parked = ticked.leases, ticked.decision, ticked.row, ticked.parked
+        if ticked.retry_in is not None:
+            self.wakeups.tick_at(lane, ticked.retry_in)
         for tail in parked:  # cannot fit before the next reset (the lane has no period), or waiter gone
             self._emit("lane.job.parked", tail["lane"], tail)
         if not leases:
@@ -90,15 +94,15 @@ class Admitting:
         """
         if not freed:
             return None
-        handed = admission.tick(cur, lane, now=now, token=token, handoff=True, row=row)
+        handed = admission.tick(cur, lane, now=now, token=token, handoff=True, row=row,
+                                send_slack=self.send_slack)  # fmt: skip
         if not handed[0]:
             waiters.notify(cur, lane, "room")  # other processes' waiters may tick (a safety net)
         return handed
 
-    def _handed(self, lane: str, handed) -> None:
+    def _handed(self, lane: str, handed: admission.Ticked | None) -> None:
         if handed is not None:
-            leases, decision, before, _refit, parked = handed
-            self._admitted(lane, leases, decision, before, parked)
+            self._admitted(lane, handed)
 
     def _lane_spec(self, lane: str) -> LaneRow:
         """The lane's preflight settings, re-read at most every few seconds (not per tick)."""
@@ -132,8 +136,8 @@ class Admitting:
         still waits. Raises :class:`JobParked` if it was parked (or failed) while waiting."""
         job = dict(zip(waiters.ROW_KEYS, row))
         job_id = job["id"]
-        if job["state"] == "leased":  # its request goes out now: the rate window counts it from now
-            self._run(lambda cur, now: rates.stamp(cur, job_id, job["attempt"], now))
+        if job["state"] == "leased":  # its request goes out now: the rate window counts it from now (+ send slack)
+            self._run(lambda cur, now: rates.stamp(cur, job_id, job["attempt"], now + self.send_slack))
             return Lease(job["id"], job["lane"], job["stage"], job["est"], job["attempt"],
                          job["lease_token"], job["lease_until"], job["run_key"], job["rate_cost"])  # fmt: skip
         if job["state"] in ("parked", "failed", "done"):

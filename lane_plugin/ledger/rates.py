@@ -10,12 +10,18 @@ burst_tokens`` is the sliding-window rule of :mod:`lane_plugin.policy`. A gate
 that picks its lease up after the tick that granted it (it polls) moves the
 charge to that moment, when its request really goes out (:func:`stamp`).
 
+Room that frees by the window sliding has no event to tell a waiter (a settlement hands its room on,
+a sliding window does not): a tick that leaves a job blocked by the burst window asks
+:func:`free_at` when the window will hold room for it, and the waiters' watcher ticks the lane at
+that moment (:mod:`lane_plugin.ledger.wakeups`), not at its next safety poll.
+
 A lane whose provider counts the tokens really used (``rate_basis = 'actual'``)
 has its charge trued up at settlement: the row's cost becomes the actual.
 """
 
 from __future__ import annotations
 
+from ..policy import window_expiry
 from .db import Cursor
 from .lanes import LaneRow
 
@@ -84,6 +90,32 @@ def stamp(cur: Cursor, job_id: str, attempt: int, now: float) -> None:
     from now. Later only, never earlier; a charge already pruned stays pruned."""
     cur.execute("update rate_charge set at = :now where job_id = :j and attempt = :a and at < :now",
                 {"now": now, "j": job_id, "a": attempt})  # fmt: skip
+
+
+def free_at(cur: Cursor, row: LaneRow, used: int, need: int) -> float | None:
+    """The first ledger time at which the window holds at most ``burst_tokens - need`` (lane row locked).
+
+    Args:
+        cur: the admission transaction's cursor.
+        row: the lane, its window slid to the tick's ``now``.
+        used: the rate tokens in the window after this tick (``window_used`` plus what it admitted).
+        need: the room a job blocked by the burst window needs (:attr:`lane_plugin.policy.Decision.burst_need`).
+
+    Returns:
+        When the oldest charges whose leaving makes that room leave (:func:`~lane_plugin.policy.window_expiry`,
+        the instant :func:`slide` prunes them); None if the window has the room already or never will.
+    """
+    excess = used + need - row.burst_tokens
+    if excess <= 0 or need > row.burst_tokens:
+        return None
+    # The running sum of the lane's charges, oldest first: the first row that reaches the excess (its
+    # ties share its time) is the last one that has to leave.
+    at = cur.scalar(
+        "select min(at) from (select at, sum(cost) over (order by at, job_id, attempt rows unbounded preceding) "
+        "as freed from rate_charge where lane = :l) as w where freed >= :x",
+        {"l": row.name, "x": excess},
+    )
+    return None if at is None else window_expiry(float(at), row.window_seconds)
 
 
 def used(cur: Cursor, row: LaneRow, now: float) -> int:

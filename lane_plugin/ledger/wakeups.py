@@ -9,10 +9,14 @@ watcher thread per ledger per process covers what other processes do:
   already) and then reads its waiting jobs' own rows, all in one read;
 - on SQLite it reads its waiting jobs' own rows every :data:`POLL_SQLITE` seconds (primary-key
   lookups in one read transaction: no lock, no tick);
+- on both, a timed tick: room that frees by the burst window sliding has no event (nobody settles),
+  so a tick that leaves a job blocked by the window says when the window will have room for it
+  (:func:`lane_plugin.ledger.rates.free_at`) and the watcher ticks that lane at that moment
+  (:meth:`Wakeups.tick_at`);
 - on both, a slow safety poll every :data:`SAFETY_SECONDS`: it reaps expired leases if there are any
   (one index read; the reap hands the room on), ticks the lanes its jobs still wait in (a try-lock:
-  returns at once if another tick runs; room can free with no event, e.g. the burst window
-  sliding), and beats the process's waiter heartbeat (:mod:`lane_plugin.ledger.waiters`).
+  returns at once if another tick runs; room can free with no event, e.g. a run's reserve lapsing),
+  and beats the process's waiter heartbeat (:mod:`lane_plugin.ledger.waiters`).
 
 The watcher exits when nothing waits and is started again by the next waiter; it is a daemon
 thread and holds one extra connection on PostgreSQL (closed when it exits): nothing outlives the
@@ -32,6 +36,7 @@ log = logging.getLogger("lane_plugin.wakeups")
 POLL_SQLITE = 0.1  # SQLite: how often the watcher reads its waiting jobs' rows
 SAFETY_SECONDS = 1.0  # the slow safety poll: reap check, tick, heartbeat
 RETICK_SECONDS = 0.02  # a tick that found another running is tried again this soon
+TIMER_SLICE = 0.02  # PostgreSQL: the longest a timed tick set by another thread waits behind a LISTEN wait
 _IDLE_EXIT = 5.0  # the watcher exits after this long with nothing waiting
 
 
@@ -54,7 +59,7 @@ class Wakeups:
         self._jobs: dict[str, Waiting] = {}
         self._thread: threading.Thread | None = None
         self._retick: set[str] = set()
-        self._room: set[str] = set()
+        self._timers: dict[str, float] = {}  # lane -> when (monotonic) the burst window has room again
 
     def register(self, job_id: str, lane: str) -> Waiting:
         """Wait for ``job_id``: the returned :class:`Waiting`'s event is set when it is leased (or parked)."""
@@ -86,6 +91,15 @@ class Wakeups:
             self._retick.add(lane)
             self._cv.notify()
 
+    def tick_at(self, lane: str, delay: float) -> None:
+        """Tick ``lane`` ``delay`` seconds from now, when its burst window has room for a job that waits
+        on it (the earliest such time wins; a tick that finds nothing more to lease costs one transaction)."""
+        when = time.monotonic() + delay
+        with self._cv:
+            if when < self._timers.get(lane, float("inf")):
+                self._timers[lane] = when
+                self._cv.notify()
+
     @property
     def waiting(self) -> int:
         return len(self._jobs)
@@ -108,18 +122,22 @@ class Wakeups:
                     else:
                         idle_since = None
                     retick, self._retick = self._retick, set()
-                timeout = RETICK_SECONDS if retick else max(0.0, min(next_safety, next_beat) - now)
+                    retick |= self._due(now)
+                    wake = min(next_safety, next_beat, *self._timers.values())
+                timeout = RETICK_SECONDS if retick else max(0.0, wake - now)
                 notified: set[str] = set()
                 try:
                     if pg and listener is None:
                         listener = _Listener(self.ledger)
                         next_safety = now  # (re)connected: look at once, a NOTIFY may have been missed
                     if not retick:
-                        if listener is not None:
-                            notified = listener.wait(timeout)
+                        if listener is not None:  # in slices: another thread may set an earlier timed tick
+                            notified = listener.wait(min(timeout, TIMER_SLICE))
                         else:
                             with self._cv:
                                 self._cv.wait(min(timeout, POLL_SQLITE))
+                        with self._cv:
+                            retick |= self._due(time.monotonic())
                     next_safety, next_beat = self._cycle(listener, notified, retick, next_safety, next_beat)
                 except Exception as exc:  # the database is briefly away (a restart): reconnect, try again
                     log.warning("lane wake-up watcher: %s", exc)
@@ -130,6 +148,13 @@ class Wakeups:
         finally:
             if listener is not None:
                 listener.close()
+
+    def _due(self, now: float) -> set[str]:
+        """The lanes whose timed tick is due (taken off the timers; ``_cv`` held)."""
+        due = {lane for lane, when in self._timers.items() if when <= now}
+        for lane in due:
+            del self._timers[lane]
+        return due
 
     def _cycle(self, listener, notified: set[str], retick: set[str], next_safety: float, next_beat: float):
         with self._cv:
