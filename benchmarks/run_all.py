@@ -48,6 +48,11 @@ BENCHMARKS = [
      "N gated waiters in P processes on few slots, on SQLite and PostgreSQL, beside Prefect's concurrency(occupy=) "
      "on a real server: wall against the ideal, slot use, transactions per job, lane-lock wait, lane-lock hold, "
      "slot refill latency; issue 14's targets printed met or missed."),
+    ("Provider benchmark: one openai-SDK workload three ways", "bench_provider.py", [], ["--quick"], None,
+     "a local OpenAI-compatible emulator (sliding-window TPM like OpenAI, 429 with retry-after) and one workload "
+     "through the openai SDK as plain @task with SDK retries, with Prefect's rate_limit, and as @lane_task: 429s, "
+     "wall against the rate bound and an ideal client, provider-billed against ledger-spent tokens. Target "
+     "(issue 11): @lane_task 0 x 429, wall <= 1.15x the rate bound, ledger spent = provider billed."),
     ("Parking 100,000 overdue jobs", "bench_park.py", [], ["--jobs", "20000"], None,
      "park_overdue is set-based: 100k overdue jobs in under 10 s, each parked exactly once, with two "
      "copies running at once."),
