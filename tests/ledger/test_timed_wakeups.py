@@ -8,8 +8,6 @@ On both databases (``ledger_url``).
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from lane_plugin import InvalidInput, Ledger
