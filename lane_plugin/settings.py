@@ -1,20 +1,20 @@
 """Every ``LANE_*`` setting, read in one place (pydantic-settings).
 
-==========================  =====================================================
-``LANE_DATABASE_URL``       where the ledger lives: ``sqlite:///PATH``,
-                            ``postgresql+psycopg://...`` or a block,
-                            ``block:lane-ledger/prod`` (default: ``lane.db`` under
-                            ``PREFECT_HOME``, usually ``~/.prefect/lane.db``)
-``LANE_MISSING_USAGE``      ``estimate`` (bill the estimate and warn) or ``fail``
-                            when a gated body reports no token usage
-``LANE_TRACES_DIR``         where ``lane simulate`` and the provider emulator look
-                            for trace files by name
-``LANE_SEND_SLACK_SECONDS`` how long after a gated task picks its lease up its
-                            request may take to reach the provider (default 0.5):
-                            the burst window counts the rate charge from then, so
-                            a provider's own sliding window never sees a charge
-                            the lane already let go of
-==========================  =====================================================
+===========================  =====================================================
+``LANE_DATABASE_URL``        where the ledger lives: ``sqlite:///PATH``,
+                             ``postgresql+psycopg://...`` or a block,
+                             ``block:lane-ledger/prod`` (default: ``lane.db`` under
+                             ``PREFECT_HOME``, usually ``~/.prefect/lane.db``)
+``LANE_MISSING_USAGE``       ``estimate`` (bill the estimate and warn) or ``fail``
+                             when a gated body reports no token usage
+``LANE_TRACES_DIR``          where ``lane simulate`` and the provider emulator look
+                             for trace files by name
+``LANE_SEND_SLACK_SECONDS``  how long after a gated task picks its lease up its
+                             request may take to reach the provider (default 0.5):
+                             the burst window counts the rate charge from then, so
+                             a provider's own sliding window never sees a charge
+                             the lane already let go of
+===========================  =====================================================
 
 Read afresh whenever a ``LANE_*`` variable changed (a process may change its
 environment, e.g. ``flows/pipeline.py --db``); otherwise the last reading is
