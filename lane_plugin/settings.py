@@ -13,7 +13,8 @@
                              request may take to reach the provider (default 0.5):
                              the burst window counts the rate charge from then, so
                              a provider's own sliding window never sees a charge
-                             the lane already let go of
+                             the lane already let go of (at most 5% of the
+                             lane's window)
 ===========================  =====================================================
 
 Read afresh whenever a ``LANE_*`` variable changed (a process may change its

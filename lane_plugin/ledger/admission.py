@@ -74,7 +74,8 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     the first job in the admission order that has no waiter (a CLI job is leased to whoever ticks
     next; its room is kept for it). ``row``: the lane's row, locked and rolled by this transaction and
     as it last wrote it (a settlement's hand-off), so the tick does not read it again. ``send_slack``:
-    the admitted jobs' rate charges are placed that many seconds after ``now`` (the ledger's
+    the admitted jobs' rate charges are placed that many seconds after ``now``, at most 5% of the
+    lane's window (:func:`rates.slack_for`; the ledger's
     ``send_slack``: when their requests may reach the provider).
     """
     row = roll_counters(cur, lock_lane(cur, lane), now) if row is None else row
@@ -122,12 +123,13 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     n, tokens = len(decision.admitted), decision.tokens
     lease_until = now + row.lease_seconds
     charges = [(c.id, rows[c.id][5], c.rate) for c in decision.admitted]
+    slack = rates.slack_for(send_slack, row.window_seconds)
     params = {"t": tokens, "n": n, "r": decision.rate, "fd": decision.finishing, "v": decision.var, "now": now,
               "l": lane, "lu": lease_until, "tok": token}  # fmt: skip
     if cur.dialect == "postgresql":  # the lane, the jobs, the rate charges and the NOTIFY: one round trip
         counted, leased, _ = cur.one(_LEASE_PG, {
             **params, "ids": decision.ids, "js": [j for j, _, _ in charges], "atts": [a for _, a, _ in charges],
-            "cs": [c for _, _, c in charges], "ch": waiters.CHANNEL, "what": "leased", "at": now + send_slack})  # fmt: skip
+            "cs": [c for _, _, c in charges], "ch": waiters.CHANNEL, "what": "leased", "at": now + slack})  # fmt: skip
         if counted != 1:
             raise LaneError(f"admission re-check failed in lane {lane!r}: the policy chose past the ceiling")
         if leased != n:
@@ -142,7 +144,7 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
             cur.execute(_LEASE_JOB + "id = :id and state = 'new'", {**params, "id": job_id})
             if cur.rowcount != 1:
                 raise LaneError(f"admission in lane {lane!r} lost a race it cannot lose (lock not held?)")
-        rates.charge(cur, lane, now + send_slack, charges)  # (no NOTIFY on SQLite: its waiters read their own rows)
+        rates.charge(cur, lane, now + slack, charges)  # (no NOTIFY on SQLite: its waiters read their own rows)
     if decision.runs:
         runs.record(cur, row, now, decision, fits, set(remaining))
     leases = [

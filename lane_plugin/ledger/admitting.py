@@ -137,7 +137,7 @@ class Admitting:
         job = dict(zip(waiters.ROW_KEYS, row))
         job_id = job["id"]
         if job["state"] == "leased":  # its request goes out now: the rate window counts it from now (+ send slack)
-            self._run(lambda cur, now: rates.stamp(cur, job_id, job["attempt"], now + self.send_slack))
+            self._run(lambda cur, now: rates.stamp_sent(cur, job_id, job["attempt"], now, self.send_slack))
             return Lease(job["id"], job["lane"], job["stage"], job["est"], job["attempt"],
                          job["lease_token"], job["lease_until"], job["run_key"], job["rate_cost"])  # fmt: skip
         if job["state"] in ("parked", "failed", "done"):

@@ -46,7 +46,8 @@ class Ledger(Admitting, LearningStore):
             and nothing is created (read-only commands).
         send_slack: seconds by which a lease's request may reach the provider after
             its holder picked the lease up; the burst window counts each rate
-            charge this ledger writes from then (default 0: from the pick-up). The
+            charge this ledger writes from then, at most 5% of the lane's window
+            (default 0: from the pick-up). The
             Prefect gate's ledgers use ``LANE_SEND_SLACK_SECONDS`` (default 0.5).
     """
 

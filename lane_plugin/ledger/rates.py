@@ -84,12 +84,36 @@ def true_up(cur: Cursor, lane: str, job_id: str, attempt: int, actual: int) -> N
     )
 
 
+# The send slack never takes more than this share of a lane's window: on a 60 s provider window the
+# whole 0.5 s default applies (0.8% of its rate), on the 1 s default window 0.05 s, not a third of it.
+SLACK_SHARE = 0.05
+
+
+def slack_for(send_slack: float, window_seconds: float) -> float:
+    """The send slack a charge in a lane with ``window_seconds`` gets: at most :data:`SLACK_SHARE` of the window.
+
+    Example:
+        >>> slack_for(0.5, 60.0), slack_for(0.5, 1.0), slack_for(0.0, 60.0)
+        (0.5, 0.05, 0.0)
+    """
+    return min(send_slack, window_seconds * SLACK_SHARE)
+
+
 def stamp(cur: Cursor, job_id: str, attempt: int, now: float) -> None:
     """The holder picked its lease up now (a waiter polls; another process's tick may have admitted
     it seconds ago): the request goes out now, so its charge leaves the window ``window_seconds``
     from now. Later only, never earlier; a charge already pruned stays pruned."""
     cur.execute("update rate_charge set at = :now where job_id = :j and attempt = :a and at < :now",
                 {"now": now, "j": job_id, "a": attempt})  # fmt: skip
+
+
+def stamp_sent(cur: Cursor, job_id: str, attempt: int, now: float, send_slack: float) -> None:
+    """:func:`stamp` at ``now`` plus the send slack the job's lane allows (:func:`slack_for` of its window)."""
+    if send_slack > 0:
+        window = cur.scalar("select l.window_seconds from lane l join job j on j.lane = l.name where j.id = :j",
+                            {"j": job_id})  # fmt: skip
+        now += slack_for(send_slack, window or 0.0)
+    stamp(cur, job_id, attempt, now)
 
 
 def free_at(cur: Cursor, row: LaneRow, used: int, need: int) -> float | None:

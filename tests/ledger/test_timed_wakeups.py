@@ -119,6 +119,21 @@ def test_the_send_slack_places_every_charge_that_much_after_the_pick_up(led, clo
     slack.close()
 
 
+def test_the_send_slack_is_at_most_a_twentieth_of_a_short_window(led, clock, ledger_url):
+    # On the 1 s default window a 0.5 s slack would hold every charge 1.5 s: a third of the burst lost.
+    lane(led, window_seconds=1.0)
+    slack = Ledger(ledger_url, clock=clock, send_slack=0.5)
+    x = slack.submit("s", 100, "r")
+    y = slack.submit("s", 200, "r")
+    assert {le.job_id for le in slack.tick("r")} == {x, y}
+    assert charges(slack) == [(clock.t + 0.05, 100), (clock.t + 0.05, 200)]
+    clock.t += 2
+    slack.take(tuple(slack.job(y)[k] for k in ("id", "lane", "stage", "est", "attempt", "lease_token", "lease_until",
+                                                 "run_key", "rate_cost", "state", "reason", "admitted_at")))
+    assert (clock.t + 0.05, 200) in charges(slack)
+    slack.close()
+
+
 def test_the_gate_ledger_takes_its_send_slack_from_the_setting(tmp_path, monkeypatch):
     monkeypatch.setenv("LANE_SEND_SLACK_SECONDS", "0.125")
     assert get_ledger(f"sqlite:///{tmp_path / 'a.db'}").send_slack == 0.125
