@@ -21,6 +21,14 @@ latest :data:`DRIFT_SAMPLE` settlements, keep that out:
 
 All three bite only near the ceiling: they add to what an admission must leave
 free, never to what is reserved or spent.
+
+The allowance is a heuristic and must never close a lane: what it keeps free
+is capped (:func:`capped`) at :data:`DRIFT_CAP_FRACTION` of the ceiling and at
+what the ceiling leaves the candidate, ``min(over_charge(...), ceiling * 5 // 100,
+max(0, ceiling - est))``. One outlier settlement (a ``report_usage`` typo: an
+estimate of 1,000 settled at 150,000) then costs a lane at most its last 5%, and
+a job whose estimate fits the empty lane still fits it after a reset: nothing
+settling is needed to relearn the allowance.
 """
 
 from __future__ import annotations
@@ -32,6 +40,36 @@ from collections.abc import Iterable
 DRIFT_SAMPLE = 1000
 # The quantile of the overruns kept free for each job in flight.
 SPREAD_QUANTILE = 0.9
+# The most the allowance keeps free: the last 5% of the ceiling. Learned from settlements, one outlier
+# could otherwise keep every job out for good (nothing admitted settles to relearn it); capped, a lane
+# stays usable to 95% of its ceiling whatever was learned. The spend targets of lanes that learn an
+# allowance ask for >= 95% of the ceiling (docs/performance_targets.md), so the cap never costs one of
+# them on its own; what an overrun past the cap settles past the ceiling is what the cap gives up.
+DRIFT_CAP_FRACTION = 0.05
+_CAP_PERCENT = round(DRIFT_CAP_FRACTION * 100)  # integer arithmetic: floor(ceiling * 5 / 100)
+
+
+def drift_cap(ceiling: int) -> int:
+    """The most the drift allowance keeps free in a lane of ``ceiling``: ``floor(ceiling * 5 / 100)``.
+
+    Example:
+        >>> drift_cap(100_000), drift_cap(19)
+        (5000, 0)
+    """
+    return ceiling * _CAP_PERCENT // 100
+
+
+def capped(over: int, ceiling: int, est: int) -> int:
+    """The tokens the drift allowance ``over`` keeps free for a candidate of ``est`` in a lane of ``ceiling``.
+
+    ``min(over, drift_cap(ceiling), max(0, ceiling - est))``: at most the last 5% of the ceiling, and never
+    more than the ceiling leaves the candidate (a job whose estimate fits the empty lane fits it after a reset).
+
+    Example:
+        >>> capped(135_454, 100_000, 1_000), capped(300, 100_000, 1_000), capped(3_000, 100_000, 98_000)
+        (5000, 300, 2000)
+    """
+    return min(over, ceiling * _CAP_PERCENT // 100, max(0, ceiling - est))
 
 
 def over_charge(drift: float, overrun: int, spread: int, tokens: int, jobs: int) -> int:

@@ -25,7 +25,11 @@ Rules, in order (docs/architecture.md, "Admission"):
    allowance* (:mod:`lane_plugin.drift`, learned with the profile from the
    lane's latest settlements): what is in flight and the job are charged at
    their drift-corrected size, and a quantile of the overruns seen is kept free
-   per job in flight, the largest once. Where estimates cover the bill it is 0;
+   per job in flight, the largest once. Where estimates cover the bill it is 0.
+   It is a heuristic and never closes a lane: what it keeps free is capped at
+   ``min(over, 5% of the ceiling, ceiling - est)`` (:func:`capped`), so one
+   outlier settlement costs a lane at most its last 5%, and a job whose estimate
+   fits the empty lane fits it after a reset;
 4. a starting or free job also leaves the reserve of every run under way (and a
    starting job its own run's expected rest): ``spent + reserved + finishing +
    est (+ rest) <= ceiling``; a finishing job may use the reserve: it is for it;
@@ -74,7 +78,10 @@ from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 
 # The drift allowance of the ceiling rule (rule 3), learned from recent settlements in .drift.
+from .drift import DRIFT_CAP_FRACTION as DRIFT_CAP_FRACTION
 from .drift import DRIFT_SAMPLE as DRIFT_SAMPLE
+from .drift import capped as capped
+from .drift import drift_cap as drift_cap
 from .drift import fit_drift as fit_drift
 from .drift import over_charge as over_charge
 
@@ -335,6 +342,9 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
     drift, overrun, spread, spent = snapshot.drift, snapshot.overrun, snapshot.spread, snapshot.spent
     drifts = drift > 1.0 or overrun > 0 or spread > 0
     extra = max(0, round(drift * 10_000) - 10_000)
+    # What it keeps free is capped (drift.capped): at most the last 5% of the ceiling, and never more than the
+    # ceiling leaves the candidate (_rule caps the in-flight allowance the same way).
+    ceiling, dcap = p.ceiling, drift_cap(p.ceiling)
     # Closed: no lease slot left, or the shadow overfills the window holding the smallest room (rates >= 0);
     # the rest can only be parked or give the head's reason, and with a period nothing is parked.
     closed = leased >= cap
@@ -345,7 +355,7 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
         unfit = None
         own = p.headroom(c_var) if c_var else 0
         if drifts:
-            own += overrun + spread - (-extra * est // 10_000)
+            own += min(overrun + spread - (-extra * est // 10_000), dcap, max(0, ceiling - est))
         if need + own > left or c_rate > burst or (kind == START and est > start_left):
             # Exactly unfit_before_reset's rules without their reasons: with a period and the head's
             # reason known, nothing is parked and no reason read, so the reason is not written.

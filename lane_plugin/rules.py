@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .drift import over_charge
+from .drift import DRIFT_CAP_FRACTION, capped, drift_cap, over_charge
 
 # A lane_plugin.policy.LanePolicy and a Candidate (not imported: policy imports this module).
 LanePolicy = Candidate = Any
@@ -17,6 +17,8 @@ LanePolicy = Candidate = Any
 # gate logs them, the CLI prints them and tests compare them.
 STOPPED, LEASE_CAP, CEILING, DRIFT, HEADROOM, RESERVE, START_LIMIT, BURST = (
     "stopped", "lease_cap", "ceiling", "drift", "headroom", "reserve", "start_limit", "burst")
+# drift.capped's 5% as an integer percentage (floor(ceiling * 5 / 100)).
+_CAP_PERCENT = round(DRIFT_CAP_FRACTION * 100)
 # Kinds of job (see lane_plugin.policy's docstring).
 FINISH, START, FREE = "finishing", "starting", "free"
 
@@ -31,7 +33,9 @@ def blocking_rule(policy: LanePolicy, *, est: int, kind: str, committed: int, le
     reserve-inclusive total (``est`` plus its run's expected rest for a starting
     job; default ``est``); ``var`` the summed variance in flight with the job
     (:meth:`LanePolicy.headroom`); ``over`` the drift allowance of what is in
-    flight with the job (:func:`over_charge` of its ``reserved + est`` and jobs).
+    flight with the job (:func:`over_charge` of its ``reserved + est`` and jobs),
+    capped here (:func:`lane_plugin.drift.capped`: at most 5% of the ceiling and
+    what the ceiling leaves the job).
     """
     if stopped:
         return STOPPED
@@ -44,8 +48,11 @@ def _rule(policy: LanePolicy, est: int, kind: str, committed: int, leased: int, 
     """:func:`blocking_rule` of a lane not stopped, every argument given (positional: admit calls it per candidate)."""
     if leased + 1 > policy.max_leased:
         return LEASE_CAP
-    if committed + est > policy.ceiling:
+    ceiling = policy.ceiling
+    if committed + est > ceiling:
         return CEILING
+    if over:  # drift.capped, inlined (it runs per candidate)
+        over = min(over, ceiling * _CAP_PERCENT // 100, ceiling - est)  # est <= committed + est <= ceiling
     if over and committed + est + over > policy.ceiling:
         return DRIFT
     room = policy.ceiling - policy.headroom(var) - over
@@ -68,18 +75,23 @@ def unfit_before_reset(policy: LanePolicy, c: Candidate, kind: str, *, spent: in
     ``spent``; the rate window always slides. So a job cannot fit before the
     next reset only if ``spent`` alone already leaves no room for it (with its
     own headroom and drift allowance: :func:`blocking_rule` with nothing in flight).
+    The allowance is capped (:func:`lane_plugin.drift.capped`): a job whose estimate
+    fits the empty lane is never kept out of it by the allowance alone.
     """
     left = policy.ceiling - spent
     own = policy.headroom(c.var)
-    over = over_charge(drift, overrun, spread, c.est, 1)
+    learned = over_charge(drift, overrun, spread, c.est, 1)
+    over = capped(learned, policy.ceiling, c.est)
     if c.rate > policy.burst_tokens:
         return BURST, (f"rate cost {c.rate} exceeds the lane's burst of {policy.burst_tokens} tokens "
                        f"per {policy.window_seconds:g}s window")  # fmt: skip
     if c.est > left:
         return CEILING, f"estimate {c.est} exceeds what is left of the ceiling: {left} of {policy.ceiling} (spent {spent})"
     if over and c.est + over > left:
+        cap = (f"; capped from {learned}: at most {DRIFT_CAP_FRACTION:.0%} of the ceiling "
+               f"({drift_cap(policy.ceiling)}) and what the ceiling leaves the job" if over < learned else "")  # fmt: skip
         return DRIFT, (f"estimate {c.est} plus {over} tokens of drift allowance (settled work ran {drift:g}x its "
-                       f"estimates, one {overrun} past) exceeds what is left of the ceiling: {left} of "
+                       f"estimates, one {overrun} past{cap}) exceeds what is left of the ceiling: {left} of "
                        f"{policy.ceiling} (spent {spent})")  # fmt: skip
     if c.est + own + over > left:
         also = f" and {over} of drift allowance" if over else ""

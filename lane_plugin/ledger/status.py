@@ -76,7 +76,8 @@ def lane_status(cur: Cursor, now: float) -> list[dict]:
                 "drift": row.drift,
                 "drift_overrun": row.drift_overrun,
                 "drift_spread": row.drift_spread,
-                "drift_allowance": row.over(row.reserved, row.leased) if row.leased else 0,
+                # What the allowance keeps free of what is in flight, capped (at most 5% of the ceiling).
+                "drift_allowance": policy.capped(row.over(row.reserved, row.leased), row.ceiling, 0) if row.leased else 0,
                 "overage": row.overage,
                 "pct_of_ceiling": round(100.0 * committed / row.ceiling, 2),
                 "start_limit": row.policy.start_limit,
@@ -109,7 +110,8 @@ def lane_status(cur: Cursor, now: float) -> list[dict]:
 def _when(row: LaneRow, c: policy.Candidate, kind: str, need: int) -> str:
     """When a job unfit before the next reset may fit: parked without a period, after the reset if an empty lane holds it.
 
-    The drift allowance does not reset with ``spent``: a job it keeps out of the empty lane waits past every reset.
+    The drift allowance does not reset with ``spent``, but it is capped (``policy.capped``): it alone never keeps a
+    job whose estimate fits the empty lane out of it. With the job's own headroom or its run's rest it still may.
     """
     if row.period == "none":
         return " (the lane has no period: the next tick parks it)"
@@ -118,7 +120,8 @@ def _when(row: LaneRow, c: policy.Candidate, kind: str, need: int) -> str:
         return " (until the period resets)"
     return (
         " (not even after the period resets: it does not fit the empty lane either; the drift allowance "
-        f"changes only as jobs settle, learned from the latest {policy.DRIFT_SAMPLE:,})"
+        f"changes only as jobs settle, learned from the latest {policy.DRIFT_SAMPLE:,}, and keeps at most "
+        f"{policy.drift_cap(row.ceiling):,} free)"
     )
 
 

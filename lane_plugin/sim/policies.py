@@ -45,6 +45,7 @@ from ..policy import (
     Candidate,
     LaneSnapshot,
     admit,
+    capped,
     fit_drift,
     over_charge,
     size_class_boundary,
@@ -250,7 +251,7 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     if book._expiry and book._expiry[0][0] <= now:
         book.lapse(now)
     if cfg.period_seconds and _smallest_need(sim, q) > cfg.ceiling - sim.spent:
-        # Every waiting job's estimate, with its drift allowance (which grows with the estimate),
+        # Every waiting job's estimate, with its capped drift allowance (which grows with the estimate),
         # exceeds what spend leaves until the reset: each candidate is unfit before the reset, so
         # admit would lease nothing and, the lane having a period, park nothing.
         if now - book.profile_at >= REFIT_SECONDS:
@@ -289,6 +290,8 @@ def _none_unfit(sim: Sim, q: LaneQueue) -> bool:
     Every rate cost fits the burst (the rest were refused at intake); the biggest estimate, plus the
     most any run is expected to still need, the headroom of the largest spread any job had and the
     biggest estimate's drift allowance, fits what spend leaves, and the biggest estimate the start limit.
+    (An estimate plus its capped allowance, ``min(est + over, est + 5% of the ceiling, ceiling)``, grows
+    with the estimate: the biggest bounds every waiting job's.)
     """
     heap, state = q.biggest, sim.state
     while heap and state[heap[0][1]] != WAITING:
@@ -297,14 +300,21 @@ def _none_unfit(sim: Sim, q: LaneQueue) -> bool:
         return True
     big = -heap[0][0]
     after = q.runs.most_after()
-    own = q.policy.headroom(q.max_var) + over_charge(q.drift, q.overrun, q.spread, big, 1)
+    ceiling = q.policy.ceiling
+    own = q.policy.headroom(q.max_var) + capped(over_charge(q.drift, q.overrun, q.spread, big, 1), ceiling, big)
     return big + after + own <= q.policy.ceiling - sim.spent and sim.spent + big <= q.policy.start_limit
 
 
 def _smallest_need(sim: Sim, q: LaneQueue) -> float:
-    """The smallest estimate of a waiting job with its drift allowance (which grows with the estimate), inf if none."""
+    """The smallest estimate of a waiting job with its capped drift allowance, inf if none.
+
+    Both grow with the estimate (``est + capped(...)`` is ``min(est + over, est + 5% of the ceiling, ceiling)``).
+    """
     small = _smallest(sim)
-    return small if small == math.inf else small + over_charge(q.drift, q.overrun, q.spread, int(small), 1)
+    if small == math.inf:
+        return small
+    est = int(small)
+    return small + capped(over_charge(q.drift, q.overrun, q.spread, est, 1), q.policy.ceiling, est)
 
 
 def _smallest(sim: Sim) -> float:

@@ -23,7 +23,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invar
 import lane_plugin.ledger.api as ledgermod
 import lane_plugin.ledger.db as dbmod
 from lane_plugin import AmbiguousAttempt, ConflictingReplay, InvalidInput, LaneError, LeaseLost, Ledger, NotLeased
-from lane_plugin.policy import HEAD_SLACK, over_charge
+from lane_plugin.policy import HEAD_SLACK, capped, over_charge
 
 from .conftest import FULL, PG_BASE, late_figure, pg_admin
 
@@ -198,7 +198,8 @@ class LedgerMachine(RuleBasedStateMachine):
         first job that does not fit holds a shadow (its tokens and a slot); a job that spend alone leaves
         no room for is parked (this lane has no period); nothing is read while every slot is taken. Each
         job also leaves the lane's drift allowance free (issue 11: what is in flight at its drift-corrected
-        size, a spread per job, the largest overrun once); its learned value is the store's (tested in
+        size, a spread per job, the largest overrun once; what it keeps free capped at 5% of the ceiling and at what
+        the ceiling leaves the job); its learned value is the store's (tested in
         tests/ledger/test_drift_allowance.py), what admission does with it is restated here."""
         expect, parked = [], []
         free = MAX_LEASED - self.leased
@@ -210,12 +211,12 @@ class LedgerMachine(RuleBasedStateMachine):
             for j in waiting[: free + HEAD_SLACK]:
                 est = self.m[j]["est"]
                 in_flight = committed + sh_est + est - self.spent
-                if self.spent + est + over_charge(drift, overrun, spread, est, 1) > CEILING:
+                if self.spent + est + capped(over_charge(drift, overrun, spread, est, 1), CEILING, est) > CEILING:
                     parked.append(j)
                 elif leased + sh_slot + 1 > MAX_LEASED:
                     continue
-                elif committed + sh_est + est + over_charge(drift, overrun, spread, in_flight,
-                                                            leased + sh_slot + 1) <= CEILING:  # fmt: skip
+                elif committed + sh_est + est + capped(over_charge(drift, overrun, spread, in_flight, leased + sh_slot + 1),
+                                                       CEILING, est) <= CEILING:  # fmt: skip
                     expect.append(j)
                     committed += est
                     leased += 1

@@ -9,11 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lane_plugin import policy
-from lane_plugin.policy import Candidate, LanePolicy, LaneSnapshot, admit, fit_drift, over_charge
+from lane_plugin.policy import Candidate, LanePolicy, LaneSnapshot, admit, capped, drift_cap, fit_drift, over_charge
 
 from .test_policy import scenarios
 
 settled = st.lists(st.tuples(st.integers(1, 5_000), st.integers(0, 12_000)), max_size=60)
+# Any allowance at all, up to one outlier's (review11: an estimate of 1,000 settled at 150,000 taught 14.5x, 135,454).
+any_allowance = st.tuples(st.floats(1.0, 1_000.0), st.integers(0, 10**9), st.integers(0, 10**7))
 allowances = st.tuples(st.sampled_from([1.0, 1.0004, 1.07, 1.3, 2.5]), st.integers(0, 400), st.integers(0, 60))
 
 
@@ -55,9 +57,9 @@ def test_what_is_admitted_leaves_the_drift_allowance_of_everything_in_flight(cas
     s, cands = case
     s = with_drift(s, *allowance)
     d = admit(s, cands)
-    if d.admitted:
-        tokens, jobs = s.reserved + d.tokens, s.leased + len(d.admitted)
-        assert s.spent + tokens + over_charge(*allowance, tokens, jobs) <= s.policy.ceiling
+    if d.admitted:  # (capped as at the last admission: the cap's last term is what the ceiling leaves that job)
+        tokens, jobs, last = s.reserved + d.tokens, s.leased + len(d.admitted), d.admitted[-1].est
+        assert s.spent + tokens + capped(over_charge(*allowance, tokens, jobs), s.policy.ceiling, last) <= s.policy.ceiling
     if allowance == (1.0, 0, 0):  # nothing learned: exactly the decision of before
         assert d == admit(LaneSnapshot(**{k: v for k, v in s.__dict__.items()
                                           if k not in ("drift", "overrun", "spread")}), cands)  # fmt: skip
@@ -82,6 +84,47 @@ def test_an_idle_lane_admits_or_parks_its_first_job_whatever_the_allowance(case,
         rule = policy.blocking_rule(s.policy, est=c.est, kind=policy.FREE, committed=s.spent, leased=0, window_used=0,
                                     rate_cost=c.rate, over=over_charge(*allowance, c.est, 1))  # fmt: skip
         assert (unfit is None) == (rule is None), (unfit, rule)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.integers(1, 10**9), st.integers(0, 10**10), st.integers(0, 2 * 10**9))
+def test_the_allowance_never_keeps_more_than_five_percent_of_the_ceiling_free(ceiling, over, est):
+    kept = capped(over, ceiling, est)
+    assert 0 <= kept <= over and kept <= max(0, ceiling - est)
+    assert kept <= drift_cap(ceiling) == ceiling * 5 // 100 <= policy.DRIFT_CAP_FRACTION * ceiling
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.integers(20, 10**7), st.data(), any_allowance)
+def test_a_job_that_fits_with_five_percent_to_spare_is_admitted_whatever_the_allowance(ceiling, data, allowance):
+    """Mid-period, with work in flight: the allowance keeps at most the last 5% of the ceiling free."""
+    spare = ceiling - drift_cap(ceiling)
+    committed = data.draw(st.integers(0, spare - 1), label="committed")
+    spent = data.draw(st.integers(0, committed), label="spent")
+    est = data.draw(st.integers(1, spare - committed), label="est")
+    leased = data.draw(st.integers(0, 20), label="leased")
+    p = LanePolicy(ceiling=ceiling, burst_tokens=ceiling, max_leased=leased + 1)
+    s = LaneSnapshot(p, spent, committed - spent, leased, 0, 0.0, resets=data.draw(st.booleans()),
+                     drift=allowance[0], overrun=allowance[1], spread=allowance[2])  # fmt: skip
+    assert admit(s, [Candidate("j", est, 0.0)]).ids == ["j"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.integers(1, 10**7), st.data(), any_allowance)
+def test_an_empty_lane_admits_any_job_that_fits_it_whatever_the_allowance(ceiling, data, allowance):
+    """Review11 finding 2: nothing spent, reserved or in flight, a job of est <= ceiling fits (the other rules
+    passing: burst, start limit, no headroom), so the allowance alone never parks it nor keeps it out for good."""
+    est = data.draw(st.integers(1, ceiling), label="est")
+    starting = data.draw(st.booleans(), label="starting")
+    p = LanePolicy(ceiling=ceiling, burst_tokens=ceiling, max_leased=1)
+    c = Candidate("j", est, 0.0, "run" if starting else None)
+    kind = policy.START if starting else policy.FREE
+    assert policy.unfit_before_reset(p, c, kind, spent=0, need=est, drift=allowance[0], overrun=allowance[1],
+                                     spread=allowance[2]) is None  # fmt: skip
+    for resets in (False, True):
+        s = LaneSnapshot(p, 0, 0, 0, 0, 0.0, resets=resets, drift=allowance[0], overrun=allowance[1],
+                         spread=allowance[2])  # fmt: skip
+        assert admit(s, [c]).ids == ["j"]
 
 
 def settle_past(drift: float, learn: bool, seed: int) -> tuple[int, int]:

@@ -27,6 +27,7 @@ from lane_plugin.policy import (
     Decision,
     LaneSnapshot,
     blocking_rule,
+    capped,
     fit_drift,
     fit_runs,
     kind_of,
@@ -76,13 +77,16 @@ def reference_admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> 
     left, burst, start_left = p.ceiling - snapshot.spent, p.burst_tokens, p.start_limit - snapshot.spent
     # Changed since 6b2873b on purpose (issue 11, "never past the ceiling"): the drift allowance of
     # rule 3, the same change as policy.admit's (what is in flight charged at its drift-corrected size).
+    # And the cap on it (review11, finding 2): at most 5% of the ceiling and what the ceiling leaves the job
+    # (drift.capped; blocking_rule caps the in-flight allowance it is given).
     drift, overrun, spread = snapshot.drift, snapshot.overrun, snapshot.spread
     for c in order(snapshot, candidates):
         kind = kind_of(c, started)
         need = c.est + (c.after if kind == START else 0)
         unfit = None
         if (
-            need + (p.headroom(c.var) if c.var else 0) + over_charge(drift, overrun, spread, c.est, 1) > left
+            need + (p.headroom(c.var) if c.var else 0)
+            + capped(over_charge(drift, overrun, spread, c.est, 1), p.ceiling, c.est) > left
             or c.rate > burst
             or (kind == START and c.est > start_left)
         ):  # (a fast test first)
