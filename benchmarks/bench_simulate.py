@@ -133,7 +133,8 @@ def checks(runs: list[dict]) -> list[str]:
 READING = """
 Reading the figures (what they do and do not show; written for the run of 2026-11-29 after issue 11's
 admission changes landed, updated 2026-11-30 for the size classes of the order, which moved `lane`'s
-figures below, and for issue 11's drift allowance; the simulator's speed work since gives the same figures):
+figures below, and for issue 11's drift allowance; the simulator's speed work since gives the same figures,
+and so does the allowance's cap at 5% of the ceiling: no figure but jobs/s moved with it):
 
 - Every policy obeys the same sliding burst window and lease cap, stages are submitted one after the
   other, and the clock runs until the backlog drains: the baselines no longer look faster by breaking
