@@ -1,32 +1,34 @@
 """Item 8: PostgreSQL restarts twice and every ledger session is killed 10 times during a run of
 8 gated workers; they recover by themselves and every acknowledged settlement is in the database.
 
-Restarting the server disrupts everything else using it: this test runs its restarts only in CI
+Restarting a server disrupts everything else using it (the suite runs on two xdist workers), so the
+restarts hit a private cluster this test makes for itself (``pg_createcluster`` on a free port,
+dropped afterwards), or the one LANE_FAULT_PG_CLUSTER names. They run only in CI
 (LANE_REQUIRE_POSTGRES=1, set by .ci/run), in the full run (LANE_FAULT_FULL=1) or with
-LANE_FAULT_RESTART=1; otherwise (a developer's `pytest`) it kills sessions only.
+LANE_FAULT_RESTART=1; otherwise (a developer's `pytest`) it kills sessions only, on the test server.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from lane_plugin import Ledger
 
-from .conftest import FULL, assert_audit_clean, figure, make_lane, pg_admin, read_json_lines, spawn, wait_all
+from ..realserver import free_port
+from .conftest import FULL, PG_BASE, _libpq_url, assert_audit_clean, figure, make_lane, read_json_lines, spawn, wait_all
 from .monitor import Monitor
 
 RESTARTS_ALLOWED = FULL or "1" in (os.environ.get("LANE_FAULT_RESTART"), os.environ.get("LANE_REQUIRE_POSTGRES"))
 
 
-def restart_postgres() -> float:
-    # LANE_FAULT_PG_CLUSTER=VERSION/NAME: the cluster LANE_TEST_POSTGRES_URL points at, when it is not
-    # the machine's main one (a private cluster keeps the restarts away from everything else)
-    cluster = os.environ.get("LANE_FAULT_PG_CLUSTER") or f"{sorted(os.listdir('/etc/postgresql'))[0]}/main"
+def restart_postgres(cluster: str) -> float:
     version, name = cluster.split("/", 1)
     t = time.monotonic()
     subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, name, "restart"], check=True,
@@ -34,10 +36,42 @@ def restart_postgres() -> float:
     return time.monotonic() - t
 
 
-def terminate(app: str) -> int:
+@pytest.fixture
+def restart_target(pg_url):
+    """``(ledger URL, admin URL, cluster to restart or None)``.
+
+    Restarts allowed: LANE_FAULT_PG_CLUSTER=VERSION/NAME (LANE_TEST_POSTGRES_URL points at it), else a
+    private cluster made here on a free port and dropped afterwards. Otherwise the test server (no restart).
+    """
+    if not RESTARTS_ALLOWED:
+        yield pg_url, PG_BASE, None
+        return
+    if os.environ.get("LANE_FAULT_PG_CLUSTER"):
+        yield pg_url, PG_BASE, os.environ["LANE_FAULT_PG_CLUSTER"]
+        return
+    if not Path("/etc/postgresql").is_dir() or not shutil.which("pg_createcluster"):
+        pytest.skip("no local PostgreSQL install to make a private cluster with (pg_createcluster)")
+    version = sorted(os.listdir("/etc/postgresql"))[0]
+    name, port = f"lane_restart_{os.getpid()}", free_port()
+    made = subprocess.run(["pg_createcluster", version, name, "-p", str(port), "--start", "--", "--auth=trust"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert made.returncode == 0, f"pg_createcluster failed: {made.stderr[-2000:]}"
+    try:
+        subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-v", "ON_ERROR_STOP=1",
+                        "-c", "create role root superuser login", "-c", "create database test owner root"],
+                       check=True, capture_output=True, timeout=60)  # fmt: skip
+        url = f"postgresql+psycopg://root@127.0.0.1:{port}/test"
+        yield f"{url}?connect_timeout=10", url, f"{version}/{name}"
+    finally:
+        subprocess.run(["pg_dropcluster", "--stop", version, name], capture_output=True, timeout=120)
+
+
+def terminate(app: str, admin_url: str) -> int:
+    import psycopg
+
     for _ in range(60):
         try:
-            admin = pg_admin()
+            admin = psycopg.connect(_libpq_url(admin_url), autocommit=True, connect_timeout=5)
             n = admin.execute(
                 "select count(pg_terminate_backend(pid)) from pg_stat_activity where application_name = %s", (app,)
             ).fetchone()[0]
@@ -51,13 +85,12 @@ def terminate(app: str) -> int:
 @pytest.mark.postgres
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_db_restart_and_killed_sessions(pg_url, tmp_path):
-    if not Path("/etc/postgresql").is_dir() and RESTARTS_ALLOWED:
-        pytest.skip("no local PostgreSQL cluster to restart (pg_ctlcluster)")
+def test_db_restart_and_killed_sessions(restart_target, tmp_path):
+    pg_url, admin_url, cluster = restart_target
     seconds = 60 if FULL else 24
     restarts = 2 if RESTARTS_ALLOWED else 0
     kills = 10 if FULL else 4
-    app = "lanefault_" + pg_url.rsplit("%3D", 1)[1][-12:]
+    app = "lanefault_" + uuid.uuid4().hex[:12]
     url = f"{pg_url}&application_name={app}"
     led = Ledger(url, retry_for=180.0)
     make_lane(led, "free", ceiling=10**9)
@@ -73,9 +106,9 @@ def test_db_restart_and_killed_sessions(pg_url, tmp_path):
     for at, what in events:
         time.sleep(max(0.0, start + at - time.monotonic()))
         if what == "kill":
-            killed_sessions.append(terminate(app))
+            killed_sessions.append(terminate(app, admin_url))
         else:
-            restart_times.append(restart_postgres())
+            restart_times.append(restart_postgres(cluster))
     codes = wait_all(workers, timeout=seconds + 300)
     mon.stop()
     assert codes == [0] * 8, codes
