@@ -10,11 +10,11 @@
 ``LANE_TRACES_DIR``          where ``lane simulate`` and the provider emulator look
                              for trace files by name
 ``LANE_SEND_SLACK_SECONDS``  how long after a gated task picks its lease up its
-                             request may take to reach the provider (default 0.5):
+                             request may take to reach the provider (default 0.5 s,
+                             at most 5% of the lane's window; a value set is used as is):
                              the burst window counts the rate charge from then, so
                              a provider's own sliding window never sees a charge
-                             the lane already let go of (at most 5% of the
-                             lane's window)
+                             the lane already let go of
 ===========================  =====================================================
 
 Read afresh whenever a ``LANE_*`` variable changed (a process may change its
@@ -50,7 +50,7 @@ class LaneSettings(BaseSettings):
     database_url: Optional[SecretStr] = Field(default=None, description="the ledger URL or block reference")
     missing_usage: Literal["estimate", "fail"] = Field(default="estimate")
     traces_dir: Optional[Path] = Field(default=None)
-    send_slack_seconds: float = Field(default=0.5, ge=0.0, le=60.0)
+    send_slack_seconds: Optional[float] = Field(default=None, ge=0.0, le=60.0)  # None: 0.5 s, <= 5% of the window
 
 
 _cache: dict = {}

@@ -63,7 +63,7 @@ _LEASE_PG = (
 
 
 def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = policy.HEAD_SLACK,
-         handoff: bool = False, row: LaneRow | None = None, send_slack: float = 0.0) -> Ticked:  # fmt: skip
+         handoff: bool = False, row: LaneRow | None = None, send_slack: float | None = 0.0) -> Ticked:  # fmt: skip
     """Lease what fits in ``lane`` now.
 
     Returns a :class:`Ticked`: ``parked`` the tail entries of the jobs this tick parked because they
@@ -74,8 +74,8 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     the first job in the admission order that has no waiter (a CLI job is leased to whoever ticks
     next; its room is kept for it). ``row``: the lane's row, locked and rolled by this transaction and
     as it last wrote it (a settlement's hand-off), so the tick does not read it again. ``send_slack``:
-    the admitted jobs' rate charges are placed that many seconds after ``now``, at most 5% of the
-    lane's window (:func:`rates.slack_for`; the ledger's
+    the admitted jobs' rate charges are placed that many seconds after ``now`` (None: the default, at
+    most 5% of the lane's window, :func:`rates.slack_for`; the ledger's
     ``send_slack``: when their requests may reach the provider).
     """
     row = roll_counters(cur, lock_lane(cur, lane), now) if row is None else row

@@ -46,18 +46,18 @@ class Ledger(Admitting, LearningStore):
             and nothing is created (read-only commands).
         send_slack: seconds by which a lease's request may reach the provider after
             its holder picked the lease up; the burst window counts each rate
-            charge this ledger writes from then, at most 5% of the lane's window
-            (default 0: from the pick-up). The
-            Prefect gate's ledgers use ``LANE_SEND_SLACK_SECONDS`` (default 0.5).
+            charge this ledger writes from then (default 0: from the pick-up; None:
+            0.5 s, at most 5% of the lane's window). The Prefect gate's ledgers use
+            ``LANE_SEND_SLACK_SECONDS`` (unset: None).
     """
 
     def __init__(self, url: str | None = None, *, clock: Callable[[], float] | None = None,
                  listeners: list[Listener] | None = None, retry_for: float = 60.0,
-                 create: bool = True, send_slack: float = 0.0):  # fmt: skip
+                 create: bool = True, send_slack: float | None = 0.0):  # fmt: skip
         self.url = parse_url(url)
         self.db = Database(self.url, retry_for=retry_for, create=create)
         self.clock = clock
-        self.send_slack = number("send_slack", send_slack, low=0.0, high=60.0)
+        self.send_slack = None if send_slack is None else number("send_slack", send_slack, low=0.0, high=60.0)
         self.listeners: list[Listener] = list(listeners or [])
         self.preflight = PreflightCache()
         self._admitting_init()

@@ -84,19 +84,22 @@ def true_up(cur: Cursor, lane: str, job_id: str, attempt: int, actual: int) -> N
     )
 
 
-# The send slack never takes more than this share of a lane's window: on a 60 s provider window the
-# whole 0.5 s default applies (0.8% of its rate), on the 1 s default window 0.05 s, not a third of it.
+# The gate's default send slack (LANE_SEND_SLACK_SECONDS unset): this long, but at most SLACK_SHARE of
+# the lane's window: on a 60 s provider window the whole 0.5 s (0.8% of its rate), on the 1 s default
+# window 0.05 s, not a third of the burst. A slack the user sets is used as it is.
+DEFAULT_SLACK = 0.5
 SLACK_SHARE = 0.05
 
 
-def slack_for(send_slack: float, window_seconds: float) -> float:
-    """The send slack a charge in a lane with ``window_seconds`` gets: at most :data:`SLACK_SHARE` of the window.
+def slack_for(send_slack: float | None, window_seconds: float) -> float:
+    """The send slack of a charge in a lane with ``window_seconds``; ``None``: the default (:data:`DEFAULT_SLACK`,
+    at most :data:`SLACK_SHARE` of the window).
 
     Example:
-        >>> slack_for(0.5, 60.0), slack_for(0.5, 1.0), slack_for(0.0, 60.0)
-        (0.5, 0.05, 0.0)
+        >>> slack_for(None, 60.0), slack_for(None, 1.0), slack_for(0.5, 1.0), slack_for(0.0, 60.0)
+        (0.5, 0.05, 0.5, 0.0)
     """
-    return min(send_slack, window_seconds * SLACK_SHARE)
+    return min(DEFAULT_SLACK, window_seconds * SLACK_SHARE) if send_slack is None else send_slack
 
 
 def stamp(cur: Cursor, job_id: str, attempt: int, now: float) -> None:
@@ -107,9 +110,9 @@ def stamp(cur: Cursor, job_id: str, attempt: int, now: float) -> None:
                 {"now": now, "j": job_id, "a": attempt})  # fmt: skip
 
 
-def stamp_sent(cur: Cursor, job_id: str, attempt: int, now: float, send_slack: float) -> None:
+def stamp_sent(cur: Cursor, job_id: str, attempt: int, now: float, send_slack: float | None) -> None:
     """:func:`stamp` at ``now`` plus the send slack the job's lane allows (:func:`slack_for` of its window)."""
-    if send_slack > 0:
+    if send_slack is None or send_slack > 0:
         window = cur.scalar("select l.window_seconds from lane l join job j on j.lane = l.name where j.id = :j",
                             {"j": job_id})  # fmt: skip
         now += slack_for(send_slack, window or 0.0)

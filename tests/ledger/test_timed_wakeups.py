@@ -119,26 +119,28 @@ def test_the_send_slack_places_every_charge_that_much_after_the_pick_up(led, clo
     slack.close()
 
 
-def test_the_send_slack_is_at_most_a_twentieth_of_a_short_window(led, clock, ledger_url):
+@pytest.mark.parametrize("window, given, slack", [(1.0, None, 0.05), (60.0, None, 0.5), (1.0, 0.5, 0.5)])
+def test_the_default_send_slack_is_at_most_a_twentieth_of_the_window_and_a_set_one_is_kept(
+        led, clock, ledger_url, window, given, slack):  # fmt: skip
     # On the 1 s default window a 0.5 s slack would hold every charge 1.5 s: a third of the burst lost.
-    lane(led, window_seconds=1.0)
-    slack = Ledger(ledger_url, clock=clock, send_slack=0.5)
-    x = slack.submit("s", 100, "r")
-    y = slack.submit("s", 200, "r")
-    assert {le.job_id for le in slack.tick("r")} == {x, y}
-    assert charges(slack) == [(clock.t + 0.05, 100), (clock.t + 0.05, 200)]
+    lane(led, window_seconds=window)
+    gated = Ledger(ledger_url, clock=clock, send_slack=given)
+    x = gated.submit("s", 100, "r")
+    y = gated.submit("s", 200, "r")
+    assert {le.job_id for le in gated.tick("r")} == {x, y}
+    assert charges(gated) == [(clock.t + slack, 100), (clock.t + slack, 200)]
     clock.t += 2
-    slack.take(tuple(slack.job(y)[k] for k in ("id", "lane", "stage", "est", "attempt", "lease_token", "lease_until",
+    gated.take(tuple(gated.job(y)[k] for k in ("id", "lane", "stage", "est", "attempt", "lease_token", "lease_until",
                                                  "run_key", "rate_cost", "state", "reason", "admitted_at")))
-    assert (clock.t + 0.05, 200) in charges(slack)
-    slack.close()
+    assert (clock.t + slack, 200) in charges(gated)
+    gated.close()
 
 
 def test_the_gate_ledger_takes_its_send_slack_from_the_setting(tmp_path, monkeypatch):
     monkeypatch.setenv("LANE_SEND_SLACK_SECONDS", "0.125")
     assert get_ledger(f"sqlite:///{tmp_path / 'a.db'}").send_slack == 0.125
     monkeypatch.delenv("LANE_SEND_SLACK_SECONDS")
-    assert get_ledger(f"sqlite:///{tmp_path / 'b.db'}").send_slack == 0.5
+    assert get_ledger(f"sqlite:///{tmp_path / 'b.db'}").send_slack is None  # unset: 0.5 s, at most 5% of the window
     assert Ledger(f"sqlite:///{tmp_path / 'c.db'}").send_slack == 0.0
     with pytest.raises(InvalidInput, match="send_slack"):
         Ledger(f"sqlite:///{tmp_path / 'd.db'}", send_slack=-1)
