@@ -5,18 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from lane_plugin import InvalidInput, Ledger, NeverFits
+from lane_plugin import InvalidInput, NeverFits
 
 from ..tables import job_rows
 
 T0 = 1_800_000_000.0  # a multiple of 10: a fixed window would start exactly here
-
-
-@pytest.fixture
-def led(ledger_url, clock):
-    ledger = Ledger(ledger_url, clock=clock)
-    yield ledger
-    ledger.close()
 
 
 def lane(led, **kw):

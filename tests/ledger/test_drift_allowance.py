@@ -3,16 +3,7 @@ allowance from its latest settlements where it refits its finishing reserve, and
 
 from __future__ import annotations
 
-import pytest
-
-from lane_plugin import Ledger, policy
-
-
-@pytest.fixture
-def led(ledger_url, clock):
-    ledger = Ledger(ledger_url, clock=clock)
-    yield ledger
-    ledger.close()
+from lane_plugin import policy
 
 
 def lane(led, name="t", **kw):

@@ -5,16 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from lane_plugin import InvalidInput, Ledger, NeverFits
+from lane_plugin import InvalidInput, NeverFits
 from lane_plugin.estimators import learned
 from lane_plugin.gating.estimates import resolve_parts
-
-
-@pytest.fixture
-def led(ledger_url, clock):
-    ledger = Ledger(ledger_url, clock=clock)
-    yield ledger
-    ledger.close()
 
 
 def lane(led, **kw):

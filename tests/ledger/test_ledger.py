@@ -21,13 +21,6 @@ from lane_plugin.reports import drift
 from ..tables import ARTICLE_SQL
 
 
-@pytest.fixture
-def led(ledger_url, clock):
-    ledger = Ledger(ledger_url, clock=clock)
-    yield ledger
-    ledger.close()
-
-
 def small_lane(led, **kw):
     settings = dict(allowance=10_000, ceiling=1_000, start_fraction=1.0, burst_tokens=1_000, max_leased=10,
                     lease_seconds=30, max_attempts=2, max_wait_seconds=600)  # fmt: skip

@@ -6,14 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from lane_plugin import Ledger, policy, sizeclass
-
-
-@pytest.fixture
-def led(ledger_url, clock):
-    ledger = Ledger(ledger_url, clock=clock)
-    yield ledger
-    ledger.close()
+from lane_plugin import policy, sizeclass
 
 
 def lane(led, name="t", **kw):

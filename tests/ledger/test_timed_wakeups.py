@@ -16,13 +16,6 @@ from lane_plugin.ledger import wakeups
 from lane_plugin.policy import window_expiry
 
 
-@pytest.fixture
-def led(ledger_url, clock):
-    ledger = Ledger(ledger_url, clock=clock)
-    yield ledger
-    ledger.close()
-
-
 def lane(led, **kw):
     settings = dict(allowance=10**6, ceiling=10**6, start_fraction=1.0, burst_tokens=1_000, window_seconds=10.0,
                     max_leased=100, lease_seconds=60, max_wait_seconds=600)  # fmt: skip
