@@ -15,11 +15,11 @@ def take(led, job_id: str, w):
     for dead) goes back to the queue; any other parking raises :class:`JobParked`.
     """
     w.event.clear()
-    row, w.row = w.row, None
+    row, w.row, sent = w.row, None, w.sent
     if row is None:
-        row = led.waiting_rows([job_id])[0]
+        row, sent = led.waiting_rows([job_id])[0], False
     try:
-        return led.take(row)
+        return led.take(row, sent=sent)
     except JobParked:
         reason = row[ROW_KEYS.index("reason")] or ""
         if row[ROW_KEYS.index("state")] == "parked" and reason.startswith(WAITER_GONE):

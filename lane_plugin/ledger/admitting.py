@@ -131,13 +131,18 @@ class Admitting:
             job = self.job(job_id)
         return self.take(tuple(job[k] for k in waiters.ROW_KEYS))
 
-    def take(self, row: tuple) -> Lease | None:
+    def take(self, row: tuple, *, sent: bool = False) -> Lease | None:
         """The lease a waiting job's own row shows (:data:`waiters.ROW_KEYS`), picked up now; None if it
-        still waits. Raises :class:`JobParked` if it was parked (or failed) while waiting."""
+        still waits. Raises :class:`JobParked` if it was parked (or failed) while waiting.
+
+        ``sent``: the read that returned ``row`` stamped the rate charge already, a moment ago
+        (:func:`waiters.rows_sent`, PostgreSQL's watcher): no transaction here, the body starts at once.
+        """
         job = dict(zip(waiters.ROW_KEYS, row))
         job_id = job["id"]
         if job["state"] == "leased":  # its request goes out now: the rate window counts it from now (+ send slack)
-            self._run(lambda cur, now: rates.stamp_sent(cur, job_id, job["attempt"], now, self.send_slack))
+            if not sent:
+                self._run(lambda cur, now: rates.stamp_sent(cur, job_id, job["attempt"], now, self.send_slack))
             return Lease(job["id"], job["lane"], job["stage"], job["est"], job["attempt"],
                          job["lease_token"], job["lease_until"], job["run_key"], job["rate_cost"])  # fmt: skip
         if job["state"] in ("parked", "failed", "done"):

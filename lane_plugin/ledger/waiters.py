@@ -21,6 +21,7 @@ import threading
 import uuid
 
 from .db import Cursor
+from .rates import SLACK_SHARE
 
 HEARTBEAT_SECONDS = 1.0  # a waiting process says it is still there this often
 GONE_SECONDS = 5.0  # ... and is gone after this long unseen (five missed heartbeats)
@@ -90,6 +91,28 @@ def rows(cur: Cursor, job_ids: list[str]) -> list[tuple]:
     return out
 
 
+def rows_sent(cur: Cursor, job_ids: list[str], now: float, send_slack: float) -> list[tuple]:
+    """PostgreSQL: :func:`rows`, and in the same statement the leased ones' requests go out now.
+
+    The watcher reads its waiting jobs' rows the moment another process's commit tells it they may have
+    been leased; the waiter it wakes starts its body within milliseconds. So the read stamps their rate
+    charges as :func:`lane_plugin.ledger.rates.stamp_sent` would (``now`` plus the lane's send slack,
+    later only): the woken waiter does not run a write transaction of its own before its body starts.
+    A charge is moved later only, so a stamp for a job whose waiter then gives up is merely cautious.
+    """
+    out: list[tuple] = []
+    for i in range(0, len(job_ids), _CHUNK):
+        part = {f"j{k}": j for k, j in enumerate(job_ids[i:i + _CHUNK])}
+        ids = ", ".join(":" + k for k in part)
+        out += cur.all(
+            f"with r as (select {', '.join(ROW_KEYS)} from job where id in ({ids})), "
+            "s as (update rate_charge c set at = :now + least(:slack, l.window_seconds * :share) "
+            "from r join lane l on l.name = r.lane where r.state = 'leased' and c.job_id = r.id "
+            "and c.attempt = r.attempt and c.at < :now + least(:slack, l.window_seconds * :share)) "
+            "select * from r", {**part, "now": now, "slack": send_slack, "share": SLACK_SHARE})  # fmt: skip
+    return out
+
+
 def lease_expired(cur: Cursor, now: float) -> bool:
     """Is any lease past its expiry (the head of ``ix_job_lease``)? Cheap: then reap hands its room on."""
     return cur.one("select 1 from job where state = 'leased' and lease_until < :now limit 1", {"now": now}) is not None
@@ -114,4 +137,4 @@ def notify(cur: Cursor, lane: str, what: str) -> None:
 
 
 __all__ = ["CHANNEL", "GONE_SECONDS", "HEARTBEAT_SECONDS", "ROW_KEYS", "WAITER_GONE", "claim", "gone", "heartbeat",
-           "lease_expired", "notify", "rows", "try_tick_lock", "waiter_id"]
+           "lease_expired", "notify", "rows", "rows_sent", "try_tick_lock", "waiter_id"]

@@ -6,7 +6,10 @@ watcher thread per ledger per process covers what other processes do:
 
 - on PostgreSQL it ``LISTEN``s on the lane channel (a ``NOTIFY`` is sent when jobs are leased or
   room frees; notifications from this process's own connections are ignored, its waiters were woken
-  already) and then reads its waiting jobs' own rows, all in one read;
+  already) and then reads its waiting jobs' own rows, all in one statement on the listening
+  connection, which also stamps the rate charges of those it finds leased (their requests go out
+  now: :func:`lane_plugin.ledger.waiters.rows_sent`), so a woken waiter starts its body without a
+  write transaction of its own;
 - on SQLite it reads its waiting jobs' own rows every :data:`POLL_SQLITE` seconds (primary-key
   lookups in one read transaction: no lock, no tick);
 - on both, a timed tick: room that frees by the burst window sliding has no event (nobody settles),
@@ -42,12 +45,16 @@ _IDLE_EXIT = 5.0  # the watcher exits after this long with nothing waiting
 
 @dataclass(eq=False)
 class Waiting:
-    """One waiting job: ``event`` is set when its row is no longer ``new`` (``row`` then holds it)."""
+    """One waiting job: ``event`` is set when its row is no longer ``new`` (``row`` then holds it).
+
+    ``sent``: the read that found ``row`` leased also stamped its rate charge (PostgreSQL's watcher).
+    """
 
     job_id: str
     lane: str
     event: threading.Event = field(default_factory=threading.Event)
     row: tuple | None = None
+    sent: bool = False
 
 
 class Wakeups:
@@ -81,6 +88,7 @@ class Wakeups:
         for lease in leases:
             w = self._jobs.get(lease.job_id)
             if w is not None:
+                w.sent = False
                 w.row = (lease.job_id, lease.lane, lease.stage, lease.est, lease.attempt, lease.token,
                          lease.lease_until, lease.run_key, lease.rate_cost, "leased", None, None)  # fmt: skip
                 w.event.set()
@@ -190,6 +198,7 @@ class Wakeups:
             if row[waiters.ROW_KEYS.index("state")] != "new":
                 w = self._jobs.get(row[0])
                 if w is not None:
+                    w.sent = listener is not None
                     w.row = row
                     w.event.set()
 
@@ -205,6 +214,7 @@ class _Listener:
         import psycopg
 
         self.db = ledger.db
+        self.ledger = ledger
         self.conn = psycopg.connect(**{"connect_timeout": 10, **ledger.url.conninfo}, autocommit=True)
         self.conn.execute(f"listen {waiters.CHANNEL}")
         self.schema = self.conn.execute("select current_schema()").fetchone()[0]
@@ -223,11 +233,13 @@ class _Listener:
         return out
 
     def rows(self, job_ids: list[str]) -> list[tuple]:
-        """The waiting jobs' own rows, read on this connection (autocommit: one statement, one transaction)."""
+        """The waiting jobs' own rows, read on this connection (autocommit: one statement, one transaction);
+        the leased ones' rate charges stamped in the same statement (:func:`waiters.rows_sent`)."""
         from .db import Cursor
 
         with self.conn.cursor() as raw:
-            out = waiters.rows(Cursor(raw, "postgresql"), job_ids)
+            cur = Cursor(raw, "postgresql", self.db.clock, self.db.stats)
+            out = waiters.rows_sent(cur, job_ids, self.ledger._now(cur), self.ledger.send_slack)
         self.db.stats.commits += 1
         return out
 

@@ -137,3 +137,29 @@ def test_the_gate_ledger_takes_its_send_slack_from_the_setting(tmp_path, monkeyp
     assert Ledger(f"sqlite:///{tmp_path / 'c.db'}").send_slack == 0.0
     with pytest.raises(InvalidInput, match="send_slack"):
         Ledger(f"sqlite:///{tmp_path / 'd.db'}", send_slack=-1)
+
+
+def test_the_watcher_stamps_the_charge_of_a_lease_another_process_handed_so_its_waiter_commits_nothing(pg_url):
+    """PostgreSQL: another process's tick leases the job; this process's watcher reads the row (as on a
+    NOTIFY) and in the same statement moves the charge to its own read's time plus the slack (as
+    ``take`` would have): the woken waiter picks the lease up without a transaction of its own."""
+    t0 = 1_000_000.0
+    other = Ledger(pg_url, clock=lambda: t0, send_slack=0.5)  # its own connections: its NOTIFY reaches us
+    here = Ledger(pg_url, clock=lambda: t0 + 2.0, send_slack=0.5)  # picks up 2 s after the grant
+    lane(other)
+    job = other.submit("s", 100, "r", waiter="w")
+    [lease] = other.tick("r")
+    assert lease.job_id == job and charges(other) == [(t0 + 0.5, 100)]
+    w = here.wakeups.register(job, "r")  # its watcher's first look (on its listening connection) finds it leased
+    assert w.event.wait(5.0), "the watcher never woke the waiter"
+    assert w.sent and w.row[0] == job and w.row[9] == "leased"
+    commits = here.db.stats.commits
+    got = here.take(w.row, sent=True)
+    assert got is not None and got.job_id == job and got.token == lease.token
+    assert here.db.stats.commits == commits, "the pick-up ran a transaction"
+    assert charges(other) == [(t0 + 2.0 + 0.5, 100)]  # later only: from the pick-up, plus the slack
+    here.wakeups.unregister(job)
+    here.settle(got, 100)
+    assert here.audit() == []
+    here.close()
+    other.close()
