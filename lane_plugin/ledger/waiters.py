@@ -21,7 +21,7 @@ import threading
 import uuid
 
 from .db import Cursor
-from .rates import SLACK_SHARE
+from .rates import DEFAULT_SLACK, SLACK_SHARE
 
 HEARTBEAT_SECONDS = 1.0  # a waiting process says it is still there this often
 GONE_SECONDS = 5.0  # ... and is gone after this long unseen (five missed heartbeats)
@@ -91,7 +91,7 @@ def rows(cur: Cursor, job_ids: list[str]) -> list[tuple]:
     return out
 
 
-def rows_sent(cur: Cursor, job_ids: list[str], now: float, send_slack: float) -> list[tuple]:
+def rows_sent(cur: Cursor, job_ids: list[str], now: float, send_slack: float | None) -> list[tuple]:
     """PostgreSQL: :func:`rows`, and in the same statement the leased ones' requests go out now.
 
     The watcher reads its waiting jobs' rows the moment another process's commit tells it they may have
@@ -100,16 +100,19 @@ def rows_sent(cur: Cursor, job_ids: list[str], now: float, send_slack: float) ->
     later only): the woken waiter does not run a write transaction of its own before its body starts.
     A charge is moved later only, so a stamp for a job whose waiter then gives up is merely cautious.
     """
+    # rates.slack_for in SQL: the default (None) is at most SLACK_SHARE of the lane's window; a set slack as it is
+    slack = "least(:slack, l.window_seconds * :share)" if send_slack is None else ":slack"
+    at = f":now + {slack}"
     out: list[tuple] = []
     for i in range(0, len(job_ids), _CHUNK):
         part = {f"j{k}": j for k, j in enumerate(job_ids[i:i + _CHUNK])}
         ids = ", ".join(":" + k for k in part)
         out += cur.all(
             f"with r as (select {', '.join(ROW_KEYS)} from job where id in ({ids})), "
-            "s as (update rate_charge c set at = :now + least(:slack, l.window_seconds * :share) "
-            "from r join lane l on l.name = r.lane where r.state = 'leased' and c.job_id = r.id "
-            "and c.attempt = r.attempt and c.at < :now + least(:slack, l.window_seconds * :share)) "
-            "select * from r", {**part, "now": now, "slack": send_slack, "share": SLACK_SHARE})  # fmt: skip
+            f"s as (update rate_charge c set at = {at} from r join lane l on l.name = r.lane "
+            f"where r.state = 'leased' and c.job_id = r.id and c.attempt = r.attempt and c.at < {at}) "
+            "select * from r",
+            {**part, "now": now, "slack": DEFAULT_SLACK if send_slack is None else send_slack, "share": SLACK_SHARE})
     return out
 
 

@@ -139,17 +139,20 @@ def test_the_gate_ledger_takes_its_send_slack_from_the_setting(tmp_path, monkeyp
         Ledger(f"sqlite:///{tmp_path / 'd.db'}", send_slack=-1)
 
 
-def test_the_watcher_stamps_the_charge_of_a_lease_another_process_handed_so_its_waiter_commits_nothing(pg_url):
+@pytest.mark.parametrize(("send_slack", "window", "slack"), [(0.5, 10.0, 0.5), (None, 1.0, 0.05), (0.5, 1.0, 0.5)])
+def test_the_watcher_stamps_the_charge_of_a_lease_another_process_handed_so_its_waiter_commits_nothing(
+        pg_url, send_slack, window, slack):  # fmt: skip
     """PostgreSQL: another process's tick leases the job; this process's watcher reads the row (as on a
     NOTIFY) and in the same statement moves the charge to its own read's time plus the slack (as
-    ``take`` would have): the woken waiter picks the lease up without a transaction of its own."""
+    ``take`` would have, the default slack at most 5% of the window): the woken waiter picks the lease
+    up without a transaction of its own."""
     t0 = 1_000_000.0
-    other = Ledger(pg_url, clock=lambda: t0, send_slack=0.5)  # its own connections: its NOTIFY reaches us
-    here = Ledger(pg_url, clock=lambda: t0 + 2.0, send_slack=0.5)  # picks up 2 s after the grant
-    lane(other)
+    other = Ledger(pg_url, clock=lambda: t0, send_slack=send_slack)  # its own connections
+    here = Ledger(pg_url, clock=lambda: t0 + 2.0, send_slack=send_slack)  # picks up 2 s after the grant
+    lane(other, window_seconds=window)
     job = other.submit("s", 100, "r", waiter="w")
     [lease] = other.tick("r")
-    assert lease.job_id == job and charges(other) == [(t0 + 0.5, 100)]
+    assert lease.job_id == job and charges(other) == [(pytest.approx(t0 + slack, rel=0, abs=1e-6), 100)]
     w = here.wakeups.register(job, "r")  # its watcher's first look (on its listening connection) finds it leased
     assert w.event.wait(5.0), "the watcher never woke the waiter"
     assert w.sent and w.row[0] == job and w.row[9] == "leased"
@@ -157,7 +160,7 @@ def test_the_watcher_stamps_the_charge_of_a_lease_another_process_handed_so_its_
     got = here.take(w.row, sent=True)
     assert got is not None and got.job_id == job and got.token == lease.token
     assert here.db.stats.commits == commits, "the pick-up ran a transaction"
-    assert charges(other) == [(t0 + 2.0 + 0.5, 100)]  # later only: from the pick-up, plus the slack
+    assert charges(other) == [(pytest.approx(t0 + 2.0 + slack, rel=0, abs=1e-6), 100)]  # later only: from the pick-up, plus the slack
     here.wakeups.unregister(job)
     here.settle(got, 100)
     assert here.audit() == []
