@@ -208,7 +208,7 @@ READING = """
 Reading the figures (written for the run of 2026-11-30, after issue 11's drift allowance landed;
 checked again after its cap):
 
-- **The drift allowance's cap** (review11, finding 2): what the allowance keeps free is now
+- **The drift allowance's cap** (found by an outside review): what the allowance keeps free is now
   `min(allowance, 5% of the ceiling, ceiling - est)`, so one outlier settlement can no longer close a
   lane for good. It changes no figure here but jobs/s (the allowances these runs learn are far under
   5% of the ceiling: ~27k kept free on Mooncake, 0.04%): every other figure is the one of the run

@@ -216,7 +216,7 @@ def test_status_of_a_job_the_drift_allowance_keeps_out_says_why_and_how_much(run
         led.settle(lease, actual)
     led.refit_runs("d")
     led.close()
-    # The allowance it learned (119,000 for a job of 1,000) is capped at 5% of the ceiling, 10,000 (review11): a
+    # The allowance it learned (119,000 for a job of 1,000) is capped at 5% of the ceiling, 10,000: a
     # job of 1,000 fits the 70,000 left; one of 65,000 does not, and says the cap bound.
     jid = run("submit", "--lane", "d", "--stage", "s", "--est", "65000").stdout.strip()
     out = run("status", jid).stdout

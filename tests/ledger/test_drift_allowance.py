@@ -70,7 +70,7 @@ def test_admission_keeps_the_allowance_free_only_near_the_ceiling(led, clock):
 
 
 def test_the_cap_gives_up_drift_past_five_percent_of_the_ceiling_in_flight_at_once(led, clock):
-    # The cost of the cap (review11, finding 2): the allowance keeps at most 5,000 of 100,000 free, so 9 jobs of
+    # The cost of the cap (found by an outside review): the allowance keeps at most 5,000 of 100,000 free, so 9 jobs of
     # 7,000 drifting 1.3x (18,900 past their estimates) are leased with 74,000 left (uncapped: 8) and settle
     # 7,900 past the ceiling. The ledger records it; nothing else is admitted past the ceiling.
     lane(led)

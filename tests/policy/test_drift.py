@@ -14,7 +14,7 @@ from lane_plugin.policy import Candidate, LanePolicy, LaneSnapshot, admit, cappe
 from .test_policy import scenarios
 
 settled = st.lists(st.tuples(st.integers(1, 5_000), st.integers(0, 12_000)), max_size=60)
-# Any allowance at all, up to one outlier's (review11: an estimate of 1,000 settled at 150,000 taught 14.5x, 135,454).
+# Any allowance at all, up to one outlier's (an outside review found: an estimate of 1,000 settled at 150,000 taught 14.5x, 135,454).
 any_allowance = st.tuples(st.floats(1.0, 1_000.0), st.integers(0, 10**9), st.integers(0, 10**7))
 allowances = st.tuples(st.sampled_from([1.0, 1.0004, 1.07, 1.3, 2.5]), st.integers(0, 400), st.integers(0, 60))
 

@@ -77,7 +77,7 @@ def reference_admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> 
     left, burst, start_left = p.ceiling - snapshot.spent, p.burst_tokens, p.start_limit - snapshot.spent
     # Changed since 6b2873b on purpose (issue 11, "never past the ceiling"): the drift allowance of
     # rule 3, the same change as policy.admit's (what is in flight charged at its drift-corrected size).
-    # And the cap on it (review11, finding 2): at most 5% of the ceiling and what the ceiling leaves the job
+    # And the cap on it (found by an outside review): at most 5% of the ceiling and what the ceiling leaves the job
     # (drift.capped; blocking_rule caps the in-flight allowance it is given).
     drift, overrun, spread = snapshot.drift, snapshot.overrun, snapshot.spread
     for c in order(snapshot, candidates):
