@@ -102,6 +102,13 @@ def slack_for(send_slack: float | None, window_seconds: float) -> float:
     return min(DEFAULT_SLACK, window_seconds * SLACK_SHARE) if send_slack is None else send_slack
 
 
+def slack_sql(send_slack: float | None, window: str) -> tuple[str, dict]:
+    """:func:`slack_for` as a SQL expression of the column ``window`` (PostgreSQL), with its parameters."""
+    if send_slack is None:
+        return f"least(:slack, {window} * :share)", {"slack": DEFAULT_SLACK, "share": SLACK_SHARE}
+    return ":slack", {"slack": send_slack}
+
+
 def stamp(cur: Cursor, job_id: str, attempt: int, now: float) -> None:
     """The holder picked its lease up now (a waiter polls; another process's tick may have admitted
     it seconds ago): the request goes out now, so its charge leaves the window ``window_seconds``

@@ -21,7 +21,7 @@ import threading
 import uuid
 
 from .db import Cursor
-from .rates import DEFAULT_SLACK, SLACK_SHARE
+from .rates import slack_sql
 
 HEARTBEAT_SECONDS = 1.0  # a waiting process says it is still there this often
 GONE_SECONDS = 5.0  # ... and is gone after this long unseen (five missed heartbeats)
@@ -100,8 +100,7 @@ def rows_sent(cur: Cursor, job_ids: list[str], now: float, send_slack: float | N
     later only): the woken waiter does not run a write transaction of its own before its body starts.
     A charge is moved later only, so a stamp for a job whose waiter then gives up is merely cautious.
     """
-    # rates.slack_for in SQL: the default (None) is at most SLACK_SHARE of the lane's window; a set slack as it is
-    slack = "least(:slack, l.window_seconds * :share)" if send_slack is None else ":slack"
+    slack, params = slack_sql(send_slack, "l.window_seconds")
     at = f":now + {slack}"
     out: list[tuple] = []
     for i in range(0, len(job_ids), _CHUNK):
@@ -112,7 +111,7 @@ def rows_sent(cur: Cursor, job_ids: list[str], now: float, send_slack: float | N
             f"s as (update rate_charge c set at = {at} from r join lane l on l.name = r.lane "
             f"where r.state = 'leased' and c.job_id = r.id and c.attempt = r.attempt and c.at < {at}) "
             "select * from r",
-            {**part, "now": now, "slack": DEFAULT_SLACK if send_slack is None else send_slack, "share": SLACK_SHARE})
+            {**part, "now": now, **params})
     return out
 
 
