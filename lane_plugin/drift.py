@@ -102,15 +102,41 @@ def fit_drift(settled: Iterable[tuple[int, int]]) -> tuple[float, int, int]:
         >>> fit_drift([])
         (1.0, 0, 0)
     """
-    rows = [(int(e), int(a)) for e, a in settled]
-    est = sum(e for e, _ in rows)
-    actual = sum(a for _, a in rows)
+    rows = settled if isinstance(settled, (list, tuple)) else list(settled)
+    if not rows:
+        return 1.0, 0, 0
+    import numpy as np  # here, not at import: the gate imports this module and never fits
+
+    cols = list(zip(*rows))
+    try:
+        est, actual = (np.array(col, dtype=np.int64) for col in cols)
+    except OverflowError:  # past int64: Python integers
+        est, actual = (np.array([int(v) for v in col], dtype=object) for col in cols)
+    return fit_drift_arrays(est, actual)
+
+
+def fit_drift_arrays(est, actual) -> tuple[float, int, int]:
+    """:func:`fit_drift` of the settlements ``zip(est, actual)``, given as two equal-length numpy arrays of integers.
+
+    What the simulator calls on its ring of the latest settlements: the sample's order does not matter.
+    Vectorised (a refit reads 1,000 settlements); where int64 could overflow, on Python integers.
+    """
+    import numpy as np
+
+    n = len(est)
+    if n == 0:
+        return 1.0, 0, 0
+    big = max(abs(int(est.max())), abs(int(est.min())), abs(int(actual.max())), abs(int(actual.min())))
+    if est.dtype != object and big * max(n, 10_000) >= 2**62:  # the sums, or est * extra below, could pass int64: exact Python ints
+        est, actual = est.astype(object), actual.astype(object)
+    total_est, total_actual = int(est.sum()), int(actual.sum())
     drift = 1.0
-    if est > 0 and actual > est:
-        drift = -(-actual * 10_000 // est) / 10_000
-    extra = round(drift * 10_000) - 10_000  # over_charge(drift, 0, 0, e, 0), inlined: it runs per settlement
-    overs = sorted([a - e + (-extra * e // 10_000) for e, a in rows])
-    if not overs:
-        return drift, 0, 0
-    q = overs[min(len(overs) - 1, math.ceil(SPREAD_QUANTILE * len(overs)) - 1)]
-    return drift, max(0, overs[-1]), max(0, q)
+    if total_est > 0 and total_actual > total_est:
+        drift = -(-total_actual * 10_000 // total_est) / 10_000
+    extra = round(drift * 10_000) - 10_000  # over_charge(drift, 0, 0, e, 0), vectorised: it runs per settlement
+    if est.dtype != object and big * max(extra, 1) >= 2**62:
+        est, actual = est.astype(object), actual.astype(object)
+    overs = actual - est + (-extra * est // 10_000)
+    k = min(n - 1, math.ceil(SPREAD_QUANTILE * n) - 1)
+    q = np.partition(overs, k)[k] if overs.dtype != object else sorted(overs)[k]
+    return drift, max(0, int(overs.max())), max(0, int(q))

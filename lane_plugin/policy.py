@@ -83,6 +83,7 @@ from .drift import DRIFT_SAMPLE as DRIFT_SAMPLE
 from .drift import capped as capped
 from .drift import drift_cap as drift_cap
 from .drift import fit_drift as fit_drift
+from .drift import fit_drift_arrays as fit_drift_arrays
 from .drift import over_charge as over_charge
 
 # The finishing reserve (learned from finished runs) lives in .reserve; its names are read here too.

@@ -37,6 +37,8 @@ from collections.abc import Iterator
 from heapq import heappop, heappush
 from typing import Any, Protocol
 
+import numpy as np
+
 from ..policy import (
     DRIFT_SAMPLE,
     HEAD_SLACK,
@@ -46,13 +48,15 @@ from ..policy import (
     LaneSnapshot,
     admit,
     capped,
-    fit_drift,
+    drift_cap,
+    fit_drift_arrays,
     over_charge,
     size_class_boundary,
 )
 from .runs import RunBook
 
 WAITING = 0  # the engine's state code of a waiting job
+FREE = object()  # LaneQueue.other_est's key for jobs without a run
 
 
 class Sim(Protocol):
@@ -111,9 +115,16 @@ class LaneQueue:
         self.size_boundary: int | None = None
         # The drift allowance, learned as the ledger learns it: from the last DRIFT_SAMPLE
         # settlements (est, actual), refit with the profile (1.0, 0 and 0: none yet).
-        self.settled: deque[tuple[int, int]] = deque(maxlen=DRIFT_SAMPLE)
+        # (a ring: the fit does not depend on their order; int64, or Python integers past it)
+        self._settled_est = np.zeros(DRIFT_SAMPLE, dtype=np.int64)
+        self._settled_actual = np.zeros(DRIFT_SAMPLE, dtype=np.int64)
         self.drift, self.overrun, self.spread = 1.0, 0, 0
         self._settles = self._fitted = 0  # settlements seen, and seen at the last fit (none since: the same fit)
+        # The smallest estimates waiting, by what a job needs besides its estimate: every job that ever
+        # entered the finishing range (a job's run, once started, stays started), and the other range's
+        # jobs per stage (FREE: no run, nothing after it), each (est, index) with lazy deletion.
+        self.fin_est: list[tuple[int, int]] = []
+        self.other_est: dict[object, list[tuple[int, int]]] = {}
 
     def prio(self, j: int) -> float:
         """Job ``j``'s place, given once (at intake, by the boundary known then and whether its run is
@@ -131,13 +142,23 @@ class LaneQueue:
         self.runs.refit(now)
         self.size_boundary = size_class_boundary(self.recent)
         if self._settles != self._fitted:
-            self.drift, self.overrun, self.spread = fit_drift(self.settled)
+            n = min(self._settles, DRIFT_SAMPLE)
+            self.drift, self.overrun, self.spread = fit_drift_arrays(self._settled_est[:n], self._settled_actual[:n])
             self._fitted = self._settles
 
     def settle(self, est: int, actual: int) -> None:
         """A settlement the drift allowance learns from (the ledger's settlement rows)."""
-        self.settled.append((est, actual))
+        i = self._settles % DRIFT_SAMPLE
+        if max(abs(est), abs(actual)) >= 2**62 and self._settled_est.dtype != object:
+            self._settled_est, self._settled_actual = self._settled_est.astype(object), self._settled_actual.astype(object)
+        self._settled_est[i], self._settled_actual[i] = est, actual
         self._settles += 1
+
+    @property
+    def settled(self) -> list[tuple[int, int]]:
+        """The latest :data:`DRIFT_SAMPLE` settlements ``(est, actual)`` the allowance is learned from (in no order)."""
+        n = min(self._settles, DRIFT_SAMPLE)
+        return list(zip(self._settled_est[:n].tolist(), self._settled_actual[:n].tolist()))
 
     def push(self, j: int) -> None:
         sim = self.sim
@@ -152,8 +173,13 @@ class LaneQueue:
         key = sim.trace.run_key[j]
         if key is not None and key in self.runs.runs:
             insort(self.finishing, (p, j))
+            heappush(self.fin_est, (sim.est[j], j))
         else:
             insort(self.other, (p, j))
+            heap = self.other_est.get(FREE if key is None else sim.trace.stage[j])
+            if heap is None:
+                heap = self.other_est[FREE if key is None else sim.trace.stage[j]] = []
+            heappush(heap, (sim.est[j], j))
             if key is not None:
                 self.members.setdefault(key, []).append(j)
 
@@ -162,6 +188,43 @@ class LaneQueue:
             for j in self.members.pop(key, ()):
                 if self.sim.state[j] == WAITING:
                     insort(self.finishing, (self.prio(j), j))
+                    heappush(self.fin_est, (self.sim.est[j], j))
+
+    def nothing_fits(self) -> bool:
+        """Whether :func:`~lane_plugin.policy.admit` is sure to lease nothing now, read off the smallest estimates.
+
+        Rule 3 with the drift allowance it charges the first candidate (the least any candidate is
+        charged: a shadow only adds to it), for the smallest finishing job, and rule 4 for the smallest
+        starting or free job of each stage. ``est`` plus its capped allowance grows with ``est``
+        (``min(est + over, est + 5% of the ceiling, ceiling)``), so when the smallest of a kind fails,
+        every job of that kind does; headroom, the start limit and the window only keep out more.
+        For a lane that parks nothing (the caller's ``resets``): then admit decides nothing else.
+        """
+        sim, runs, run_key, state = self.sim, self.runs, self.sim.trace.run_key, self.sim.state
+        ceiling = self.policy.ceiling
+        committed = sim.spent + sim.reserved
+        drifts = self.drift > 1.0 or self.overrun > 0 or self.spread > 0
+        base = self.overrun + self.spread * (sim.leased + 1)
+        extra = max(0, round(self.drift * 10_000) - 10_000)
+        dcap = drift_cap(ceiling)
+
+        def least(e: int) -> int:  # est and the allowance admit charges it first (rules._rule's cap)
+            over = base - (-extra * (sim.reserved + e) // 10_000) if drifts else 0
+            return e + (min(over, dcap, ceiling - e) if over else 0)
+
+        heap = self.fin_est
+        while heap and state[heap[0][1]] != WAITING:
+            heappop(heap)
+        if heap and committed + least(heap[0][0]) <= ceiling:
+            return False
+        committed += runs.finishing
+        started = runs.runs
+        for stage, heap in self.other_est.items():
+            while heap and (state[heap[0][1]] != WAITING or (stage is not FREE and run_key[heap[0][1]] in started)):
+                heappop(heap)  # admitted, parked, or its run started: the finishing heap holds it now
+            if heap and committed + least(heap[0][0]) + (0 if stage is FREE else runs.after(stage)) <= ceiling:
+                return False
+        return True
 
     def candidate(self, j: int) -> Candidate:
         """Job ``j``'s candidate, cached until the reserve profile is refit (its ``after`` reads the profile)."""
@@ -261,6 +324,10 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     # A lane without a period parks what cannot fit before a reset; when no waiting job is that
     # big, admission decides as in a lane with one, which may stop reading once it is closed.
     resets = bool(cfg.period_seconds) or _none_unfit(sim, q)
+    if resets and q.nothing_fits():  # admit would lease nothing and park nothing: skip reading the head
+        if now - book.profile_at >= REFIT_SECONDS:
+            q.refit(now)
+        return [], 0
     snap = LaneSnapshot(
         policy=q.policy, spent=sim.spent, reserved=sim.reserved, leased=sim.leased,
         window_used=sim.window.used(now), now=now, stopped=sim.stopped(now), started_runs=book.runs,

@@ -37,6 +37,25 @@ def test_fit_drift_learns_the_ratio_above_one_and_the_overruns_past_it():
     assert drift == 1.0 and overrun == 1_899 and spread == 0  # the 90th percentile is not an overrun
 
 
+def fit_drift_by_definition(rows: list[tuple[int, int]]) -> tuple[float, int, int]:
+    """fit_drift as its docstring defines it, on Python integers, one settlement at a time."""
+    est, actual = sum(e for e, _ in rows), sum(a for _, a in rows)
+    drift = -(-actual * 10_000 // est) / 10_000 if est > 0 and actual > est else 1.0
+    overs = sorted(a - (e + over_charge(drift, 0, 0, e, 1)) for e, a in rows)
+    if not overs:
+        return drift, 0, 0
+    return drift, max(0, overs[-1]), max(0, overs[min(len(overs) - 1, -(-9 * len(overs) // 10) - 1)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(settled, st.lists(st.tuples(st.integers(0, 10**18), st.integers(0, 10**19)), max_size=30),
+                 st.lists(st.tuples(st.integers(1, 3), st.integers(0, 10**15)), min_size=1, max_size=30)))
+def test_the_vectorised_fit_is_the_fit_by_definition_even_past_int64(rows):
+    # fit_drift runs on numpy (a refit reads 1,000 settlements); huge bills or ratios fall back to Python integers
+    assert fit_drift(rows) == fit_drift_by_definition(rows)
+    assert fit_drift(iter(rows)) == fit_drift_by_definition(rows)  # any iterable, as the ledger's rows are
+
+
 @settings(max_examples=300, deadline=None)
 @given(settled)
 def test_fit_drift_covers_every_settlement_once_and_nine_in_ten_by_the_spread(rows):
