@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lane_plugin.cli import app
-from lane_plugin.sim import policies as sim_policies
+from lane_plugin.sim import lanequeue as sim_lanequeue
 from lane_plugin.sim.config import SimConfig
 from lane_plugin.sim.engine import simulate
 from lane_plugin.sim.estimating import OnlineEstimator
@@ -51,7 +51,7 @@ def test_headroom_keeps_settled_spend_within_half_a_percent_of_the_ceiling(seed,
     base = dict(ceiling=1_500_000, allowance=2_000_000, burst_tokens=10**9, max_leased=64, workers=64,
                 lease_seconds=10**5, estimator="learned")  # fmt: skip
     with monkeypatch.context() as m:  # the headroom alone: no drift allowance learned
-        m.setattr(sim_policies, "fit_drift_arrays", lambda est, actual: (1.0, 0, 0))
+        m.setattr(sim_lanequeue, "fit_drift_arrays", lambda est, actual: (1.0, 0, 0))
         res = {k: simulate(tr, SimConfig(**base, headroom_sigmas=k), ["lane"])[0] for k in (0.0, 2.0, 3.0)}
     assert res[0.0].over_ceiling > 0  # estimates at the mean, no headroom: what settles passes the ceiling
     assert res[2.0].over_ceiling <= 0.005 * base["ceiling"]

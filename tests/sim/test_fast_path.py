@@ -17,6 +17,7 @@ from hypothesis import given, settings
 
 from lane_plugin import policy, sizeclass
 from lane_plugin.policy import admit, fit_runs, order
+from lane_plugin.sim import lanequeue as sim_lanequeue
 from lane_plugin.sim import policies as sim_policies
 from lane_plugin.sim import runs as sim_runs
 from lane_plugin.sim.engine import SimConfig, simulate
@@ -72,7 +73,7 @@ def run(name: str, seed: int):
 def test_the_fast_path_admits_what_the_reference_admits(name, seed, classes, monkeypatch):
     """With the size classes learned, and with none (boundary None: the reference exactly as it was)."""
     if classes == "none":
-        monkeypatch.setattr(sim_policies, "size_class_boundary", lambda ests: None)
+        monkeypatch.setattr(sim_lanequeue, "size_class_boundary", lambda ests: None)
         monkeypatch.setattr(reference_lane, "size_class_boundary", lambda ests: None)
     fast = run(name, seed)
     monkeypatch.setitem(sim_policies.POLICIES, "lane", select_lane_reference)

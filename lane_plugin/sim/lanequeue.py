@@ -1,0 +1,275 @@
+"""The ``lane`` policy's waiting queue in the simulator: what the ledger's index and lane row hold.
+
+:class:`LaneQueue` keeps the waiting jobs in the two ranges the store reads (finishing, other), in
+``(prio, index)`` order, reads their head lazily for :func:`lane_plugin.sim.policies.select_lane`,
+and learns what the ledger learns at a refit (the finishing reserve's profile, the size-class
+boundary, the drift allowance). It also keeps the smallest estimates waiting by kind, so a tick that
+cannot lease anything is known without reading the head (:meth:`LaneQueue.nothing_fits`).
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+from collections import deque
+from collections.abc import Iterator
+from heapq import heappop, heappush
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..policy import (
+    DRIFT_SAMPLE,
+    SIZE_CLASS_SAMPLE,
+    Candidate,
+    drift_cap,
+    fit_drift_arrays,
+    size_class_boundary,
+)
+from .runs import RunBook
+
+WAITING = 0  # the engine's state code of a waiting job
+FREE = object()  # LaneQueue.other_est's key for jobs without a run
+
+
+class Sim(Protocol):
+    """What a policy reads of the engine (:class:`lane_plugin.sim.engine.Sim`)."""
+
+    cfg: Any
+    state: bytearray
+    est: list[int]
+    waiting_since: list[float]
+    age: list[tuple[float, int]]
+    by_est: list[tuple[int, int]]
+    spent: int
+    reserved: int
+    reserved_var: int
+    var: list[int]
+    leased: int
+    rate: list[int]
+    window: Any
+    lane_queue: Any
+    trace: Any
+
+    def candidate(self, j: int) -> Candidate: ...
+
+    def index_of(self, c: Candidate) -> int: ...
+
+    def stopped(self, t: float) -> bool: ...
+
+    def park(self, j: int, t: float) -> None: ...
+
+
+class LaneQueue:
+    """The ``lane`` policy's waiting jobs, as the ledger's index (lane, state, finishing, prio) holds them.
+
+    Two ranges, lists sorted by ``(prio, index)``: jobs of runs already under way
+    (*finishing*) and the rest. A job moves to the first when its run starts; its
+    entry in the second goes stale. Admission reads the ranges in place, so the
+    head it leaves is not moved; stale entries are deleted when a read passes them.
+    """
+
+    def __init__(self, sim: Sim) -> None:
+        self.sim = sim
+        self.policy = sim.cfg.lane_policy
+        self.runs = RunBook(sim, self.policy)
+        self.other: list[tuple[float, int]] = []
+        self.finishing: list[tuple[float, int]] = []
+        self.members: dict[str, list[int]] = {}  # waiting jobs of runs not started yet
+        self.biggest: list[tuple[int, int]] = []  # waiting jobs by (-est, index): read without a period
+        self._biggest = not sim.cfg.period_seconds
+        self.max_var = 0  # the largest est_var any job had (headroom grows with it)
+        self._prio: dict[int, float] = {}
+        self._cands: dict[int, Candidate] = {}  # candidates built under the profile of version _cands_at
+        self._cands_at = self.runs.version
+        # The size classes, learned as the ledger learns them: the boundary of the last
+        # SIZE_CLASS_SAMPLE estimates submitted, refit with the profile (None: not yet).
+        self.recent: deque[int] = deque(maxlen=SIZE_CLASS_SAMPLE)
+        self.size_boundary: int | None = None
+        # The drift allowance, learned as the ledger learns it: from the last DRIFT_SAMPLE
+        # settlements (est, actual), refit with the profile (1.0, 0 and 0: none yet).
+        # (a ring: the fit does not depend on their order; int64, or Python integers past it)
+        self._settled_est = np.zeros(DRIFT_SAMPLE, dtype=np.int64)
+        self._settled_actual = np.zeros(DRIFT_SAMPLE, dtype=np.int64)
+        self.drift, self.overrun, self.spread = 1.0, 0, 0
+        self._settles = self._fitted = 0  # settlements seen, and seen at the last fit (none since: the same fit)
+        # The smallest estimates waiting, by what a job needs besides its estimate: every job that ever
+        # entered the finishing range (a job's run, once started, stays started), and the other range's
+        # jobs per stage (FREE: no run, nothing after it), each (est, index) with lazy deletion.
+        self.fin_est: list[tuple[int, int]] = []
+        self.dcap = drift_cap(self.policy.ceiling)
+        self.other_est: dict[object, list[tuple[int, int]]] = {}
+
+    def prio(self, j: int) -> float:
+        """Job ``j``'s place, given once (at intake, by the boundary known then and whether its run is
+        under way), as the ledger stores it."""
+        p = self._prio.get(j)
+        if p is None:
+            key = self.sim.trace.run_key[j]
+            p = self._prio[j] = self.policy.priority(self.sim.est[j], self.sim.waiting_since[j], self.size_boundary,
+                                                     key is not None and key in self.runs.runs)  # fmt: skip
+        return p
+
+    def refit(self, now: float) -> None:
+        """What the ledger's refit does: the finishing reserve's profile, the size-class boundary and
+        the drift allowance."""
+        self.runs.refit(now)
+        self.size_boundary = size_class_boundary(self.recent)
+        if self._settles != self._fitted:
+            n = min(self._settles, DRIFT_SAMPLE)
+            self.drift, self.overrun, self.spread = fit_drift_arrays(self._settled_est[:n], self._settled_actual[:n])
+            self._fitted = self._settles
+
+    def settle(self, est: int, actual: int) -> None:
+        """A settlement the drift allowance learns from (the ledger's settlement rows)."""
+        i = self._settles % DRIFT_SAMPLE
+        if max(abs(est), abs(actual)) >= 2**62 and self._settled_est.dtype != object:
+            self._settled_est, self._settled_actual = self._settled_est.astype(object), self._settled_actual.astype(object)
+        self._settled_est[i], self._settled_actual[i] = est, actual
+        self._settles += 1
+
+    @property
+    def settled(self) -> list[tuple[int, int]]:
+        """The latest :data:`DRIFT_SAMPLE` settlements ``(est, actual)`` the allowance is learned from (in no order)."""
+        n = min(self._settles, DRIFT_SAMPLE)
+        return list(zip(self._settled_est[:n].tolist(), self._settled_actual[:n].tolist()))
+
+    def push(self, j: int) -> None:
+        sim = self.sim
+        p = self._prio.get(j)
+        if p is None:  # a job entering the lane: its estimate is one the boundary learns from
+            p = self.prio(j)
+            self.recent.append(sim.est[j])
+        if self._biggest:
+            heappush(self.biggest, (-sim.est[j], j))
+        if sim.var[j] > self.max_var:
+            self.max_var = sim.var[j]
+        key = sim.trace.run_key[j]
+        if key is not None and key in self.runs.runs:
+            insort(self.finishing, (p, j))
+            heappush(self.fin_est, (sim.est[j], j))
+        else:
+            insort(self.other, (p, j))
+            heap = self.other_est.get(FREE if key is None else sim.trace.stage[j])
+            if heap is None:
+                heap = self.other_est[FREE if key is None else sim.trace.stage[j]] = []
+            heappush(heap, (sim.est[j], j))
+            if key is not None:
+                self.members.setdefault(key, []).append(j)
+
+    def started(self, keys: list[str]) -> None:
+        for key in keys:
+            for j in self.members.pop(key, ()):
+                if self.sim.state[j] == WAITING:
+                    insort(self.finishing, (self.prio(j), j))
+                    heappush(self.fin_est, (self.sim.est[j], j))
+
+    def nothing_fits(self) -> bool:
+        """Whether :func:`~lane_plugin.policy.admit` is sure to lease nothing now, read off the smallest estimates.
+
+        Rule 3 with the drift allowance it charges the first candidate (the least any candidate is
+        charged: a shadow only adds to it), for the smallest finishing job, and rule 4 for the smallest
+        starting or free job of each stage. ``est`` plus its capped allowance grows with ``est``
+        (``min(est + over, est + 5% of the ceiling, ceiling)``), so when the smallest of a kind fails,
+        every job of that kind does; headroom, the start limit and the window only keep out more.
+        For a lane that parks nothing (the caller's ``resets``): then admit decides nothing else.
+        """
+        sim, runs, run_key, state = self.sim, self.runs, self.sim.trace.run_key, self.sim.state
+        ceiling = self.policy.ceiling
+        committed = sim.spent + sim.reserved
+        dcap = self.dcap
+        drifts = self.drift > 1.0 or self.overrun > 0 or self.spread > 0
+        base = self.overrun + self.spread * (sim.leased + 1)
+        extra = max(0, round(self.drift * 10_000) - 10_000)
+
+        def least(e: int) -> int:  # est and the allowance admit charges it first (rules._rule's cap)
+            over = base - (-extra * (sim.reserved + e) // 10_000) if drifts else 0
+            return e + (min(over, dcap, ceiling - e) if over else 0)
+
+        heap = self.fin_est
+        while heap and state[heap[0][1]] != WAITING:
+            heappop(heap)
+        if heap and committed + least(heap[0][0]) <= ceiling:
+            return False
+        committed += runs.finishing
+        started = runs.runs
+        for stage, heap in self.other_est.items():
+            while heap and (state[heap[0][1]] != WAITING or (stage is not FREE and run_key[heap[0][1]] in started)):
+                heappop(heap)  # admitted, parked, or its run started: the finishing heap holds it now
+            if heap and committed + least(heap[0][0]) + (0 if stage is FREE else runs.after(stage)) <= ceiling:
+                return False
+        return True
+
+    def candidate(self, j: int) -> Candidate:
+        """Job ``j``'s candidate, cached until the reserve profile is refit (its ``after`` reads the profile)."""
+        if self._cands_at != self.runs.version:
+            self._cands.clear()
+            self._cands_at = self.runs.version
+        c = self._cands.get(j)
+        if c is None:
+            c = self._cands[j] = candidate_for(self.sim, j)
+        return c
+
+    def head(self, n: int, seen: list) -> Iterator[Candidate]:
+        """The first ``n`` waiting jobs of each range, merged in admission order, read lazily.
+
+        What the store's two-range read returns, sorted as :func:`~lane_plugin.policy.order`
+        sorts it (``(prio, id)``; ids sort like indices), read in place only as far as admission
+        reads. Every entry scanned is appended to ``seen`` as ``(range, index, job)``, job -1 for a
+        stale one (admitted, parked, a duplicate, or moved to the finishing range); the caller
+        then deletes those and the ones it takes (:meth:`drop`), before anything is inserted.
+        """
+        sim, runs, run_key = self.sim, self.runs.runs, self.sim.trace.run_key
+        state = sim.state
+        if self._cands_at != self.runs.version:  # no refit happens while admission reads the head
+            self._cands.clear()
+            self._cands_at = self.runs.version
+        cands = self._cands
+        fin, other = self.finishing, self.other
+        n_f, n_o = len(fin), len(other)
+        # A job's entries carry its one cached priority, so its duplicates sit next to each other.
+        i_f = i_o = 0
+        left_f = left_o = n
+        while True:
+            f = o = None
+            while left_f and i_f < n_f:
+                e = fin[i_f]
+                if state[e[1]] == WAITING and (i_f == 0 or fin[i_f - 1] != e):
+                    f = e
+                    break
+                seen.append((fin, i_f, -1))
+                i_f += 1
+            while left_o and i_o < n_o:
+                e = other[i_o]
+                j = e[1]
+                if (state[j] == WAITING and (i_o == 0 or other[i_o - 1] != e)
+                        and (run_key[j] is None or run_key[j] not in runs)):  # fmt: skip
+                    o = e
+                    break
+                seen.append((other, i_o, -1))
+                i_o += 1
+            if f is not None and (o is None or f < o):
+                seen.append((fin, i_f, f[1]))
+                e, i_f, left_f = f, i_f + 1, left_f - 1
+            elif o is not None:
+                seen.append((other, i_o, o[1]))
+                e, i_o, left_o = o, i_o + 1, left_o - 1
+            else:
+                return
+            c = cands.get(e[1])
+            if c is None:
+                c = cands[e[1]] = candidate_for(sim, e[1])
+            yield c
+
+    def drop(self, seen: list, taken: set[int] | list[int]) -> None:
+        """Remove the stale entries :meth:`head` scanned, and those of the jobs ``taken``, from the ranges."""
+        for lst in (self.finishing, self.other):
+            for r, i, j in reversed(seen):  # indices ascend within a range: delete from the back
+                if r is lst and (j < 0 or j in taken):
+                    del lst[i]
+
+
+def candidate_for(sim: Sim, j: int) -> Candidate:
+    """The ``lane`` policy's view of waiting job ``j`` (its id sorts like its index)."""
+    q, tr = sim.lane_queue, sim.trace
+    return Candidate(sim.job_id(j), sim.est[j], sim.waiting_since[j], tr.run_key[j], sim.rate[j], tr.stage[j],
+                     q.runs.after(tr.stage[j]) if tr.run_key[j] is not None else 0, q.prio(j), sim.var[j])  # fmt: skip
