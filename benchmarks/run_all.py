@@ -84,6 +84,20 @@ def machine() -> str:
             f"Python {platform.python_version()}")  # fmt: skip
 
 
+def without_heading(text: str) -> str:
+    """A benchmark's section or printed output as the page includes it: without its own leading ``## `` heading
+    (the page gives each section its title already; inside an output block it would read as a second title).
+
+    Example:
+        >>> without_heading("## Provider benchmark\\n\\nCommand: `x`\\n")
+        'Command: `x`'
+    """
+    text = text.strip()
+    if text.startswith("## "):
+        text = text.split("\n", 1)[1].strip() if "\n" in text else ""
+    return text
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller sizes for a fast look")
@@ -120,13 +134,10 @@ def main() -> None:
             if section is None:
                 (DOCS / f"performance_{path.stem.removeprefix('bench_')}.txt").write_text(p.stdout)
         if section and (DOCS / section).exists():
-            text = (DOCS / section).read_text().strip()
-            if text.startswith("## "):  # the section's own heading: the page has this one's title already
-                text = text.split("\n", 1)[1].strip() if "\n" in text else ""
-            parts += [text, ""]
+            parts += [without_heading((DOCS / section).read_text()), ""]
         else:
             out = DOCS / f"performance_{path.stem.removeprefix('bench_')}.txt"
-            text = out.read_text().strip() if out.exists() else "(not run yet)"
+            text = without_heading(out.read_text()) if out.exists() else "(not run yet)"
             parts += [f"Command: `{shown}`", "", "```", text, "```", ""]
     (DOCS / "performance.md").write_text("\n".join(parts))
     print(f"wrote {DOCS / 'performance.md'}")
