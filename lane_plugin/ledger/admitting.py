@@ -87,7 +87,8 @@ class Admitting:
                 "start_limit": limit, "ceiling": before.ceiling,
                 "committed": committed_before + decision.tokens, "spent": before.spent})  # fmt: skip
 
-    def _hand_off(self, cur, now: float, lane: str, token: str, *, freed: bool = True, row: LaneRow | None = None):
+    def _hand_off(self, cur, now: float, lane: str, token: str, *, freed: bool = True,
+                  row: LaneRow | None = None) -> admission.Ticked | None:
         """Inside a settlement's or a reap's transaction: lease the gated jobs that now fit.
 
         ``row``: the lane's row as this transaction last wrote it, locked (a settlement's), or None to lock it.
@@ -96,7 +97,7 @@ class Admitting:
             return None
         handed = admission.tick(cur, lane, now=now, token=token, handoff=True, row=row,
                                 send_slack=self.send_slack)  # fmt: skip
-        if not handed[0]:
+        if not handed.leases:
             waiters.notify(cur, lane, "room")  # other processes' waiters may tick (a safety net)
         return handed
 
