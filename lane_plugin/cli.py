@@ -280,6 +280,16 @@ def lanes_delete(name: str = typer.Argument(..., help="Lane to delete: one no jo
     typer.echo(f"deleted lane {name}")
 
 
+@lanes_app.command("clear-drift")
+def lanes_clear_drift(name: str = typer.Argument(..., help="Lane whose learned drift allowance to forget.")):
+    """Forget a lane's learned drift allowance (drift 1.0, overrun 0, spread 0), e.g. after a report_usage typo
+    taught an outlier. Idempotent. The next refit (every 5 minutes) relearns it only from settlements after
+    the clear: the ones before it, the outlier's among them, are not learned from again."""
+    ledger(create=False).clear_drift(name)
+    typer.echo(f"lane {name}: drift allowance cleared (drift 1.0, overrun 0, spread 0); the next refit learns "
+               "only from settlements after this")  # fmt: skip
+
+
 @app.command()
 def status(
     job_id: Optional[str] = typer.Argument(None, help="A job: where it stands. Without one: every lane's state."),

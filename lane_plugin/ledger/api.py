@@ -23,7 +23,7 @@ from .audit import audit as audit_tables
 from .bill import BillLine, run_bill
 from .db import Database
 from .jobs import Lease, Settled
-from .lanes import LaneRow, delete_lane, read_lane, write_lane_settings
+from .lanes import LaneRow, clear_drift, delete_lane, read_lane, write_lane_settings
 from .learning import LearningStore
 from .preflight import PreflightCache
 from .url import parse_url
@@ -305,6 +305,15 @@ class Ledger(Admitting, LearningStore):
         """Delete a lane no job ever used (a typo); a used lane is stopped instead (``stopped=True``)."""
         name = text("lane", name, limit=64)
         self._run(lambda cur, now: delete_lane(cur, name))
+
+    def clear_drift(self, name: str) -> LaneRow:
+        """Forget the lane's learned drift allowance (drift 1.0, overrun 0, spread 0) in one transaction.
+
+        For an allowance an outlier taught (a ``report_usage`` typo). Idempotent. The refit (every 5 minutes)
+        relearns it only from settlements after the clear. Raises :class:`~lane_plugin.errors.UnknownLane`.
+        """
+        name = text("lane", name, limit=64)
+        return self._run(lambda cur, now: clear_drift(cur, now, name))
 
     def report_lane_states(self, lane: str | None = None) -> list[dict]:
         """Lanes whose state (``ok``, ``finishing-only``, ``ceiling-spent``, ``preflight-failed``,

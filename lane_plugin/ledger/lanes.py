@@ -19,7 +19,7 @@ POLICY_FIELDS = (
 COUNTER_FIELDS = (
     "spent", "reserved", "overage", "leased", "window_start", "window_used", "period_start",
     "preflight_ok", "preflight_error", "preflight_at", "updated_at", "finishing", "profile_at", "reserved_var",
-    "size_boundary", "drift", "drift_overrun", "drift_spread",
+    "size_boundary", "drift", "drift_overrun", "drift_spread", "drift_cleared_at",
 )  # fmt: skip
 # Settings that move a waiting job's place in the order (policy.LanePolicy.age_factor).
 ORDER_FIELDS = ("ceiling", "burst_tokens", "max_wait_seconds")
@@ -28,7 +28,7 @@ PERIODS = ("none", "daily", "monthly")
 NEW_LANE = dict(
     policy.LANE_DEFAULTS, spent=0, reserved=0, overage=0, leased=0, window_start=0.0, window_used=0,
     period_start=0.0, preflight_ok=True, finishing=0, profile_at=0.0, reserved_var=0,
-    size_boundary=None, drift=1.0, drift_overrun=0, drift_spread=0,
+    size_boundary=None, drift=1.0, drift_overrun=0, drift_spread=0, drift_cleared_at=None,
 )  # fmt: skip
 
 
@@ -70,6 +70,7 @@ class LaneRow:
     drift: float
     drift_overrun: int
     drift_spread: int
+    drift_cleared_at: float | None
 
     @property
     def policy(self) -> policy.LanePolicy:
@@ -286,6 +287,20 @@ def _repoint_period(cur: Cursor, old: LaneRow, period: str, now: float) -> None:
     )  # fmt: skip
     cur.execute("update lane set period_start = :p, spent = :s, overage = :o where name = :l",
                 {"p": start, "s": spent, "o": overage, "l": name})  # fmt: skip
+
+
+def clear_drift(cur: Cursor, now: float, name: str) -> LaneRow:
+    """Forget the lane's learned drift allowance under its lock: drift 1.0, overrun 0, spread 0 (idempotent).
+
+    ``drift_cleared_at`` becomes the latest of ``now`` and the lane's last settlement, and the refit learns
+    the allowance only from settlements after it (:func:`lane_plugin.ledger.runs.refit`): the settlement
+    that taught an outlier (a ``report_usage`` typo) is never relearned. Raises :class:`UnknownLane`.
+    """
+    lock_lane(cur, name)
+    last = cur.scalar("select max(settled_at) from settlement where lane = :n", {"n": name})
+    cur.execute("update lane set drift = 1.0, drift_overrun = 0, drift_spread = 0, drift_cleared_at = :c, "
+                "updated_at = :now where name = :n", {"c": max(now, float(last or 0.0)), "now": now, "n": name})  # fmt: skip
+    return read_lane(cur, name)
 
 
 def reprioritise(cur: Cursor, row: LaneRow) -> None:

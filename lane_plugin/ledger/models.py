@@ -78,6 +78,9 @@ class Lane(SQLModel, table=True):
     drift: float = Field(default=1.0, sa_column_kwargs={"server_default": "1.0"})
     drift_overrun: int = Field(default=0, sa_type=BigInteger, sa_column_kwargs={"server_default": "0"})
     drift_spread: int = Field(default=0, sa_type=BigInteger, sa_column_kwargs={"server_default": "0"})
+    # Set by `lane lanes clear-drift` (the latest of its time and the lane's last settlement): the allowance
+    # is learned only from settlements after it, so the settlement that taught an outlier is not relearned.
+    drift_cleared_at: Optional[float] = Field(default=None)
     period_start: float = Field(default=0.0)
     preflight_ok: bool = Field(default=True)
     preflight_error: Optional[str] = Field(default=None)

@@ -12,7 +12,7 @@ outside the admission transaction, at most every ``REFIT_SECONDS``, from the
 latest ``FIT_RUNS`` lapsed runs with :func:`lane_plugin.policy.fit_runs`; with it
 the lane's size-class boundary and its drift allowance (``lane.drift``,
 ``drift_overrun``, ``drift_spread``: :func:`lane_plugin.policy.fit_drift` of the
-latest ``DRIFT_SAMPLE`` settlements).
+latest ``DRIFT_SAMPLE`` settlements, after ``drift_cleared_at`` if an operator cleared it).
 """
 
 from __future__ import annotations
@@ -124,9 +124,12 @@ def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[st
                    {"l": lane, "n": policy.SIZE_CLASS_SAMPLE})  # fmt: skip
     # The drift allowance, from the lane's latest settlements (the head of ix_settlement_lane_at): an
     # estimate billed back for missing usage says nothing about how the estimates drift, nor does a late
-    # settlement (stored with est 0: its estimate was released when its lease was reaped).
-    settled = cur.all("select est, actual from settlement where lane = :l and not by_estimate and not late "
-                      "order by settled_at desc, id desc limit :n", {"l": lane, "n": policy.DRIFT_SAMPLE})  # fmt: skip
+    # settlement (stored with est 0: its estimate was released when its lease was reaped); nor does one an
+    # operator cleared the allowance after (lanes.clear_drift: a range of the same index, never a scan).
+    cleared = "" if row.drift_cleared_at is None else " and settled_at > :c"
+    settled = cur.all("select est, actual from settlement where lane = :l and not by_estimate and not late"
+                      f"{cleared} order by settled_at desc, id desc limit :n",
+                      {"l": lane, "n": policy.DRIFT_SAMPLE, "c": row.drift_cleared_at})  # fmt: skip
     drift, overrun, spread = policy.fit_drift(settled)
     cur.execute(
         "update lane set profile_at = :now, size_boundary = :b, drift = :d, drift_overrun = :o, drift_spread = :s, "

@@ -67,7 +67,7 @@ def test_bare_lane_prints_its_help_once_in_a_terminal_and_piped(run, env):
 
 def test_help_shows_switches_without_bool_and_no_literal_backticks(run):
     for cmd in ([], ["submit"], ["tick"], ["settle"], ["reap"], ["report"], ["lanes"], ["lanes", "set"],
-                ["lanes", "delete"], ["status"], ["tail"], ["tail", "drop"], ["audit"], ["db", "upgrade"],
+                ["lanes", "delete"], ["lanes", "clear-drift"], ["status"], ["tail"], ["tail", "drop"], ["audit"], ["db", "upgrade"],
                 ["simulate"]):  # fmt: skip
         text = run(*cmd, "--help").stdout
         assert "Usage:" in text
@@ -223,3 +223,25 @@ def test_status_of_a_job_the_drift_allowance_keeps_out_says_why_and_how_much(run
     assert "blocked by drift; 70,000 of 200,000 tokens remaining" in out, out
     assert "estimate 65000 plus 10000 tokens of drift allowance" in out and "the next tick parks it" in out, out
     assert "at most 5% of the ceiling (10000)" in out, out
+
+
+def test_an_operator_clears_a_lanes_drift_allowance_by_name(run, env):
+    from lane_plugin import Ledger
+
+    led = Ledger(env["LANE_DATABASE_URL"])
+    led.set_lane("d", allowance=200_000, ceiling=200_000, burst_tokens=200_000, max_leased=10)
+    for actual in [1_000] * 10 + [120_000]:  # one report_usage typo: drift 11.8x, one 108,181 past
+        led.submit("s", 1_000, "d")
+        [lease] = led.tick("d")
+        led.settle(lease, actual)
+    led.refit_runs("d")
+    led.close()
+    before = next(x for x in json.loads(run("lanes", "--json").stdout) if x["lane"] == "d")
+    assert before["drift"] > 11 and before["drift_overrun"] > 100_000
+    out = run("lanes", "clear-drift", "d").stdout
+    assert "lane d: drift allowance cleared" in out, out
+    after = next(x for x in json.loads(run("lanes", "--json").stdout) if x["lane"] == "d")
+    assert (after["drift"], after["drift_overrun"], after["drift_spread"]) == (1.0, 0, 0)
+    assert run("lanes", "clear-drift", "d").returncode == 0  # idempotent
+    one_line_error(run("lanes", "clear-drift", "nope", check=False), 3, "unknown lane 'nope'")
+    assert "relearns it only from settlements after" in " ".join(run("lanes", "clear-drift", "--help").stdout.split())

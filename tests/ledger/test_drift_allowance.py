@@ -3,7 +3,10 @@ allowance from its latest settlements where it refits its finishing reserve, and
 
 from __future__ import annotations
 
+import pytest
+
 from lane_plugin import policy
+from lane_plugin.errors import UnknownLane
 
 
 def lane(led, name="t", **kw):
@@ -147,3 +150,25 @@ def test_one_outlier_settlement_does_not_close_a_period_lane_for_good(led, clock
     st = led.wait_status(small)
     assert st["blocked_by"] == policy.DRIFT and "plus 5000 tokens of drift allowance" in st["reason"]
     assert led.audit() == []
+
+
+def test_an_operator_clears_an_outlier_the_refit_does_not_relearn_and_later_settlements_teach_again(led, clock):
+    # `lane lanes clear-drift`: a report_usage typo taught 14.5x and an overrun of 135,454 (kept free up to the
+    # 5% cap). Cleared, the next refit must not read the typo back from the latest 1,000 settlements.
+    outlier_lane(led, clock)
+    row = led.clear_drift("t")
+    assert (row.drift, row.drift_overrun, row.drift_spread) == (1.0, 0, 0) and row.drift_cleared_at == clock.t
+    led.refit_runs("t")
+    assert allowance(led) == (1.0, 0, 0)  # was (14.5455, 135454, 0) again: the typo relearned
+    assert led.clear_drift("t").drift == 1.0 and allowance(led) == (1.0, 0, 0)  # idempotent
+    clock.t += 1
+    run_jobs(led, clock, [(1_000, 1_000)] * 4 + [(1_000, 1_300)])  # settled after the clear: learned from
+    led.refit_runs("t")
+    assert allowance(led) == policy.fit_drift([(1_000, 1_000)] * 4 + [(1_000, 1_300)]) == (1.06, 240, 240)
+    assert led.audit() == []
+
+
+def test_clearing_the_drift_of_an_unknown_lane_names_it_and_changes_nothing(led):
+    with pytest.raises(UnknownLane, match="unknown lane 'nope'"):
+        led.clear_drift("nope")
+    assert "nope" not in [s["lane"] for s in led.lanes()]
