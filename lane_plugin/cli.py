@@ -16,7 +16,7 @@ from typing import Optional
 
 import typer
 
-from .cli_text import duration, for_json, hoist_db
+from .cli_text import duration, for_json, hoist_db, job_lines
 from .errors import LaneError
 
 # Plain click help (no rich boxes): switches show no <bool>, and it reads the same piped or not.
@@ -302,29 +302,27 @@ def status(
         if as_json:
             _print_json(s)
             return
-        if s["state"] != "new":
-            typer.echo(f"job {job_id} ({s['stage']}, estimate {s['est']:,}) is {s['state']} in lane {s['lane']}")
-            return
-        why = s["blocked_by"] or f"{s['position'] - 1} job(s) ahead"
-        typer.echo(f"job {job_id} ({s['stage']}, estimate {s['est']:,}) waits in lane {s['lane']}: "
-                   f"position {s['position']} of {s['waiting']}, blocked by {why}; "
-                   f"{s['remaining']:,} of {s['ceiling']:,} tokens remaining")  # fmt: skip
-        if s["reason"]:  # it cannot fit before the next reset (or ever): say why, as --json does
-            typer.echo(f"  {s['reason']}")
+        for line in job_lines(s):
+            typer.echo(line)
         return
-    from .ledger.status import lane_state
+    from .ledger.status import blocked_state, lane_state
 
     rows = []
     for s in led.lanes():
         state = lane_state(led.lane(s["lane"]))
+        if state == "ok":  # a rule keeps the first waiting job out and nothing leased settles to make room
+            state = blocked_state(s) or state
         rows.append({"lane": s["lane"], "state": state, "pct_of_ceiling": s["pct_of_ceiling"],
-                     "remaining": s["remaining"], "waiting": s["waiting"], "parked": s["parked"]})  # fmt: skip
+                     "remaining": s["remaining"], "waiting": s["waiting"], "parked": s["parked"], "leased": s["leased"],
+                     "blocked_by": s["blocked_by"], "reason": s["blocked_reason"], "head_job": s["head_job"]})  # fmt: skip
     if as_json:
         _print_json(rows)
         return
     for r in rows:
         typer.echo(f"lane {r['lane']}: {r['state']}, {r['pct_of_ceiling']:.1f}% of ceiling committed, "
                    f"{r['remaining']:,} remaining, {r['waiting']} waiting, {r['parked']} parked")  # fmt: skip
+        if r["blocked_by"]:  # why work waits: its first job in admission order, worded as `lane status JOB` does
+            typer.echo("\n".join("  " + line for line in job_lines(led.wait_status(r["head_job"]))))
 
 
 @tail_app.callback()

@@ -65,6 +65,22 @@ def for_json(data):
     return data
 
 
+def job_lines(s: dict) -> list[str]:
+    """Where one job stands, in words (``lane status JOB``; ``s`` is its ``Ledger.wait_status``).
+
+    A waiting job's place and the first rule that blocks it, then, when it cannot fit before the next
+    reset (or ever), why (its ``reason``, as ``--json`` gives it). ``lane status`` shows a lane's first
+    waiting job this way when a rule keeps it out.
+    """
+    job = f"job {s['job_id']} ({s['stage']}, estimate {s['est']:,})"
+    if s["state"] != "new":
+        return [f"{job} is {s['state']} in lane {s['lane']}"]
+    why = s["blocked_by"] or f"{s['position'] - 1} job(s) ahead"
+    lines = [f"{job} waits in lane {s['lane']}: position {s['position']} of {s['waiting']}, blocked by {why}; "
+             f"{s['remaining']:,} of {s['ceiling']:,} tokens remaining"]  # fmt: skip
+    return lines + ([f"  {s['reason']}"] if s["reason"] else [])
+
+
 def hoist_db(args: list[str]) -> list[str]:
     """Move ``--db URL`` (or ``--db=URL``) from anywhere before ``--`` to the front, where click reads it."""
     out, db = [], []

@@ -15,6 +15,7 @@ import re
 
 from prefect.artifacts import create_progress_artifact, create_table_artifact
 
+from ..ledger.status import blocked_state
 from .events import emit, stage_resource
 
 STATUS_COLUMNS = (
@@ -42,7 +43,7 @@ def _state(s: dict) -> str:
         return f"preflight failed: {s['preflight_error']}"
     if s["starting_stopped"]:
         return "finishing only (start limit reached)"
-    return "ok"
+    return blocked_state(s) or "ok"
 
 
 def status_table(status: list[dict]) -> list[dict]:

@@ -326,7 +326,8 @@ class Ledger(Admitting, LearningStore):
         return self._run(lambda cur, now: status.report_states(cur, now, lane))
 
     def lanes(self) -> list[dict]:
-        """Every lane with its counters, remaining room and waiting / parked counts."""
+        """Every lane with its counters, remaining room and waiting / parked counts, and why its work waits:
+        ``head_job``, ``blocked_by`` and ``blocked_reason``, the first waiting job's :meth:`wait_status`."""
         return self._run(lambda cur, now: status.lane_status(cur, now), write=False)
 
     # -- reading -------------------------------------------------------------------

@@ -12,6 +12,10 @@ from .runs import fits_of, runs_of
 
 # A lane's state as people are told it, worst first (the first that holds is the state).
 LANE_STATES = ("stopped", "preflight-failed", "ceiling-spent", "finishing-only", "ok")
+# The lane's first waiting job in admission order (prio, id): the head of each range of ix_job_queue, the lower.
+_HEAD = ("select id, prio from (select id, prio from job where lane = :l and state = 'new' and finishing = :f "
+         "order by prio, id limit 1) as o union all select id, prio from (select id, prio from job where lane = :l "
+         "and state = 'new' and finishing = :t order by prio, id limit 1) as fin order by prio, id limit 1")  # fmt: skip
 
 
 def lane_state(row: LaneRow) -> str:
@@ -25,6 +29,12 @@ def lane_state(row: LaneRow) -> str:
     if row.spent + row.reserved >= row.policy.start_limit:
         return "finishing-only"
     return "ok"
+
+
+def blocked_state(s: dict) -> str | None:
+    """``blocked by RULE`` for a lane (a :func:`lane_status` row) whose first waiting job a rule keeps out while
+    nothing is leased, so nothing in flight settles to make room; else None (its state is what it was)."""
+    return f"blocked by {s['blocked_by']}" if s["blocked_by"] and not s["leased"] else None
 
 
 def report_states(cur: Cursor, now: float, lane: str | None = None) -> list[dict]:
@@ -62,6 +72,8 @@ def lane_status(cur: Cursor, now: float) -> list[dict]:
     out = []
     for row in all_lanes(cur):
         committed = row.spent + row.reserved
+        waiting = counts.get((row.name, "new"), 0)
+        head = head_status(cur, now, row.name) if waiting else None
         out.append(
             {
                 "lane": row.name,
@@ -83,7 +95,7 @@ def lane_status(cur: Cursor, now: float) -> list[dict]:
                 "start_limit": row.policy.start_limit,
                 "leased": row.leased,
                 "max_leased": row.max_leased,
-                "waiting": counts.get((row.name, "new"), 0),
+                "waiting": waiting,
                 "parked": counts.get((row.name, "parked"), 0),
                 "burst_tokens": row.burst_tokens,
                 "window_seconds": row.window_seconds,
@@ -102,9 +114,24 @@ def lane_status(cur: Cursor, now: float) -> list[dict]:
                 "preflight_ok": row.preflight_ok,
                 "preflight_error": row.preflight_error,
                 "preflight_at": row.preflight_at,
+                # Why work waits: the first waiting job's wait_status (its rule, and its reason in words
+                # when it cannot fit before the next reset); None while it fits or nothing waits.
+                "head_job": head["job_id"] if head else None,
+                "blocked_by": head["blocked_by"] if head else None,
+                "blocked_reason": head["reason"] if head else None,
             }
         )
     return out
+
+
+def head_status(cur: Cursor, now: float, lane: str) -> dict | None:
+    """:func:`wait_status` of the lane's first waiting job in admission order, or None if none waits.
+
+    What keeps a lane's work waiting, in the words ``lane status JOB`` uses for one job: the same rules
+    (:func:`lane_plugin.policy.blocking_rule`, :func:`lane_plugin.policy.unfit_before_reset`), not a second reading.
+    """
+    head = cur.one(_HEAD, {"l": lane, "f": False, "t": True})
+    return None if head is None else wait_status(cur, now, head[0])
 
 
 def _when(row: LaneRow, c: policy.Candidate, kind: str, need: int) -> str:

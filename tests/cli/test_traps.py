@@ -204,18 +204,23 @@ def test_automations_apply_fills_the_block_id_and_says_what_it_created(capsys, m
     assert code == 2 and "give a notification block" in out.err
 
 
-def test_status_of_a_job_the_drift_allowance_keeps_out_says_why_and_how_much(run, env):
-    # 'blocked by drift; 70,000 of 200,000 tokens remaining' for a job of 1,000 reads as a bug: say why.
+def outlier_lane(env) -> None:
+    """Lane d (no period) after one report_usage typo: drift 11.8x, one 108,181 past; 130,000 of 200,000 spent."""
     from lane_plugin import Ledger
 
     led = Ledger(env["LANE_DATABASE_URL"])
     led.set_lane("d", allowance=200_000, ceiling=200_000, burst_tokens=200_000, max_leased=10)
-    for actual in [1_000] * 10 + [120_000]:  # one report_usage typo: drift 11.8x, one 108,181 past
-        jid = led.submit("s", 1_000, "d")
+    for actual in [1_000] * 10 + [120_000]:
+        led.submit("s", 1_000, "d")
         [lease] = led.tick("d")
         led.settle(lease, actual)
     led.refit_runs("d")
     led.close()
+
+
+def test_status_of_a_job_the_drift_allowance_keeps_out_says_why_and_how_much(run, env):
+    # 'blocked by drift; 70,000 of 200,000 tokens remaining' for a job of 1,000 reads as a bug: say why.
+    outlier_lane(env)
     # The allowance it learned (119,000 for a job of 1,000) is capped at 5% of the ceiling, 10,000: a
     # job of 1,000 fits the 70,000 left; one of 65,000 does not, and says the cap bound.
     jid = run("submit", "--lane", "d", "--stage", "s", "--est", "65000").stdout.strip()
@@ -226,16 +231,7 @@ def test_status_of_a_job_the_drift_allowance_keeps_out_says_why_and_how_much(run
 
 
 def test_an_operator_clears_a_lanes_drift_allowance_by_name(run, env):
-    from lane_plugin import Ledger
-
-    led = Ledger(env["LANE_DATABASE_URL"])
-    led.set_lane("d", allowance=200_000, ceiling=200_000, burst_tokens=200_000, max_leased=10)
-    for actual in [1_000] * 10 + [120_000]:  # one report_usage typo: drift 11.8x, one 108,181 past
-        led.submit("s", 1_000, "d")
-        [lease] = led.tick("d")
-        led.settle(lease, actual)
-    led.refit_runs("d")
-    led.close()
+    outlier_lane(env)
     before = next(x for x in json.loads(run("lanes", "--json").stdout) if x["lane"] == "d")
     assert before["drift"] > 11 and before["drift_overrun"] > 100_000
     out = run("lanes", "clear-drift", "d").stdout
@@ -245,3 +241,20 @@ def test_an_operator_clears_a_lanes_drift_allowance_by_name(run, env):
     assert run("lanes", "clear-drift", "d").returncode == 0  # idempotent
     one_line_error(run("lanes", "clear-drift", "nope", check=False), 3, "unknown lane 'nope'")
     assert "relearns it only from settlements after" in " ".join(run("lanes", "clear-drift", "--help").stdout.split())
+
+
+def test_lane_status_says_why_work_waits_when_the_drift_allowance_keeps_it_all_out(run, env):
+    # The lane read "ok" while its only waiting job could not be admitted and nothing was leased to settle.
+    outlier_lane(env)
+    jid = run("submit", "--lane", "d", "--stage", "s", "--est", "65000").stdout.strip()
+    out = run("status").stdout
+    line = next(x for x in out.splitlines() if x.startswith("lane d:"))
+    assert line.startswith("lane d: blocked by drift, 65.0% of ceiling committed"), out
+    assert f"  job {jid} (s, estimate 65,000) waits in lane d: position 1 of 1, blocked by drift" in out, out
+    assert "estimate 65000 plus 10000 tokens of drift allowance" in out and "lane free: ok, " in out, out
+    [d] = [r for r in json.loads(run("status", "--json").stdout) if r["lane"] == "d"]
+    assert (d["state"], d["blocked_by"], d["head_job"]) == ("blocked by drift", "drift", jid)
+    assert "drift allowance" in d["reason"]
+    run("lanes", "clear-drift", "d")  # forgotten: the job fits, nothing blocks it, the lane is ok
+    [d] = [r for r in json.loads(run("status", "--json").stdout) if r["lane"] == "d"]
+    assert (d["state"], d["blocked_by"], d["reason"]) == ("ok", None, None)

@@ -172,3 +172,27 @@ def test_clearing_the_drift_of_an_unknown_lane_names_it_and_changes_nothing(led)
     with pytest.raises(UnknownLane, match="unknown lane 'nope'"):
         led.clear_drift("nope")
     assert "nope" not in [s["lane"] for s in led.lanes()]
+
+
+def test_lanes_name_what_keeps_the_first_waiting_job_out(led, clock):
+    # `lane status` read "ok" while the allowance kept every waiting job out and nothing was leased to settle:
+    # Ledger.lanes() now carries the first waiting job's wait_status (its rule, and its reason in words).
+    jid, [lease] = outlier_lane(led, clock)
+    t = next(s for s in led.lanes() if s["lane"] == "t")
+    assert (t["waiting"], t["head_job"], t["blocked_by"], t["blocked_reason"]) == (0, None, None, None)
+    led.settle(lease, 1_000)
+    led.submit("s", 94_000, "t")
+    [second] = led.tick("t")
+    led.settle(second, 94_000)  # 95,000 spent
+    big, small = led.submit("s", 2, "t"), led.submit("s", 1, "t")
+    assert led.tick("t") == []
+    t = next(s for s in led.lanes() if s["lane"] == "t")
+    assert (t["waiting"], t["leased"], t["head_job"], t["blocked_by"]) == (2, 0, small, policy.DRIFT)
+    assert "plus 5000 tokens of drift allowance" in t["blocked_reason"]
+    assert t["blocked_reason"] == led.wait_status(small)["reason"] and big != small
+    from lane_plugin.gating.artifacts import status_table  # the lane-status artifact the flow publishes: not "ok"
+
+    assert next(r for r in status_table(led.lanes()) if r["lane"] == "t")["state"] == "blocked by drift"
+    led.clear_drift("t")
+    t = next(s for s in led.lanes() if s["lane"] == "t")
+    assert (t["head_job"], t["blocked_by"], t["blocked_reason"]) == (small, None, None)  # it fits: the next tick leases it
