@@ -16,7 +16,7 @@ from typing import Optional
 
 import typer
 
-from .cli_text import duration, for_json, hoist_db, job_lines
+from .cli_text import DRIFT_COLUMNS, DRIFT_TITLE, drift_rows, duration, for_json, hoist_db, job_lines
 from .errors import LaneError
 
 # Plain click help (no rich boxes): switches show no <bool>, and it reads the same piped or not.
@@ -215,6 +215,8 @@ def lanes(ctx: typer.Context, as_json: bool = JSON):
                      s["waiting"], s["parked"], "; ".join(flags) or "ok"])  # fmt: skip
     _table("lanes", ["lane", "ceiling", "spent", "reserved", "remaining", "overage", "% ceiling", "leased",
                      "waiting", "parked", "status"], rows)  # fmt: skip
+    if drift := drift_rows(status):  # only lanes that learned an allowance: a table of its own, not 6 more columns
+        _table(DRIFT_TITLE, DRIFT_COLUMNS, drift)
 
 
 @lanes_app.command("set")

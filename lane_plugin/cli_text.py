@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import time
 
+from .drift import drift_cap
+
 # Keys whose values are epoch seconds: shown as ISO-8601 UTC in --json output.
 TIME_KEYS = frozenset({
     "lease_until", "deadline", "parked_at", "preflight_at", "created_at", "wait_since", "admitted_at",
-    "finished_at", "settled_at", "updated_at", "period_start", "window_start",
+    "finished_at", "settled_at", "updated_at", "period_start", "window_start", "drift_cleared_at",
 })  # fmt: skip
 # Keys whose values are seconds of duration: renamed with their unit in --json output.
 DURATION_KEYS = {"age": "age_seconds"}
@@ -63,6 +65,30 @@ def for_json(data):
                 out[k] = for_json(v)
         return out
     return data
+
+
+# The drift allowance table of `lane lanes`: beside the lanes table (which is wide already), readable at 80 columns.
+DRIFT_TITLE = "drift allowance"
+DRIFT_COLUMNS = ["lane", "drift", "overrun", "spread/job", "cap"]
+
+
+def drift_rows(status: list[dict]) -> list[list[str]]:
+    """The drift allowance of each lane that learned one (``Ledger.lanes()`` rows), for :data:`DRIFT_COLUMNS`.
+
+    What the lane learned at its last refit: ``drift`` the factor estimates in flight are charged at,
+    ``overrun`` kept free once and ``spread`` per job in flight; ``cap`` the most the allowance ever keeps
+    free (5% of the ceiling). Empty if no lane learned any (``--json`` has them all, and ``drift_allowance``:
+    what it keeps free for the jobs in flight now).
+
+    Example:
+        >>> drift_rows([{"lane": "d", "drift": 11.8182, "drift_overrun": 108181, "drift_spread": 0,
+        ...              "ceiling": 200000}, {"lane": "free", "drift": 1.0, "drift_overrun": 0, "drift_spread": 0,
+        ...              "ceiling": 10}])
+        [['d', '11.8182x', '108,181', '0', '10,000']]
+    """
+    return [[s["lane"], f"{s['drift']:g}x", f"{s['drift_overrun']:,}", f"{s['drift_spread']:,}",
+             f"{drift_cap(s['ceiling']):,}"]
+            for s in status if s["drift"] > 1.0 or s["drift_overrun"] or s["drift_spread"]]  # fmt: skip
 
 
 def job_lines(s: dict) -> list[str]:

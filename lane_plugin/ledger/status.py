@@ -88,6 +88,7 @@ def lane_status(cur: Cursor, now: float) -> list[dict]:
                 "drift": row.drift,
                 "drift_overrun": row.drift_overrun,
                 "drift_spread": row.drift_spread,
+                "drift_cleared_at": row.drift_cleared_at,  # lane lanes clear-drift: learned only from settlements after
                 # What the allowance keeps free of what is in flight, capped (at most 5% of the ceiling).
                 "drift_allowance": policy.capped(row.over(row.reserved, row.leased), row.ceiling, 0) if row.leased else 0,
                 "overage": row.overage,

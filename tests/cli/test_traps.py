@@ -258,3 +258,17 @@ def test_lane_status_says_why_work_waits_when_the_drift_allowance_keeps_it_all_o
     run("lanes", "clear-drift", "d")  # forgotten: the job fits, nothing blocks it, the lane is ok
     [d] = [r for r in json.loads(run("status", "--json").stdout) if r["lane"] == "d"]
     assert (d["state"], d["blocked_by"], d["reason"]) == ("ok", None, None)
+
+
+def test_the_lanes_table_shows_a_learned_drift_allowance_and_only_then(run, env):
+    run("db", "upgrade")
+    assert "drift" not in run("lanes").stdout  # nothing learned: the table as it was
+    outlier_lane(env)
+    out = run("lanes").stdout
+    table = out[out.index("drift allowance"):]
+    assert all(h in table for h in ("lane", "drift", "overrun", "spread/job", "cap")), out
+    [row] = [line for line in table.splitlines() if " d " in line]
+    assert [c.strip() for c in row.strip("│ ").split("│")] == ["d", "11.8182x", "108,181", "0", "10,000"], row
+    assert "free" not in table and "paid" not in table  # only lanes that learned one
+    run("lanes", "clear-drift", "d")
+    assert "drift allowance" not in run("lanes").stdout
