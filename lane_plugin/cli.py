@@ -204,6 +204,8 @@ def lanes(ctx: typer.Context, as_json: bool = JSON):
     if as_json:
         _print_json(status)
         return
+    from .ledger.status import blocked_state
+
     rows = []
     for s in status:
         flags = [f for f, on in (("STOPPED", s["stopped"]), ("HARD-STOP", s["hard_stopped"] and not s["stopped"]),
@@ -212,7 +214,7 @@ def lanes(ctx: typer.Context, as_json: bool = JSON):
                                  (f"preflight failed: {s['preflight_error']}", not s["preflight_ok"])) if on]  # fmt: skip
         rows.append([s["lane"], f"{s['ceiling']:,}", f"{s['spent']:,}", f"{s['reserved']:,}", f"{s['remaining']:,}",
                      f"{s['overage']:,}", f"{s['pct_of_ceiling']:.1f}%", f"{s['leased']}/{s['max_leased']}",
-                     s["waiting"], s["parked"], "; ".join(flags) or "ok"])  # fmt: skip
+                     s["waiting"], s["parked"], "; ".join(flags) or blocked_state(s) or "ok"])  # fmt: skip
     _table("lanes", ["lane", "ceiling", "spent", "reserved", "remaining", "overage", "% ceiling", "leased",
                      "waiting", "parked", "status"], rows)  # fmt: skip
     if drift := drift_rows(status):  # only lanes that learned an allowance: a table of its own, not 6 more columns

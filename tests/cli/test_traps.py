@@ -272,3 +272,11 @@ def test_the_lanes_table_shows_a_learned_drift_allowance_and_only_then(run, env)
     assert "free" not in table and "paid" not in table  # only lanes that learned one
     run("lanes", "clear-drift", "d")
     assert "drift allowance" not in run("lanes").stdout
+
+
+def test_the_lanes_table_says_a_lane_is_blocked_not_ok(run, env):
+    # As lane status does: a rule keeps the first waiting job out and nothing is leased to settle.
+    outlier_lane(env)
+    run("submit", "--lane", "d", "--stage", "s", "--est", "65000")
+    d = next(line for line in run("lanes").stdout.splitlines() if line.startswith("│ d "))  # the lanes table's row
+    assert d.rstrip("│ ").endswith("blocked by drift"), d
