@@ -30,6 +30,9 @@ T = TypeVar("T")
 
 PG_POOL = 8  # PostgreSQL connections per ledger per process, shared by its threads
 TRY_LOCK_MS = 50  # SQLite: how long a try-locking tick waits for another writer before it gives up
+# The retry jitter's own generator: drawn from the global random module, the gate's watcher threads moved
+# a user's seeded sequence (and Hypothesis's draws, read as "random inside strategies") from another thread.
+JITTER = random.Random()
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
 
@@ -329,7 +332,7 @@ class Database:
                     raise self._wrap(exc) from exc
                 if time.monotonic() > deadline:
                     raise DatabaseError(f"database {self.url} unavailable: {_one_line(exc, self.url)}") from None
-                time.sleep(delay * (0.5 + random.random()))
+                time.sleep(delay * (0.5 + JITTER.random()))
                 delay = min(delay * 2, 1.0)
 
     def _no_ledger(self) -> NoLedger:

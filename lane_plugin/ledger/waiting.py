@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import random
 import time
 
 from .api import Ledger
+from .db import JITTER
 from .jobs import Lease
 
 
@@ -17,5 +17,5 @@ def wait_and_acquire(ledger: Ledger, job_id: str, *, timeout: float, poll: float
         lease = ledger.acquire(job_id)
         if lease is not None or time.monotonic() >= end:
             return lease
-        time.sleep(min(delay * (0.5 + random.random()), max(0.0, end - time.monotonic())))
+        time.sleep(min(delay * (0.5 + JITTER.random()), max(0.0, end - time.monotonic())))
         delay = min(delay * 1.5, 2.0)
