@@ -69,13 +69,24 @@ def charge(cur: Cursor, lane: str, now: float, charges: list[tuple[str, int, int
     )
 
 
-def true_up(cur: Cursor, lane: str, job_id: str, attempt: int, actual: int) -> None:
-    """Replace an attempt's charge by the tokens it really used, if it is still in the window (lane locked)."""
-    old = cur.scalar(
-        "select cost from rate_charge where job_id = :j and attempt = :a", {"j": job_id, "a": attempt}
+def true_up(cur: Cursor, job_id: str, attempt: int, actual: int) -> None:
+    """Replace an attempt's charge by the tokens it really used, if it is still in the window and its lane's
+    provider counts actual tokens (``rate_basis = 'actual'``).
+
+    The charge's own lane, not the job's: a job whose lease expired may have moved to its fallback since,
+    and its late settlement must true up the window that counted the attempt. The settling transaction holds
+    the job's lane lock; another lane's charge is locked here (PostgreSQL), so a tick pruning it waits or has
+    deleted it (then nothing is changed).
+    """
+    lock = " for update of c" if cur.dialect == "postgresql" else ""
+    row = cur.one(
+        "select c.cost, c.lane from rate_charge c join lane l on l.name = c.lane "
+        f"where c.job_id = :j and c.attempt = :a and l.rate_basis = 'actual'{lock}",
+        {"j": job_id, "a": attempt},
     )
-    if old is None or old == actual:
+    if row is None or row[0] == actual:
         return
+    old, lane = row
     cur.execute(
         "update rate_charge set cost = :c where job_id = :j and attempt = :a", {"c": actual, "j": job_id, "a": attempt}
     )

@@ -86,8 +86,8 @@ def settle(
     )  # fmt: skip
     if cur.rowcount != 1:
         raise Replay(attempt=attempt)  # a concurrent settle of the same attempt won; roll back ours
-    if lane_row.rate_basis == "actual":  # the provider counted what was really used: so does the window
-        true_up(cur, lane, job_id, attempt, actual)
+    if lane_row.rate_basis == "actual" or not live:  # the provider counted what was really used: so does the
+        true_up(cur, job_id, attempt, actual)  # window (a late attempt's charge may be in the lane it moved from)
     if live:
         after = cur.one(
             "update lane set spent = spent + :a, reserved = reserved - :e, reserved_var = reserved_var - :v, "
@@ -135,7 +135,7 @@ def _settle_live(cur: Cursor, job_id: str, *, actual: int, attempt: int, outcome
     est, overage = got[2], got[3]
     after = row_of(got[4:])
     if after.rate_basis == "actual":  # the provider counted what was really used: so does the window
-        true_up(cur, lane, job_id, attempt, actual)
+        true_up(cur, job_id, attempt, actual)
         after = lock_lane(cur, lane)  # (held already: a fresh read of the window)
     return Settled(job_id, attempt, lane, est, actual, overage, False, outcome, by_estimate=bool(by_estimate)), after
 
