@@ -43,3 +43,116 @@ def test_a_late_settlement_of_a_job_moved_to_its_fallback_is_billed_to_the_lane_
     first = moved_zombie(led, clock, "est", "est")
     assert led.settle(first, 500).late
     assert (led.lane("a").spent, led.lane("b").spent) == (500, 0)
+
+
+def test_settlements_racing_the_reap_and_a_period_roll_are_each_billed_once_in_the_new_period(ledger_url, clock):
+    """40 leases expire at a day's end; just past midnight, two processes settle them (attempt 1 each, by
+    the lease) while a third reaps and ticks the retries. Whichever wins each job, every acknowledged
+    settlement is in the ledger once, the new day's spent is their sum, and nothing is reserved twice."""
+    import threading
+
+    from lane_plugin import Ledger
+
+    day = 86_400.0
+    clock.t = (clock.t // day + 1) * day - 5.0  # 5 s before midnight (UTC)
+    leds = [Ledger(ledger_url, clock=clock) for _ in range(3)]
+    try:
+        lane(leds[0], "d", period="daily", lease_seconds=4.0)
+        jobs = [leds[0].submit("s", 100 + i, "d") for i in range(40)]
+        leases = leds[0].tick("d")
+        assert len(leases) == 40
+        clock.t += 5.0  # midnight: every lease expired, the period rolled (nobody ticked yet)
+        got: list = []
+        errors: list = []
+        go = threading.Barrier(3)
+
+        def settle(led, part):
+            go.wait()
+            for lease in part:
+                try:
+                    got.append(led.settle(lease, 1_000 + int(lease.est)))
+                except Exception as exc:  # noqa: BLE001 - any error is the finding
+                    errors.append(repr(exc))
+
+        def reap(led):
+            go.wait()
+            try:
+                for _ in range(5):
+                    led.reap()
+                    led.tick("d")
+            except Exception as exc:  # noqa: BLE001
+                errors.append(repr(exc))
+
+        threads = [threading.Thread(target=settle, args=(leds[0], leases[::2])),
+                   threading.Thread(target=settle, args=(leds[1], leases[1::2])),
+                   threading.Thread(target=reap, args=(leds[2],))]  # fmt: skip
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert errors == []
+        assert sorted(s.job_id for s in got) == sorted(jobs) and not any(s.replay for s in got)
+        row = leds[0].lane("d")
+        assert row.spent == sum(s.actual for s in got)
+        assert row.overage == sum(s.overage for s in got)
+        _, [(n, total)] = leds[0].rows("select count(*), coalesce(sum(actual), 0) from settlement")
+        assert (n, total) == (40, row.spent)
+        assert leds[0].audit() == []
+    finally:
+        for led in leds:
+            led.close()
+
+
+ROW_KEYS = ("id", "lane", "stage", "est", "attempt", "lease_token", "lease_until", "run_key", "rate_cost", "state",
+            "reason", "admitted_at")  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_no_span_of_the_window_holds_more_than_the_burst_whatever_ticks_pick_ups_and_slack_do(ledger_url, clock, seed):
+    """Random ticks from ledgers with and without send slack, pick-ups that stamp the charge later (``take``;
+    on PostgreSQL also the watcher's ``rows_sent``), settlements and a clock moving in small steps. Every
+    charge's last place is kept as it is seen (a pruned charge cannot move again), and no span of
+    ``window_seconds`` may hold more than ``burst_tokens`` of them."""
+    import random
+
+    from lane_plugin import Ledger
+    from lane_plugin.ledger import waiters
+
+    rng = random.Random(seed)
+    window, burst = 10.0, 1_000
+    leds = [Ledger(ledger_url, clock=clock, send_slack=s) for s in (0.0, 0.5, None, 3.0)]
+    try:
+        lane(leds[0], "r", burst_tokens=burst, window_seconds=window, lease_seconds=600.0)
+        seen: dict[tuple[str, int], tuple[float, int]] = {}
+        leased: list = []
+        for _ in range(300):
+            led = rng.choice(leds)
+            op = rng.random()
+            if op < 0.3:
+                led.submit("s", rng.randint(1, 400), "r", rate_cost=rng.randint(20, 300))
+            elif op < 0.55:
+                leased += led.tick("r")
+            elif op < 0.75 and leased:
+                lease = rng.choice(leased)
+                row = tuple(led.job(lease.job_id)[k] for k in ROW_KEYS)
+                if row[9] == "leased":
+                    if led.db.dialect == "postgresql" and rng.random() < 0.5:
+                        led.db.transaction(lambda cur: waiters.rows_sent(cur, [lease.job_id], clock.t, led.send_slack))
+                    else:
+                        led.take(row)
+            elif op < 0.8 and leased:
+                led.settle(leased.pop(rng.randrange(len(leased))), rng.randint(0, 400))
+            else:
+                clock.t += rng.choice([0.0, 0.25, 1.0, 2.5, 4.0])
+            _, rows = led.rows("select job_id, attempt, at, cost from rate_charge")
+            for job_id, attempt, at, cost in rows:
+                seen[(job_id, attempt)] = (float(at), int(cost))
+        assert len(seen) > 20
+        charges = sorted(seen.values())
+        for i, (end, _) in enumerate(charges):  # every span (end - window, end] ending at a charge
+            inside = sum(c for at, c in charges[: i + 1] if at > end - window)
+            assert inside <= burst, f"{inside} rate tokens in the {window:g}s up to {end}"
+        assert leds[0].audit() == []
+    finally:
+        for led in leds:
+            led.close()
