@@ -126,6 +126,7 @@ def fit_drift_arrays(est, actual) -> tuple[float, int, int]:
     n = len(est)
     if n == 0:
         return 1.0, 0, 0
+    est, actual = _exact(np, est), _exact(np, actual)  # int64 (or Python integers): no arithmetic in a narrow dtype
     big = max(abs(int(est.max())), abs(int(est.min())), abs(int(actual.max())), abs(int(actual.min())))
     if est.dtype != object and big * max(n, 10_000) >= 2**62:  # the sums, or est * extra below, could pass int64: exact Python ints
         est, actual = est.astype(object), actual.astype(object)
@@ -140,3 +141,13 @@ def fit_drift_arrays(est, actual) -> tuple[float, int, int]:
     k = min(n - 1, math.ceil(SPREAD_QUANTILE * n) - 1)
     q = np.partition(overs, k)[k] if overs.dtype != object else sorted(overs)[k]
     return drift, max(0, int(overs.max())), max(0, int(q))
+
+
+def _exact(np, a):
+    """``a`` as int64, or as Python integers where int64 cannot hold it (unsigned values past 2**63 - 1)."""
+    a = np.asarray(a)
+    if a.dtype == np.int64 or a.dtype == object:
+        return a
+    if a.dtype.kind == "u" and a.dtype.itemsize >= 8 and int(a.max()) > np.iinfo(np.int64).max:
+        return a.astype(object)
+    return a.astype(np.int64)
