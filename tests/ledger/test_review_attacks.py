@@ -137,7 +137,7 @@ def test_no_span_of_the_window_holds_more_than_the_burst_whatever_ticks_pick_ups
                 row = tuple(led.job(lease.job_id)[k] for k in ROW_KEYS)
                 if row[9] == "leased":
                     if led.db.dialect == "postgresql" and rng.random() < 0.5:
-                        led.db.transaction(lambda cur: waiters.rows_sent(cur, [lease.job_id], clock.t, led.send_slack))
+                        led.db.transaction(lambda cur, j=lease.job_id, s=led.send_slack: waiters.rows_sent(cur, [j], clock.t, s))
                     else:
                         led.take(row)
             elif op < 0.8 and leased:
