@@ -57,3 +57,20 @@ def test_a_query_cannot_leave_a_lock_or_a_database_attached(led):
         led.rows("attach database ':memory:' as other")
         names = led.db.transaction(lambda cur: [r[1] for r in cur.all("pragma database_list")], write=False)
         assert names == ["main"]
+
+
+@pytest.mark.parametrize("sql", ["commit", "release savepoint lane_rows"])
+def test_a_query_that_ends_its_transaction_is_refused_at_once_naming_it(led, sql):
+    import time
+
+    from lane_plugin import InvalidInput, LaneError
+
+    t0 = time.monotonic()
+    with pytest.raises(InvalidInput if led.db.dialect == "postgresql" else LaneError) as err:
+        led.rows(sql)
+    assert time.monotonic() - t0 < 10.0  # not retried as if the database were away (60 s)
+    if led.db.dialect == "postgresql":
+        assert err.value.field == "sql"
+    led.submit("s", 10, "t")
+    [lease] = led.tick("t")
+    assert led.settle(lease, 7).actual == 7 and led.audit() == []
