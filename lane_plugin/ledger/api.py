@@ -402,7 +402,12 @@ class Ledger(Admitting, LearningStore):
         """Run a query of your own (``:name`` parameters) in a read-only transaction; returns ``(columns, rows)``.
 
         A statement that would write is refused (:class:`~lane_plugin.errors.InvalidInput`) and changes nothing."""
-        return self._run(lambda cur, now: reads.query(cur, text("sql", sql, limit=100_000), params), write=False)
+        sql = text("sql", sql, limit=100_000)
+        try:
+            return self._run(lambda cur, now: reads.query(cur, sql, params), write=False)
+        finally:
+            if self.db.dialect == "sqlite":  # a pragma or an attached database must not outlive the query
+                self.db.discard()
 
     def audit(self, *, grace: float = 60.0) -> list[str]:
         """Invariant violations I1-I6 found in the tables; empty when the ledger is sound."""

@@ -106,9 +106,18 @@ def history(cur: Cursor, since: float) -> list[dict]:
 
 def query(cur: Cursor, sql: str, params: dict | None) -> tuple[list[str], list[tuple]]:
     """A caller's own query, in a transaction the database itself keeps read-only: a statement that
-    would write is refused by PostgreSQL (``set transaction read only``) or SQLite (``query_only``)."""
+    would write is refused by PostgreSQL (``set transaction read only``) or SQLite (``query_only``).
+
+    Nor may it change the session the ledger's own writes run on later (a read-only transaction still
+    allows ``set_config(..., false)``, pragmas, a session advisory lock): on PostgreSQL it runs in a
+    savepoint rolled back once its rows are read (settings made in it are undone) and the session's
+    advisory locks are released; on SQLite the caller closes the connection afterwards
+    (:meth:`lane_plugin.Ledger.rows`: pragmas and attached databases die with it).
+    """
     sqlite = cur.dialect == "sqlite"
     cur.execute("pragma query_only = 1" if sqlite else "set transaction read only")
+    if not sqlite:
+        cur.execute("savepoint lane_rows")
     try:
         cur.execute(sql, params or {})
         cols = [d[0] for d in cur.raw.description or ()]
@@ -120,3 +129,15 @@ def query(cur: Cursor, sql: str, params: dict | None) -> tuple[list[str], list[t
     finally:
         if sqlite:
             cur.execute("pragma query_only = 0")
+        else:
+            _undo(cur, sql)
+
+
+def _undo(cur: Cursor, sql: str) -> None:
+    """PostgreSQL: undo what a caller's query did to the session (its savepoint rolled back, advisory locks released)."""
+    try:
+        cur.execute("rollback to savepoint lane_rows")
+        cur.execute("select pg_advisory_unlock_all()")
+    except Exception:  # it ended the transaction or released the savepoint itself: refused, never retried
+        raise InvalidInput("sql", sql, "Ledger.rows runs one query in a read-only transaction; this statement "
+                           "ends the transaction or its savepoint") from None  # fmt: skip
