@@ -92,6 +92,7 @@ def test_settlements_racing_the_reap_and_a_period_roll_are_each_billed_once_in_t
             t.join(120)
         assert errors == []
         assert sorted(s.job_id for s in got) == sorted(jobs) and not any(s.replay for s in got)
+        print(f"{sum(s.late for s in got)} of 40 settled late (reaped first)")
         row = leds[0].lane("d")
         assert row.spent == sum(s.actual for s in got)
         assert row.overage == sum(s.overage for s in got)
@@ -173,3 +174,54 @@ def test_a_lease_picked_up_after_its_charge_left_the_window_is_counted_again(led
     assert [le.job_id for le in led.tick("r")] == [y]
     assert led.take(tuple(led.job(x)[k] for k in ROW_KEYS)) is not None  # X's request goes out now
     assert led.lane("r").window_used >= 1_200
+
+
+def test_a_settlement_racing_the_retry_that_voids_its_lease_is_billed_once_and_frees_the_room_once(ledger_url, clock):
+    """30 leased jobs; one process settles each attempt 1 while another submits each job's retry (attempt 2,
+    the same key), which voids a lease still held. Whichever commits first, attempt 1 is billed once (live or
+    late), its estimate leaves ``reserved`` once, and the retries wait."""
+    import threading
+
+    from lane_plugin import Ledger
+
+    a, b = Ledger(ledger_url, clock=clock), Ledger(ledger_url, clock=clock)
+    try:
+        lane(a, "k")
+        jobs = [a.submit("s", 100, "k", key=f"key-{i}") for i in range(30)]
+        leases = a.tick("k")
+        assert len(leases) == 30
+        go, got, errors = threading.Barrier(2), [], []
+
+        def settle():
+            go.wait()
+            for lease in leases:
+                try:
+                    got.append(a.settle(lease, 150))
+                except Exception as exc:  # noqa: BLE001 - any error is the finding
+                    errors.append(repr(exc))
+
+        def retry():
+            go.wait()
+            for i in range(30):
+                try:
+                    b.submit("s", 100, "k", key=f"key-{i}", attempt=2)
+                except Exception as exc:  # noqa: BLE001
+                    errors.append(repr(exc))
+
+        threads = [threading.Thread(target=settle), threading.Thread(target=retry)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert errors == []
+        assert sorted(s.job_id for s in got) == sorted(jobs) and all(s.attempt == 1 for s in got)
+        print(f"{sum(s.late for s in got)} of 30 settled late (the retry first)")
+        row = a.lane("k")
+        assert (row.spent, row.reserved, row.leased) == (150 * 30, 0, 0)
+        assert row.overage == sum(s.overage for s in got)
+        _, rows = a.rows("select state, attempt, count(*) from job group by state, attempt")
+        assert rows == [("new", 2, 30)]
+        assert a.audit() == []
+    finally:
+        a.close()
+        b.close()
