@@ -401,7 +401,9 @@ class Ledger(Admitting, LearningStore):
     def rows(self, sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
         """Run a query of your own (``:name`` parameters) in a read-only transaction; returns ``(columns, rows)``.
 
-        A statement that would write is refused (:class:`~lane_plugin.errors.InvalidInput`) and changes nothing."""
+        A statement that would write is refused (:class:`~lane_plugin.errors.InvalidInput`) and changes nothing;
+        settings it makes (``set_config``, a pragma) or locks it takes end with it, never reaching the ledger's
+        own later statements."""
         sql = text("sql", sql, limit=100_000)
         try:
             return self._run(lambda cur, now: reads.query(cur, sql, params), write=False)
