@@ -225,3 +225,24 @@ def test_a_settlement_racing_the_retry_that_voids_its_lease_is_billed_once_and_f
     finally:
         a.close()
         b.close()
+
+
+def test_status_after_the_period_rolled_reads_the_new_period_before_any_tick(led, clock):
+    """A daily lane spent its ceiling yesterday; past midnight nobody has ticked yet. Status and a waiting
+    job's place must tell today's numbers (nothing spent, the job fits), not yesterday's ceiling-spent lane,
+    as the next tick and a settlement (which roll the period first) would count them."""
+    day = 86_400.0
+    clock.t = (clock.t // day) * day + 3_600.0
+    lane(led, "p", period="daily", ceiling=1_000, allowance=1_000)
+    led.submit("s", 1_000, "p")
+    [lease] = led.tick("p")
+    led.settle(lease, 1_000)
+    job = led.submit("s", 500, "p")
+    assert led.wait_status(job)["blocked_by"] == "ceiling"  # yesterday: spent
+    clock.t += day
+    ws = led.wait_status(job)
+    assert (ws["spent"], ws["remaining"], ws["blocked_by"], ws["reason"]) == (0, 1_000, None, None)
+    [status] = [s for s in led.lanes() if s["lane"] == "p"]
+    assert (status["spent"], status["remaining"], status["hard_stopped"]) == (0, 1_000, False)
+    assert [c["state"] for c in led.report_lane_states("p")] in ([], ["ok"])
+    assert [le.job_id for le in led.tick("p")] == [job]  # what the tick then does
