@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import calendar
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from .. import checks, policy
 from ..errors import InvalidInput, LaneError, UnknownLane
@@ -179,6 +179,14 @@ def roll_counters(cur: Cursor, row: LaneRow, now: float) -> LaneRow:
         cur.execute(f"update lane set {sets} where name = :name", {**changes, "name": row.name})
         for k, v in changes.items():
             setattr(row, k, v)
+    return row
+
+
+def as_of(row: LaneRow, now: float) -> LaneRow:
+    """The row as the next writer will see it at ``now``: a period that rolled over counts from zero
+    (what :func:`roll_counters` will write), for reads that write nothing (status, a job's place)."""
+    if row.period != "none" and period_start(row.period, now) > row.period_start:
+        return replace(row, spent=0, overage=0, period_start=period_start(row.period, now))
     return row
 
 

@@ -6,7 +6,7 @@ from .. import policy
 from ..policy import blocking_rule
 from .db import Cursor
 from .jobs import get_job
-from .lanes import LaneRow, all_lanes, read_lane
+from .lanes import LaneRow, all_lanes, as_of, read_lane
 from .rates import used
 from .runs import fits_of, runs_of
 
@@ -48,6 +48,7 @@ def report_states(cur: Cursor, now: float, lane: str | None = None) -> list[dict
     for row in all_lanes(cur, lock=True):
         if lane is not None and row.name != lane:
             continue
+        row = as_of(row, now)  # a period that rolled since the last tick: today's state
         state = lane_state(row)
         previous = cur.scalar("select reported_state from lane where name = :n", {"n": row.name})
         if previous == state:
@@ -70,7 +71,7 @@ def lane_status(cur: Cursor, now: float) -> list[dict]:
         for r in cur.all("select lane, state, count(*) from job where state in ('new', 'parked') group by lane, state")
     }
     out = []
-    for row in all_lanes(cur):
+    for row in (as_of(r, now) for r in all_lanes(cur)):  # a period rolled since the last tick: today's numbers
         committed = row.spent + row.reserved
         waiting = counts.get((row.name, "new"), 0)
         head = head_status(cur, now, row.name) if waiting else None
@@ -156,7 +157,7 @@ def _when(row: LaneRow, c: policy.Candidate, kind: str, need: int) -> str:
 def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
     """Where a waiting job stands: its place in admission order and the lane's room (Ledger.wait_status)."""
     job = get_job(cur, job_id)
-    row = read_lane(cur, job["lane"])
+    row = as_of(read_lane(cur, job["lane"]), now)
     prio, rate_cost = cur.one("select prio, coalesce(rate_cost, est) from job where id = :id", {"id": job_id})
     base = "select count(*) from job where lane = :l and state = 'new'"
     p = {"l": row.name, "p": prio, "id": job_id}
