@@ -146,7 +146,7 @@ def fit_drift_arrays(est, actual) -> tuple[float, int, int]:
 def _exact(np, a):
     """``a`` as int64, or as Python integers where int64 cannot hold it (unsigned values past 2**63 - 1)."""
     a = np.asarray(a)
-    if a.dtype == np.int64 or a.dtype == object:
+    if a.dtype == np.int64 or a.dtype.kind not in "iub":  # (object: Python integers already; never truncate floats)
         return a
     if a.dtype.kind == "u" and a.dtype.itemsize >= 8 and int(a.max()) > np.iinfo(np.int64).max:
         return a.astype(object)
