@@ -246,3 +246,50 @@ def test_status_after_the_period_rolled_reads_the_new_period_before_any_tick(led
     assert (status["spent"], status["remaining"], status["hard_stopped"]) == (0, 1_000, False)
     assert [c["state"] for c in led.report_lane_states("p")] in ([], ["ok"])
     assert [le.job_id for le in led.tick("p")] == [job]  # what the tick then does
+
+
+def test_two_processes_settling_one_attempt_with_different_tokens_bill_one_and_refuse_the_other(ledger_url, clock):
+    """20 leases, each settled at once by two processes, one saying 100 tokens and the other 200: one is
+    billed, the other is a ConflictingReplay naming the first; never both, never neither."""
+    import threading
+
+    from lane_plugin import ConflictingReplay, Ledger
+
+    leds = [Ledger(ledger_url, clock=clock) for _ in range(2)]
+    try:
+        lane(leds[0], "c")
+        for _ in range(20):
+            leds[0].submit("s", 150, "c")
+        leases = leds[0].tick("c")
+        assert len(leases) == 20
+        billed, refused, errors = [], [], []
+        go = threading.Barrier(2)
+
+        def settle(led, actual):
+            for lease in leases:
+                go.wait()  # both at once, on every lease
+                try:
+                    s = led.settle(lease, actual)
+                    (billed if not s.replay else errors).append(s if not s.replay else f"replay {s}")
+                except ConflictingReplay as exc:
+                    refused.append((lease.job_id, actual, exc))
+                except Exception as exc:  # noqa: BLE001 - any other error is the finding
+                    errors.append(repr(exc))
+
+        threads = [threading.Thread(target=settle, args=(led, n)) for led, n in zip(leds, (100, 200))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert errors == []
+        assert sorted(s.job_id for s in billed) == sorted(le.job_id for le in leases)
+        assert sorted(j for j, _, _ in refused) == sorted(le.job_id for le in leases)
+        winner = {s.job_id: s.actual for s in billed}
+        assert all(winner[j] != actual for j, actual, _ in refused)
+        print(f"{sum(v == 100 for v in winner.values())} of 20 won by the 100-token settlement")
+        row = leds[0].lane("c")
+        assert (row.spent, row.reserved, row.leased) == (sum(winner.values()), 0, 0)
+        assert leds[0].audit() == []
+    finally:
+        for led in leds:
+            led.close()
