@@ -129,7 +129,8 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     if cur.dialect == "postgresql":  # the lane, the jobs, the rate charges and the NOTIFY: one round trip
         counted, leased, _ = cur.one(_LEASE_PG, {
             **params, "ids": decision.ids, "js": [j for j, _, _ in charges], "atts": [a for _, a, _ in charges],
-            "cs": [c for _, _, c in charges], "ch": waiters.CHANNEL, "what": "leased", "at": now + slack})  # fmt: skip
+            "cs": [c for _, _, c in charges], "ch": waiters.CHANNEL, "what": waiters.leased_what(lane, decision.ids),
+            "at": now + slack})  # fmt: skip
         if counted != 1:
             raise LaneError(f"admission re-check failed in lane {lane!r}: the policy chose past the ceiling")
         if leased != n:

@@ -27,6 +27,8 @@ HEARTBEAT_SECONDS = 1.0  # a waiting process says it is still there this often
 GONE_SECONDS = 5.0  # ... and is gone after this long unseen (five missed heartbeats)
 WAITER_GONE = "waiter gone"
 CHANNEL = "lane_plugin"  # the LISTEN/NOTIFY channel; the payload is "<schema>|<lane>|<what>"
+NOTIFY_BYTES = 8000  # PostgreSQL refuses a NOTIFY payload this long or longer
+_SCHEMA_BYTES = 63  # the longest schema name (NAMEDATALEN - 1): the payload's prefix, unknown until the server adds it
 _PG_TICK_CLASS = 0x1A4E  # pg_try_advisory_xact_lock(class, hashtext(schema/lane))
 _CHUNK = 500
 RECHECK_SECONDS = 1.0  # a waiter seen alive is not read again for this long (ledger time)
@@ -131,6 +133,31 @@ def try_tick_lock(cur: Cursor, lane: str) -> bool:
                            {"c": _PG_TICK_CLASS, "l": lane}))  # fmt: skip
 
 
+def leased_what(lane: str, job_ids: list[str]) -> str:
+    """The ``what`` of the NOTIFY a commit that leased ``job_ids`` sends: ``leased:<id>,<id>,...``.
+
+    A listening process wakes exactly the waiters of those ids it holds, reading only their rows (and
+    none at all when it holds none of them). Plain ``leased``, the payload of older versions (every
+    listener reads all its waiting rows), when the list would pass PostgreSQL's payload limit
+    (:data:`NOTIFY_BYTES`) or an id has a separator in it; an older listener reads all its waiting rows
+    on either form.
+    """
+    what = "leased:" + ",".join(job_ids)
+    if not job_ids or any("," in j or "|" in j for j in job_ids):
+        return "leased"
+    if _SCHEMA_BYTES + len(lane.encode()) + len(what.encode()) + 2 >= NOTIFY_BYTES:
+        return "leased"
+    return what
+
+
+def parse_what(rest: str) -> tuple[str, str, frozenset[str] | None]:
+    """A payload's ``<lane>|<what>`` (its schema taken off): ``(lane, kind, ids)``; ``ids`` None when the
+    payload names none (``room``; ``leased`` from an older version or past the payload limit)."""
+    lane, _, what = rest.rpartition("|")
+    kind, sep, ids = what.partition(":")
+    return lane, kind, (frozenset(ids.split(",")) if sep and ids else None)
+
+
 def notify(cur: Cursor, lane: str, what: str) -> None:
     """PostgreSQL: tell every listening process, at commit, that jobs were ``leased`` or ``room`` freed."""
     if cur.dialect == "postgresql":
@@ -138,5 +165,6 @@ def notify(cur: Cursor, lane: str, what: str) -> None:
                     {"ch": CHANNEL, "l": lane, "w": what})  # fmt: skip
 
 
-__all__ = ["CHANNEL", "GONE_SECONDS", "HEARTBEAT_SECONDS", "ROW_KEYS", "WAITER_GONE", "claim", "gone", "heartbeat",
-           "lease_expired", "notify", "rows", "rows_sent", "try_tick_lock", "waiter_id"]
+__all__ = ["CHANNEL", "GONE_SECONDS", "HEARTBEAT_SECONDS", "NOTIFY_BYTES", "ROW_KEYS", "WAITER_GONE", "claim", "gone",
+           "heartbeat", "lease_expired", "leased_what", "notify", "parse_what", "rows", "rows_sent", "try_tick_lock",
+           "waiter_id"]

@@ -6,7 +6,10 @@ watcher thread per ledger per process covers what other processes do:
 
 - on PostgreSQL it ``LISTEN``s on the lane channel (a ``NOTIFY`` is sent when jobs are leased or
   room frees; notifications from this process's own connections are ignored, its waiters were woken
-  already) and then reads its waiting jobs' own rows, all in one statement on the listening
+  already). A ``leased`` payload names the jobs leased (:func:`lane_plugin.ledger.waiters.leased_what`):
+  the watcher reads the rows of those it waits for, by primary key, and no row at all when it waits
+  for none of them; a payload that names none (an older version's, or a list past PostgreSQL's
+  payload limit) makes it read all its waiting jobs' rows. The read is one statement on the listening
   connection, which also stamps the rate charges of those it finds leased (their requests go out
   now: :func:`lane_plugin.ledger.waiters.rows_sent`), so a woken waiter starts its body without a
   write transaction of its own;
@@ -16,7 +19,8 @@ watcher thread per ledger per process covers what other processes do:
   so a tick that leaves a job blocked by the window says when the window will have room for it
   (:func:`lane_plugin.ledger.rates.free_at`) and the watcher ticks that lane at that moment
   (:meth:`Wakeups.tick_at`);
-- on both, a slow safety poll every :data:`SAFETY_SECONDS`: it reaps expired leases if there are any
+- on both, a slow safety poll every :data:`SAFETY_SECONDS`: it reads all its waiting jobs' rows (a
+  lost ``NOTIFY``, a job parked by another process, are caught here), reaps expired leases if there are any
   (one index read; the reap hands the room on), ticks the lanes its jobs still wait in (a try-lock:
   returns at once if another tick runs; room can free with no event, e.g. a run's reserve lapsing),
   and beats the process's waiter heartbeat (:mod:`lane_plugin.ledger.waiters`).
@@ -133,7 +137,7 @@ class Wakeups:
                     retick |= self._due(now)
                     wake = min(next_safety, next_beat, *self._timers.values())
                 timeout = RETICK_SECONDS if retick else max(0.0, wake - now)
-                notified: set[str] = set()
+                notified: set[tuple] = set()
                 try:
                     if pg and listener is None:
                         listener = _Listener(self.ledger)
@@ -164,13 +168,18 @@ class Wakeups:
             del self._timers[lane]
         return due
 
-    def _cycle(self, listener, notified: set[str], retick: set[str], next_safety: float, next_beat: float):
+    def _cycle(self, listener, notified: set[tuple], retick: set[str], next_safety: float, next_beat: float):
         with self._cv:
             jobs = list(self._jobs.values())
         now = time.monotonic()
         safety = now >= next_safety
-        if jobs and (listener is None or notified or safety):
-            self._read(jobs, listener)
+        if jobs and (listener is None or safety or any(k != "room" and ids is None for _, k, ids in notified)):
+            self._read(jobs, listener)  # all of them: SQLite's poll, the safety poll, a payload naming no jobs
+        elif jobs and notified:  # only the jobs named that this process waits for; no read if none
+            named = set().union(*(ids for _, _, ids in notified if ids))
+            mine = [w for j in named if (w := self._jobs.get(j)) is not None]
+            if mine:
+                self._read(mine, listener)
         if jobs and now >= next_beat:
             self.ledger.heartbeat(waiters.waiter_id())
             next_beat = now + waiters.HEARTBEAT_SECONDS
@@ -203,8 +212,8 @@ class Wakeups:
                     w.event.set()
 
 
-def _room_lanes(notified: set[str]) -> set[str]:
-    return {x.rsplit("|", 1)[0] for x in notified if x.endswith("|room")}
+def _room_lanes(notified: set[tuple]) -> set[str]:
+    return {lane for lane, kind, _ in notified if kind == "room"}
 
 
 class _Listener:
@@ -219,9 +228,10 @@ class _Listener:
         self.conn.execute(f"listen {waiters.CHANNEL}")
         self.schema = self.conn.execute("select current_schema()").fetchone()[0]
 
-    def wait(self, timeout: float) -> set[str]:
-        """Notifications for this schema from other processes within ``timeout``: ``lane|what`` each."""
-        out: set[str] = set()
+    def wait(self, timeout: float) -> set[tuple]:
+        """Notifications for this schema from other processes within ``timeout``: ``(lane, kind, ids)`` each
+        (:func:`waiters.parse_what`)."""
+        out: set[tuple] = set()
         got = list(self.conn.notifies(timeout=max(timeout, 0.001), stop_after=1))
         if got:
             got += list(self.conn.notifies(timeout=0.001))  # drain what came with it
@@ -229,7 +239,7 @@ class _Listener:
         for n in got:
             schema, _, rest = n.payload.partition("|")
             if schema == self.schema and n.pid not in own:
-                out.add(rest)
+                out.add(waiters.parse_what(rest))
         return out
 
     def rows(self, job_ids: list[str]) -> list[tuple]:
