@@ -235,14 +235,7 @@ class Gate:
         return max(sleep, 0.0)
 
     def _log_wait(self, led: Ledger, waited: float) -> None:
-        s = led.wait_status(self.job_id)
-        why = s["blocked_by"] or f"{s['position'] - 1} job(s) ahead"
-        run_logger().info(
-            "lane gate: %s job waiting %.1fs in lane %r: estimate %d, remaining %d of ceiling %d "
-            "(spent %d, reserved %d), position %d of %d waiting, leased %d/%d, blocked by %s",
-            self.stage, waited, s["lane"], s["est"], s["remaining"], s["ceiling"], s["spent"], s["reserved"],
-            s["position"], s["waiting"], s["leased"], s["max_leased"], why,
-        )  # fmt: skip
+        tokenlog.waiting(run_logger(), led, stage=self.stage, job_id=self.job_id, waited=waited)
 
     def _give_up(self, led: Ledger, state: dict) -> None:
         s = led.wait_status(self.job_id)

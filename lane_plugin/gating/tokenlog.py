@@ -1,7 +1,8 @@
-"""The two INFO lines a gated task run's own log carries: admitted, and settled.
+"""The INFO lines a gated task run's own log carries: waiting (now and then), admitted, and settled.
 
 Example (what a task run's log shows)::
 
+    lane gate: draft job waiting 1.0s in lane 'free': estimate 1,204, remaining 0 of ceiling 8000000 (...)
     lane gate: draft admitted in lane 'free' after waiting 0.12s: estimate 1,204 tokens; 7,012,330 of 8,000,000 remaining
     lane gate: draft settled 1,311 tokens (estimate 1,204, drift 1.09, overage 107)
 """
@@ -11,6 +12,24 @@ from __future__ import annotations
 import logging
 
 from ..ledger import Ledger, Settled
+
+
+def waiting(logger, led: Ledger, *, stage: str, job_id: str, waited: float) -> None:
+    """Log where a waiting job stands at INFO (:meth:`Ledger.wait_status`: a few reads, only when logged).
+
+    Nothing is read when INFO is off: a thousand waiters that started together would otherwise all read
+    their queue position at the same moments (after 1 s, then every 10 s), for lines nobody sees.
+    """
+    if hasattr(logger, "isEnabledFor") and not logger.isEnabledFor(logging.INFO):
+        return
+    s = led.wait_status(job_id)
+    why = s["blocked_by"] or f"{s['position'] - 1} job(s) ahead"
+    logger.info(
+        "lane gate: %s job waiting %.1fs in lane %r: estimate %d, remaining %d of ceiling %d "
+        "(spent %d, reserved %d), position %d of %d waiting, leased %d/%d, blocked by %s",
+        stage, waited, s["lane"], s["est"], s["remaining"], s["ceiling"], s["spent"], s["reserved"],
+        s["position"], s["waiting"], s["leased"], s["max_leased"], why,
+    )  # fmt: skip
 
 
 def admitted(logger, led: Ledger, *, stage: str, lane: str, est: int, waited: float, attempt: int) -> None:

@@ -44,3 +44,28 @@ def test_a_run_already_started_is_not_start_limited(tmp_path):
     new = led.submit("a", 100, "t", run_key="run-2")
     assert led.wait_status(later)["starts_run"] is False and led.wait_status(later)["blocked_by"] is None
     assert led.wait_status(new)["starts_run"] is True and led.wait_status(new)["blocked_by"] == "start_limit"
+
+
+def test_the_wait_line_reads_the_status_only_when_info_is_logged(tmp_path, caplog):
+    """A thousand waiters that started together log at the same moments: with INFO off nothing is read."""
+    import logging
+
+    from lane_plugin.gating import tokenlog
+
+    led = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    led.set_lane("tiny", ceiling=1000, allowance=1000, start_fraction=1.0, burst_tokens=1000, max_leased=1)
+    led.submit("s", 900, "tiny")
+    led.tick("tiny")
+    job = led.submit("s", 500, "tiny")
+    logger = logging.getLogger("lane_plugin.test_wait_line")
+    reads = led.db.stats.commits
+    logger.setLevel(logging.WARNING)
+    tokenlog.waiting(logger, led, stage="s", job_id=job, waited=1.0)
+    assert led.db.stats.commits == reads, "wait_status was read for a line nobody sees"
+    logger.setLevel(logging.INFO)
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        tokenlog.waiting(logger, led, stage="s", job_id=job, waited=1.0)
+    assert led.db.stats.commits > reads
+    assert "s job waiting 1.0s in lane 'tiny'" in caplog.text and "position 1 of 1 waiting" in caplog.text
+    assert "blocked by lease_cap" in caplog.text or "blocked by ceiling" in caplog.text
+    led.close()
