@@ -264,7 +264,9 @@ def main() -> None:
     ap.add_argument("--db", default="sqlite,postgresql", help="databases to run (comma-separated)")
     ap.add_argument("--only", default="target,mixed,many", help="scenarios: target, mixed, many")
     ap.add_argument("--pg", default=os.environ.get("LANE_BENCH_POSTGRES_URL", os.environ.get(
-        "LANE_TEST_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/test")))  # fmt: skip
+        "LANE_TEST_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/test")),
+        help="PostgreSQL database to run in (a fresh schema per run, dropped after); default "
+             "$LANE_BENCH_POSTGRES_URL, else $LANE_TEST_POSTGRES_URL, else .../5432/test")  # fmt: skip
     ap.add_argument("--no-prefect", action="store_true", help="skip Prefect's concurrency() and its server")
     ap.add_argument("--no-write", action="store_true", help=f"do not write {DOC.relative_to(ROOT)}")
     args = ap.parse_args()
