@@ -296,6 +296,23 @@ checked again after its cap):
   finishing stages still trickle in while each tick reads a head of jobs that cannot fit before the
   reset (`admit` writes no reason for those once the head's is known, and a lane with a period skips
   the tick while the smallest waiting estimate with its allowance exceeds what spend leaves).
+  Since then part of that is back. Counted on the chained 2 days (`--quick`), a third of the `lane` ticks
+  leased nothing yet read the whole bounded head (22-31 candidates each) to learn so, and each refit's
+  `fit_drift` walked 1,000 settlements in Python (0.7 ms, about a fifth of the run). Now the queue keeps
+  the smallest estimate waiting per kind (`sim/lanequeue.py`, `LaneQueue.nothing_fits`: the finishing
+  jobs, and the other range per stage; `est` plus its capped allowance grows with `est`, so when the
+  smallest of a kind fails rules 3 and 4 every job of it does) and such a tick reads no head; the fit
+  is vectorised (numpy; Python integers past int64). Every figure above but jobs/s is the one of the
+  run before, on every scenario, and tests/sim/test_fast_path.py still shows every admission identical
+  to the reference. `bench_sim_speed.py --root` (4bad429 and this change alternating, load 2.2-2.6):
+  chained week `lane` 18.3k/16.9k -> 19.9k/18.5k jobs/cpu-s (0.15x -> 0.17x `token-fifo`), about 1.09x;
+  the rate scenarios, where the check never fires, are unchanged within noise (its cheap question is
+  asked first). The row's wall figure is about 15k on a machine at load ~2 (6.1k at load 3.4-5.4 before).
+  What remains is one `admit` call per lease and the engine, as measured above: 50k jobs/s is still out of
+  reach without compiling the policy. A plain Cython build of the same modules (policy, rules, drift
+  and the simulator's engine, policies and reserve) measured 1.43x on the chained 2 days, not the 2.5x
+  needed, and a compiled module shadowing its source in an editable install runs stale code after an
+  edit; I did not ship it.
 """
 
 
