@@ -55,15 +55,16 @@ _LEASE_JOB = ("update job set state = 'leased', lease_until = :lu, lease_token =
 _LEASE_PG = (
     f"with l as ({_LANE_UPDATE} returning 1), "
     f"j as ({_LEASE_JOB}id = any(:ids) and state = 'new' returning 1), "
-    "c as (insert into rate_charge (job_id, attempt, lane, at, cost) select x.j, x.a, :l, :at, x.c "
-    "from unnest(:js::text[], :atts::int[], :cs::bigint[]) as x(j, a, c)), "
+    "c as (insert into rate_charge (job_id, attempt, lane, at, cost, sent) select x.j, x.a, :l, :at, x.c, x.s "
+    "from unnest(:js::text[], :atts::int[], :cs::bigint[], :ss::boolean[]) as x(j, a, c, s)), "
     "n as (select pg_notify(:ch, current_schema() || '|' || :l || '|' || :what) from l) "
     "select (select count(*) from l), (select count(*) from j), (select count(*) from n)"
 )
 
 
 def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = policy.HEAD_SLACK,
-         handoff: bool = False, row: LaneRow | None = None, send_slack: float | None = 0.0) -> Ticked:  # fmt: skip
+         handoff: bool = False, row: LaneRow | None = None, send_slack: float | None = 0.0,
+         holder: str | None = None) -> Ticked:  # fmt: skip
     """Lease what fits in ``lane`` now.
 
     Returns a :class:`Ticked`: ``parked`` the tail entries of the jobs this tick parked because they
@@ -76,7 +77,9 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     as it last wrote it (a settlement's hand-off), so the tick does not read it again. ``send_slack``:
     the admitted jobs' rate charges are placed that many seconds after ``now`` (None: the default, at
     most 5% of the lane's window, :func:`rates.slack_for`; the ledger's
-    ``send_slack``: when their requests may reach the provider).
+    ``send_slack``: when their requests may reach the provider). ``holder``: the ticking process's waiter
+    id; a lease of a job with no waiter, or of ``holder``'s, goes to the caller (its charge is sent now), one
+    of another waiter's is handed on, its charge pending until that waiter picks it up (:mod:`.rates`).
     """
     row = roll_counters(cur, lock_lane(cur, lane), now) if row is None else row
     rates.slide(cur, row, now)
@@ -122,15 +125,15 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
         return Ticked([], decision, row, refit_due, parked, _retry_in(cur, row, decision, now))
     n, tokens = len(decision.admitted), decision.tokens
     lease_until = now + row.lease_seconds
-    charges = [(c.id, rows[c.id][5], c.rate) for c in decision.admitted]
+    charges = [(c.id, rows[c.id][5], c.rate, rows[c.id][9] in (None, holder)) for c in decision.admitted]
     slack = rates.slack_for(send_slack, row.window_seconds)
     params = {"t": tokens, "n": n, "r": decision.rate, "fd": decision.finishing, "v": decision.var, "now": now,
               "l": lane, "lu": lease_until, "tok": token}  # fmt: skip
     if cur.dialect == "postgresql":  # the lane, the jobs, the rate charges and the NOTIFY: one round trip
         counted, leased, _ = cur.one(_LEASE_PG, {
-            **params, "ids": decision.ids, "js": [j for j, _, _ in charges], "atts": [a for _, a, _ in charges],
-            "cs": [c for _, _, c in charges], "ch": waiters.CHANNEL, "what": waiters.leased_what(lane, decision.ids),
-            "at": now + slack})  # fmt: skip
+            **params, "ids": decision.ids, "js": [x[0] for x in charges], "atts": [x[1] for x in charges],
+            "cs": [x[2] for x in charges], "ss": [x[3] for x in charges], "ch": waiters.CHANNEL,
+            "what": waiters.leased_what(lane, decision.ids), "at": now + slack})  # fmt: skip
         if counted != 1:
             raise LaneError(f"admission re-check failed in lane {lane!r}: the policy chose past the ceiling")
         if leased != n:

@@ -54,7 +54,8 @@ class Admitting:
         def run(cur):
             if not waiters.try_tick_lock(cur, lane):  # another process is ticking it (PostgreSQL)
                 raise Busy()
-            return admission.tick(cur, lane, now=self._now(cur), token=token, send_slack=self.send_slack)
+            return admission.tick(cur, lane, now=self._now(cur), token=token, send_slack=self.send_slack,
+                                  holder=waiters.waiter_id())  # fmt: skip
 
         try:
             ticked = self.db.transaction(run, try_lock=True)

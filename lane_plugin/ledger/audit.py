@@ -62,6 +62,12 @@ def audit(cur: Cursor, now: float, *, grace: float = 60.0) -> list[str]:
     ):
         bad.append(f"I5 job {job_id}: actual {actual} != sum of its settlements {billed}")
     bad += _attempts(cur)
+    for job_id, attempt, lane, state in cur.all(
+        "select c.job_id, c.attempt, c.lane, j.state from rate_charge c left join job j on j.id = c.job_id "
+        "where not c.sent and (j.id is null or j.state != 'leased' or j.attempt != c.attempt) limit 20"
+    ):
+        bad.append(f"rate window of lane {lane}: job {job_id} attempt {attempt} is {state or 'missing'} but its "
+                   "charge is still pending (never picked up, never dropped: it would hold the window forever)")
     orphan = cur.all(
         "select s.job_id from settlement s left join job j on j.id = s.job_id where j.id is null limit 5"
     )

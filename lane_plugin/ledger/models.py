@@ -242,8 +242,9 @@ class RateCharge(SQLModel, table=True):
     job_id: str = Field(primary_key=True, max_length=64)
     attempt: int = Field(primary_key=True)
     lane: str = Field(max_length=64)
-    at: float
+    at: float  # counted from here: the grant (+ send slack), moved to the pick-up
     cost: int = _big()
+    sent: bool = Field(default=True, sa_column_kwargs={"server_default": sa.true()})  # false: handed, not picked up
 
 
 class RunProfile(SQLModel, table=True):

@@ -6,9 +6,16 @@ or before ``now - window_seconds`` (an index range read on ``(lane, at)`` of onl
 the rows leaving the window) and subtracts them. So ``window_used`` is always
 the sum of the lane's rows, the rate tokens admitted in ``(now - window_seconds,
 now]`` once pruned, and the admission check ``window_used + rate_cost <=
-burst_tokens`` is the sliding-window rule of :mod:`lane_plugin.policy`. A gate
-that picks its lease up after the tick that granted it (it polls) moves the
-charge to that moment, when its request really goes out (:func:`stamp`).
+burst_tokens`` is the sliding-window rule of :mod:`lane_plugin.policy`.
+
+A charge is *pending* (``sent`` false) while its lease is handed to a waiter that has not picked it up
+(a tick or hand-off leasing another process's gated job): its request has not gone out, but will, so the
+slide never prunes it. The pick-up (:func:`stamp`, or PostgreSQL's watcher read,
+:func:`lane_plugin.ledger.waiters.rows_sent`) moves it to that moment (+ the send slack) and marks it
+sent: it then counts for a full window from when its request really goes out, however late. A lease that
+ends unpicked (reaped, voided by a retry) drops its pending charge (:func:`drop_pending`: its request
+never went out); a settlement of one marks it sent from the settlement (:func:`settled`). A lease the tick
+hands to its own caller (a job with no waiter, or the ticking process's own) is sent at the grant.
 
 Room that frees by the window sliding has no event to tell a waiter (a settlement hands its room on,
 a sliding window does not): a tick that leaves a job blocked by the burst window asks
@@ -33,7 +40,7 @@ def slide(cur: Cursor, row: LaneRow, now: float) -> LaneRow:
         return row  # never backwards (a clock read a moment earlier must not re-count); or nothing to prune
     if cur.dialect == "postgresql":  # one round trip
         row.window_used = cur.scalar(
-            "with gone as (delete from rate_charge where lane = :l and at <= :cut returning cost) "
+            "with gone as (delete from rate_charge where lane = :l and at <= :cut and sent returning cost) "
             "update lane set window_used = window_used - (select coalesce(sum(cost), 0) from gone), "
             "window_start = :cut where name = :l returning window_used",
             {"l": row.name, "cut": cut},
@@ -41,7 +48,7 @@ def slide(cur: Cursor, row: LaneRow, now: float) -> LaneRow:
         row.window_start = cut
         return row
     gone = cur.all(
-        "delete from rate_charge where lane = :l and at <= :cut returning cost", {"l": row.name, "cut": cut}
+        "delete from rate_charge where lane = :l and at <= :cut and sent returning cost", {"l": row.name, "cut": cut}
     )
     freed = sum(r[0] for r in gone)
     cur.execute(
@@ -53,19 +60,12 @@ def slide(cur: Cursor, row: LaneRow, now: float) -> LaneRow:
     return row
 
 
-def charge(cur: Cursor, lane: str, now: float, charges: list[tuple[str, int, int]]) -> None:
-    """Record ``(job_id, attempt, cost)`` admitted now (the caller adds their sum to ``window_used``)."""
-    if cur.dialect == "postgresql":  # one statement, one round trip
-        cur.execute(
-            "insert into rate_charge (job_id, attempt, lane, at, cost) select j, a, :l, :at, c "
-            "from unnest(:js::text[], :atts::int[], :cs::bigint[]) as x(j, a, c)",
-            {"js": [j for j, _, _ in charges], "atts": [a for _, a, _ in charges], "cs": [c for _, _, c in charges],
-             "l": lane, "at": now},
-        )  # fmt: skip
-        return
+def charge(cur: Cursor, lane: str, now: float, charges: list[tuple[str, int, int, bool]]) -> None:
+    """Record ``(job_id, attempt, cost, sent)`` admitted now (the caller adds their sum to ``window_used``);
+    ``sent`` false: pending until its waiter picks the lease up (SQLite; PostgreSQL's tick writes its own)."""
     cur.executemany(
-        "insert into rate_charge (job_id, attempt, lane, at, cost) values (:j, :a, :l, :at, :c)",
-        [{"j": j, "a": a, "l": lane, "at": now, "c": c} for j, a, c in charges],
+        "insert into rate_charge (job_id, attempt, lane, at, cost, sent) values (:j, :a, :l, :at, :c, :s)",
+        [{"j": j, "a": a, "l": lane, "at": now, "c": c, "s": s} for j, a, c, s in charges],
     )
 
 
@@ -123,9 +123,32 @@ def slack_sql(send_slack: float | None, window: str) -> tuple[str, dict]:
 def stamp(cur: Cursor, job_id: str, attempt: int, now: float) -> None:
     """The holder picked its lease up now (a waiter polls; another process's tick may have admitted
     it seconds ago): the request goes out now, so its charge leaves the window ``window_seconds``
-    from now. Later only, never earlier; a charge already pruned stays pruned."""
-    cur.execute("update rate_charge set at = :now where job_id = :j and attempt = :a and at < :now",
-                {"now": now, "j": job_id, "a": attempt})  # fmt: skip
+    from now, and is sent. Later only, never earlier. A pending charge is never pruned, so a pick-up
+    however late finds it; a sent one already pruned (its request went out at the grant) stays pruned."""
+    cur.execute("update rate_charge set at = case when at < :now then :now else at end, sent = :t "
+                "where job_id = :j and attempt = :a and (at < :now or not sent)",
+                {"now": now, "j": job_id, "a": attempt, "t": True})  # fmt: skip
+
+
+def settled(cur: Cursor, job_id: str, attempt: int, now: float) -> None:
+    """A live settlement of an attempt whose lease was never picked up: its request went out at some moment
+    before now, unknown, so its charge is sent from now (cautious: it counts a full window from the settlement).
+    (PostgreSQL's one-statement settlement does this in its own statement.)"""
+    cur.execute("update rate_charge set at = case when at < :now then :now else at end, sent = :t "
+                "where job_id = :j and attempt = :a and not sent", {"now": now, "j": job_id, "a": attempt, "t": True})
+
+
+def drop_pending(cur: Cursor, job_ids: list[str]) -> None:
+    """Leases of ``job_ids`` ended without a pick-up (reaped, voided): their pending charges leave the window
+    (their requests never went out), and their lanes' ``window_used`` with them (the lanes are locked)."""
+    freed: dict[str, int] = {}
+    for i in range(0, len(job_ids), 500):
+        part = {f"j{k}": j for k, j in enumerate(job_ids[i:i + 500])}
+        for lane, cost in cur.all(f"delete from rate_charge where job_id in ({', '.join(':' + k for k in part)}) "
+                                  "and not sent returning lane, cost", part):  # fmt: skip
+            freed[lane] = freed.get(lane, 0) + cost
+    for lane, cost in sorted(freed.items()):
+        cur.execute("update lane set window_used = window_used - :c where name = :l", {"c": cost, "l": lane})
 
 
 def stamp_sent(cur: Cursor, job_id: str, attempt: int, now: float, send_slack: float | None) -> None:
@@ -148,7 +171,9 @@ def free_at(cur: Cursor, row: LaneRow, used: int, need: int) -> float | None:
 
     Returns:
         When the oldest charges whose leaving makes that room leave (:func:`~lane_plugin.policy.window_expiry`,
-        the instant :func:`slide` prunes them); None if the window has the room already or never will.
+        the instant :func:`slide` prunes them); None if the window has the room already or never will, or
+        not before a pending charge is picked up (a pending charge never leaves on its own: a tick after the
+        pick-up, the safety poll's, asks again).
     """
     excess = used + need - row.burst_tokens
     if excess <= 0 or need > row.burst_tokens:
@@ -157,15 +182,15 @@ def free_at(cur: Cursor, row: LaneRow, used: int, need: int) -> float | None:
     # ties share its time) is the last one that has to leave.
     at = cur.scalar(
         "select min(at) from (select at, sum(cost) over (order by at, job_id, attempt rows unbounded preceding) "
-        "as freed from rate_charge where lane = :l) as w where freed >= :x",
+        "as freed from rate_charge where lane = :l and sent) as w where freed >= :x",
         {"l": row.name, "x": excess},
     )
     return None if at is None else window_expiry(float(at), row.window_seconds)
 
 
 def used(cur: Cursor, row: LaneRow, now: float) -> int:
-    """Rate tokens admitted in ``(now - window_seconds, now]``, read without writing (status)."""
+    """Rate tokens admitted in ``(now - window_seconds, now]`` and pending ones, read without writing (status)."""
     return int(cur.scalar(
-        "select coalesce(sum(cost), 0) from rate_charge where lane = :l and at > :cut",
+        "select coalesce(sum(cost), 0) from rate_charge where lane = :l and (at > :cut or not sent)",
         {"l": row.name, "cut": now - row.window_seconds},
     ))  # fmt: skip

@@ -8,6 +8,7 @@ from ..errors import AmbiguousAttempt, ConflictingReplay, JobParked, NotLeased, 
 from .db import Cursor
 from .jobs import Settled, get_job, lock_job
 from .lanes import RETURNING, LaneRow, lock_lane, period_start, roll_counters, row_of
+from .rates import settled as charge_sent
 from .rates import true_up
 
 # The common case in one statement (PostgreSQL), the lane's lock included: the attempt named is the
@@ -22,6 +23,8 @@ _LIVE_SQL = (
     "j as (update job set state = :st, actual = actual + :a, finished_at = :now, lease_token = null "
     "where id = :id and lane = :l and state = 'leased' and attempt = :att and lease_attempt = :att "
     "and exists (select 1 from lk) returning est, est_var), "
+    "c as (update rate_charge set sent = true, at = greatest(at, :now) where job_id = :id and attempt = :att "
+    "and not sent and exists (select 1 from j)), "
     "s as (insert into settlement (job_id, attempt, lane, est, actual, overage, late, by_estimate, outcome, "
     "settled_at) select :id, :att, :l, est, :a, greatest(:a - est, 0), false, :be, :out, :now from j "
     "on conflict do nothing returning est, overage), "
@@ -76,6 +79,8 @@ def settle(
         {"st": final, "a": actual, "now": now, "id": job_id, "att": attempt},
     )
     live = cur.rowcount == 1
+    if live:  # a lease settled without a pick-up: its request went out before now (rates.settled)
+        charge_sent(cur, job_id, attempt, now)
     est = job["est"]
     overage = max(0, actual - est) if live else actual
     cur.execute(

@@ -14,6 +14,7 @@ from ..errors import NotParked, UnknownJob
 from .db import Cursor
 from .jobs import lock_job
 from .lanes import all_lanes, lock_lane, period_start, read_lane, roll_counters
+from .rates import drop_pending
 from .waiters import WAITER_GONE
 
 
@@ -50,6 +51,7 @@ def reap(cur: Cursor, *, now: float) -> Moved:
     released: dict[str, list[tuple[int, int]]] = {}  # lane: [(est, est_var)] of the leases it gets back
     why_gone = f"{WAITER_GONE}: its lease expired with no renewal"
     gone: set[str] = set()
+    reaped: list[str] = []  # their pending rate charges leave the window: never picked up, never sent
     for lane in lanes.values():
         orphans = cur.all(
             "update job set state = 'parked', lease_token = null, lease_until = 0, finished_at = :now, "
@@ -85,6 +87,7 @@ def reap(cur: Cursor, *, now: float) -> Moved:
         _insert_tail(cur, tail)
         moved.parked += tail
         ests = [(r[1], r[2]) for r in requeued] + [(r[2], r[3]) for r in parked]
+        reaped += [r[0] for r in orphans] + [r[0] for r in requeued] + [r[0] for r in parked]
         if ests:
             released.setdefault(lane.name, []).extend(ests)
     for name, ests in released.items():
@@ -93,6 +96,8 @@ def reap(cur: Cursor, *, now: float) -> Moved:
             "updated_at = :now where name = :l",
             {"e": sum(e for e, _ in ests), "v": sum(v for _, v in ests), "n": len(ests), "now": now, "l": name},
         )
+    if reaped:
+        drop_pending(cur, reaped)
     moved.parked += drop_waiters(cur, gone, now=now, why=f"{WAITER_GONE}: a lease it held expired with no renewal")
     moved.freed = sorted(released)
     return moved

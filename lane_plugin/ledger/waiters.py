@@ -99,8 +99,9 @@ def rows_sent(cur: Cursor, job_ids: list[str], now: float, send_slack: float | N
     The watcher reads its waiting jobs' rows the moment another process's commit tells it they may have
     been leased; the waiter it wakes starts its body within milliseconds. So the read stamps their rate
     charges as :func:`lane_plugin.ledger.rates.stamp_sent` would (``now`` plus the lane's send slack,
-    later only): the woken waiter does not run a write transaction of its own before its body starts.
-    A charge is moved later only, so a stamp for a job whose waiter then gives up is merely cautious.
+    later only, and sent: a pending charge counts from its pick-up): the woken waiter does not run a write
+    transaction of its own before its body starts. A charge is moved later only, so a stamp for a job whose
+    waiter then gives up is merely cautious.
     """
     slack, params = slack_sql(send_slack, "l.window_seconds")
     at = f":now + {slack}"
@@ -110,8 +111,8 @@ def rows_sent(cur: Cursor, job_ids: list[str], now: float, send_slack: float | N
         ids = ", ".join(":" + k for k in part)
         out += cur.all(
             f"with r as (select {', '.join(ROW_KEYS)} from job where id in ({ids})), "
-            f"s as (update rate_charge c set at = {at} from r join lane l on l.name = r.lane "
-            f"where r.state = 'leased' and c.job_id = r.id and c.attempt = r.attempt and c.at < {at}) "
+            f"s as (update rate_charge c set at = greatest(c.at, {at}), sent = true from r join lane l on l.name = r.lane "
+            f"where r.state = 'leased' and c.job_id = r.id and c.attempt = r.attempt and (c.at < {at} or not c.sent)) "
             "select * from r",
             {**part, "now": now, **params})
     return out

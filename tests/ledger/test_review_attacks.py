@@ -159,21 +159,28 @@ def test_no_span_of_the_window_holds_more_than_the_burst_whatever_ticks_pick_ups
             led.close()
 
 
-@pytest.mark.xfail(strict=True, reason="review: a lease picked up more than window_seconds after its grant sends a "
-                   "request the window no longer counts (rates.stamp: a charge already pruned stays pruned)")
 def test_a_lease_picked_up_after_its_charge_left_the_window_is_counted_again(led, clock):
-    """X is leased (600 of a burst of 1,000 per 10 s) but its waiter picks the lease up only 11 s later (a
-    stalled process; the lease is 600 s and still held). Meanwhile a tick pruned X's charge and leased Y
-    (600). X's request and Y's reach the provider in the same second: 1,200 in one window, and the ledger
-    counts 600."""
+    """X is leased (600 of a burst of 1,000 per 10 s) to another process's waiter, which picks the lease up
+    only 11 s later (a stalled process; the lease is 600 s and still held). Its request has not gone out, but
+    will: its charge is pending, no slide prunes it, so Y (600) is not admitted beside it (X's and Y's
+    requests would reach the provider in the same second: 1,200 in one window). X counts from its pick-up
+    for a full window; Y goes out when X leaves it. (The review's version expected the ledger to count
+    1,200 after admitting Y; the promise is that no window sends more than the burst.)"""
     lane(led, "r", burst_tokens=1_000, window_seconds=10.0, lease_seconds=600.0)
-    x = led.submit("s", 10, "r", rate_cost=600)
+    x = led.submit("s", 10, "r", rate_cost=600, waiter="w")  # another process waits for X
     assert [le.job_id for le in led.tick("r")] == [x]
     clock.t += 11.0
     y = led.submit("s", 10, "r", rate_cost=600)
-    assert [le.job_id for le in led.tick("r")] == [y]
+    assert led.tick("r") == [] and led.lane("r").window_used == 600  # X's request is still to go out
+    picked = clock.t
     assert led.take(tuple(led.job(x)[k] for k in ROW_KEYS)) is not None  # X's request goes out now
-    assert led.lane("r").window_used >= 1_200
+    _, rows = led.rows("select job_id, at, sent from rate_charge")
+    assert [(j, float(at), bool(sent)) for j, at, sent in rows] == [(x, picked, True)]
+    clock.t = picked + 9.9
+    assert led.tick("r") == []
+    clock.t = picked + 10.0  # X's request left the window: Y's goes out
+    assert [le.job_id for le in led.tick("r")] == [y]
+    assert led.lane("r").window_used == 600 and led.audit() == []
 
 
 def test_a_settlement_racing_the_retry_that_voids_its_lease_is_billed_once_and_frees_the_room_once(ledger_url, clock):

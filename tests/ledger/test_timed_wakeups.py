@@ -73,8 +73,8 @@ def test_a_waiter_blocked_by_the_window_is_admitted_when_it_slides_not_at_the_sa
     monkeypatch.setattr(wakeups, "SAFETY_SECONDS", 1.0)
     a = Ledger(ledger_url)
     lane(a, burst_tokens=1_000, window_seconds=1.5)
-    first = a.submit("s", 800, "r", waiter="w")
-    [lease] = a.tick("r")
+    first = a.submit("s", 800, "r")  # held by the ticker: its request goes out at the grant (a charge
+    [lease] = a.tick("r")  # handed to another process's waiter would hold its room until picked up: rates)
     assert lease.job_id == first
     charged_at = charges(a)[0][0]
     waiting = a.submit("s", 800, "r", waiter="w")
@@ -161,6 +161,8 @@ def test_the_watcher_stamps_the_charge_of_a_lease_another_process_handed_so_its_
     assert got is not None and got.job_id == job and got.token == lease.token
     assert here.db.stats.commits == commits, "the pick-up ran a transaction"
     assert charges(other) == [(pytest.approx(t0 + 2.0 + slack, rel=0, abs=1e-6), 100)]  # later only: from the pick-up, plus the slack
+    _, [(sent,)] = other.rows("select sent from rate_charge")
+    assert sent  # was pending (handed to w) until the watcher's read picked it up
     here.wakeups.unregister(job)
     here.settle(got, 100)
     assert here.audit() == []
