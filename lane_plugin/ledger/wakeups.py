@@ -71,6 +71,7 @@ class Wakeups:
         self._thread: threading.Thread | None = None
         self._retick: set[str] = set()
         self._timers: dict[str, float] = {}  # lane -> when (monotonic) the burst window has room again
+        self._next_read = 0.0  # SQLite: when the poll reads the waiting rows next (a retick or timer does not)
 
     def register(self, job_id: str, lane: str) -> Waiting:
         """Wait for ``job_id``: the returned :class:`Waiting`'s event is set when it is leased (or parked)."""
@@ -147,7 +148,8 @@ class Wakeups:
                             notified = listener.wait(min(timeout, TIMER_SLICE))
                         else:
                             with self._cv:
-                                self._cv.wait(min(timeout, POLL_SQLITE))
+                                poll = max(RETICK_SECONDS, self._next_read - now) if self._jobs else POLL_SQLITE
+                                self._cv.wait(min(timeout, poll))
                         with self._cv:
                             retick |= self._due(time.monotonic())
                     next_safety, next_beat = self._cycle(listener, notified, retick, next_safety, next_beat)
@@ -173,8 +175,13 @@ class Wakeups:
             jobs = list(self._jobs.values())
         now = time.monotonic()
         safety = now >= next_safety
-        if jobs and (listener is None or safety or any(k != "room" and ids is None for _, k, ids in notified)):
+        # SQLite reads on its poll's schedule only: a cycle woken early (a retick while two processes' ticks
+        # meet, a timed tick) reading too would multiply the reads by the contention
+        polled = listener is None and now >= self._next_read
+        if jobs and (polled or safety or any(k != "room" and ids is None for _, k, ids in notified)):
             self._read(jobs, listener)  # all of them: SQLite's poll, the safety poll, a payload naming no jobs
+            if listener is None:
+                self._next_read = now + POLL_SQLITE
         elif jobs and notified:  # only the jobs named that this process waits for; no read if none
             named = set().union(*(ids for _, _, ids in notified if ids))
             mine = [w for j in named if (w := self._jobs.get(j)) is not None]
