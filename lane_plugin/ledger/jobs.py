@@ -87,3 +87,25 @@ def lock_job(cur: Cursor, job_id: str) -> tuple[LaneRow, dict]:
         if job["lane"] == row.name:
             return row, job
     raise UnknownJob(job_id)  # pragma: no cover - moved between lanes eight times while we waited
+
+
+def left_lane(cur: Cursor, lane: str, moved: list[tuple[str, int]], now: float) -> None:
+    """Jobs ``(id, lease_attempt)`` just moved out of ``lane`` (its lock held): the attempts leased there
+    ran there, and a late settlement of one bills ``lane`` (:func:`ran_in`). A job never leased records nothing.
+
+    A move keeps the row of an earlier one with the same ``leased_upto`` (leased in neither lane since):
+    those attempts ran in the lane that move left.
+    """
+    rows = [{"j": j, "u": upto, "l": lane, "now": now} for j, upto in moved if upto]
+    if rows:
+        cur.executemany("insert into lane_move (job_id, leased_upto, lane, moved_at) values (:j, :u, :l, :now) "
+                        "on conflict do nothing", rows)  # fmt: skip
+
+
+def ran_in(cur: Cursor, job_id: str, attempt: int) -> str | None:
+    """The lane a job's attempt was leased in, if the job has left it since; None: its current lane.
+
+    The first move after the attempt was leased is the one that took the job out of the attempt's lane.
+    """
+    return cur.scalar("select lane from lane_move where job_id = :j and leased_upto >= :a order by leased_upto "
+                      "limit 1", {"j": job_id, "a": attempt})  # fmt: skip

@@ -324,6 +324,10 @@ def delete_lane(cur: Cursor, name: str) -> None:
     jobs = cur.scalar("select count(*) from job where lane = :n", {"n": name})
     if jobs:
         raise InvalidInput("lane", name, f"it has {jobs} job(s); stop it instead (lane lanes set {name} --stop)")
+    left = cur.scalar("select count(*) from lane_move where lane = :n", {"n": name})
+    if left:  # attempts of theirs ran here: a late settlement of one bills this lane
+        raise InvalidInput("lane", name, f"{left} job(s) ran in it before they moved to their fallback; stop it "
+                           f"instead (lane lanes set {name} --stop)")  # fmt: skip
     users = [r[0] for r in cur.all("select name from lane where fallback = :n order by name", {"n": name})]
     if users:
         raise InvalidInput("lane", name, f"lane(s) {', '.join(users)} fall back to it")

@@ -183,6 +183,23 @@ class Settlement(SQLModel, table=True):
     settled_at: float = Field(default=0.0)
 
 
+class LaneMove(SQLModel, table=True):
+    """A job that left a lane (for its fallback) after attempts of it were leased there.
+
+    Attempts up to ``leased_upto`` that no earlier move of the job covers ran in ``lane``: a late
+    settlement of one of them is billed there (its provider billed it), not in the lane the job is in
+    now. Written by the move (one row per move of a job once leased), never at admission: every attempt
+    leased since the job's last move was leased in its current lane.
+    """
+
+    __tablename__ = "lane_move"
+
+    job_id: str = Field(primary_key=True, max_length=64)
+    leased_upto: int = Field(primary_key=True)  # the job's last leased attempt when it left the lane
+    lane: str = Field(max_length=64)
+    moved_at: float = Field(default=0.0)
+
+
 class Tail(SQLModel, table=True):
     """Parked jobs, kept out of the admission scan, each with a deadline."""
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ..errors import NotParked, UnknownJob
 from .db import Cursor
-from .jobs import lock_job
+from .jobs import left_lane, lock_job
 from .lanes import all_lanes, lock_lane, period_start, read_lane, roll_counters
 from .rates import drop_pending
 from .waiters import WAITER_GONE
@@ -194,12 +194,13 @@ def move_to_fallback(cur: Cursor, job_id: str, *, now: float) -> str | None:
     # job is either leased there (and stays) or moved here, never leased there and billed here.
     lock_lane(cur, row[0])
     place, params = _fresh_place(cur, row[1])
-    cur.execute(
+    moved = cur.all(
         f"update job set lane = :fb, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {place} "
-        "where id = :id and state = 'new' and lane = :old",
+        "where id = :id and state = 'new' and lane = :old returning id, lease_attempt",
         {"fb": row[1], "to": row[1], "now": now, "id": job_id, "old": row[0], **params},
     )
-    return row[1] if cur.rowcount == 1 else None
+    left_lane(cur, row[0], moved, now)  # a late settlement of an attempt leased there is billed there
+    return row[1] if moved else None
 
 
 def fall_back_waiting(cur: Cursor, lane: str, *, now: float) -> int:
@@ -208,12 +209,13 @@ def fall_back_waiting(cur: Cursor, lane: str, *, now: float) -> int:
     for (fb,) in cur.all("select distinct fallback from job where lane = :l and state = 'new' and fallback is not null",
                          {"l": lane}):  # fmt: skip
         place, params = _fresh_place(cur, fb)
-        cur.execute(
+        rows = cur.all(
             f"update job set lane = fallback, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {place} "
-            "where lane = :l and state = 'new' and fallback = :fb",
+            "where lane = :l and state = 'new' and fallback = :fb returning id, lease_attempt",
             {"l": lane, "fb": fb, "to": fb, "now": now, **params},
         )
-        moved += max(cur.rowcount, 0)
+        left_lane(cur, lane, rows, now)
+        moved += len(rows)
     return moved
 
 
