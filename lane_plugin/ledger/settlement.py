@@ -6,7 +6,7 @@ import time
 
 from ..errors import AmbiguousAttempt, ConflictingReplay, JobParked, NotLeased, Replay
 from .db import Cursor
-from .jobs import Settled, get_job, lock_job
+from .jobs import Settled, get_job, lock_job, ran_in
 from .lanes import RETURNING, LaneRow, lock_lane, period_start, roll_counters, row_of
 from .rates import settled as charge_sent
 from .rates import true_up
@@ -55,6 +55,8 @@ def settle(
     # Locks in the order lane, then job, as every writer does; and rolls the period first: a
     # settlement arriving after a period boundary but before the next tick must count in the new
     # period, not be wiped by that tick's reset.
+    if cur.dialect == "postgresql":
+        _lock_lanes_left(cur, job_id)
     lane_row, job = lock_job(cur, job_id)
     done = dict(cur.all("select attempt, actual from settlement where job_id = :j", {"j": job_id}))
     if attempt is None:
@@ -70,7 +72,6 @@ def settle(
             f"last leased attempt {job['lease_attempt'] or 'none'})",
             job_id=job_id,
         )
-    lane = job["lane"]
     lane_row = roll_counters(cur, lane_row, now)
     final = "done" if outcome == "done" else "failed"
     cur.execute(
@@ -81,6 +82,9 @@ def settle(
     live = cur.rowcount == 1
     if live:  # a lease settled without a pick-up: its request went out before now (rates.settled)
         charge_sent(cur, job_id, attempt, now)
+    # A late attempt is billed to the lane it was leased in, which the job may have left since (for its
+    # fallback): that lane's provider billed it. In that lane's period as it is now, as any late settlement.
+    lane = job["lane"] if live else _billed_lane(cur, job_id, attempt, lane_row, now)
     est = job["est"]
     overage = max(0, actual - est) if live else actual
     cur.execute(
@@ -143,6 +147,24 @@ def _settle_live(cur: Cursor, job_id: str, *, actual: int, attempt: int, outcome
         true_up(cur, job_id, attempt, actual)
         after = lock_lane(cur, lane)  # (held already: a fresh read of the window)
     return Settled(job_id, attempt, lane, est, actual, overage, False, outcome, by_estimate=bool(by_estimate)), after
+
+
+def _lock_lanes_left(cur: Cursor, job_id: str) -> None:
+    """PostgreSQL: lanes are locked in name order, as the reaper locks them all: a lane the job left (a late
+    settlement may bill it) whose name comes before the lane it is in now is locked before that one."""
+    rows = cur.all("select m.lane, j.lane from lane_move m join job j on j.id = m.job_id where m.job_id = :j",
+                   {"j": job_id})  # fmt: skip
+    for name in sorted({left for left, now_in in rows if left < now_in}):
+        lock_lane(cur, name)
+
+
+def _billed_lane(cur: Cursor, job_id: str, attempt: int, row: LaneRow, now: float) -> str:
+    """The lane a late settlement of ``attempt`` bills (locked, its period rolled): where it was leased."""
+    left = ran_in(cur, job_id, attempt)
+    if left is None or left == row.name:
+        return row.name
+    roll_counters(cur, lock_lane(cur, left), now)
+    return left
 
 
 def which_attempt(job: dict, done: dict[int, int]) -> int:

@@ -92,3 +92,70 @@ def test_a_ledger_at_0001_with_work_in_flight_upgrades_to_the_new_admission(ledg
     assert (lane.rate_basis, lane.finishing, lane.window_used) == ("request", 0, 0)  # an empty window to start
     assert led.audit(grace=10**9) == []
     led.close()
+
+
+def _downgrade(ledger_url: str, revision: str) -> None:
+    from alembic import command
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    from lane_plugin.ledger.schema import alembic_config
+    from lane_plugin.ledger.url import parse_url
+
+    engine = create_engine(parse_url(ledger_url).sqlalchemy_url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            command.downgrade(alembic_config(conn), revision)
+    finally:
+        engine.dispose()
+
+
+def test_0012_remembers_the_lane_a_moved_job_left_while_its_charge_is_in_the_window_and_downgrades(ledger_url, clock):
+    """A ledger at 0011 with a job that left lane free for paid after attempt 1 was leased in free (its charge
+    still in free's window): the upgrade records the move, and a late settlement of attempt 1 bills free; a job
+    that never moved gets no row. Down to 0011 drops the table; up again is head."""
+    from lane_plugin.ledger.db import Database
+    from lane_plugin.ledger.schema import upgrade
+    from lane_plugin.ledger.url import parse_url
+
+    db = Database(parse_url(ledger_url))
+    upgrade(db, "0011")
+    db._checked = True
+    t = clock.t
+
+    def seed(cur):
+        for jid, lane, att, charged in (("moved", "paid", 2, "free"), ("stayed", "free", 2, "free")):
+            cur.execute(
+                "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, "
+                "created_at, wait_since) values (:id, :l, 's', 100, 0, 'new', :a, 1, 0, :t, :t)",
+                {"id": jid, "l": lane, "a": att, "t": t - 30},
+            )  # fmt: skip
+            cur.execute("insert into rate_charge (job_id, attempt, lane, at, cost) values (:j, 1, :l, :t, 100)",
+                        {"j": jid, "l": charged, "t": t - 30})  # fmt: skip
+        cur.execute("update lane set window_used = 200, window_start = 0 where name = 'free'")
+
+    db.transaction(seed)
+    db.close()
+    led = Ledger(ledger_url, clock=clock)
+    try:
+        assert led.upgrade() == HEAD_REVISION == "0012"
+        assert led.rows("select job_id, leased_upto, lane from lane_move")[1] == [("moved", 1, "free")]
+        before = led.lane("free").spent, led.lane("paid").spent
+        got = led.settle("moved", 500, attempt=1)
+        assert (got.lane, got.late) == ("free", True)
+        assert (led.lane("free").spent - before[0], led.lane("paid").spent - before[1]) == (500, 0)
+    finally:
+        led.close()
+    _downgrade(ledger_url, "0011")
+    probe = Database(parse_url(ledger_url))
+    try:
+        assert probe.revision() == "0011"
+        assert probe.transaction(lambda cur: cur.scalar("select count(*) from settlement")) == 1
+    finally:
+        probe.close()
+    led = Ledger(ledger_url, clock=clock)
+    try:
+        assert led.upgrade() == HEAD_REVISION
+        assert led.rows("select job_id, lane from lane_move")[1] == [("moved", "free")]  # (its charge is still there)
+    finally:
+        led.close()
