@@ -121,11 +121,14 @@ def _settle_live(cur: Cursor, job_id: str, *, actual: int, attempt: int, outcome
     attempt is not the live lease (the full path then decides, under the same lock)."""
     # Which lane to lock, and whether its period must roll first: read before the lock, re-checked by the
     # statement (a period only rolls forwards: if it needs no roll now, the locked row needs none either).
-    pre = cur.one("select j.lane, l.period, l.period_start from job j join lane l on l.name = j.lane where j.id = :id",
-                  {"id": job_id})  # fmt: skip
-    if pre is None:
+    # Not the live lease when read (late, replayed): the full path, before any lock is taken here, so that it
+    # locks a lane the job left (a late settlement bills it) in name order with the job's lane.
+    pre = cur.one("select j.lane, l.period, l.period_start, j.state = 'leased' and j.attempt = :att and "
+                  "j.lease_attempt = :att from job j join lane l on l.name = j.lane where j.id = :id",
+                  {"id": job_id, "att": attempt})  # fmt: skip
+    if pre is None or not pre[3]:
         return None
-    lane, period, started = pre
+    lane, period, started, _ = pre
     ps = period_start(period, now)
     if ps > started:
         return None

@@ -129,3 +129,42 @@ def test_a_lane_a_moved_job_ran_in_is_not_deleted(led, clock):
         led.delete_lane("a")
     lane(led, "c")
     led.delete_lane("c")  # (an unused lane still goes)
+
+
+def test_postgresql_a_late_settlement_locks_the_two_lanes_in_name_order_as_the_reaper_does(ledger_url, led, clock):
+    """A writer holding lane a and then locking b (the reaper's order: all lanes by name) is never
+    deadlocked by a late settlement of a job that moved from a to b: the settlement waits for a before it
+    takes b (it bails out of the one-statement live path before any lock), so b is free at once. (Out of
+    order, PostgreSQL finds the deadlock after deadlock_timeout, 1 s: b waits about 0.7 s here.)"""
+    import threading
+    import time
+
+    from lane_plugin.ledger.lanes import lock_lane
+
+    if not ledger_url.startswith("postgresql"):
+        pytest.skip("SQLite locks the whole database: no lock order between lanes")
+    first = moved_zombie(led, clock, "request", "request")
+    other = Ledger(ledger_url, clock=clock)
+    holding, out = threading.Event(), {}
+
+    def reaper_like(cur):
+        lock_lane(cur, "a")
+        holding.set()
+        time.sleep(0.3)  # the settlement has started and waits (for a, if it locks in name order)
+        t0 = time.perf_counter()
+        lock_lane(cur, "b")
+        out["b_wait"] = time.perf_counter() - t0
+
+    def settle():
+        holding.wait(5)
+        out["settled"] = led.settle(first, 500)
+
+    t = threading.Thread(target=settle)
+    t.start()
+    try:
+        other.db.transaction(reaper_like)
+    finally:
+        t.join(30)
+        other.close()
+    assert out["b_wait"] < 0.5, f"lane b was held by the settlement for {out['b_wait']:.2f}s: locks out of name order"
+    assert out["settled"].lane == "a" and spent(led) == (500, 0) and led.audit() == []
