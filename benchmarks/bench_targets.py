@@ -307,7 +307,7 @@ checked again after its cap):
   to the reference. `bench_sim_speed.py --root` (4bad429 and this change alternating, load 2.2-2.6):
   chained week `lane` 18.3k/16.9k -> 19.9k/18.5k jobs/cpu-s (0.15x -> 0.17x `token-fifo`), about 1.09x;
   the rate scenarios, where the check never fires, are unchanged within noise (its cheap question is
-  asked first). The row's wall figure is about 15k on a machine at load ~2 (6.1k at load 3.4-5.4 before).
+  asked first). The row's wall figure was 15.1k, 15.4k and 25.5k in three runs this day at load 2-3 (6.1k at load 3.4-5.4 before).
   What remains is one `admit` call per lease and the engine, as measured above: 50k jobs/s is still out of
   reach without compiling the policy. A plain Cython build of the same modules (policy, rules, drift
   and the simulator's engine, policies and reserve) measured 1.43x on the chained 2 days, not the 2.5x
