@@ -8,6 +8,7 @@ so bad input writes nothing and an estimate is checked once on its way in.
 from __future__ import annotations
 
 import math
+import numbers
 
 from .errors import InvalidInput
 
@@ -33,6 +34,20 @@ def text(field: str, value, *, required: bool = True, limit: int = MAX_TEXT) -> 
     return value
 
 
+def _whole_number(value) -> int | None:
+    """``value`` as an int if it is a whole number (an int, numpy's integers, a float such as 12.0), else None.
+
+    A bool is not a count. numpy's and pandas' integers come from a DataFrame of usage: they are counts.
+    """
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
+        return int(value)
+    return None
+
+
 def tokens(field: str, value, *, low: int = 1) -> int:
     """A token count: a whole number from ``low`` to 10**12, or InvalidInput naming the field.
 
@@ -40,11 +55,10 @@ def tokens(field: str, value, *, low: int = 1) -> int:
         >>> tokens("est", 12.0)
         12
     """
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-            value = int(value)
-        else:
-            raise InvalidInput(field, value, "expected a whole number of tokens")
+    whole_value = _whole_number(value)
+    if whole_value is None:
+        raise InvalidInput(field, value, "expected a whole number of tokens")
+    value = whole_value
     if value < low:
         raise InvalidInput(field, value, f"expected at least {low}")
     if value > MAX_TOKENS:
@@ -54,11 +68,10 @@ def tokens(field: str, value, *, low: int = 1) -> int:
 
 def whole(field: str, value, *, low: int) -> int:
     """A whole number from ``low`` to 10**12 (lane settings: ceilings, slots, attempts)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-            value = int(value)
-        else:
-            raise InvalidInput(field, value, "expected a whole number")
+    whole_value = _whole_number(value)
+    if whole_value is None:
+        raise InvalidInput(field, value, "expected a whole number")
+    value = whole_value
     if value < low or value > MAX_TOKENS:
         raise InvalidInput(field, value, f"expected a whole number from {low} to {MAX_TOKENS:,}")
     return value
