@@ -170,8 +170,9 @@ def _give_up(cur: Cursor, row: LaneRow, job_id: str, rule: str, why: str, now: f
     """A job that cannot fit before the next reset: to its fallback lane, or parked with the reason."""
     if upkeep.move_to_fallback(cur, job_id, now=now) is not None:
         return None
-    tail = upkeep.park(cur, job_id, now=now, reason=f"cannot fit in lane {row.name!r}, which has no period to "
-                                                    f"reset its spend: {why}")  # fmt: skip
+    # (a rate cost past the burst can never fit, period or not: no reset lowers it)
+    cause = "which has no period to reset its spend" if rule != policy.BURST else "whatever its period resets"
+    tail = upkeep.park(cur, job_id, now=now, reason=f"cannot fit in lane {row.name!r}, {cause}: {why}")
     return None if tail is None else {**tail, "rule": rule}
 
 

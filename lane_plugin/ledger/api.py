@@ -299,7 +299,17 @@ class Ledger(Admitting, LearningStore):
     def set_lane(self, name: str, *, create: bool = True, **settings) -> LaneRow:
         """Change a lane's policy (``ceiling=...``); creates the lane if it is new, unless ``create=False``."""
         name = text("lane", name, limit=64)
-        return self._run(lambda cur, now: write_lane_settings(cur, now, name, settings, create))
+
+        def apply(cur, now):
+            row = write_lane_settings(cur, now, name, settings, create)
+            # a lowered burst or ceiling can leave a waiting job no way to fit: it leaves now, not never
+            lowered = {"burst_tokens", "ceiling"} & settings.keys()
+            return row, upkeep.give_up_never_fitting(cur, row, now=now) if lowered else []
+
+        row, parked = self._run(apply)
+        for tail in parked:
+            self._emit("lane.job.parked", tail["lane"], tail)
+        return row
 
     def delete_lane(self, name: str) -> None:
         """Delete a lane no job ever used (a typo); a used lane is stopped instead (``stopped=True``)."""

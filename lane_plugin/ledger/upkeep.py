@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .. import policy
 from ..errors import NotParked, UnknownJob
 from .db import Cursor
 from .jobs import left_lane, lock_job
-from .lanes import all_lanes, lock_lane, period_start, read_lane, roll_counters
+from .lanes import LaneRow, all_lanes, lock_lane, period_start, read_lane, roll_counters
 from .rates import drop_pending
 from .waiters import WAITER_GONE
 
@@ -169,6 +170,29 @@ def park(cur: Cursor, job_id: str, *, reason: str, now: float) -> dict | None:
                 deadline=now + lane.park_seconds)  # fmt: skip
     _insert_tail(cur, [tail])
     return tail
+
+
+def give_up_never_fitting(cur: Cursor, row: LaneRow, *, now: float) -> list[dict]:
+    """Waiting jobs of lane ``row`` its new settings leave no way to fit: to their fallback, or parked.
+
+    Intake refuses a job that can never fit (:func:`lane_plugin.policy.never_fits`); lowering a lane's
+    burst under a waiting job's rate cost, or its ceiling under its estimate, makes one afterwards, and no
+    reset of the lane's period helps it: it would wait for ever. Called by :meth:`Ledger.set_lane` in
+    the settings' own transaction (the lane locked). Returns the tails of those parked.
+    """
+    pol = row.policy
+    found = cur.all("select id, est, rate_cost from job where lane = :l and state = 'new' and "
+                    "(coalesce(rate_cost, est) > :burst or est > :ceiling) order by id",
+                    {"l": row.name, "burst": pol.burst_tokens, "ceiling": pol.ceiling})  # fmt: skip
+    tails = []
+    for job_id, est, rate_cost in found:
+        why = policy.never_fits(pol, est, starts_run=False, rate_cost=rate_cost)
+        if why is None or move_to_fallback(cur, job_id, now=now) is not None:
+            continue
+        tail = park(cur, job_id, reason=f"cannot fit in lane {row.name!r} since its settings changed: {why}", now=now)
+        if tail is not None:
+            tails.append(tail)
+    return tails
 
 
 # In its fallback lane a job gets the same time to wait again: otherwise park_overdue would
