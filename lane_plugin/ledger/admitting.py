@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from dataclasses import asdict
 
 from ..checks import text
 from ..errors import JobParked
@@ -79,8 +78,9 @@ class Admitting:
         if not leases:
             return
         self.wakeups.wake(leases)
-        for lease in leases:
-            self._emit("lane.job.admitted", lane, {**asdict(lease), "token": None})
+        if self.listeners:  # (a payload only for someone to hear it: building one per lease costs a tenth of a cycle)
+            for lease in leases:
+                self._emit("lane.job.admitted", lane, {**vars(lease), "token": None})
         committed_before = before.spent + before.reserved
         limit = before.policy.start_limit
         if committed_before < limit <= committed_before + decision.tokens:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict
 
 from ..checks import SHADOW_VERSION_MAX, job_ref, number, text, tokens, when
 from ..errors import InvalidInput, Replay
@@ -215,7 +214,8 @@ class Ledger(Admitting, LearningStore):
             att = replay.details["attempt"]
             return settlement.replayed(self._run(lambda cur, now: settlement.first_settlement(cur, job_id, att),
                                                  write=False), actual)  # fmt: skip
-        self._emit("lane.job.settled", result.lane, asdict(result))
+        if self.listeners:
+            self._emit("lane.job.settled", result.lane, dict(vars(result)))
         self._handed(result.lane, handed)
         spent, ceiling = after.spent, after.ceiling
         if spent >= ceiling and spent - result.actual < ceiling:
