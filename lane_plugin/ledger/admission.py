@@ -168,11 +168,9 @@ def _retry_in(cur: Cursor, row: LaneRow, decision: policy.Decision, now: float) 
 
 def _give_up(cur: Cursor, row: LaneRow, job_id: str, rule: str, why: str, now: float) -> dict | None:
     """A job that cannot fit before the next reset: to its fallback lane, or parked with the reason."""
-    if upkeep.move_to_fallback(cur, job_id, now=now) is not None:
-        return None
     # (a rate cost past the burst can never fit, period or not: no reset lowers it)
     cause = "which has no period to reset its spend" if rule != policy.BURST else "whatever its period resets"
-    tail = upkeep.park(cur, job_id, now=now, reason=f"cannot fit in lane {row.name!r}, {cause}: {why}")
+    tail = upkeep.give_up(cur, job_id, reason=f"cannot fit in lane {row.name!r}, {cause}: {why}", now=now)
     return None if tail is None else {**tail, "rule": rule}
 
 

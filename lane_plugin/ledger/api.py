@@ -302,9 +302,10 @@ class Ledger(Admitting, LearningStore):
 
         def apply(cur, now):
             row = write_lane_settings(cur, now, name, settings, create)
-            # a lowered burst or ceiling can leave a waiting job no way to fit: it leaves now, not never
-            lowered = {"burst_tokens", "ceiling"} & settings.keys()
-            return row, upkeep.give_up_never_fitting(cur, row, now=now) if lowered else []
+            # a lowered burst or ceiling (an allowance moves a default ceiling) can leave a waiting job no way
+            # to fit: it leaves now, not never
+            narrows = {"burst_tokens", "ceiling", "allowance"} & settings.keys()
+            return row, upkeep.give_up_never_fitting(cur, row, now=now) if narrows else []
 
         row, parked = self._run(apply)
         for tail in parked:

@@ -14,7 +14,7 @@ slide never prunes it. The pick-up (:func:`stamp`, or PostgreSQL's watcher read,
 :func:`lane_plugin.ledger.waiters.rows_sent`) moves it to that moment (+ the send slack) and marks it
 sent: it then counts for a full window from when its request really goes out, however late. A lease that
 ends unpicked (reaped, voided by a retry) drops its pending charge (:func:`drop_pending`: its request
-never went out); a settlement of one marks it sent from the settlement (:func:`settled`). A lease the tick
+never went out); a settlement of one marks it sent from the settlement (:func:`stamp`, ``pending_only``). A lease the tick
 hands to its own caller (a job with no waiter, or the ticking process's own) is sent at the grant.
 
 Room that frees by the window sliding has no event to tell a waiter (a settlement hands its room on,
@@ -120,22 +120,21 @@ def slack_sql(send_slack: float | None, window: str) -> tuple[str, dict]:
     return ":slack", {"slack": send_slack}
 
 
-def stamp(cur: Cursor, job_id: str, attempt: int, now: float) -> None:
+def stamp(cur: Cursor, job_id: str, attempt: int, now: float, *, pending_only: bool = False) -> None:
     """The holder picked its lease up now (a waiter polls; another process's tick may have admitted
     it seconds ago): the request goes out now, so its charge leaves the window ``window_seconds``
     from now, and is sent. Later only, never earlier. A pending charge is never pruned, so a pick-up
-    however late finds it; a sent one already pruned (its request went out at the grant) stays pruned."""
+    however late finds it; a sent one already pruned (its request went out at the grant) stays pruned.
+
+    ``pending_only``: a live settlement of an attempt whose lease was never picked up. Its request went
+    out at some moment before now, unknown, so its charge is sent from now (cautious: a full window from
+    the settlement); a charge already sent is left as it is. (PostgreSQL's one-statement settlement does
+    this in its own statement.)
+    """
+    which = "not sent" if pending_only else "(at < :now or not sent)"
     cur.execute("update rate_charge set at = case when at < :now then :now else at end, sent = :t "
-                "where job_id = :j and attempt = :a and (at < :now or not sent)",
+                f"where job_id = :j and attempt = :a and {which}",
                 {"now": now, "j": job_id, "a": attempt, "t": True})  # fmt: skip
-
-
-def settled(cur: Cursor, job_id: str, attempt: int, now: float) -> None:
-    """A live settlement of an attempt whose lease was never picked up: its request went out at some moment
-    before now, unknown, so its charge is sent from now (cautious: it counts a full window from the settlement).
-    (PostgreSQL's one-statement settlement does this in its own statement.)"""
-    cur.execute("update rate_charge set at = case when at < :now then :now else at end, sent = :t "
-                "where job_id = :j and attempt = :a and not sent", {"now": now, "j": job_id, "a": attempt, "t": True})
 
 
 def drop_pending(cur: Cursor, job_ids: list[str]) -> None:

@@ -8,8 +8,7 @@ from ..errors import AmbiguousAttempt, ConflictingReplay, JobParked, NotLeased, 
 from .db import Cursor
 from .jobs import Settled, get_job, lock_job, ran_in
 from .lanes import RETURNING, LaneRow, lock_lane, period_start, roll_counters, row_of
-from .rates import settled as charge_sent
-from .rates import true_up
+from .rates import stamp, true_up
 
 # The common case in one statement (PostgreSQL), the lane's lock included: the attempt named is the
 # job's live lease. ``lk`` locks the lane row first (an uncorrelated EXISTS is a one-time filter,
@@ -80,8 +79,8 @@ def settle(
         {"st": final, "a": actual, "now": now, "id": job_id, "att": attempt},
     )
     live = cur.rowcount == 1
-    if live:  # a lease settled without a pick-up: its request went out before now (rates.settled)
-        charge_sent(cur, job_id, attempt, now)
+    if live:  # a lease settled without a pick-up: its request went out before now
+        stamp(cur, job_id, attempt, now, pending_only=True)
     # A late attempt is billed to the lane it was leased in, which the job may have left since (for its
     # fallback): that lane's provider billed it. In that lane's period as it is now, as any late settlement.
     lane = job["lane"] if live else _billed_lane(cur, job_id, attempt, lane_row, now)

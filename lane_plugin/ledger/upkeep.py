@@ -187,12 +187,18 @@ def give_up_never_fitting(cur: Cursor, row: LaneRow, *, now: float) -> list[dict
     tails = []
     for job_id, est, rate_cost in found:
         why = policy.never_fits(pol, est, starts_run=False, rate_cost=rate_cost)
-        if why is None or move_to_fallback(cur, job_id, now=now) is not None:
-            continue
-        tail = park(cur, job_id, reason=f"cannot fit in lane {row.name!r} since its settings changed: {why}", now=now)
+        tail = None if why is None else give_up(
+            cur, job_id, reason=f"cannot fit in lane {row.name!r} since its settings changed: {why}", now=now)
         if tail is not None:
             tails.append(tail)
     return tails
+
+
+def give_up(cur: Cursor, job_id: str, *, reason: str, now: float) -> dict | None:
+    """A waiting job that cannot fit its lane: to its fallback lane (None), or parked with ``reason`` (its tail)."""
+    if move_to_fallback(cur, job_id, now=now) is not None:
+        return None
+    return park(cur, job_id, reason=reason, now=now)
 
 
 # In its fallback lane a job gets the same time to wait again: otherwise park_overdue would

@@ -43,3 +43,10 @@ def test_a_job_past_a_lowered_burst_moves_to_its_fallback_where_it_fits(led):
     led.set_lane("b", burst_tokens=500)
     assert led.job(big)["lane"] == "wide" and led.job(big)["state"] == "new"
     assert [lease.job_id for lease in led.tick("wide")] == [big]
+
+
+def test_an_allowance_that_moves_a_default_ceiling_under_a_waiting_job_parks_it(led):
+    led.set_lane("a", allowance=10_000, max_leased=4, lease_seconds=60, period="daily")  # ceiling 8,000 (80%)
+    big = led.submit("s", 7_000, "a")
+    led.set_lane("a", allowance=5_000)  # the default ceiling follows: 4,000
+    assert led.lane("a").ceiling == 4_000 and led.job(big)["state"] == "parked"
