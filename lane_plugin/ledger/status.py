@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import policy
 from ..policy import blocking_rule
+from .admission import HEAD_SQL
 from .db import Cursor
 from .jobs import get_job
 from .lanes import LaneRow, all_lanes, as_of, read_lane
@@ -12,10 +13,6 @@ from .runs import fits_of, runs_of
 
 # A lane's state as people are told it, worst first (the first that holds is the state).
 LANE_STATES = ("stopped", "preflight-failed", "ceiling-spent", "finishing-only", "ok")
-# The lane's first waiting job in admission order (prio, id): the head of each range of ix_job_queue, the lower.
-_HEAD = ("select id, prio from (select id, prio from job where lane = :l and state = 'new' and finishing = :f "
-         "order by prio, id limit 1) as o union all select id, prio from (select id, prio from job where lane = :l "
-         "and state = 'new' and finishing = :t order by prio, id limit 1) as fin order by prio, id limit 1")  # fmt: skip
 
 
 def lane_state(row: LaneRow) -> str:
@@ -132,8 +129,9 @@ def head_status(cur: Cursor, now: float, lane: str) -> dict | None:
     What keeps a lane's work waiting, in the words ``lane status JOB`` uses for one job: the same rules
     (:func:`lane_plugin.policy.blocking_rule`, :func:`lane_plugin.policy.unfit_before_reset`), not a second reading.
     """
-    head = cur.one(_HEAD, {"l": lane, "f": False, "t": True})
-    return None if head is None else wait_status(cur, now, head[0])
+    # the head of each range of ix_job_queue, as admission reads it; the first of the two in (prio, id) order
+    heads = cur.all(HEAD_SQL, {"l": lane, "f": False, "t": True, "k": 1})
+    return None if not heads else wait_status(cur, now, min(heads, key=lambda h: (h[7], h[0]))[0])
 
 
 def _when(row: LaneRow, c: policy.Candidate, kind: str, need: int) -> str:
