@@ -270,6 +270,15 @@ class Database:
     def _txn(self, write: bool, try_lock: bool = False):
         if self.dialect != "sqlite":
             with self._pooled() as conn:
+                # A read sees one snapshot of every table (READ COMMITTED gives each statement its own:
+                # `lane status` could count a lease in one query and miss it in the next), read-only.
+                # Set on the connection, it rides on the BEGIN: no extra round trip.
+                snapshot = None if write else True
+                if conn.read_only is not snapshot:
+                    from psycopg import IsolationLevel
+
+                    conn.read_only = snapshot
+                    conn.isolation_level = None if write else IsolationLevel.REPEATABLE_READ
                 with conn.transaction(), conn.cursor() as raw:
                     cur = Cursor(raw, "postgresql", self.clock, self.stats)
                     yield cur
