@@ -213,7 +213,7 @@ class Gate:
         lease = None
         if state.pop("first", False):  # just submitted: one tick usually admits it
             w.lane = state.get("lane", self.lane)  # its fallback lane, once it fell back
-            leases, busy = led.try_tick(w.lane)
+            leases, busy = led.try_tick(w.lane, gated=True)
             lease = next((x for x in leases if x.job_id == self.job_id), None)
             if lease is None and busy:  # another tick is running: it (or the watcher, shortly) leases what fits
                 led.wakeups.retick(w.lane)

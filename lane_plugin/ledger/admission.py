@@ -41,6 +41,12 @@ HEAD_SQL = (
     f"select * from (select {_COLS} from job where lane = :l and state = 'new' and finishing = :t "
     f"order by prio, id limit :k) as fin"
 )
+# The same head without the jobs nobody waits for (submitted from the CLI, or by a script that polls
+# Ledger.acquire), but for :own (one such job, whose own poll ticks): what a tick that will not run
+# them reads, reading past them in the index.
+_GATED = "and (waiter is not null or id = :own) "
+GATED_HEAD_SQL = HEAD_SQL.replace("and finishing = :f ", "and finishing = :f " + _GATED).replace(
+    "and finishing = :t ", "and finishing = :t " + _GATED)
 
 # Applying a choice: the lane's counters, re-checking the ceiling and the lease cap (a bug in the policy
 # fails the transaction, never overspends), and the chosen jobs' leases.
@@ -64,16 +70,20 @@ _LEASE_PG = (
 
 def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = policy.HEAD_SLACK,
          handoff: bool = False, row: LaneRow | None = None, send_slack: float | None = 0.0,
-         holder: str | None = None) -> Ticked:  # fmt: skip
+         holder: str | None = None, gated: bool = False, own: str | None = None) -> Ticked:  # fmt: skip
     """Lease what fits in ``lane`` now.
 
     Returns a :class:`Ticked`: ``parked`` the tail entries of the jobs this tick parked because they
     cannot fit before the next reset (with their ``rule``), or because their waiter is gone;
     ``retry_in`` the seconds until the burst window has slid far enough for a job it left blocked
-    (None if none waits on the window). ``handoff``: a settlement or a reap handing its room on, in its own
-    transaction; it leases only gated jobs (their waiters pick the lease up from the job row), up to
-    the first job in the admission order that has no waiter (a CLI job is leased to whoever ticks
-    next; its room is kept for it). ``row``: the lane's row, locked and rolled by this transaction and
+    (None if none waits on the window). ``gated``: a tick whose caller runs no job but its own (a gate's,
+    the waiters' watcher, :meth:`~lane_plugin.Ledger.acquire` with ``own`` its job): it leases only jobs
+    a waiter waits for, who picks the lease up from the job row, and ``own``. A job nobody waits for
+    (``lane submit``: pulled by whoever runs ``lane tick``) is not read at all, so it is neither leased
+    to a process that drops the lease (each such lease expired unrun and cost the job an attempt: after
+    ``max_attempts`` it was parked) nor holds room the gated jobs behind it could use: an explicit tick
+    leases it in its place in the order. ``handoff``: a settlement or a reap handing its room on, in its
+    own transaction: a ``gated`` tick that parks nothing. ``row``: the lane's row, locked and rolled by this transaction and
     as it last wrote it (a settlement's hand-off), so the tick does not read it again. ``send_slack``:
     the admitted jobs' rate charges are placed that many seconds after ``now`` (None: the default, at
     most 5% of the lane's window, :func:`rates.slack_for`; the ledger's
@@ -90,7 +100,9 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     if row.held or free_slots <= 0:
         held = policy.Decision((), 0, head_reason=policy.STOPPED if row.held else policy.LEASE_CAP)
         return Ticked([], held, row, refit_due, [])
-    head = cur.all(HEAD_SQL, {"l": lane, "k": free_slots + head_extra, "f": False, "t": True})
+    gated = gated or handoff
+    head = cur.all(GATED_HEAD_SQL if gated else HEAD_SQL,
+                   {"l": lane, "k": free_slots + head_extra, "f": False, "t": True, "own": own})  # fmt: skip
     gone_tails: list[dict] = []
     gone = waiters.gone(cur, {r[9] for r in head if r[9] is not None}, now) if any(r[9] for r in head) else set()
     if gone:  # their jobs leave admission at once, never leased to nobody
@@ -114,11 +126,6 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
         spread=row.drift_spread,
     )  # fmt: skip
     decision = policy.admit(snapshot, cands)
-    if handoff:
-        cut = next((i for i, c in enumerate(decision.admitted) if rows[c.id][9] is None), None)
-        if cut is not None:  # lease only the gated prefix of the order (a subset of what fits, fits)
-            keep = {c.id for c in decision.admitted[:cut]}
-            decision = policy.admit(snapshot, [c for c in cands if c.id in keep])
     unfit = () if handoff else decision.parked  # a hand-off only leases; parking the unfit is a tick's
     parked = gone_tails + [t for t in (_give_up(cur, row, c.id, rule, why, now) for c, rule, why in unfit) if t]
     if not decision.admitted:

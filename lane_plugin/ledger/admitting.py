@@ -36,8 +36,12 @@ class Admitting:
         """
         return self.try_tick(lane)[0]
 
-    def try_tick(self, lane: str = "free") -> tuple[list[Lease], bool]:
-        """:meth:`tick`, also telling whether it found another tick running (``busy``: nothing done)."""
+    def try_tick(self, lane: str = "free", *, gated: bool = False, own: str | None = None) -> tuple[list[Lease], bool]:
+        """:meth:`tick`, also telling whether it found another tick running (``busy``: nothing done).
+
+        ``gated``: the caller runs no job but its waiters' (and ``own``): jobs nobody waits for are left
+        to an explicit tick (:func:`lane_plugin.ledger.admission.tick`).
+        """
         lane = text("lane", lane)
         spec = self._lane_spec(lane)
         ok, err, fresh = self.preflight.check(lane, spec.preflight, spec.preflight_timeout)
@@ -54,7 +58,7 @@ class Admitting:
             if not waiters.try_tick_lock(cur, lane):  # another process is ticking it (PostgreSQL)
                 raise Busy()
             return admission.tick(cur, lane, now=self._now(cur), token=token, send_slack=self.send_slack,
-                                  holder=waiters.waiter_id())  # fmt: skip
+                                  holder=waiters.waiter_id(), gated=gated, own=own)  # fmt: skip
 
         try:
             ticked = self.db.transaction(run, try_lock=True)
@@ -125,11 +129,14 @@ class Admitting:
     def acquire(self, job_id: str) -> Lease | None:
         """Tick the job's lane and return the job's lease if it holds one now.
 
+        The tick leases this job and the jobs a waiter waits for, never another job nobody waits for
+        (this caller would drop its lease): another script's job is leased by that script's own poll.
+
         Raises :class:`JobParked` if the job was parked (or failed) while waiting.
         """
         job = self.job(job_id)
-        if job["state"] == "new":
-            self.tick(job["lane"])
+        if job["state"] == "new":  # leases the waiters' jobs and this one, never another's it would drop
+            self.try_tick(job["lane"], gated=True, own=job_id)
             job = self.job(job_id)
         return self.take(tuple(job[k] for k in waiters.ROW_KEYS))
 

@@ -15,7 +15,8 @@ slide never prunes it. The pick-up (:func:`stamp`, or PostgreSQL's watcher read,
 sent: it then counts for a full window from when its request really goes out, however late. A lease that
 ends unpicked (reaped, voided by a retry) drops its pending charge (:func:`drop_pending`: its request
 never went out); a settlement of one marks it sent from the settlement (:func:`stamp`, ``pending_only``). A lease the tick
-hands to its own caller (a job with no waiter, or the ticking process's own) is sent at the grant.
+hands to its own caller (a job with no waiter, leased only by an explicit tick, or the ticking process's
+own) is sent at the grant.
 
 Room that frees by the window sliding has no event to tell a waiter (a settlement hands its room on,
 a sliding window does not): a tick that leaves a job blocked by the burst window asks

@@ -196,7 +196,7 @@ class Wakeups:
             if self.ledger.lease_expired():
                 self.ledger.reap()  # hands the room on in its own transaction
         for lane in sorted(lanes & (retick | _room_lanes(notified) | (lanes if safety else set()))):
-            _, busy = self.ledger.try_tick(lane)
+            _, busy = self.ledger.try_tick(lane, gated=True)  # it runs none of what it leases
             if busy:
                 self.retick(lane)
         if not jobs:

@@ -45,19 +45,49 @@ def test_a_settlement_hands_its_room_to_the_next_gated_job_in_its_own_transactio
     assert led.audit() == []
 
 
-def test_a_hand_off_leaves_a_cli_job_to_whoever_ticks_and_keeps_its_room(led):
+def test_a_hand_off_passes_a_cli_job_by_and_leaves_it_to_an_explicit_tick(led):
+    """The hand-off runs no job itself: it leases what a waiter waits for, never a CLI job (whose lease it
+    would drop), and a CLI job first in the order does not hold the gated jobs behind it back."""
     lane(led)
     x = led.submit("s", 100, "h", waiter="w1")
     [lx] = led.tick("h")
     cli = led.submit("s", 50, "h")  # smaller: first in the order, and nobody waits for it
     gated = led.submit("s", 100, "h", waiter="w1")
     led.settle(lx, 100)
-    assert state(led, cli) == ("new", 1) and state(led, gated) == ("new", 1)  # its room kept for the CLI job
+    assert state(led, cli) == ("new", 1) and state(led, gated) == ("leased", 1)
+    assert led.tick("h") == []  # the lane's one slot is the gated job's
+    led.settle(led.acquire(gated), 100)  # nothing gated waits: the hand-off leases nothing
+    assert state(led, cli) == ("new", 1)
+    [lc] = led.tick("h")  # an explicit tick (`lane tick`) leases the CLI job to its caller
+    assert lc.job_id == cli and lc.attempt == 1
+    assert x == lx.job_id and led.audit() == []
+
+
+def test_a_gated_tick_leaves_cli_jobs_waiting_in_their_place(led):
+    """The tick a gate or the waiters' watcher runs (``gated``) leases only jobs a waiter waits for: before,
+    it leased CLI jobs too and dropped their leases, which expired unrun and cost each an attempt."""
+    lane(led, max_leased=3)
+    cli = led.submit("s", 50, "h")  # first in the order
+    gated = led.submit("s", 100, "h", waiter="w1")
+    leases, busy = led.try_tick("h", gated=True)
+    assert not busy and [x.job_id for x in leases] == [gated]
+    assert state(led, gated) == ("leased", 1) and state(led, cli) == ("new", 1)
     [lc] = led.tick("h")
     assert lc.job_id == cli
-    led.settle(lc, 50)  # now the gated job is first: handed on
-    assert state(led, gated) == ("leased", 1)
-    assert x == lx.job_id and led.audit() == []
+    assert led.audit() == []
+
+
+def test_acquire_leases_its_own_job_and_not_another_nobody_waits_for(led):
+    """``Ledger.acquire`` (a script polling for its job) ticks for its job: another script's job stays
+    waiting for that script's own poll, never leased to a caller that drops it."""
+    lane(led, max_leased=3)
+    other = led.submit("s", 50, "h")  # first in the order
+    mine = led.submit("s", 100, "h")
+    lease = led.acquire(mine)
+    assert lease is not None and lease.job_id == mine
+    assert state(led, other) == ("new", 1)
+    assert led.acquire(other).job_id == other
+    assert led.audit() == []
 
 
 def test_a_reap_parks_the_gone_waiters_jobs_and_hands_the_room_on(led, clock):
@@ -77,9 +107,9 @@ def test_a_reap_parks_the_gone_waiters_jobs_and_hands_the_room_on(led, clock):
         assert state(led, j) == ("parked", 1)
         assert led.job(j)["reason"].startswith(WAITER_GONE)
     assert {t["job_id"] for t in moved.parked} == {dead1, dead2, dead3}
-    # the CLI job is first in the order: the hand-off keeps its room; a tick leases it and the live job
-    assert state(led, live) == ("new", 1)
-    assert {x.job_id for x in led.tick("h")} == {cli, live}
+    # the CLI job is first in the order: the hand-off passes it by for the live job; a tick leases it
+    assert state(led, live) == ("leased", 1) and state(led, cli) == ("new", 1)
+    assert {x.job_id for x in led.tick("h")} == {cli}
     assert led.audit() == []
 
 

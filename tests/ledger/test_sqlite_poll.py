@@ -24,7 +24,7 @@ def test_reticks_do_not_multiply_the_watchers_reads(tmp_path, monkeypatch):
     reads, ticks = [], []
     real_rows, real_tick = led.waiting_rows, led.try_tick
     monkeypatch.setattr(led, "waiting_rows", lambda ids: reads.append(time.monotonic()) or real_rows(ids))
-    monkeypatch.setattr(led, "try_tick", lambda lane: ticks.append(lane) or real_tick(lane))
+    monkeypatch.setattr(led, "try_tick", lambda lane, **kw: ticks.append(lane) or real_tick(lane, **kw))
     w = led.wakeups.register(job, "p")
     try:
         end = time.monotonic() + 1.5
