@@ -250,6 +250,8 @@ def lanes_set(
     preflight_timeout: Optional[float] = typer.Option(None, help="Seconds the preflight may take."),
     period: Optional[str] = typer.Option(None, help="Allowance reset: none, daily or monthly."),
     stop: Optional[bool] = typer.Option(None, "--stop/--resume", help="Hard-stop the lane, or resume it."),
+    force: bool = typer.Option(False, "--force", help="Lower the ceiling even under what the lane already admitted "
+                               "this period (it then admits nothing until its next reset)."),
     as_json: bool = JSON,
 ):
     """Change a lane's numbers, e.g. lane lanes set free --ceiling 6000000 (new lanes need --create)."""
@@ -263,7 +265,7 @@ def lanes_set(
     from .errors import UnknownLane
 
     try:
-        row = ledger().set_lane(name, create=create, **settings)
+        row = ledger().set_lane(name, create=create, force=force, **settings)
     except UnknownLane as exc:
         if create or exc.details.get("lane") != name:
             raise

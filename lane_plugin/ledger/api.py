@@ -296,12 +296,16 @@ class Ledger(Admitting, LearningStore):
     def lane(self, name: str) -> LaneRow:
         return self._run(lambda cur, now: read_lane(cur, name), write=False)
 
-    def set_lane(self, name: str, *, create: bool = True, **settings) -> LaneRow:
-        """Change a lane's policy (``ceiling=...``); creates the lane if it is new, unless ``create=False``."""
+    def set_lane(self, name: str, *, create: bool = True, force: bool = False, **settings) -> LaneRow:
+        """Change a lane's policy (``ceiling=...``); creates the lane if it is new, unless ``create=False``.
+
+        A ceiling lowered under what the lane has already admitted this period is refused
+        (:class:`~lane_plugin.errors.InvalidInput`, nothing written) unless ``force=True``.
+        """
         name = text("lane", name, limit=64)
 
         def apply(cur, now):
-            row = write_lane_settings(cur, now, name, settings, create)
+            row = write_lane_settings(cur, now, name, settings, create, force=bool(force))
             # a lowered burst or ceiling (an allowance moves a default ceiling) can leave a waiting job no way
             # to fit: it leaves now, not never
             narrows = {"burst_tokens", "ceiling", "allowance"} & settings.keys()

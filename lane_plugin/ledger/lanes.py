@@ -243,10 +243,14 @@ def default_ceiling(allowance: int) -> int:
     return max(1, int(allowance * 0.8))
 
 
-def write_lane_settings(cur: Cursor, now: float, name: str, settings: dict, create: bool = True) -> LaneRow:
+def write_lane_settings(cur: Cursor, now: float, name: str, settings: dict, create: bool = True,
+                        force: bool = False) -> LaneRow:  # fmt: skip
     """Apply checked settings to a lane under its lock, creating it from NEW_LANE if it is new.
 
-    With ``create=False`` an unknown lane raises :class:`UnknownLane` and nothing is written.
+    With ``create=False`` an unknown lane raises :class:`UnknownLane` and nothing is written. A ceiling
+    lowered (or moved by a new allowance) under what the lane has already admitted this period is refused
+    unless ``force``: nothing more is admitted until the next reset (without a period, ever), and
+    ``lane audit`` reports I1 for it (a typo such as ``--allowance 5`` would stop the lane silently).
     """
     try:
         current = lock_lane(cur, name)
@@ -273,6 +277,16 @@ def write_lane_settings(cur: Cursor, now: float, name: str, settings: dict, crea
     if current is not None and clean.get("period", current.period) != current.period:
         _repoint_period(cur, current, clean["period"], now)
     row = read_lane(cur, name)
+    if current is not None and row.ceiling < current.ceiling and not force:
+        now_row = as_of(row, now)
+        admitted = now_row.spent - now_row.overage + now_row.reserved
+        if row.ceiling < admitted:
+            field = "ceiling" if "ceiling" in settings else "allowance"  # (a default ceiling follows the allowance)
+            raise InvalidInput(field, clean[field], (
+                f"lane {name!r} would get a ceiling of {row.ceiling:,}, under the {admitted:,} tokens it has already "
+                f"admitted this period (spent {now_row.spent:,} - overage {now_row.overage:,} + reserved "
+                f"{now_row.reserved:,}): nothing more would be admitted until the next reset, and lane audit reports "
+                "I1; to stop the lane use --stop, or pass --force (force=True) to lower it anyway"))  # fmt: skip
     if current is not None and any(k in clean and clean[k] != getattr(current, k) for k in ORDER_FIELDS):
         reprioritise(cur, row)
     return row
