@@ -3,8 +3,10 @@
 Example (what a task run's log shows)::
 
     lane gate: draft job waiting 1.0s in lane 'free': estimate 1,204, remaining 0 of ceiling 8000000 (...)
-    lane gate: draft admitted in lane 'free' after waiting 0.12s: estimate 1,204 tokens; 7,012,330 of 8,000,000 remaining
-    lane gate: draft settled 1,311 tokens (estimate 1,204, drift 1.09, overage 107)
+    lane gate: draft admitted in lane 'free' after waiting 0.12s: estimate 1,204 tokens; 7,012,330 of 8,000,000 remaining; job 0f3c...
+    lane gate: draft settled 1,311 tokens (estimate 1,204, drift 1.09, overage 107); job 0f3c...
+
+The job id at the end is what ``lane status JOB`` and the ledger's tables know the run's job by.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ def waiting(logger, led: Ledger, *, stage: str, job_id: str, waited: float) -> N
     )  # fmt: skip
 
 
-def admitted(logger, led: Ledger, *, stage: str, lane: str, est: int, waited: float, attempt: int) -> None:
+def admitted(logger, led: Ledger, *, stage: str, lane: str, est: int, waited: float, attempt: int,
+             job_id: str) -> None:  # fmt: skip
     """Log the admission at INFO, with the lane's room left after it (one extra read, only when logged)."""
     if hasattr(logger, "isEnabledFor") and not logger.isEnabledFor(logging.INFO):
         return
@@ -42,8 +45,8 @@ def admitted(logger, led: Ledger, *, stage: str, lane: str, est: int, waited: fl
     except Exception:  # the line must never fail a run
         room = ""
     again = f", attempt {attempt}" if attempt > 1 else ""
-    logger.info("lane gate: %s admitted in lane %r after waiting %.2fs: estimate %s tokens%s%s",
-                stage, lane, waited, f"{est:,}", room, again)  # fmt: skip
+    logger.info("lane gate: %s admitted in lane %r after waiting %.2fs: estimate %s tokens%s%s; job %s",
+                stage, lane, waited, f"{est:,}", room, again, job_id)  # fmt: skip
 
 
 def settled(logger, s: Settled, *, stage: str, est: int) -> None:
@@ -58,8 +61,8 @@ def settled(logger, s: Settled, *, stage: str, est: int) -> None:
     if s.outcome == "failed":
         notes.append("the attempt failed")
     drift = f"{s.actual / est:.2f}" if est else "-"
-    logger.info("lane gate: %s settled %s tokens (estimate %s, drift %s, overage %s)%s", stage, f"{s.actual:,}",
-                f"{est:,}", drift, f"{s.overage:,}", "; " + "; ".join(notes) if notes else "")  # fmt: skip
+    logger.info("lane gate: %s settled %s tokens (estimate %s, drift %s, overage %s)%s; job %s", stage, f"{s.actual:,}",
+                f"{est:,}", drift, f"{s.overage:,}", "; " + "; ".join(notes) if notes else "", s.job_id)  # fmt: skip
 
 
 __all__ = ["admitted", "settled"]

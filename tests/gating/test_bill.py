@@ -148,8 +148,11 @@ def test_the_task_run_log_tells_its_tokens_at_info(ledger, caplog):
     settled = [m for m in lines if "settled" in m]
     assert admitted[0].startswith("lane gate: draft admitted in lane 'free' after waiting ")
     assert "estimate 100 tokens; " in admitted[0] and "of 8,000,000 remaining" in admitted[0]
-    assert settled[0] == "lane gate: draft settled 150 tokens (estimate 100, drift 1.50, overage 50)"
+    _, jobs = ledger.rows("select stage, id from job")
+    ids = dict(jobs)
+    assert admitted[0].endswith(f"; job {ids['draft']}")  # what `lane status JOB` takes
+    assert settled[0] == f"lane gate: draft settled 150 tokens (estimate 100, drift 1.50, overage 50); job {ids['draft']}"
     assert settled[1] == ("lane gate: critique settled 200 tokens (estimate 200, drift 1.00, overage 0); "
-                          "billed by estimate: no usage was found")  # fmt: skip
+                          f"billed by estimate: no usage was found; job {ids['critique']}")  # fmt: skip
     flow_lines = [r.getMessage() for r in caplog.records if r.name == "prefect.flow_runs"]
     assert any(f"use the ledger at {ledger.url}" in m for m in flow_lines)
