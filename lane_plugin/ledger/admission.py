@@ -35,18 +35,20 @@ class Ticked(NamedTuple):
 # The head of one index, (lane, state, finishing, prio, id), read as two ranges: the waiting jobs of
 # runs under way and the rest, each in priority order (finishing jobs must not hide behind starters).
 _COLS = "id, est, wait_since, run_key, stage, attempt, coalesce(rate_cost, est), prio, est_var, waiter"
-HEAD_SQL = (
-    f"select * from (select {_COLS} from job where lane = :l and state = 'new' and finishing = :f "
-    f"order by prio, id limit :k) as other union all "
-    f"select * from (select {_COLS} from job where lane = :l and state = 'new' and finishing = :t "
-    f"order by prio, id limit :k) as fin"
-)
+
+
+def _head_sql(only: str = "") -> str:
+    return (f"select * from (select {_COLS} from job where lane = :l and state = 'new' and finishing = :f {only}"
+            f"order by prio, id limit :k) as other union all "
+            f"select * from (select {_COLS} from job where lane = :l and state = 'new' and finishing = :t {only}"
+            f"order by prio, id limit :k) as fin")  # fmt: skip
+
+
+HEAD_SQL = _head_sql()
 # The same head without the jobs nobody waits for (submitted from the CLI, or by a script that polls
 # Ledger.acquire), but for :own (one such job, whose own poll ticks): what a tick that will not run
 # them reads, reading past them in the index.
-_GATED = "and (waiter is not null or id = :own) "
-GATED_HEAD_SQL = HEAD_SQL.replace("and finishing = :f ", "and finishing = :f " + _GATED).replace(
-    "and finishing = :t ", "and finishing = :t " + _GATED)
+GATED_HEAD_SQL = _head_sql("and (waiter is not null or id = :own) ")
 
 # Applying a choice: the lane's counters, re-checking the ceiling and the lease cap (a bug in the policy
 # fails the transaction, never overspends), and the chosen jobs' leases.

@@ -33,8 +33,10 @@ def test_skewed_workers_use_the_database_clock(pg_url, tmp_path):
     assert abs(ahead["ledger_now"] - db_now) < 5, "the ledger read the worker's clock, not the database's"
     assert abs(ahead["lease_until"] - (ahead["ledger_now"] + LEASE)) < LEASE, ahead
     assert ahead["reaped"] == [], "a worker 300 s ahead expired a live lease early"
+    # the worker's acquire leased its own job only (b is another's to pull); the test's tick leases b
+    assert led.job(a)["state"] == "leased" and led.job(b)["state"] == "new"
+    assert [x.job_id for x in led.tick("free")] == [b]
     leased = {j: led.job(j) for j in (a, b)}
-    assert leased[a]["state"] == "leased" and leased[b]["state"] == "leased"  # one tick leased both
     behind = _run("reap_only", tmp_path, "behind-early", pg_url, -SKEW)
     assert behind["reaped"] == []
     _, [(charged_at,)] = led.rows("select max(at) from rate_charge where lane = 'free'")
