@@ -208,7 +208,7 @@ def lanes(ctx: typer.Context, as_json: bool = JSON):
 
     rows = []
     for s in status:
-        flags = [f for f, on in (("STOPPED", s["stopped"]), ("HARD-STOP", s["hard_stopped"] and not s["stopped"]),
+        flags = [f for f, on in (("STOPPED", s["stopped"]), ("ceiling-spent", s["hard_stopped"] and not s["stopped"]),
                                  (f"{s['start_fraction']:.0%} start limit: finishing only",
                                   s["starting_stopped"] and not s["hard_stopped"] and s["start_fraction"] < 1),
                                  (f"preflight failed: {s['preflight_error']}", not s["preflight_ok"])) if on]  # fmt: skip

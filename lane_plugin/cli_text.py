@@ -91,6 +91,19 @@ def drift_rows(status: list[dict]) -> list[list[str]]:
             for s in status if s["drift"] > 1.0 or s["drift_overrun"] or s["drift_spread"]]  # fmt: skip
 
 
+def why_waiting(s: dict) -> str:
+    """What keeps a waiting job out, in words (``s`` is its ``Ledger.wait_status``).
+
+    Example:
+        >>> why_waiting({"blocked_by": None, "position": 1}), why_waiting({"blocked_by": None, "position": 3})
+        ('it fits: the next tick leases it', 'behind 2 jobs')
+    """
+    ahead = s["position"] - 1
+    if s["blocked_by"]:
+        return f"blocked by {s['blocked_by']}"
+    return f"behind {ahead} job{'s' * (ahead != 1)}" if ahead else "it fits: the next tick leases it"
+
+
 def job_lines(s: dict) -> list[str]:
     """Where one job stands, in words (``lane status JOB``; ``s`` is its ``Ledger.wait_status``).
 
@@ -101,8 +114,7 @@ def job_lines(s: dict) -> list[str]:
     job = f"job {s['job_id']} ({s['stage']}, estimate {s['est']:,})"
     if s["state"] != "new":
         return [f"{job} is {s['state']} in lane {s['lane']}"]
-    why = s["blocked_by"] or f"{s['position'] - 1} job(s) ahead"
-    lines = [f"{job} waits in lane {s['lane']}: position {s['position']} of {s['waiting']}, blocked by {why}; "
+    lines = [f"{job} waits in lane {s['lane']}: position {s['position']} of {s['waiting']}, {why_waiting(s)}; "
              f"{s['remaining']:,} of {s['ceiling']:,} tokens remaining"]  # fmt: skip
     return lines + ([f"  {s['reason']}"] if s["reason"] else [])
 

@@ -38,7 +38,7 @@ def _state(s: dict) -> str:
     if s["stopped"]:
         return "STOPPED"
     if s["hard_stopped"]:
-        return "HARD-STOP (ceiling spent)"
+        return "ceiling-spent (hard stop)"  # lane status's word for it
     if not s["preflight_ok"]:
         return f"preflight failed: {s['preflight_error']}"
     if s["starting_stopped"]:

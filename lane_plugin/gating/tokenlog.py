@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 
+from ..cli_text import why_waiting
 from ..ledger import Ledger, Settled
 
 
@@ -25,12 +26,11 @@ def waiting(logger, led: Ledger, *, stage: str, job_id: str, waited: float) -> N
     if hasattr(logger, "isEnabledFor") and not logger.isEnabledFor(logging.INFO):
         return
     s = led.wait_status(job_id)
-    why = s["blocked_by"] or f"{s['position'] - 1} job(s) ahead"
     logger.info(
         "lane gate: %s job waiting %.1fs in lane %r: estimate %d, remaining %d of ceiling %d "
-        "(spent %d, reserved %d), position %d of %d waiting, leased %d/%d, blocked by %s",
+        "(spent %d, reserved %d), position %d of %d waiting, leased %d/%d, %s",
         stage, waited, s["lane"], s["est"], s["remaining"], s["ceiling"], s["spent"], s["reserved"],
-        s["position"], s["waiting"], s["leased"], s["max_leased"], why,
+        s["position"], s["waiting"], s["leased"], s["max_leased"], why_waiting(s),
     )  # fmt: skip
 
 

@@ -91,7 +91,7 @@ def test_lanes_set_and_tail(run):
     assert "ceiling 6,000,000" in out and "fallback paid" in out
     jid = run("submit", "--stage", "s", "--est", "10", "--wait", "0").stdout.strip()
     run("lanes", "set", "free", "--stop")
-    assert "HARD-STOP" not in run("lanes").stdout  # an operator stop reads STOPPED
+    assert "ceiling-spent" not in run("lanes").stdout  # an operator stop reads STOPPED
     assert "STOPPED" in run("lanes").stdout
     import time
 
