@@ -97,8 +97,14 @@ class Admitting:
         """Inside a settlement's or a reap's transaction: lease the gated jobs that now fit.
 
         ``row``: the lane's row as this transaction last wrote it, locked (a settlement's), or None to lock it.
+
+        Skipped (None) when no gated job waits in the lane (one read of ``ix_job_gated``, under the lane's
+        lock when ``row`` is given): a hand-off leases only gated jobs and parks only the jobs of gone waiters,
+        so it could do neither; what else it would do, slide the burst window and lapse quiet runs' reserves,
+        every tick does first, and its ``room`` NOTIFY is for the waiters of this lane's jobs, of which
+        there are none.
         """
-        if not freed:
+        if not freed or not waiters.gated_waiting(cur, lane):
             return None
         handed = admission.tick(cur, lane, now=now, token=token, handoff=True, row=row,
                                 send_slack=self.send_slack)  # fmt: skip

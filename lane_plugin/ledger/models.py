@@ -16,13 +16,16 @@ from __future__ import annotations
 from typing import Optional
 
 import sqlalchemy as sa
-from sqlalchemy import BigInteger, CheckConstraint, Column, Index, Integer, UniqueConstraint, false
+from sqlalchemy import BigInteger, CheckConstraint, Column, Index, Integer, UniqueConstraint, false, text
 from sqlmodel import Field, SQLModel
 
 from ..checks import SHADOW_VERSION_MAX
 from ..policy import LANE_DEFAULTS as D
 
 JOB_STATES = ("new", "leased", "done", "failed", "parked")
+# The gated jobs still waiting (ix_job_gated's rows); lane_plugin.ledger.waiters.GATED_SQL reads them with
+# these very terms (SQLite uses a partial index only for a query whose WHERE repeats its terms).
+GATED_WAITING = "state = 'new' and waiter is not null"
 
 
 def _big(**kw):
@@ -101,6 +104,8 @@ class Job(SQLModel, table=True):
         Index("ix_job_deadline", "state", "deadline"),
         Index("ix_job_run", "lane", "run_key"),
         Index("ix_job_waiter", "waiter"),
+        # The gated jobs still waiting, by lane: does a settlement's hand-off have anyone to lease to?
+        Index("ix_job_gated", "lane", sqlite_where=text(GATED_WAITING), postgresql_where=text(GATED_WAITING)),
         Index("ix_job_lane_created", "lane", "created_at"),  # the lane's latest estimates (size classes)
         CheckConstraint("est > 0 and actual >= 0 and attempt >= 1", name="ck_job_numbers"),
         CheckConstraint(f"state in {JOB_STATES!r}", name="ck_job_state"),

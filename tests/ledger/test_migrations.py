@@ -138,7 +138,7 @@ def test_0012_remembers_the_lane_a_moved_job_left_while_its_charge_is_in_the_win
     db.close()
     led = Ledger(ledger_url, clock=clock)
     try:
-        assert led.upgrade() == HEAD_REVISION == "0012"
+        assert led.upgrade() == HEAD_REVISION
         assert led.rows("select job_id, leased_upto, lane from lane_move")[1] == [("moved", 1, "free")]
         before = led.lane("free").spent, led.lane("paid").spent
         got = led.settle("moved", 500, attempt=1)
@@ -157,5 +157,61 @@ def test_0012_remembers_the_lane_a_moved_job_left_while_its_charge_is_in_the_win
     try:
         assert led.upgrade() == HEAD_REVISION
         assert led.rows("select job_id, lane from lane_move")[1] == [("moved", "free")]  # (its charge is still there)
+    finally:
+        led.close()
+
+
+def test_0014_indexes_the_waiting_gated_jobs_of_a_ledger_at_0012_and_downgrades(ledger_url, clock):
+    """A ledger at 0012 with gated and CLI jobs: the upgrade indexes the waiting gated ones (the hand-off's check
+    finds free's, and none in paid: a CLI job waits there, a gated one is done); down to 0012 drops the index; up
+    again is head."""
+    from lane_plugin.ledger import waiters
+    from lane_plugin.ledger.db import Database
+    from lane_plugin.ledger.schema import upgrade
+    from lane_plugin.ledger.url import parse_url
+
+    db = Database(parse_url(ledger_url))
+    upgrade(db, "0012")
+    db._checked = True
+
+    def seed(cur):
+        for jid, lane, waiter, state in (("g", "free", "w1", "new"), ("d", "paid", "w1", "done"), ("c", "paid", None, "new")):
+            cur.execute(
+                "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, "
+                "created_at, wait_since, waiter) values (:id, :l, 's', 100, 0, :st, 1, 0, 0, :t, :t, :w)",
+                {"id": jid, "l": lane, "st": state, "t": clock.t, "w": waiter},
+            )  # fmt: skip
+
+    db.transaction(seed)
+    db.close()
+
+    def gated(led, lane):
+        return led.db.transaction(lambda cur: waiters.gated_waiting(cur, lane))
+
+    def indexes(led) -> set[str]:
+        sql = ("select name from sqlite_master where type = 'index' and tbl_name = 'job'" if led.db.dialect == "sqlite"
+               else "select indexname from pg_indexes where tablename = 'job' and schemaname = current_schema()")
+        return {r[0] for r in led.rows(sql)[1]}
+
+    led = Ledger(ledger_url, clock=clock)
+    try:
+        assert led.upgrade() == HEAD_REVISION == "0014"
+        assert "ix_job_gated" in indexes(led)
+        assert (gated(led, "free"), gated(led, "paid")) == (True, False)
+    finally:
+        led.close()
+    _downgrade(ledger_url, "0012")
+    probe = Database(parse_url(ledger_url))
+    try:
+        assert probe.revision() == "0012"
+    finally:
+        probe.close()
+    led = Ledger(ledger_url, clock=clock)
+    try:
+        led.db._checked = True  # look at 0012 before the first use upgrades it
+        assert "ix_job_gated" not in indexes(led)
+        led.db._checked = False
+        assert led.upgrade() == HEAD_REVISION
+        assert "ix_job_gated" in indexes(led)
     finally:
         led.close()
