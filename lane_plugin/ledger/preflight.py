@@ -23,10 +23,13 @@ from __future__ import annotations
 import re
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
-from importlib import metadata
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from importlib import metadata
+# urllib.request and importlib.metadata are imported where used: every CLI call imports this module
+# (lanes validate a preflight spec), and they cost it more than the rest of the ledger's imports together.
 
 from ..errors import InvalidInput
 
@@ -71,6 +74,8 @@ def unregister_preflight(name: str) -> None:
 
 
 def _entry_points() -> dict[str, metadata.EntryPoint]:
+    from importlib import metadata
+
     try:
         return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
     except Exception:  # a broken installed distribution must not stop admission
@@ -117,6 +122,9 @@ def validate_spec(spec: str) -> None:
 
 
 def _http(spec: str, timeout: float) -> tuple[bool, str | None]:
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(spec, timeout=timeout) as resp:  # noqa: S310 - operator's URL
             status = resp.status

@@ -15,8 +15,6 @@ from collections.abc import Iterator
 from heapq import heappop, heappush
 from typing import Any, Protocol
 
-import numpy as np
-
 from ..policy import (
     DRIFT_SAMPLE,
     SIZE_CLASS_SAMPLE,
@@ -85,6 +83,8 @@ class LaneQueue:
         # SIZE_CLASS_SAMPLE estimates submitted, refit with the profile (None: not yet).
         self.recent: deque[int] = deque(maxlen=SIZE_CLASS_SAMPLE)
         self.size_boundary: int | None = None
+        import numpy as np  # here, not at the top: every `lane` command imports the simulator (to register it)
+
         # The drift allowance, learned as the ledger learns it: from the last DRIFT_SAMPLE
         # settlements (est, actual), refit with the profile (1.0, 0 and 0: none yet).
         # (a ring: the fit does not depend on their order; int64, or Python integers past it)
