@@ -49,6 +49,13 @@ HEAD_SQL = _head_sql()
 # Ledger.acquire), but for :own (one such job, whose own poll ticks): what a tick that will not run
 # them reads, reading past them in the index.
 GATED_HEAD_SQL = _head_sql("and (waiter is not null or id = :own) ")
+# ... and with no :own job (a hand-off, a gate's or the watcher's tick): the same rows in the same order, read
+# from the head of ix_job_gated (migration 0014), a partial index holding exactly the waiting gated jobs on
+# (lane, finishing, prio, id), instead of walking ix_job_queue past every job nobody waits for (a lane with
+# 20,000 CLI jobs queued read all of them at every settlement). SQLite is told the index (its planner, with
+# no statistics, prefers ix_job_queue's longer prefix); INDEXED BY fails loudly, never scans, if it cannot.
+WAITERS_HEAD_SQL = _head_sql("and waiter is not null ")
+WAITERS_HEAD_SQLITE = WAITERS_HEAD_SQL.replace("from job where", "from job indexed by ix_job_gated where")
 
 # Applying a choice: the lane's counters, re-checking the ceiling and the lease cap (a bug in the policy
 # fails the transaction, never overspends), and the chosen jobs' leases.
@@ -103,7 +110,13 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
         held = policy.Decision((), 0, head_reason=policy.STOPPED if row.held else policy.LEASE_CAP)
         return Ticked([], held, row, refit_due, [])
     gated = gated or handoff
-    head = cur.all(GATED_HEAD_SQL if gated else HEAD_SQL,
+    if not gated:
+        head_sql = HEAD_SQL
+    elif own is not None:
+        head_sql = GATED_HEAD_SQL
+    else:
+        head_sql = WAITERS_HEAD_SQLITE if cur.dialect == "sqlite" else WAITERS_HEAD_SQL
+    head = cur.all(head_sql,
                    {"l": lane, "k": free_slots + head_extra, "f": False, "t": True, "own": own})  # fmt: skip
     gone_tails: list[dict] = []
     gone = waiters.gone(cur, {r[9] for r in head if r[9] is not None}, now) if any(r[9] for r in head) else set()

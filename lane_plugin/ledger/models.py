@@ -23,8 +23,8 @@ from ..checks import SHADOW_VERSION_MAX
 from ..policy import LANE_DEFAULTS as D
 
 JOB_STATES = ("new", "leased", "done", "failed", "parked")
-# The gated jobs still waiting (ix_job_gated's rows); lane_plugin.ledger.waiters.GATED_SQL reads them with
-# these very terms (SQLite uses a partial index only for a query whose WHERE repeats its terms).
+# The gated jobs still waiting (ix_job_gated's rows); waiters.GATED_SQL and admission.WAITERS_HEAD_SQL read them
+# with these very terms (SQLite uses a partial index only for a query whose WHERE repeats its terms).
 GATED_WAITING = "state = 'new' and waiter is not null"
 
 
@@ -104,8 +104,10 @@ class Job(SQLModel, table=True):
         Index("ix_job_deadline", "state", "deadline"),
         Index("ix_job_run", "lane", "run_key"),
         Index("ix_job_waiter", "waiter"),
-        # The gated jobs still waiting, by lane: does a settlement's hand-off have anyone to lease to?
-        Index("ix_job_gated", "lane", sqlite_where=text(GATED_WAITING), postgresql_where=text(GATED_WAITING)),
+        # The gated jobs still waiting, in ix_job_queue's order: does a settlement's hand-off have anyone to
+        # lease to, and who is first (a tick leasing only waiters' jobs reads its head, not ix_job_queue's)?
+        Index("ix_job_gated", "lane", "finishing", "prio", "id", sqlite_where=text(GATED_WAITING),
+              postgresql_where=text(GATED_WAITING)),  # fmt: skip
         Index("ix_job_lane_created", "lane", "created_at"),  # the lane's latest estimates (size classes)
         CheckConstraint("est > 0 and actual >= 0 and attempt >= 1", name="ck_job_numbers"),
         CheckConstraint(f"state in {JOB_STATES!r}", name="ck_job_state"),

@@ -137,6 +137,31 @@ def test_a_gated_job_queued_behind_cli_jobs_is_seen_and_a_finished_one_is_not(le
     assert led.audit() == []
 
 
+def test_the_gated_head_from_the_partial_index_is_the_gated_head_from_the_queue(led, clock):
+    """WAITERS_HEAD_SQL (ix_job_gated) returns GATED_HEAD_SQL's rows (ix_job_queue, no own job), in its order."""
+    lane(led, max_leased=50)
+    rng = random.Random(7)
+    for i in range(120):
+        clock.t += rng.choice((0.0, 0.5))  # ties in prio: the id orders them
+        led.submit("s", rng.choice((10, 50, 200)), "h", waiter=rng.choice(("w1", "w2", None, None)),
+                   run_key=rng.choice((None, None, "r1")))  # fmt: skip
+        if i % 17 == 0:
+            led.tick("h")  # some leased (a run under way: its later jobs are finishing ones)
+
+    def read(cur):
+        sql = admission.WAITERS_HEAD_SQLITE if cur.dialect == "sqlite" else admission.WAITERS_HEAD_SQL
+        out = []
+        for k in (1, 3, 16, 200):
+            p = {"l": "h", "k": k, "f": False, "t": True}
+            out.append((cur.all(sql, p), cur.all(admission.GATED_HEAD_SQL, {**p, "own": None})))
+        return out
+
+    for fast, slow in led.db.transaction(read):
+        assert [tuple(r) for r in fast] == [tuple(r) for r in slow]
+    assert len(fast) > 16 and any(r[9] is None for r in led.db.transaction(
+        lambda cur: cur.all(admission.HEAD_SQL, {"l": "h", "k": 200, "f": False, "t": True})))  # fmt: skip
+
+
 def test_a_reap_with_no_gated_job_waiting_skips_the_hand_off_and_requeues(led, clock, statements):
     lane(led, lease_seconds=10)
     a = led.submit("s", 100, "h")
@@ -157,6 +182,9 @@ def test_sqlite_reads_the_partial_index_not_the_queue(sqlite_url):
         sql = waiters.GATED_SQL.format(by=" indexed by ix_job_gated")
         plan = " ".join(r[-1] for r in led.rows("explain query plan " + sql, {"l": "h"})[1])
         assert "ix_job_gated" in plan, plan
+        p = {"l": "h", "k": 5, "f": False, "t": True}
+        plan = " ".join(r[-1] for r in led.rows("explain query plan " + admission.WAITERS_HEAD_SQLITE, p)[1])
+        assert plan.count("USING INDEX ix_job_gated (lane=? AND finishing=?)") == 2 and "TEMP B-TREE" not in plan, plan
     finally:
         led.close()
 
