@@ -134,6 +134,19 @@ def _one_line(exc: BaseException, url: DatabaseURL) -> str:
     return " ".join(url.scrub(str(exc)).split())
 
 
+# What a retry of the whole transaction gets past: a serialization failure, a deadlock, a lock not available,
+# too many connections, a server shut down, crashed or not up yet, class 08 (the connection). Anything else (a
+# wrong database, a refused login, a denied permission, a full disk) fails alike for all of ``retry_for``.
+TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "53300", "57P01", "57P02", "57P03"})
+# libpq's words, with no SQLSTATE (connecting, a session lost), for a server not there yet or any more.
+TRANSIENT_TEXT = ("connection refused", "closed the connection", "closed unexpectedly", "connection is closed",
+                  "connection is lost", "starting up", "shutting down", "in recovery mode", "not yet accepting",
+                  "terminating connection", "too many clients", "connection slots are reserved", "timeout expired",
+                  "timed out", "could not receive data", "could not send data", "consuming input failed",
+                  "ssl syscall error", "eof detected", "connection reset", "broken pipe", "no route to host",
+                  "network is unreachable", "temporary failure in name resolution", "lost synchronization")  # fmt: skip
+
+
 def _is_transient(exc: BaseException) -> bool:
     if isinstance(exc, sqlite3.OperationalError):
         msg = str(exc).lower()
@@ -142,11 +155,15 @@ def _is_transient(exc: BaseException) -> bool:
         import psycopg
     except ImportError:  # pragma: no cover - psycopg is a dependency
         return False
-    if isinstance(exc, (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)):
+    if isinstance(exc, psycopg.InterfaceError):
         return True
-    if isinstance(exc, psycopg.OperationalError):
-        return True  # connection refused / terminated / server restarting
-    return isinstance(exc, psycopg.InterfaceError)
+    if not isinstance(exc, psycopg.Error):
+        return False
+    state = exc.sqlstate
+    if state:
+        return state in TRANSIENT_SQLSTATES or state.startswith("08")
+    msg = str(exc).lower()
+    return isinstance(exc, psycopg.OperationalError) and any(text in msg for text in TRANSIENT_TEXT)
 
 
 class Database:
@@ -201,7 +218,7 @@ class Database:
         try:
             conn = psycopg.connect(**{"connect_timeout": 10, **self.url.conninfo}, autocommit=True)
         except psycopg.OperationalError as exc:
-            if not self._ever_connected:  # a wrong URL fails fast; a restart is waited out
+            if not self._ever_connected or not _is_transient(exc):  # a wrong URL fails fast; a restart is waited out
                 raise DatabaseError(f"cannot connect to {self.url}: {_one_line(exc, self.url)}") from None
             raise
         except (UnicodeError, ValueError) as exc:  # e.g. a host name that is not valid IDNA
