@@ -42,7 +42,8 @@ body, so it neither waits nor settles):
    :mod:`~lane_plugin.gating.streams`); on an exception, what was reported so
    far; stopped by a timeout or cancellation with less reported than the
    estimate, the estimate (:mod:`~lane_plugin.gating.timeouts`). An estimate
-   billed because no usage was found is marked ``by_estimate`` on the settlement.
+   billed because no usage was found (or a usage count was malformed: warned, naming the field and
+   the value) is marked ``by_estimate`` on the settlement.
 
 A task that returns text rather than the response reports the response first:
 
@@ -158,7 +159,7 @@ class Gate:
         """
         if reader is None and is_stream(result):
             return drain(result, self._feed)
-        found = usage_of(result, reader) if reader is not None else None
+        found = usage_of(result, reader, self.meter.bad) if reader is not None else None
         if found is not None:
             self.meter.add(found)
         elif reader is None:
@@ -338,24 +339,27 @@ class Gate:
         if exc_type is not None:
             self._settle(led, held, self.used, "failed")
             return
-        if self.meter.found:
+        if self.meter.found and not self.meter.malformed:  # malformed usage (warned) is no usage found
             self._settle(led, held, self.used, "done")
             return
+        bill = max(self.est, self.used)  # the estimate, or what was read if more
         if self.missing_usage == "fail":
-            self._settle(led, held, self.est, "failed", by_estimate=True)
+            self._settle(led, held, bill, "failed", by_estimate=True)
             raise UsageMissing(
                 f"stage {self.stage!r} (job {self.job_id}) returned no token usage and reported none; "
-                f"billed its estimate of {self.est} tokens. Return the LLM response, pass usage=, "
+                f"billed its estimate of {bill} tokens. Return the LLM response, pass usage=, "
                 f"or call report_usage(n)", job_id=self.job_id,
             )  # fmt: skip
-        first = self._missing_key not in _missing_said
+        first = self._missing_key not in _missing_said or self.meter.malformed
         _missing_said.add(self._missing_key)
+        why = "a count was malformed, warned above" if self.meter.malformed else \
+            "no response with .usage returned, no report_usage call"  # fmt: skip
         (run_logger().warning if first else run_logger().debug)(
-            "lane gate: %s job %s found no token usage (no response with .usage returned, no report_usage call); "
-            "billing its estimate of %d tokens%s", self.stage, self.job_id, self.est,
-            " (said once per task; declare usage=NO_USAGE if it uses no tokens)" if first else "",
+            "lane gate: %s job %s found no token usage (%s); billing its estimate of %d tokens%s", self.stage,
+            self.job_id, why, bill, "" if self.meter.malformed or not first else
+            " (said once per task; declare usage=NO_USAGE if it uses no tokens)",
         )  # fmt: skip
-        self._settle(led, held, self.est, "done", by_estimate=True)
+        self._settle(led, held, bill, "done", by_estimate=True)
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
         self.__exit__(exc_type, exc, tb)

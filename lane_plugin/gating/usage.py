@@ -36,12 +36,18 @@ stream in ``response.completed``. :class:`UsageMeter` adds such chunks up per
 stream (the newest cumulative figure of each), so reporting every chunk of a
 stream, or the same chunk twice, never counts twice.
 
+**A count that is not a count** (NaN, negative, fractional, a string, more than 10**12) makes
+the whole usage block count as no usage found, with one warning naming the field and the value:
+the gate then bills the estimate (marked ``by_estimate``), never the rest of the block.
+
 Example:
     >>> extract_usage({"usage": {"prompt_tokens": 12, "completion_tokens": 30}})
     42
     >>> extract_usage({"usage": {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 1000}})
     115
     >>> extract_usage("just a string") is None
+    True
+    >>> extract_usage({"usage": {"prompt_tokens": -5, "completion_tokens": 20}}) is None   # warns: prompt_tokens -5
     True
 """
 
@@ -51,6 +57,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..checks import tokens
 from ..errors import InvalidInput
 
 MISSING_POLICIES = ("estimate", "fail")
@@ -74,7 +81,7 @@ class _NoUsage:
 
 
 NO_USAGE = _NoUsage()
-_PAIRS = (("prompt_tokens", "completion_tokens"), ("input_tokens", "output_tokens"))
+_BLOCK_FIELDS = ("total_tokens", "prompt_tokens", "completion_tokens", "input_tokens", "output_tokens")
 #: How each Anthropic usage field counts, as Anthropic bills it relative to one plain input token:
 #: cache writes 1.25x (5-minute TTL) or 2x (1-hour TTL, when the ``cache_creation`` breakdown says so),
 #: cache hits 0.1x. ``input_tokens`` and ``output_tokens`` count once each.
@@ -97,6 +104,7 @@ def _field(block: Any, name: str) -> Any:
 
 
 def _count(value: Any) -> int | None:
+    """A value given as the usage itself (an int): a whole number from 0, else None (no usage)."""
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int):
@@ -106,35 +114,67 @@ def _count(value: Any) -> int | None:
     return None
 
 
+def _field_count(block: Any, name: str) -> int | None:
+    """The count in field ``name`` of a usage block: None when absent; a whole number of tokens from 0 to
+    10**12, else InvalidInput naming the field and the value (the block is then read as no usage found)."""
+    value = _field(block, name)
+    return None if value is None else tokens(name, value, low=0)
+
+
+def warn_malformed(exc: InvalidInput) -> None:
+    """Say, once per usage block, which count field was not a count (the gate's own logger)."""
+    from .ledgers import run_logger
+
+    run_logger().warning("lane usage: %s; this usage counts as no usage found (the gate bills the estimate)", exc)
+
+
 def _anthropic_cache(block: Any, weights: Mapping[str, float]) -> float:
     """Weighted prompt-cache tokens of an Anthropic usage block (0 when it has none)."""
     total = 0.0
     split = _field(block, "cache_creation")
-    parts = [(k, _count(_field(split, k))) for k in ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")]
+    parts = [(k, _field_count(split, k)) for k in ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")]
     if split is not None and any(n is not None for _, n in parts):
         total += sum(weights[k] * n for k, n in parts if n is not None)
     else:
-        total += weights["cache_creation_input_tokens"] * (_count(_field(block, "cache_creation_input_tokens")) or 0)
-    total += weights["cache_read_input_tokens"] * (_count(_field(block, "cache_read_input_tokens")) or 0)
+        total += weights["cache_creation_input_tokens"] * (_field_count(block, "cache_creation_input_tokens") or 0)
+    total += weights["cache_read_input_tokens"] * (_field_count(block, "cache_read_input_tokens") or 0)
     return total
 
 
 def _from_block(block: Any, weights: Mapping[str, float] = ANTHROPIC_WEIGHTS) -> int | None:
-    total = _count(_field(block, "total_tokens"))
+    """A usage block's tokens; every count field is checked, also those the total makes unneeded."""
+    total, prompt, completion, x, y = (_field_count(block, k) for k in _BLOCK_FIELDS)
+    cache = _anthropic_cache(block, weights)
     if total is not None:
         return total
-    x, y = _count(_field(block, "prompt_tokens")), _count(_field(block, "completion_tokens"))
-    if x is not None or y is not None:
-        return (x or 0) + (y or 0)
-    x, y = _count(_field(block, "input_tokens")), _count(_field(block, "output_tokens"))
+    if prompt is not None or completion is not None:
+        return (prompt or 0) + (completion or 0)
     if x is not None or y is not None:
         value = weights["input_tokens"] * (x or 0) + weights["output_tokens"] * (y or 0)
-        return math.ceil(value + _anthropic_cache(block, weights) - 1e-9)
+        return math.ceil(value + cache - 1e-9)
+    return None
+
+
+def _read(obj: Any, weights: Mapping[str, float]) -> int | None:
+    """:func:`extract_usage` without its warning: InvalidInput names a count field that is not a count."""
+    direct = _count(obj)
+    if direct is not None or isinstance(obj, (int, float)):
+        return direct
+    if obj is None or isinstance(obj, (str, bytes)):
+        return None
+    usage = _field(obj, "usage")
+    if usage is not None:
+        if isinstance(usage, (int, float)):  # ``{"usage": 12}``: the count itself
+            return tokens("usage", usage, low=0)
+        return _from_block(usage, weights)
+    if isinstance(obj, Mapping):
+        return _from_block(obj, weights)
     return None
 
 
 def extract_usage(obj: Any, weights: Mapping[str, float] | None = None) -> int | None:
-    """Tokens an LLM call spent, read from its response; None when none can be found.
+    """Tokens an LLM call spent, read from its response; None when none can be found (or a count field is
+    not a count: NaN, negative, fractional, more than 10**12; said in a warning naming the field and the value).
 
     Args:
         obj: an int, a dict (with or without a ``usage`` entry), or a response
@@ -146,19 +186,11 @@ def extract_usage(obj: Any, weights: Mapping[str, float] | None = None) -> int |
         >>> extract_usage(NS(usage=NS(input_tokens=100, output_tokens=20)))
         120
     """
-    w = ANTHROPIC_WEIGHTS if weights is None else {**ANTHROPIC_WEIGHTS, **weights}
-    direct = _count(obj)
-    if direct is not None or isinstance(obj, (int, float)):
-        return direct
-    if obj is None or isinstance(obj, (str, bytes)):
+    try:
+        return _read(obj, ANTHROPIC_WEIGHTS if weights is None else {**ANTHROPIC_WEIGHTS, **weights})
+    except InvalidInput as exc:
+        warn_malformed(exc)
         return None
-    usage = _field(obj, "usage")
-    if usage is not None:
-        found = _count(usage)
-        return found if found is not None else _from_block(usage, w)
-    if isinstance(obj, Mapping):
-        return _from_block(obj, w)
-    return None
 
 
 def weighted_usage(**weights: float) -> Callable[[Any], int | None]:
@@ -183,7 +215,8 @@ class UsageMeter:
     A stream's chunks are kept per stream (an OpenAI chunk's ``id``, an
     Anthropic message, a Responses ``response.id``) at their newest cumulative
     figure, so a usage chunk seen twice, or cumulative usage on every chunk,
-    is counted once; so is a response object both reported and returned.
+    is counted once; so is a response object both reported and returned. Usage with a count that is
+    not a count adds nothing, is warned about (once per meter) and sets :attr:`malformed`.
 
     Example:
         >>> m = UsageMeter()
@@ -198,6 +231,7 @@ class UsageMeter:
     def __init__(self, weights: Mapping[str, float] | None = None):
         self.weights = ANTHROPIC_WEIGHTS if weights is None else {**ANTHROPIC_WEIGHTS, **weights}
         self.found = False
+        self.malformed = False  # some usage had a count field that is not a count: what was found is not all
         self._plain = 0
         self._streams: dict[Any, int] = {}
         self._message: dict | None = None  # the Anthropic message being streamed: its usage fields so far
@@ -215,12 +249,29 @@ class UsageMeter:
         Raises :class:`~lane_plugin.errors.InvalidInput` for something that is
         neither usage nor part of a stream (a string, a result with no usage).
         """
+        try:
+            took = self._take(obj)
+        except InvalidInput as exc:  # a count field that is not a count: this usage is not read at all
+            self.bad(exc)
+            return False
+        if took is None:
+            raise InvalidInput("usage", obj, "no token count found (expected an int or a response with .usage)")
+        return took
+
+    def bad(self, exc: InvalidInput) -> None:
+        """Usage with a count field that is not a count was seen: warned (once per meter), :attr:`malformed` set."""
+        if not self.malformed:
+            warn_malformed(exc)
+        self.malformed = True
+
+    def _take(self, obj: Any) -> bool | None:
+        """:meth:`add`, None for what is not usage; InvalidInput from a count field that is not a count."""
         kind = _field(obj, "type") if not isinstance(obj, (int, float, str, bytes)) else None
         if isinstance(kind, str) and kind in _ANTHROPIC_EVENTS:
             return self._anthropic_event(kind, obj)
         if isinstance(kind, str) and kind.startswith("response."):  # the Responses API's stream events
             resp = _field(obj, "response")
-            n = None if resp is None else extract_usage(resp, self.weights)
+            n = None if resp is None else _read(resp, self.weights)
             if n is None:
                 return False
             self._streams[("response", _field(resp, "id"))] = n
@@ -229,17 +280,17 @@ class UsageMeter:
         if _field(obj, "object") == "chat.completion.chunk":
             if _field(obj, "usage") is None:
                 return False
-            n = extract_usage(obj, self.weights)
+            n = _read(obj, self.weights)
             if n is None:
                 return False
             self._streams[("chunk", _field(obj, "id"))] = n
             self.found = True
             return True
-        n = extract_usage(obj, self.weights)
+        n = _read(obj, self.weights)
         if n is None:
             if not isinstance(obj, (str, bytes)) and _has_usage_slot(obj):
                 return False  # a response or chunk whose usage is None: nothing to add
-            raise InvalidInput("usage", obj, "no token count found (expected an int or a response with .usage)")
+            return None
         if not isinstance(obj, (int, float)):
             if self._seen.get(id(obj)) is obj:
                 return True  # the same response reported and returned: counted once
@@ -272,12 +323,12 @@ class UsageMeter:
         if usage is None:
             return
         for key in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
-            value = _count(_field(usage, key))
+            value = _field_count(usage, key)
             if value is not None:
                 self._message[key] = value
         split = _field(usage, "cache_creation")
         if split is not None:
-            self._message["cache_creation"] = {k: _count(_field(split, k)) for k in
+            self._message["cache_creation"] = {k: _field_count(split, k) for k in
                                                ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")}  # fmt: skip
 
 
@@ -287,10 +338,12 @@ def _has_usage_slot(obj: Any) -> bool:
     return hasattr(obj, "usage")
 
 
-def usage_of(obj: Any, reader: Callable[[Any], Any] | None = None) -> int | None:
+def usage_of(obj: Any, reader: Callable[[Any], Any] | None = None,
+             malformed: Callable[[InvalidInput], Any] = warn_malformed) -> int | None:  # fmt: skip
     """Usage of ``obj`` read by ``reader`` (the ``usage=`` option) or by :func:`extract_usage`.
 
-    A reader may return an int, a response-shaped object, or None (no usage).
+    A reader may return an int, a response-shaped object, or None (no usage). What it returns with a
+    count field that is not a count is no usage found: ``malformed`` is told (by default, a warning).
 
     Example:
         >>> usage_of({"n": 7}, lambda r: r["n"])
@@ -301,7 +354,11 @@ def usage_of(obj: Any, reader: Callable[[Any], Any] | None = None) -> int | None
     found = reader(obj)
     if found is None:
         return None
-    count = extract_usage(found)
+    try:
+        count = _read(found, ANTHROPIC_WEIGHTS)
+    except InvalidInput as exc:
+        malformed(exc)
+        return None
     if count is None:
         raise InvalidInput("usage", found, "the usage= callable must return a token count (int >= 0) or None")
     return count
