@@ -42,8 +42,8 @@ body, so it neither waits nor settles):
    :mod:`~lane_plugin.gating.streams`); on an exception, what was reported so
    far; stopped by a timeout or cancellation with less reported than the
    estimate, the estimate (:mod:`~lane_plugin.gating.timeouts`). An estimate
-   billed because no usage was found (or a usage count was malformed: warned, naming the field and
-   the value) is marked ``by_estimate`` on the settlement.
+   billed because no usage was found (or a usage count was malformed, or past 10**12 in all: warned,
+   naming the value) is marked ``by_estimate`` on the settlement.
 
 A task that returns text rather than the response reports the response first:
 
@@ -61,6 +61,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..checks import MAX_TOKENS
 from ..errors import InvalidInput, JobParked, LaneError, NeverFits, UsageMissing
 from ..ledger import Ledger
 from ..ledger.waiters import waiter_id
@@ -365,6 +366,11 @@ class Gate:
         self.__exit__(exc_type, exc, tb)
 
     def _settle(self, led: Ledger, held: Held | None, actual: int, outcome: str, by_estimate: bool = False) -> None:
+        if actual > MAX_TOKENS:  # Ledger.settle would refuse it after the body ran: the attempt, unbilled, would
+            # hold its lease until reaped. No call costs that much: a usage figure gone wrong, billed as unknown.
+            run_logger().warning("lane gate: %s job %s: %s; billing its estimate of %d tokens", self.stage, self.job_id,
+                                 InvalidInput("usage", actual, f"more than {MAX_TOKENS:,} tokens"), self.est)  # fmt: skip
+            actual, by_estimate = self.est, True
         with timeouts.shield():  # a timeout landing mid-transaction must not leave the attempt unbilled
             self.settled = led.settle(self.job_id, actual, attempt=self.lease.attempt, outcome=outcome,
                                       by_estimate=by_estimate)  # fmt: skip

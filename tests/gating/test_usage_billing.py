@@ -1,0 +1,111 @@
+"""What the gate bills when the usage it read cannot be billed as it is, on SQLite and PostgreSQL.
+
+* Usage past 10**12 (checks.MAX_TOKENS): ``Ledger.settle`` refuses it (InvalidInput naming ``actual``,
+  nothing written). The gate used to pass it on after the body ran: the refusal escaped, the attempt
+  stayed unbilled and its lease held ``reserved`` until reaped. Now the gate bills the estimate,
+  ``by_estimate``, with a warning naming the value: settled exactly once.
+* A malformed usage count (NaN, negative...): no usage found, the estimate is billed (or what was
+  read validly, if more), ``by_estimate``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+
+from lane_plugin import Ledger, gate
+from lane_plugin.checks import MAX_TOKENS
+from lane_plugin.errors import InvalidInput, UsageMissing
+
+from ..tables import job_rows, settlements
+
+EST = 10
+
+
+@pytest.fixture
+def led(ledger_url):
+    ledger = Ledger(ledger_url)
+    ledger.set_lane("o", allowance=10_000, ceiling=10_000)
+    yield ledger
+    ledger.close()
+
+
+def _billed_once(led, actual: int, outcome: str, *, by_estimate: bool) -> None:
+    [job] = job_rows(led)
+    [s] = settlements(led)
+    assert (job["state"], job["actual"], job["attempt"]) == (outcome, actual, 1), job
+    assert (s["actual"], bool(s["by_estimate"]), s["attempt"]) == (actual, by_estimate, 1), s
+    lane = led.lane("o")
+    assert (lane.spent, lane.reserved) == (actual, 0)
+    assert led.audit() == []
+    again = led.settle(job["id"], actual, attempt=1, outcome=outcome)  # the gate's settlement, replayed
+    assert again.replay and led.lane("o").spent == actual and len(settlements(led)) == 1
+
+
+def _warned(caplog, *parts: str) -> None:
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(all(p in w for p in parts) for w in said), said
+
+
+@pytest.mark.parametrize("reports", [[10**13], [6 * 10**11, 6 * 10**11], [MAX_TOKENS + 1]], ids=["1e13", "sum", "max+1"])
+def test_usage_past_max_tokens_bills_the_estimate_exactly_once(led, caplog, reports):
+    with caplog.at_level(logging.WARNING, logger="lane_plugin.gate"):
+        with gate(stage="huge", estimate=EST, lane="o", ledger=led) as g:
+            for n in reports:
+                g.report(n)
+    assert (g.settled.actual, g.settled.by_estimate, g.settled.outcome) == (EST, True, "done")
+    _billed_once(led, EST, "done", by_estimate=True)
+    _warned(caplog, f"invalid usage {sum(reports)}", f"billing its estimate of {EST}")
+
+
+def test_usage_past_max_tokens_in_a_failing_body_bills_the_estimate_and_keeps_the_error(led, caplog):
+    with caplog.at_level(logging.WARNING, logger="lane_plugin.gate"), pytest.raises(RuntimeError, match="boom"):
+        with gate(stage="huge", estimate=EST, lane="o", ledger=led) as g:
+            g.report(10**13)
+            raise RuntimeError("boom")
+    _billed_once(led, EST, "failed", by_estimate=True)
+    _warned(caplog, "invalid usage 10000000000000")
+
+
+def test_the_api_refuses_an_absurd_actual_naming_it_and_writes_nothing(led):
+    led.submit("s", EST, "o")
+    [lease] = led.tick("o")
+    with pytest.raises(InvalidInput, match=r"invalid actual 1000000000001: absurdly large"):
+        led.settle(lease, MAX_TOKENS + 1)
+    [job] = job_rows(led)
+    assert job["state"] == "leased" and settlements(led) == [] and led.lane("o").reserved == EST
+    assert led.settle(lease, 7).actual == 7 and led.audit() == []
+
+
+@pytest.mark.parametrize("usage", [{"prompt_tokens": -5, "completion_tokens": 20},
+                                   {"input_tokens": math.nan, "output_tokens": 10}])  # fmt: skip
+def test_a_malformed_count_bills_the_estimate_not_the_rest_of_the_block(led, caplog, usage):
+    with caplog.at_level(logging.WARNING, logger="lane_plugin.gate"):
+        with gate(stage="bad", estimate=100, lane="o", ledger=led) as g:
+            g.report_result({"usage": usage})
+    _billed_once(led, 100, "done", by_estimate=True)
+    _warned(caplog, "invalid", "no usage found")
+    _warned(caplog, "found no token usage (a count was malformed", "billing its estimate of 100")
+
+
+@pytest.mark.parametrize("est, billed", [(100, 100), (10, 30)])
+def test_malformed_usage_beside_valid_usage_bills_the_estimate_or_more(led, est, billed):
+    with gate(stage="mixed", estimate=est, lane="o", ledger=led) as g:
+        g.report(30)
+        g.report({"usage": {"input_tokens": math.nan, "output_tokens": 10}})
+    _billed_once(led, billed, "done", by_estimate=True)
+
+
+def test_a_usage_reader_returning_a_malformed_block_bills_the_estimate(led):
+    with gate(stage="reader", estimate=100, lane="o", ledger=led) as g:
+        g.report_result({"meta": {"prompt_tokens": -5, "completion_tokens": 20}}, lambda r: r["meta"])
+    _billed_once(led, 100, "done", by_estimate=True)
+
+
+def test_a_malformed_count_under_missing_usage_fail_fails_billing_the_estimate(led):
+    with pytest.raises(UsageMissing):
+        with gate(stage="strict", estimate=100, lane="o", ledger=led, missing_usage="fail") as g:
+            g.report_result({"usage": {"total_tokens": -1}})
+    _billed_once(led, 100, "failed", by_estimate=True)
