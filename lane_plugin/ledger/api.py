@@ -40,6 +40,10 @@ class Ledger(Admitting, LearningStore):
             default the database's clock (PostgreSQL) or the machine's (SQLite).
         listeners: callables ``(event, lane, payload)`` told after each commit
             (the Prefect gate turns them into Prefect events).
+        retry_for: seconds a transaction is run again through failures that pass (SQLite busy, a
+            PostgreSQL restart, a killed session, a serialization failure, a deadlock); anything else
+            (a wrong database name, a refused login, a denied permission, a bad host name) raises
+            :class:`~lane_plugin.errors.DatabaseError` at once, naming it.
         create: create the ledger on first use if there is none (default); with
             False a missing ledger raises :class:`~lane_plugin.errors.NoLedger`
             and nothing is created (read-only commands).
@@ -180,7 +184,8 @@ class Ledger(Admitting, LearningStore):
 
         Args:
             job: a job id, ``ID:ATTEMPT``, or the :class:`Lease` being settled (its attempt is used).
-            actual: tokens really spent by this attempt (0 or more).
+            actual: tokens really spent by this attempt, 0 to 10**12 (more is refused,
+                :class:`~lane_plugin.errors.InvalidInput` naming ``actual``, before anything is written).
             attempt: the attempt to settle; default the lease's (or the one ``ID:ATTEMPT`` names).
                 With a bare id it is the job's only leased attempt; a job leased as several
                 attempts refuses a bare id (:class:`~lane_plugin.errors.AmbiguousAttempt`).
