@@ -50,7 +50,7 @@ HEAD_SQL = _head_sql()
 # them reads, reading past them in the index.
 GATED_HEAD_SQL = _head_sql("and (waiter is not null or id = :own) ")
 # ... and with no :own job (a hand-off, a gate's or the watcher's tick): the same rows in the same order, read
-# from the head of ix_job_gated (migration 0014), a partial index holding exactly the waiting gated jobs on
+# from the head of ix_job_gated (migration 0013), a partial index holding exactly the waiting gated jobs on
 # (lane, finishing, prio, id), instead of walking ix_job_queue past every job nobody waits for (a lane with
 # 20,000 CLI jobs queued read all of them at every settlement). SQLite is told the index (its planner, with
 # no statistics, prefers ix_job_queue's longer prefix); INDEXED BY fails loudly, never scans, if it cannot.

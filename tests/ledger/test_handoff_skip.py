@@ -1,4 +1,4 @@
-"""A settlement (or a reap) skips its hand-off when no gated job waits in the lane (ix_job_gated, migration 0014).
+"""A settlement (or a reap) skips its hand-off when no gated job waits in the lane (ix_job_gated, migration 0013).
 
 The hand-off leases only gated jobs (a waiter waits for them) and parks only gone waiters' jobs: with none
 waiting in the lane it can do nothing, so the window slide, the head read, the policy and the NOTIFY it would

@@ -161,7 +161,7 @@ def test_0012_remembers_the_lane_a_moved_job_left_while_its_charge_is_in_the_win
         led.close()
 
 
-def test_0014_indexes_the_waiting_gated_jobs_of_a_ledger_at_0012_and_downgrades(ledger_url, clock):
+def test_0013_indexes_the_waiting_gated_jobs_of_a_ledger_at_0012_and_downgrades(ledger_url, clock):
     """A ledger at 0012 with gated and CLI jobs: the upgrade indexes the waiting gated ones (the hand-off's check
     finds free's, and none in paid: a CLI job waits there, a gated one is done); down to 0012 drops the index; up
     again is head."""
@@ -195,7 +195,7 @@ def test_0014_indexes_the_waiting_gated_jobs_of_a_ledger_at_0012_and_downgrades(
 
     led = Ledger(ledger_url, clock=clock)
     try:
-        assert led.upgrade() == HEAD_REVISION == "0014"
+        assert led.upgrade() == HEAD_REVISION == "0013"
         assert "ix_job_gated" in indexes(led)
         assert (gated(led, "free"), gated(led, "paid")) == (True, False)
     finally:

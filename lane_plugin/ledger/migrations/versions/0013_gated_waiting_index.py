@@ -1,6 +1,6 @@
 """a settlement with nobody waiting for a lease skips its hand-off: ix_job_gated
 
-Revision ID: 0014
+Revision ID: 0013
 Revises: 0012
 Create Date: 2026-11-30 08:40:00
 
@@ -18,7 +18,7 @@ Existing rows: indexed as they are (no data change).
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0014"
+revision = "0013"
 down_revision = "0012"
 branch_labels = None
 depends_on = None
