@@ -105,14 +105,20 @@ def fit_drift(settled: Iterable[tuple[int, int]]) -> tuple[float, int, int]:
     rows = settled if isinstance(settled, (list, tuple)) else list(settled)
     if not rows:
         return 1.0, 0, 0
-    import numpy as np  # here, not at import: the gate imports this module and never fits
-
-    cols = list(zip(*rows))
-    try:
-        est, actual = (np.array(col, dtype=np.int64) for col in cols)
-    except OverflowError:  # past int64: Python integers
-        est, actual = (np.array([int(v) for v in col], dtype=object) for col in cols)
-    return fit_drift_arrays(est, actual)
+    # Python integers, not numpy: the ledger's refit runs this inside a gated task's process, where a first
+    # import of numpy can fail (Prefect's own test suite reloads modules: "cannot load module more than once
+    # per process"), and 1,000 rows every REFIT_SECONDS need no vectorising. fit_drift_arrays is the
+    # simulator's, on its numpy ring; tests/policy check the two agree.
+    est = [int(e) for e, _ in rows]
+    actual = [int(a) for _, a in rows]
+    total_est, total_actual = sum(est), sum(actual)
+    drift = 1.0
+    if total_est > 0 and total_actual > total_est:
+        drift = -(-total_actual * 10_000 // total_est) / 10_000
+    extra = round(drift * 10_000) - 10_000  # over_charge(drift, 0, 0, e, 0), per settlement
+    overs = sorted(a - e + (-extra * e // 10_000) for e, a in zip(est, actual))
+    k = min(len(overs) - 1, math.ceil(SPREAD_QUANTILE * len(overs)) - 1)
+    return drift, max(0, overs[-1]), max(0, overs[k])
 
 
 def fit_drift_arrays(est, actual) -> tuple[float, int, int]:
