@@ -313,6 +313,13 @@ checked again after its cap):
   and the simulator's engine, policies and reserve) measured 1.43x on the chained 2 days, not the 2.5x
   needed, and a compiled module shadowing its source in an editable install runs stale code after an
   edit; I did not ship it.
+  How far pure Python can go is now measured: `benchmarks/bench_sim_speed.py --floor` replays the
+  `lane` run's 97,195 tick decisions under a policy that only reads them back (no decision, no lane
+  bookkeeping). On the chained week (2026-11-30, load average 2.1) `lane` ran 17,762 jobs/cpu-s (4.45
+  cpu-s for 79,126 jobs) and the engine alone 98,561 (0.80 cpu-s): the policy costs 3.65 cpu-s, 37.6 us
+  per tick. 50k jobs/s (1.58 s) leaves it 0.78 s, 8.0 us per tick, where one `admit` call alone costs
+  ~20 us. The target needs the policy about 4.7x cheaper, not tuned: compiled, or a second, specialised
+  copy of the admission rules for the simulator, which would stop it running the ledger's own `policy.admit`.
 """
 
 
