@@ -45,6 +45,9 @@ SAFETY_SECONDS = 1.0  # the slow safety poll: reap check, tick, heartbeat
 RETICK_SECONDS = 0.02  # a tick that found another running is tried again this soon
 TIMER_SLICE = 0.02  # PostgreSQL: the longest a timed tick set by another thread waits behind a LISTEN wait
 _IDLE_EXIT = 5.0  # the watcher exits after this long with nothing waiting
+# The database away: the watcher tries again after 0.2 s, doubling up to this (a restart is waited out
+# without a warning five times a second), and warns once per distinct error until it is back.
+RETRY_MAX_SECONDS = 2.0
 
 
 @dataclass(eq=False)
@@ -123,6 +126,7 @@ class Wakeups:
         listener = None
         next_safety = next_beat = time.monotonic()
         idle_since = None
+        failures, said = 0, None
         try:
             while True:
                 now = time.monotonic()
@@ -153,12 +157,17 @@ class Wakeups:
                         with self._cv:
                             retick |= self._due(time.monotonic())
                     next_safety, next_beat = self._cycle(listener, notified, retick, next_safety, next_beat)
+                    if failures:
+                        log.info("lane wake-up watcher: the database answers again after %d failed tries", failures)
+                        failures, said = 0, None
                 except Exception as exc:  # the database is briefly away (a restart): reconnect, try again
-                    log.warning("lane wake-up watcher: %s", exc)
+                    failures += 1
+                    (log.warning if str(exc) != said else log.debug)("lane wake-up watcher: %s", exc)
+                    said = str(exc)
                     if listener is not None:
                         listener.close()
                         listener = None
-                    time.sleep(0.2)
+                    time.sleep(min(0.2 * 2 ** min(failures - 1, 10), RETRY_MAX_SECONDS))
         finally:
             if listener is not None:
                 listener.close()
