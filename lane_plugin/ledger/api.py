@@ -299,6 +299,7 @@ class Ledger(Admitting, LearningStore):
 
     # -- lanes ---------------------------------------------------------------------
     def lane(self, name: str) -> LaneRow:
+        name = text("lane", name)
         return self._run(lambda cur, now: read_lane(cur, name), write=False)
 
     def set_lane(self, name: str, *, create: bool = True, force: bool = False, **settings) -> LaneRow:
@@ -343,6 +344,7 @@ class Ledger(Admitting, LearningStore):
             >>> [c["state"] for c in led.report_lane_states()]          # doctest: +SKIP
             ['finishing-only']
         """
+        lane = text("lane", lane, required=False)
         return self._run(lambda cur, now: status.report_states(cur, now, lane))
 
     def lanes(self) -> list[dict]:
@@ -375,6 +377,7 @@ class Ledger(Admitting, LearningStore):
 
     def tail(self, lane: str | None = None) -> list[dict]:
         """Parked jobs, oldest first, with their ``age`` in seconds."""
+        lane = text("lane", lane, required=False)
         return self._run(lambda cur, now: reads.tail(cur, now, lane), write=False)
 
     def settled_jobs(self, *, lane: str | None = None, since: float | None = None) -> list[dict]:
@@ -383,21 +386,22 @@ class Ledger(Admitting, LearningStore):
         Keys: ``id, lane, stage, est, est_version, actual, overage, finished_at``;
         the drift report's input.
         """
-        since = None if since is None else number("since", since, low=0.0, high=1e12)
+        since, lane = None if since is None else number("since", since, low=0.0, high=1e12), text("lane", lane, required=False)
         return self._run(lambda cur, now: reads.settled_jobs(cur, now, lane=lane, since=since), write=False)
 
     def spend(self, *, lane: str | None = None, since: float | None = None) -> list[dict]:
         """Settlements in time order (``lane, settled_at, actual``), finished within ``since`` seconds."""
-        since = None if since is None else number("since", since, low=0.0, high=1e12)
+        since, lane = None if since is None else number("since", since, low=0.0, high=1e12), text("lane", lane, required=False)
         return self._run(lambda cur, now: reads.spend(cur, now, lane=lane, since=since), write=False)
 
     def shadow_estimates(self, *, lane: str | None = None) -> list[dict]:
         """Shadow estimates of done jobs: ``job_id, version, est`` (the article's ``est_v2``)."""
+        lane = text("lane", lane, required=False)
         return self._run(lambda cur, now: reads.shadow_estimates(cur, lane=lane), write=False)
 
     def estimator_samples(self, version: str, *, lane: str | None = None) -> list[dict]:
         """Done jobs estimated by ``version`` (admission or shadow): ``stage, est, actual, finished_at``."""
-        version = text("version", version)
+        version, lane = text("version", version), text("lane", lane, required=False)
         return self._run(lambda cur, now: reads.estimator_samples(cur, version, lane=lane), write=False)
 
     def run_bill(self, run_key: str) -> list[BillLine]:

@@ -218,10 +218,10 @@ def validate_settings(settings: dict, current: LaneRow | None = None) -> dict:
         elif key in ("fallback", "preflight"):
             if value in ("", None):
                 value = None
-            elif not isinstance(value, str):
-                raise InvalidInput(key, value, "expected a string")
-            elif key == "preflight":
-                validate_spec(value)
+            elif key == "fallback":
+                value = checks.text(key, value, limit=64)  # a lane name, checked like one
+            else:
+                validate_spec(checks.text(key, value))
         out[key] = value
     merged = {f.name: getattr(current, f.name) for f in fields(LaneRow)} if current else dict(NEW_LANE)
     merged.update(out)

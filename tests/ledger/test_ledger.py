@@ -201,6 +201,17 @@ def test_a_job_that_can_never_fit_is_refused_or_routed_to_the_fallback(led):
     assert led.job(jid)["lane"] == "paid"
 
 
+@pytest.mark.parametrize("field", ["fallback", "preflight"])
+@pytest.mark.parametrize("value", ["\ud800", "a\x00b", "x" * 5000])
+def test_a_lane_setting_that_is_not_storable_text_is_refused_naming_it(led, field, value):
+    # a lone surrogate reached the database driver as a UnicodeEncodeError (the hostile-input run found it)
+    before = counts(led)
+    with pytest.raises(InvalidInput) as err:
+        led.set_lane("free", **{field: value})
+    assert err.value.field == field and counts(led) == before
+    assert getattr(led.lane("free"), field) is None
+
+
 def test_the_eighty_percent_rule_lets_started_runs_finish(led):
     small_lane(led, start_fraction=0.8)
     led.submit("draft", 500, "t", run_key="run-1")
