@@ -112,6 +112,13 @@ def job_lines(s: dict) -> list[str]:
     waiting job this way when a rule keeps it out.
     """
     job = f"job {s['job_id']} ({s['stage']}, estimate {s['est']:,})"
+    if s["state"] == "leased" and s.get("lease_left") is not None:
+        left = s["lease_left"]
+        if s["lease_expired"]:
+            return [f"{job} was leased in lane {s['lane']} (attempt {s['attempt']}), but its lease expired "
+                    f"{duration(-left)} ago: the next reap or tick takes it back (to the queue for another attempt, "
+                    "or parked after the lane's max attempts)"]  # fmt: skip
+        return [f"{job} is leased in lane {s['lane']} (attempt {s['attempt']}), lease ends in {duration(left)}"]
     if s["state"] != "new":
         return [f"{job} is {s['state']} in lane {s['lane']}"]
     lines = [f"{job} waits in lane {s['lane']}: position {s['position']} of {s['waiting']}, {why_waiting(s)}; "

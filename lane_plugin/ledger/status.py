@@ -187,4 +187,8 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
         "ceiling": row.ceiling, "start_limit": row.policy.start_limit, "leased": row.leased,
         "max_leased": row.max_leased, "starts_run": kind != policy.FINISH, "kind": kind,
         "blocked_by": blocked_by, "reason": reason,
+        # a lease past its end is still 'leased' until the next reap (or tick) takes it back
+        "attempt": job["attempt"], "lease_until": job["lease_until"] if job["state"] == "leased" else None,
+        "lease_left": job["lease_until"] - now if job["state"] == "leased" else None,
+        "lease_expired": job["state"] == "leased" and job["lease_until"] <= now,
     }  # fmt: skip

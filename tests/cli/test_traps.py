@@ -280,3 +280,18 @@ def test_the_lanes_table_says_a_lane_is_blocked_not_ok(run, env):
     run("submit", "--lane", "d", "--stage", "s", "--est", "65000")
     d = next(line for line in run("lanes").stdout.splitlines() if line.startswith("│ d "))  # the lanes table's row
     assert d.rstrip("│ ").endswith("blocked by drift"), d
+
+
+def test_status_of_a_leased_job_says_when_its_lease_ends_and_when_it_has_expired_unreaped(run, env):
+    # 'is leased' for a lease that ended minutes ago (not yet reaped) sent an operator looking for a live worker.
+    run("lanes", "set", "short", "--create", "--allowance", "100000", "--lease-seconds", "1")
+    jid = run("submit", "--lane", "short", "--stage", "s", "--est", "10").stdout.strip()
+    [lease] = json.loads(run("tick", "--lane", "short", "--json").stdout)
+    assert lease["id"] == jid
+    out = run("status", jid).stdout
+    assert f"job {jid} (s, estimate 10) is leased in lane short (attempt 1), lease ends in" in out, out
+    time.sleep(1.2)
+    status = json.loads(run("status", jid, "--json").stdout)
+    assert status["state"] == "leased" and status["lease_expired"] and status["lease_left"] < 0  # really past, unreaped
+    out = run("status", jid).stdout
+    assert "but its lease expired" in out and "the next reap or tick takes it back" in out, out
