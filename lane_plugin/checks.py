@@ -34,6 +34,23 @@ def text(field: str, value, *, required: bool = True, limit: int = MAX_TEXT) -> 
     return value
 
 
+def new_lane_name(value: str) -> str:
+    """A name for a lane being created: a lane label of at most 64 characters, no spaces or control characters.
+
+    Lanes are named on command lines and in Prefect tags (``lane:NAME``), where a space splits the name.
+    Lanes that already exist keep whatever name they have.
+
+    Example:
+        >>> new_lane_name("batch-2")
+        'batch-2'
+    """
+    value = text("lane", value, limit=64)
+    bad = next((ch for ch in value if ch.isspace() or not ch.isprintable()), None)
+    if bad is not None:
+        raise InvalidInput("lane", value, f"a new lane's name may not contain {bad!r}: use letters, digits, - _ . :")
+    return value
+
+
 def _whole_number(value) -> int | None:
     """``value`` as an int if it is a whole number (an int, numpy's integers, a float such as 12.0), else None.
 

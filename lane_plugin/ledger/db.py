@@ -24,7 +24,7 @@ from typing import TypeVar
 
 from ..errors import DatabaseError, LaneError, NoLedger, NotALedger
 from .schema import HEAD_REVISION, check_revision, upgrade
-from .url import DatabaseURL
+from .url import DatabaseURL, default_url, parse_url
 
 T = TypeVar("T")
 
@@ -196,8 +196,13 @@ class Database:
                 raise NotALedger(f"{path} is a directory, not a ledger database")
             if not self.create and not path.exists():
                 raise self._no_ledger()
+            if not path.parent.is_dir():
+                if str(path) != parse_url(default_url()).path:
+                    # a directory that is not there is a typo far more often than a wish: say so, create nothing
+                    raise DatabaseError(f"cannot open {self.url}: no directory {path.parent} (create it first, "
+                                        "or check the path)")  # fmt: skip
+                path.parent.mkdir(parents=True, exist_ok=True)  # the default ledger's home (~/.prefect) may be new
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
                 conn = sqlite3.connect(
                     str(path), timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
                 )

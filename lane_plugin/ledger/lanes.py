@@ -264,6 +264,7 @@ def write_lane_settings(cur: Cursor, now: float, name: str, settings: dict, crea
             raise InvalidInput("fallback", clean["fallback"], "a lane cannot fall back to itself")
         read_lane(cur, clean["fallback"])
     if current is None:
+        checks.new_lane_name(name)
         row = {**NEW_LANE, **clean, "name": name, "updated_at": now}
         cur.execute(f"insert into lane ({', '.join(row)}) values ({', '.join(':' + k for k in row)}) "
                     "on conflict (name) do nothing", row)  # fmt: skip

@@ -72,6 +72,8 @@ def resolve_url(url: str | None = None) -> str:
     """The ledger URL to use: ``url``, else ``LANE_DATABASE_URL``, else :func:`default_url`; blocks loaded."""
     from ..settings import database_url
 
+    if isinstance(url, str) and not url.strip():  # `--db ""` (an unset shell variable): never the default ledger
+        raise InvalidInput("database URL", url, "is empty: " + _URL_HELP)
     raw = url or database_url() or default_url()
     name = block_ref(raw)
     if name is None:

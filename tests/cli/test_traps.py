@@ -87,6 +87,31 @@ def test_read_only_commands_on_a_missing_ledger_say_so_exit_3_and_create_nothing
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_write_to_a_missing_directory_or_an_empty_db_is_refused_and_creates_nothing(run, tmp_path, env):
+    # `--db sqlite:////typo/dir/x.db db upgrade` made the directory; `--db ""` (an unset shell variable)
+    # silently wrote to the default ledger
+    missing = tmp_path / "typo" / "dir" / "lane.db"
+    for cmd in (["db", "upgrade"], ["submit", "--stage", "s", "--est", "5"]):
+        p = run("--db", f"sqlite:///{missing}", *cmd, check=False)
+        one_line_error(p, 8, f"no directory {missing.parent}")
+    assert not (tmp_path / "typo").exists()
+    home = tmp_path / "home"
+    for cmd in (["db", "upgrade"], ["submit", "--stage", "s", "--est", "5"], ["lanes"]):
+        p = run("--db", "", *cmd, check=False, extra={"LANE_DATABASE_URL": "", "PREFECT_HOME": str(home)})
+        one_line_error(p, 2, "invalid database URL '': is empty")
+    assert not home.exists()
+    # the default ledger's home is still made on first use: a fresh machine has no ~/.prefect
+    run("db", "upgrade", extra={"LANE_DATABASE_URL": "", "PREFECT_HOME": str(home)})
+    assert (home / "lane.db").is_file()
+
+
+def test_a_new_lane_name_with_a_space_is_refused_naming_it(run):
+    run("db", "upgrade")
+    p = run("lanes", "set", "my lane", "--create", "--allowance", "1000", check=False)
+    one_line_error(p, 2, "invalid lane 'my lane': a new lane's name may not contain ' '")
+    assert "my lane" not in run("lanes").stdout
+
+
 def test_db_goes_before_or_after_the_command(run, tmp_path):
     url = f"sqlite:///{tmp_path / 'other.db'}"
     run("--db", url, "db", "upgrade")
