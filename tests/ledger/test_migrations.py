@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from lane_plugin import Ledger, NotALedger
+from lane_plugin import DatabaseError, Ledger, NotALedger
 from lane_plugin.ledger.schema import HEAD_REVISION
 
 
@@ -31,10 +31,17 @@ def test_migrated_schema_equals_the_models(ledger_url):
 
 
 def test_upgrade_is_idempotent_and_first_use_creates_the_schema(tmp_path):
-    url = f"sqlite:///{tmp_path / 'sub' / 'fresh.db'}"
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
     led = Ledger(url)
     assert led.lanes()  # first use: created and upgraded
     assert Ledger(url).upgrade() == HEAD_REVISION
+
+
+def test_first_use_in_a_directory_that_is_not_there_is_refused_naming_it(tmp_path):
+    # a missing directory is a typo far more often than a wish (only the default ledger's home is made)
+    with pytest.raises(DatabaseError, match=f"no directory {tmp_path / 'sub'} "):
+        Ledger(f"sqlite:///{tmp_path / 'sub' / 'fresh.db'}").lanes()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_database_that_is_not_a_ledger_is_refused_without_writing(tmp_path):
