@@ -320,3 +320,13 @@ def test_status_of_a_leased_job_says_when_its_lease_ends_and_when_it_has_expired
     assert status["state"] == "leased" and status["lease_expired"] and status["lease_left"] < 0  # really past, unreaped
     out = run("status", jid).stdout
     assert "but its lease expired" in out and "the next reap or tick takes it back" in out, out
+
+
+def test_a_value_the_command_line_cannot_parse_is_named_in_the_error(run):
+    # newer Typer (pydantic) said "Input should be a valid integer" without saying which value it got
+    run("db", "upgrade")
+    for args, needle in ((["submit", "--stage", "s", "--est", "5k"], "'--est' '5k'"),
+                         (["lanes", "set", "free", "--window-seconds", "1m"], "'--window-seconds' '1m'"),
+                         (["settle", "x:1", "--actual", "twelve"], "'--actual' 'twelve'")):  # fmt: skip
+        p = run(*args, check=False)
+        one_line_error(p, 2, f"Invalid value for {needle}")
