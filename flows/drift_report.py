@@ -72,7 +72,7 @@ def drift_report(db: str | None = None, lane: str | None = None, since: str | No
         for r in refit_all(led, lane=lane) if refit else []:
             for line in r.lines():
                 log.info("refit %s %s", r.estimator, line)
-            log.info("refit %s: version %s", r.estimator, "unchanged" if r.before == r.after else f"#{r.before} -> #{r.after}")
+            log.info("refit %s: %s", r.estimator, r.outcome())
         report = drift(led, lane=lane, since=since, by=by)
         versions = drift(led, lane=lane, since=since, by="stage,version")
         path = None

@@ -89,13 +89,11 @@ def refit_command(
         }, indent=2))  # fmt: skip
         return
     if not result.fits:
-        typer.echo(f"{estimator}: nothing to learn from in {led.url}: no done job recorded its input tokens "
-                   "(estimate with learned(), admitting or as a shadow)")  # fmt: skip
+        typer.echo(f"{estimator}: {result.outcome().replace(':', f' in {led.url}:', 1)}")
         return
     for line in result.lines():
         typer.echo(f"{estimator} {line}")
-    moved = "unchanged" if result.before == result.after else f"#{result.before} -> #{result.after}"
-    typer.echo(f"{estimator}: version {moved} ({time.perf_counter() - t0:.2f}s)")
+    typer.echo(f"{estimator}: {result.outcome()} ({time.perf_counter() - t0:.2f}s)")
 
 
 __all__ = ["estimators_app"]

@@ -248,6 +248,18 @@ class RefitResult:
                        f"p90 {fit.p90:.0f}, mean input {fit.mean_input:.0f}")  # fmt: skip
         return out
 
+    def outcome(self) -> str:
+        """What the refit came to, in words: nothing to learn from, or the version (moved or not).
+
+        Example:
+            >>> RefitResult("learned", "", "", {}, {}).outcome()
+            'nothing to learn from: no done job recorded its input tokens (estimate with learned(), admitting or as a shadow)'
+        """
+        if not self.fits:
+            return ("nothing to learn from: no done job recorded its input tokens "
+                    "(estimate with learned(), admitting or as a shadow)")  # fmt: skip
+        return "version " + ("unchanged" if self.before == self.after else f"#{self.before} -> #{self.after}")
+
 
 def refit(ledger, *, estimator: str = "learned", window: int = 1000, min_jobs: int = 20, tolerance: float = 0.01,
           lane: str | None = None) -> RefitResult:  # fmt: skip

@@ -141,13 +141,21 @@ def test_refit_learns_from_the_ledger_and_every_process_sees_it(ledger_url):
     [row] = led.estimator_state("learned")
     assert (row["stage"], row["allowance"], row["revision"], row["jobs"]) == ("critique", new, result.after, 300)
     assert row["m2"] > 0 and row["p50"] < row["mean"] < row["p99"]  # lognormal: mean above the median
+    assert result.outcome() == f"version #00000000 -> #{result.after}"
     assert refit(led).changed == {}  # the same jobs: nothing moves, the version stays
+    assert refit(led).outcome() == "version unchanged"
     # another process (or machine) estimating with the same ledger reads the same state and version
     code = ("import json, sys; from lane_plugin.estimators import learned\n"
             "e = learned('gpt-4o', ledger=sys.argv[1])\n"
             "print(json.dumps([e.allowance('critique'), e.version, e.estimate(1000, stage='critique')]))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code, ledger_url], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == [new, est.version, 1000 + new]
+
+
+def test_a_refit_with_nothing_to_learn_from_says_so(tmp_path):
+    # the drift-report flow logged "version unchanged" for a ledger no learned estimator had written to
+    result = refit(Ledger(f"sqlite:///{tmp_path / 'empty.db'}"))
+    assert not result.fits and result.outcome().startswith("nothing to learn from: no done job recorded")
 
 
 def test_a_learned_shadow_learns_while_another_estimator_admits(ledger_url):
