@@ -18,7 +18,15 @@ def time_axis(ax, times) -> str:
     """Format a UTC time axis so every tick says what it is; returns the axis label (with its units)."""
     import matplotlib.dates as mdates
 
+    locator = mdates.AutoDateLocator(minticks=3, maxticks=8)
     span = (max(times) - min(times)).total_seconds() if times else 0.0
+    if times and span < 60:
+        # one point (or a burst within a minute): matplotlib would widen the axis to whole days, every tick 00:00
+        import datetime as dt
+
+        pad = dt.timedelta(minutes=5)
+        ax.set_xlim(min(times) - pad, max(times) + pad)
+        locator, span = mdates.MinuteLocator(interval=2), 600.0
     if span <= 2 * 86400:
         fmt, unit = "%H:%M", "hours:minutes"
         if span < 600:
@@ -27,7 +35,7 @@ def time_axis(ax, times) -> str:
         label = f"time finished, UTC ({unit}{', ' + day if day else ''})"
     else:
         fmt, label = "%b %d %H:%M", "time finished, UTC (month day hours:minutes)"
-    ax.xaxis.set_major_locator(mdates.AutoDateLocator(minticks=3, maxticks=8))
+    ax.xaxis.set_major_locator(locator)
     ax.xaxis.set_major_formatter(mdates.DateFormatter(fmt))
     return label
 

@@ -181,6 +181,30 @@ def test_drift_over_time_and_plot(led, clock, tmp_path):
         plot_drift(series, tmp_path / "drift.jpg")
 
 
+def test_a_time_axis_of_one_instant_shows_that_time_not_midnight():
+    # one settled job: matplotlib widened the axis to whole days and labelled every tick 00:00
+    import datetime as dt
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lane_plugin.reports.plots import time_axis
+
+    at = dt.datetime(2026, 11, 30, 14, 37, 12, tzinfo=dt.timezone.utc)
+    fig, ax = plt.subplots()
+    try:
+        ax.plot([at], [1.2], marker="o")
+        label = time_axis(ax, [at])
+        fig.canvas.draw()
+        ticks = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    finally:
+        plt.close(fig)
+    assert len(ticks) >= 3 and all(t.startswith(("14:3", "14:4")) for t in ticks), ticks
+    assert label == "time finished, UTC (hours:minutes, 2026-11-30)"
+
+
 def test_worst_is_ratio_symmetric_and_verdicts():
     import pandas as pd
 
