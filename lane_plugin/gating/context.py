@@ -40,7 +40,8 @@ body, so it neither waits nor settles):
    stream chunks; :func:`track_usage` wraps a stream) plus the usage read from
    the return value (a returned stream is read to its end first,
    :mod:`~lane_plugin.gating.streams`); on an exception, what was reported so
-   far; stopped by a timeout or cancellation with less reported than the
+   far (at least the estimate if a reported count was malformed); stopped by a
+   timeout or cancellation with less reported than the
    estimate, the estimate (:mod:`~lane_plugin.gating.timeouts`). An estimate
    billed because no usage was found (or a usage count was malformed, or past 10**12 in all: warned,
    naming the value) is marked ``by_estimate`` on the settlement.
@@ -338,7 +339,10 @@ class Gate:
             self._settle(led, held, self.est, "failed", by_estimate=True)
             return
         if exc_type is not None:
-            self._settle(led, held, self.used, "failed")
+            if self.meter.malformed:  # what was reported is known to be short (warned): as on success, the estimate
+                self._settle(led, held, max(self.est, self.used), "failed", by_estimate=True)
+            else:
+                self._settle(led, held, self.used, "failed")
             return
         if self.meter.found and not self.meter.malformed:  # malformed usage (warned) is no usage found
             self._settle(led, held, self.used, "done")

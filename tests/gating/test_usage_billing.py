@@ -109,3 +109,23 @@ def test_a_malformed_count_under_missing_usage_fail_fails_billing_the_estimate(l
         with gate(stage="strict", estimate=100, lane="o", ledger=led, missing_usage="fail") as g:
             g.report_result({"usage": {"total_tokens": -1}})
     _billed_once(led, 100, "failed", by_estimate=True)
+
+
+@pytest.mark.parametrize("est, billed", [(100, 100), (10, 30)])
+def test_a_failing_body_with_a_malformed_count_bills_the_estimate_or_more_and_keeps_the_error(led, caplog, est, billed):
+    # a failed body bills what was reported; with a malformed count that is known to be short (it billed 30 of
+    # an estimate of 100 before): as on success, at least the estimate, by_estimate
+    with caplog.at_level(logging.WARNING, logger="lane_plugin.gate"), pytest.raises(RuntimeError, match="boom"):
+        with gate(stage="mixed", estimate=est, lane="o", ledger=led) as g:
+            g.report(30)
+            g.report({"usage": {"prompt_tokens": -5, "completion_tokens": 20}})
+            raise RuntimeError("boom")
+    _billed_once(led, billed, "failed", by_estimate=True)
+    _warned(caplog, "invalid prompt_tokens -5")
+
+
+def test_a_failing_body_with_valid_usage_bills_what_was_reported(led):
+    with pytest.raises(RuntimeError, match="boom"), gate(stage="ok", estimate=100, lane="o", ledger=led) as g:
+        g.report(30)
+        raise RuntimeError("boom")
+    _billed_once(led, 30, "failed", by_estimate=False)
