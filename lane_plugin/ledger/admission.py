@@ -57,6 +57,9 @@ GATED_HEAD_SQL = _head_sql("and (waiter is not null or id = :own) ")
 WAITERS_HEAD_SQL = _head_sql("and waiter is not null ")
 WAITERS_HEAD_SQLITE = WAITERS_HEAD_SQL.replace("from job where", "from job indexed by ix_job_gated where")
 
+# A hand-off with no gated job waiting returns at once (False: it runs on as a tick; tests compare the two).
+SKIP_EMPTY_HANDOFF = True
+
 # Applying a choice: the lane's counters, re-checking the ceiling and the lease cap (a bug in the policy
 # fails the transaction, never overspends), and the chosen jobs' leases.
 _LANE_UPDATE = (
@@ -79,7 +82,7 @@ _LEASE_PG = (
 
 def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = policy.HEAD_SLACK,
          handoff: bool = False, row: LaneRow | None = None, send_slack: float | None = 0.0,
-         holder: str | None = None, gated: bool = False, own: str | None = None) -> Ticked:  # fmt: skip
+         holder: str | None = None, gated: bool = False, own: str | None = None) -> Ticked | None:  # fmt: skip
     """Lease what fits in ``lane`` now.
 
     Returns a :class:`Ticked`: ``parked`` the tail entries of the jobs this tick parked because they
@@ -92,7 +95,8 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     to a process that drops the lease (each such lease expired unrun and cost the job an attempt: after
     ``max_attempts`` it was parked) nor holds room the gated jobs behind it could use: an explicit tick
     leases it in its place in the order. ``handoff``: a settlement or a reap handing its room on, in its
-    own transaction: a ``gated`` tick that parks nothing. ``row``: the lane's row, locked and rolled by this transaction and
+    own transaction: a ``gated`` tick that parks nothing, and returns None (having written nothing) when no
+    gated job waits. ``row``: the lane's row, locked and rolled by this transaction and
     as it last wrote it (a settlement's hand-off), so the tick does not read it again. ``send_slack``:
     the admitted jobs' rate charges are placed that many seconds after ``now`` (None: the default, at
     most 5% of the lane's window, :func:`rates.slack_for`; the ledger's
@@ -101,14 +105,7 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     of another waiter's is handed on, its charge pending until that waiter picks it up (:mod:`.rates`).
     """
     row = roll_counters(cur, lock_lane(cur, lane), now) if row is None else row
-    rates.slide(cur, row, now)
-    if row.finishing:  # only a reserve can lapse; refit lapses quiet runs itself before it reads them
-        runs.lapse(cur, row, now)
-    refit_due = now - row.profile_at >= policy.REFIT_SECONDS
     free_slots = row.max_leased - row.leased
-    if row.held or free_slots <= 0:
-        held = policy.Decision((), 0, head_reason=policy.STOPPED if row.held else policy.LEASE_CAP)
-        return Ticked([], held, row, refit_due, [])
     gated = gated or handoff
     if not gated:
         head_sql = HEAD_SQL
@@ -116,8 +113,23 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
         head_sql = GATED_HEAD_SQL
     else:
         head_sql = WAITERS_HEAD_SQLITE if cur.dialect == "sqlite" else WAITERS_HEAD_SQL
-    head = cur.all(head_sql,
-                   {"l": lane, "k": free_slots + head_extra, "f": False, "t": True, "own": own})  # fmt: skip
+    head_params = {"l": lane, "k": max(free_slots, 0) + head_extra, "f": False, "t": True, "own": own}
+    head = None
+    if handoff:
+        # Read the gated head first (one read of ix_job_gated): with none waiting the hand-off could lease
+        # nothing and park nothing, and the slide and lapse below are every tick's first step anyway.
+        head = cur.all(head_sql, head_params)
+        if not head and SKIP_EMPTY_HANDOFF:
+            return None
+    rates.slide(cur, row, now)
+    if row.finishing:  # only a reserve can lapse; refit lapses quiet runs itself before it reads them
+        runs.lapse(cur, row, now)
+    refit_due = now - row.profile_at >= policy.REFIT_SECONDS
+    if row.held or free_slots <= 0:
+        held = policy.Decision((), 0, head_reason=policy.STOPPED if row.held else policy.LEASE_CAP)
+        return Ticked([], held, row, refit_due, [])
+    if head is None:
+        head = cur.all(head_sql, head_params)
     gone_tails: list[dict] = []
     gone = waiters.gone(cur, {r[9] for r in head if r[9] is not None}, now) if any(r[9] for r in head) else set()
     if gone:  # their jobs leave admission at once, never leased to nobody

@@ -98,16 +98,18 @@ class Admitting:
 
         ``row``: the lane's row as this transaction last wrote it, locked (a settlement's), or None to lock it.
 
-        Skipped (None) when no gated job waits in the lane (one read of ``ix_job_gated``, under the lane's
-        lock when ``row`` is given): a hand-off leases only gated jobs and parks only the jobs of gone waiters,
-        so it could do neither; what else it would do, slide the burst window and lapse quiet runs' reserves,
-        every tick does first, and its ``room`` NOTIFY is for the waiters of this lane's jobs, of which
-        there are none.
+        Skipped (None) when no gated job waits in the lane (the tick's first read, of ``ix_job_gated``'s head,
+        under the lane's lock, is empty): a hand-off leases only gated jobs and parks only the jobs of gone
+        waiters, so it could do neither; what else it would do, slide the burst window and lapse quiet runs'
+        reserves, every tick does first, and its ``room`` NOTIFY is for the waiters of this lane's jobs, of
+        which there are none.
         """
-        if not freed or not waiters.gated_waiting(cur, lane):
+        if not freed:
             return None
         handed = admission.tick(cur, lane, now=now, token=token, handoff=True, row=row,
                                 send_slack=self.send_slack)  # fmt: skip
+        if handed is None:
+            return None
         if not handed.leases:
             waiters.notify(cur, lane, "room")  # other processes' waiters may tick (a safety net)
         return handed

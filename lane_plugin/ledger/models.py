@@ -23,7 +23,7 @@ from ..checks import SHADOW_VERSION_MAX
 from ..policy import LANE_DEFAULTS as D
 
 JOB_STATES = ("new", "leased", "done", "failed", "parked")
-# The gated jobs still waiting (ix_job_gated's rows); waiters.GATED_SQL and admission.WAITERS_HEAD_SQL read them
+# The gated jobs still waiting (ix_job_gated's rows); admission.WAITERS_HEAD_SQL reads them
 # with these very terms (SQLite uses a partial index only for a query whose WHERE repeats its terms).
 GATED_WAITING = "state = 'new' and waiter is not null"
 

@@ -64,23 +64,6 @@ def heartbeat(cur: Cursor, waiter: str, now: float) -> None:
         cur.execute(f"insert into waiter (id, seen) values (:w, :now) {conflict}", {"w": waiter, "now": now})
 
 
-# Is any gated job waiting in the lane? The head of ix_job_gated, a partial index of exactly these rows
-# (its WHERE is models.GATED_WAITING, repeated here term for term: SQLite uses a partial index only then).
-# SQLite is told the index: without statistics its planner prefers ix_job_queue (lane, state), which walks
-# every waiting job of the lane, gated or not (and INDEXED BY fails loudly, never scans, if it cannot use it).
-GATED_SQL = "select 1 from job{by} where lane = :l and state = 'new' and waiter is not null limit 1"
-
-
-def gated_waiting(cur: Cursor, lane: str) -> bool:
-    """Does any gated job (one a waiter waits for) wait in ``lane``? One read of an index holding only those.
-
-    No: a settlement's or a reap's hand-off could lease nothing (it leases gated jobs only, and parks
-    only gone waiters' jobs), so it is skipped.
-    """
-    by = " indexed by ix_job_gated" if cur.dialect == "sqlite" else ""
-    return cur.one(GATED_SQL.format(by=by), {"l": lane}) is not None
-
-
 def gone(cur: Cursor, waiters: set[str], now: float) -> set[str]:
     """Of ``waiters``, those gone: marked gone before, or not seen for :data:`GONE_SECONDS`.
 
@@ -183,6 +166,6 @@ def notify(cur: Cursor, lane: str, what: str) -> None:
                     {"ch": CHANNEL, "l": lane, "w": what})  # fmt: skip
 
 
-__all__ = ["CHANNEL", "GATED_SQL", "GONE_SECONDS", "HEARTBEAT_SECONDS", "NOTIFY_BYTES", "ROW_KEYS", "WAITER_GONE", "claim",
-           "gated_waiting", "gone", "heartbeat", "lease_expired", "leased_what", "notify", "parse_what", "rows",
+__all__ = ["CHANNEL", "GONE_SECONDS", "HEARTBEAT_SECONDS", "NOTIFY_BYTES", "ROW_KEYS", "WAITER_GONE", "claim",
+           "gone", "heartbeat", "lease_expired", "leased_what", "notify", "parse_what", "rows",
            "rows_sent", "try_tick_lock", "waiter_id"]

@@ -1,8 +1,8 @@
 """A settlement (or a reap) skips its hand-off when no gated job waits in the lane (ix_job_gated, migration 0013).
 
-The hand-off leases only gated jobs (a waiter waits for them) and parks only gone waiters' jobs: with none
-waiting in the lane it can do nothing, so the window slide, the head read, the policy and the NOTIFY it would
-run are skipped. Shown by the statements a settlement runs, and by the same random scenario run with the
+The hand-off leases only gated jobs (a waiter waits for them) and parks only gone waiters' jobs: it reads the
+gated head first (one read of ix_job_gated), and with none waiting in the lane it can do nothing, so the window
+slide, the policy and the NOTIFY it would run are skipped. Shown by the statements a settlement runs, and by the same random scenario run with the
 skip and with the hand-off forced: every decision the same. On both databases (``ledger_url``).
 """
 
@@ -13,7 +13,7 @@ import random
 import pytest
 
 from lane_plugin import Ledger
-from lane_plugin.ledger import admission, waiters
+from lane_plugin.ledger import admission
 from lane_plugin.ledger.db import Cursor
 
 
@@ -67,8 +67,14 @@ def heads(sqls: list[str]) -> int:
     return sum(map(is_head, sqls))
 
 
-def is_gated_check(sql: str) -> bool:
-    return sql.startswith("select 1 from job") and "waiter is not null" in sql
+def is_gated_head(sql: str) -> bool:
+    return is_head(sql) and "waiter is not null" in sql and "id = %(own)s" not in sql and "id = :own" not in sql
+
+
+def acts(sqls: list[str]) -> list[str]:
+    """The statements that lease, charge the window, slide it, or NOTIFY."""
+    return [s for s in sqls if "pg_notify" in s or s.startswith("update job set state = 'leased'")
+            or "rate_charge where lane" in s or s.startswith("update lane set window_used")]  # fmt: skip
 
 
 def test_a_settlement_with_a_gated_job_waiting_still_hands_its_room_on(led, clock, statements):
@@ -82,8 +88,8 @@ def test_a_settlement_with_a_gated_job_waiting_still_hands_its_room_on(led, cloc
     recorded(statements, lambda: led.settle(lease, 90))
     assert led.db.stats.commits - commits == 1
     assert led.job(b)["state"] == "leased"  # handed on, in the settlement's transaction
-    assert sum(map(is_gated_check, statements.sql)) == 1
-    assert heads(statements.sql) == 1  # the hand-off's admission ran
+    # one read of the gated head, which the hand-off's admission then uses (it used to check first, then read)
+    assert heads(statements.sql) == 1 and is_gated_head(next(filter(is_head, statements.sql)))
     assert led.audit() == []
 
 
@@ -96,21 +102,18 @@ def test_a_settlement_with_no_gated_job_waiting_runs_no_admission_statement(led,
     [lease] = led.tick("h")
     assert lease.job_id == cli[0]
     skipped = recorded(statements, lambda: (led.settle(lease, 90), list(statements.sql))[1])
-    assert sum(map(is_gated_check, skipped)) == 1
-    assert heads(skipped) == 0
-    assert not any("pg_notify" in s or s.startswith("update job set state = 'leased'") or "rate_charge where lane" in s
-                   for s in skipped), skipped  # fmt: skip
+    assert heads(skipped) == 1 and is_gated_head(next(filter(is_head, skipped)))  # found empty: nothing more
+    assert acts(skipped) == [], skipped
     assert [led.job(j)["state"] for j in cli] == ["done", "new", "new"]  # its room kept for whoever ticks next
     # the same settlement with the hand-off forced: the same outcome, only more statements
     [lease] = led.tick("h")
     assert lease.job_id == cli[1]
-    real = waiters.gated_waiting
-    waiters.gated_waiting = lambda cur, lane: True
+    admission.SKIP_EMPTY_HANDOFF = False
     try:
         forced = recorded(statements, lambda: (led.settle(lease, 90), list(statements.sql))[1])
     finally:
-        waiters.gated_waiting = real
-    assert heads(forced) == 1 and not any(map(is_gated_check, forced))
+        admission.SKIP_EMPTY_HANDOFF = True
+    assert heads(forced) == 1 and len(forced) >= len(skipped)  # (PostgreSQL: the forced one NOTIFYs too)
     assert [led.job(j)["state"] for j in cli] == ["done", "done", "new"]
     assert [x.job_id for x in led.tick("h")] == [cli[2]]
     assert led.audit() == []
@@ -130,7 +133,7 @@ def test_a_gated_job_queued_behind_cli_jobs_is_seen_and_a_finished_one_is_not(le
     assert heads(sql) == 1  # a gated job waits: the hand-off runs, and leases it (a CLI job is a tick's)
     assert (led.job(cli)["state"], led.job(late)["state"]) == ("new", "leased")
     sql = recorded(statements, lambda: (led.settle(late, 100, attempt=1), list(statements.sql))[1])
-    assert heads(sql) == 0  # the lane's gated jobs are all done; the other lane's does not count
+    assert acts(sql) == []  # the lane's gated jobs are all done (its head read is empty); the other lane's does not count
     assert led.job(cli)["state"] == "new"
     [lc] = led.tick("h")
     assert lc.job_id == cli
@@ -169,7 +172,7 @@ def test_a_reap_with_no_gated_job_waiting_skips_the_hand_off_and_requeues(led, c
     [la] = led.tick("h")
     clock.t += 11
     moved = recorded(statements, led.reap)
-    assert moved.requeued == [la.job_id] and heads(statements.sql) == 0
+    assert moved.requeued == [la.job_id] and acts(statements.sql) == [], statements.sql
     assert (led.job(a)["state"], led.job(b)["state"]) == ("new", "new")
     assert led.tick("h")[0].job_id in (a, b)
     assert led.audit() == []
@@ -179,9 +182,6 @@ def test_sqlite_reads_the_partial_index_not_the_queue(sqlite_url):
     led = Ledger(sqlite_url)
     try:
         lane(led)
-        sql = waiters.GATED_SQL.format(by=" indexed by ix_job_gated")
-        plan = " ".join(r[-1] for r in led.rows("explain query plan " + sql, {"l": "h"})[1])
-        assert "ix_job_gated" in plan, plan
         p = {"l": "h", "k": 5, "f": False, "t": True}
         plan = " ".join(r[-1] for r in led.rows("explain query plan " + admission.WAITERS_HEAD_SQLITE, p)[1])
         assert plan.count("USING INDEX ix_job_gated (lane=? AND finishing=?)") == 2 and "TEMP B-TREE" not in plan, plan
@@ -235,20 +235,15 @@ def test_the_skip_changes_no_decision(ledger_url, tmp_path, clock, monkeypatch, 
     from tests.conftest import PgSchema, postgres_or_skip
 
     seen = {"skips": 0, "handed": [0, 0]}  # hand-offs skipped; jobs leased by hand-offs (skip run, forced run)
-    real_check, real_tick = waiters.gated_waiting, admission.tick
-
-    def check(cur, lane):
-        got = real_check(cur, lane)
-        seen["skips"] += not got
-        return got
+    real_tick = admission.tick
 
     def tick(*a, **kw):
         got = real_tick(*a, **kw)
         if kw.get("handoff"):
-            seen["handed"][run] += len(got.leases)
+            seen["skips"] += got is None
+            seen["handed"][run] += 0 if got is None else len(got.leases)
         return got
 
-    monkeypatch.setattr(waiters, "gated_waiting", check)
     monkeypatch.setattr(admission, "tick", tick)
     start, run = clock.t, 0
     skipped = scenario(ledger_url, clock, seed)
@@ -258,7 +253,7 @@ def test_the_skip_changes_no_decision(ledger_url, tmp_path, clock, monkeypatch, 
         schema = PgSchema(postgres_or_skip())
         other, drop = schema.url, schema.drop
     try:
-        monkeypatch.setattr(waiters, "gated_waiting", lambda cur, lane: True)
+        monkeypatch.setattr(admission, "SKIP_EMPTY_HANDOFF", False)
         clock.t, run = start, 1
         forced = scenario(other, clock, seed)
     finally:

@@ -172,7 +172,7 @@ def test_0013_indexes_the_waiting_gated_jobs_of_a_ledger_at_0012_and_downgrades(
     """A ledger at 0012 with gated and CLI jobs: the upgrade indexes the waiting gated ones (the hand-off's check
     finds free's, and none in paid: a CLI job waits there, a gated one is done); down to 0012 drops the index; up
     again is head."""
-    from lane_plugin.ledger import waiters
+    from lane_plugin.ledger import admission
     from lane_plugin.ledger.db import Database
     from lane_plugin.ledger.schema import upgrade
     from lane_plugin.ledger.url import parse_url
@@ -193,7 +193,8 @@ def test_0013_indexes_the_waiting_gated_jobs_of_a_ledger_at_0012_and_downgrades(
     db.close()
 
     def gated(led, lane):
-        return led.db.transaction(lambda cur: waiters.gated_waiting(cur, lane))
+        sql = admission.WAITERS_HEAD_SQLITE if led.db.dialect == "sqlite" else admission.WAITERS_HEAD_SQL
+        return bool(led.db.transaction(lambda cur: cur.all(sql, {"l": lane, "k": 1, "f": False, "t": True})))
 
     def indexes(led) -> set[str]:
         sql = ("select name from sqlite_master where type = 'index' and tbl_name = 'job'" if led.db.dialect == "sqlite"
