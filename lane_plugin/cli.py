@@ -16,7 +16,7 @@ from typing import Optional
 
 import typer
 
-from .cli_text import DRIFT_COLUMNS, DRIFT_TITLE, drift_rows, duration, for_json, hoist_db, job_lines
+from .cli_text import DRIFT_COLUMNS, DRIFT_TITLE, drift_rows, duration, for_json, hoist_db, job_lines, with_value
 from .errors import LaneError
 
 # Plain click help (no rich boxes): switches show no <bool>, and it reads the same piped or not.
@@ -410,23 +410,6 @@ from .estimators.command import estimators_app  # noqa: E402
 app.add_typer(estimators_app, name="estimators")
 
 
-def _with_value(exc: Exception) -> str:
-    """Click's message, with the rejected value where newer Typer's (pydantic's) message leaves it out.
-
-    ``Invalid value for '--est': Input should be a valid integer`` becomes ``... '--est' 'abc': Input ...``.
-    """
-    message = exc.format_message()  # type: ignore[attr-defined]
-    errors = getattr(exc.__cause__, "errors", None)
-    try:
-        value = errors()[0]["input"] if callable(errors) else None
-    except (IndexError, KeyError, TypeError):
-        value = None
-    if value is None or repr(value) in message:
-        return message
-    head, sep, tail = message.partition(": ")
-    return f"{head} {value!r}{sep}{tail}" if sep else f"{message} (value {value!r})"
-
-
 def main(argv: list[str] | None = None) -> None:
     """Entry point: every error is one line on stderr and a shell exit code."""
     try:  # newer typer vendors its own click; older ones use click itself
@@ -445,7 +428,7 @@ def main(argv: list[str] | None = None) -> None:
             typer.echo(help_text)
         sys.exit(0)
     except click.ClickException as exc:
-        typer.echo(f"lane: error: {' '.join(redact(_with_value(exc)).split())}", err=True)
+        typer.echo(f"lane: error: {' '.join(redact(with_value(exc)).split())}", err=True)
         sys.exit(exc.exit_code)
     except typer.Abort:
         sys.exit(1)

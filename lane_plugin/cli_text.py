@@ -146,3 +146,20 @@ def hoist_db(args: list[str]) -> list[str]:
         out.append(a)
         i += 1
     return db + out
+
+
+def with_value(exc: Exception) -> str:
+    """Click's message, with the rejected value where newer Typer's (pydantic's) message leaves it out.
+
+    ``Invalid value for '--est': Input should be a valid integer`` becomes ``... '--est' 'abc': Input ...``.
+    """
+    message = exc.format_message()  # type: ignore[attr-defined]
+    errors = getattr(exc.__cause__, "errors", None)
+    try:
+        value = errors()[0]["input"] if callable(errors) else None
+    except (IndexError, KeyError, TypeError):
+        value = None
+    if value is None or repr(value) in message:
+        return message
+    head, sep, tail = message.partition(": ")
+    return f"{head} {value!r}{sep}{tail}" if sep else f"{message} (value {value!r})"

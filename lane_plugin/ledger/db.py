@@ -24,7 +24,7 @@ from typing import TypeVar
 
 from ..errors import DatabaseError, LaneError, NoLedger, NotALedger
 from .schema import HEAD_REVISION, check_revision, upgrade
-from .url import DatabaseURL, default_url, parse_url
+from .url import DatabaseURL, make_default_home
 
 T = TypeVar("T")
 
@@ -197,11 +197,7 @@ class Database:
             if not self.create and not path.exists():
                 raise self._no_ledger()
             if not path.parent.is_dir():
-                if str(path) != parse_url(default_url()).path:
-                    # a directory that is not there is a typo far more often than a wish: say so, create nothing
-                    raise DatabaseError(f"cannot open {self.url}: no directory {path.parent} (create it first, "
-                                        "or check the path)")  # fmt: skip
-                path.parent.mkdir(parents=True, exist_ok=True)  # the default ledger's home (~/.prefect) may be new
+                make_default_home(self.url)
             try:
                 conn = sqlite3.connect(
                     str(path), timeout=self.busy_timeout, isolation_level=None, check_same_thread=False

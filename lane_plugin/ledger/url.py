@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from ..errors import InvalidInput
+from ..errors import DatabaseError, InvalidInput
 from ..redaction import MASK, SECRET_PARAMS, redact, remember
 
 ENV_VAR = "LANE_DATABASE_URL"
@@ -49,6 +49,15 @@ def mask_raw(raw: str) -> str:
 def default_url() -> str:
     home = os.environ.get("PREFECT_HOME") or str(Path.home() / ".prefect")
     return f"sqlite:///{Path(home).expanduser() / 'lane.db'}"
+
+
+def make_default_home(url: DatabaseURL) -> None:
+    """Create the missing directory of a SQLite ledger at the default location (a fresh machine has no
+    ``~/.prefect``); any other missing directory is a typo far more often than a wish: refused, nothing made."""
+    path = Path(url.path or "")
+    if str(path) != parse_url(default_url()).path:
+        raise DatabaseError(f"cannot open {url}: no directory {path.parent} (create it first, or check the path)")
+    path.parent.mkdir(parents=True, exist_ok=True)
 
 
 def block_ref(value) -> str | None:
