@@ -196,7 +196,8 @@ def test_malformed_urls(sandbox, url):
         led = Ledger(url, retry_for=0.5)
         led.lanes()
     except LaneError as exc:
-        assert SECRET not in str(exc), f"password printed: {exc}"
+        # after sqlite:/// all is a file path, the user's own (a missing directory is named to them): no password
+        assert SECRET not in str(exc) or re.match(r"(?i)sqlite(\+pysqlite)?:///", url), f"password printed: {exc}"
         return
     finally:
         if "led" in locals():
