@@ -10,6 +10,9 @@ decision (what ``lane`` leased, and the window room it waited for) read back fro
 nothing is decided and no lane bookkeeping is kept. The jobs per CPU second ``lane`` could reach
 with a policy that cost nothing is at most that figure.
 
+The first line says whether ``lane_plugin`` ran as pure Python or which of its modules ran compiled
+(a mypyc build in place: docs/performance.md, "Compiled with mypyc").
+
 Run:  .venv/bin/python benchmarks/bench_sim_speed.py [--scenario chained-budget] [--quick] [--root DIR] [--floor]
 """
 
@@ -36,6 +39,16 @@ from lane_plugin.sim import policies  # noqa: E402
 from lane_plugin.sim.engine import Sim, simulate  # noqa: E402
 from lane_plugin.sim.gcpause import paused_gc  # noqa: E402
 
+
+def build() -> str:
+    """Whether lane_plugin runs compiled (an in-place mypyc build leaves a .so beside each source: docs/performance.md)."""
+    compiled = sorted(m for m, mod in list(sys.modules.items())
+                      if m.startswith("lane_plugin") and (getattr(mod, "__file__", None) or "").endswith((".so", ".pyd")))  # fmt: skip
+    if not compiled:
+        return "pure Python"
+    return f"compiled: {', '.join(m.removeprefix('lane_plugin.') for m in compiled)}"
+
+
 trace = bt.traffic(args.scenario, args.quick)
 cfg = bt.config(args.scenario, trace)
 speed = {}
@@ -46,7 +59,7 @@ for name in args.policies.split(","):
 base = speed.get("token-fifo")
 cells = [f"{n} {s:,.0f} jobs/cpu-s" + (f" ({s / base:.2f}x token-fifo)" if base and n != "token-fifo" else "")
          for n, s in speed.items()]  # fmt: skip
-print(f"{args.scenario} from {args.root}: " + "; ".join(cells) + f"; load average {os.getloadavg()[0]:.2f}")
+print(f"{args.scenario} from {args.root} ({build()}): " + "; ".join(cells) + f"; load average {os.getloadavg()[0]:.2f}")
 
 
 def floor() -> None:

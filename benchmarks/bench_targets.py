@@ -320,6 +320,28 @@ checked again after its cap):
   per tick. 50k jobs/s (1.58 s) leaves it 0.78 s, 8.0 us per tick, where one `admit` call alone costs
   ~20 us. The target needs the policy about 4.7x cheaper, not tuned: compiled, or a second, specialised
   copy of the admission rules for the simulator, which would stop it running the ledger's own `policy.admit`.
+  Compiled with mypyc (mypy 2.4.1, CPython 3.11, gcc -O3; mypy needs a few dozen lines of annotations
+  for it: rules' `Any` aliases, the engine's optional settings, ...), the chained week does not reach it
+  either. `bench_sim_speed.py --floor`, pure Python and four builds alternating, two rounds (2026-11-30,
+  load average 1.8-4.3): pure 19.1k/17.9k jobs/cpu-s; the policy modules compiled (policy, rules, drift,
+  reserve, sizeclass) 22.7k/20.7k; with the simulator's policies, lanequeue, runs, window and meter
+  27.0k/26.4k; with its engine 27.2k/26.8k (the replay floor 149k/147k); with config and traffic too
+  28.8k/29.4k, 2.7 cpu-s for the 1.58 that 50k jobs/s allows: about 1.6x where 2.7x is needed, so it
+  is not shipped (sim/chains.py hits an internal mypyc error; the rest of the package is off the hot
+  path). What stays slow compiled: the frozen dataclasses' `__init__` is the one `dataclasses` writes,
+  run by the interpreter (mypyc compiles their methods, not their construction): `LaneSnapshot` 1.7 us
+  and `Decision` 0.9 us per tick, about 0.3 cpu-s; and the `lane` run's `Sim` is freed by the cyclic
+  collector once `simulate` turns it back on (the engine, its `LaneQueue` and its `RunBook` refer to each
+  other; the `--floor` replay runs no `LaneQueue`, so its timing has no such pass): 0.3-0.5 cpu-s of the
+  row in either build (pure 3.52/3.55 -> 3.26/3.28 cpu-s with the cycle broken by hand after the run,
+  compiled 2.43/2.74 -> 2.04/1.97 with the collector off throughout; load 4.3-6.2). Both removed,
+  the compiled row would be about 1.7 cpu-s, 47k. Compiled, the test suite does not run as it is: 27
+  tests of tests/sim monkeypatch functions and methods (`admit`, `fit_drift_arrays`, `RunBook.refit`,
+  `LaneQueue.push`, ...) that compiled callers no longer look up, 3 read a dataclass's `__dict__`
+  (compiled instances have none), and compiled `fit_drift` rounds its `int / int` differently past 2**53
+  (hypothesis: `[(8, 2_238_209_164_191_571)]` fits drift 279776145523946.4, not ...946.38). Every
+  `bench_targets.py --quick` scenario's figures and event log, all four policies, were the same compiled
+  and pure.
 """
 
 
