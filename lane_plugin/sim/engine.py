@@ -10,9 +10,8 @@ Model (the ledger's semantics):
 - a job is submitted and waits; at a tick the policy chooses jobs to lease:
   ``reserved += est``, ``leased += 1``, and the job's ``rate_cost`` enters
   the sliding burst window (:class:`lane_plugin.sim.window.RateWindow`);
-- runs are chained: the first stage of a run (and every single call) is
-  submitted at its trace time, stage k+1 when stage k settles
-  (``SimConfig.chain``; :mod:`lane_plugin.sim.chains`);
+- runs are chained: the first stage of a run (and every single call) is submitted at its trace
+  time, stage k+1 when stage k settles (``SimConfig.chain``; :mod:`lane_plugin.sim.chains`);
 - leased jobs queue at the worker in admission order. The worker has
   ``workers`` parallel slots and serves a job in ``service_base`` plus
   ``service_per_output_token`` x its output tokens where the trace knows them,
@@ -23,9 +22,8 @@ Model (the ledger's semantics):
   goes back to waiting (keeping its place in the aging order), or is parked
   after ``max_attempts`` leases. A running job renews its lease;
 - on completion the job settles: ``reserved -= est``, ``spent += actual``;
-- with ``period_seconds`` set, ``spent`` restarts at every multiple of it
-  (the lane's daily reset; trace time 0 is a UTC midnight); overspend is
-  counted per period;
+- with ``period_seconds`` set, ``spent`` restarts at every multiple of it (the lane's daily
+  reset; trace time 0 is a UTC midnight); overspend is counted per period;
 - with ``deadline`` set, a job still waiting that long after it was
   submitted is parked (the tail).
 
@@ -414,6 +412,8 @@ class Sim:
                                        self.cfg.warmup).as_dict()  # fmt: skip
         if progress is not None:
             progress(self, end)
+        if self.lane_queue is not None:  # a cycle back to this Sim: refcounting frees it, not a GC pass over the run
+            self.lane_queue.sim = self.lane_queue.runs.sim = None
         return result
 
 

@@ -231,3 +231,28 @@ def test_summary_is_json():
     (res,) = simulate(generate(200, seed=2, days=0.05), SimConfig(), ["lane"])
     doc = json.loads(json.dumps(res.summary()))
     assert doc["policy"] == "lane" and doc["jobs"] == 200
+
+
+@pytest.mark.parametrize("policy", ["lane", "token-fifo"])
+def test_a_finished_run_is_freed_by_refcounting_not_left_to_a_collector_pass(policy):
+    # The lane queue and run book pointed back at their Sim: a cycle the cyclic collector freed in one pass over
+    # every object of the run, 0.3-0.5 cpu-s of the chained week, once simulate() turned it back on.
+    import gc
+    import weakref
+
+    from lane_plugin.sim.engine import Sim
+
+    trace = generate(400, seed=3, days=0.05)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        sim = Sim(trace, SimConfig(), policy)
+        gone = weakref.ref(sim)
+        queue = weakref.ref(sim.lane_queue) if sim.lane_queue is not None else None
+        result = sim.run()
+        del sim
+        assert gone() is None and (queue is None or queue() is None)
+    finally:
+        if enabled:
+            gc.enable()
+    assert result.jobs == 400 and result.done > 0
