@@ -335,7 +335,7 @@ checked again after its cap):
   other; the `--floor` replay runs no `LaneQueue`, so its timing has no such pass): 0.3-0.5 cpu-s of the
   row in either build (pure 3.52/3.55 -> 3.26/3.28 cpu-s with the cycle broken by hand after the run,
   compiled 2.43/2.74 -> 2.04/1.97 with the collector off throughout; load 4.3-6.2). Both removed,
-  the compiled row would be about 1.7 cpu-s, 47k. Compiled, the test suite does not run as it is: 27
+  the compiled row would be about 1.7 cpu-s, 47k. (The cycle is now cut when a run ends, pure Python: `bench_sim_speed.py --floor` printed lane 22,688 and 22,516 jobs/cpu-s, 3.49 and 3.51 cpu-s, at load 4.2, where it printed 19,710, 4.01 cpu-s, at load 1.0 before.) Compiled, the test suite does not run as it is: 27
   tests of tests/sim monkeypatch functions and methods (`admit`, `fit_drift_arrays`, `RunBook.refit`,
   `LaneQueue.push`, ...) that compiled callers no longer look up, 3 read a dataclass's `__dict__`
   (compiled instances have none), and compiled `fit_drift` rounds its `int / int` differently past 2**53
