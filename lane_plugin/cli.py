@@ -67,14 +67,20 @@ def _table(title: str, columns: list[str], rows: list[list]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title)
-    for c in columns:
-        table.add_column(c, overflow="fold")
-    for r in rows:
-        table.add_row(*[("" if v is None else str(v)) for v in r])
+    from .cli_text import as_blocks, table_width
+
     console = Console()
     if not console.is_terminal:
         console = Console(width=200)  # piped: do not fold numbers into 80 columns
+    cells = [[("" if v is None else str(v)) for v in r] for r in rows]
+    if rows and table_width(columns, cells) > console.width:  # a narrow terminal: a block per row, no number folded
+        typer.echo("\n".join(as_blocks(title, columns, cells, console.width)))
+        return
+    table = Table(title=title)
+    for c in columns:
+        table.add_column(c, overflow="fold")
+    for r in cells:
+        table.add_row(*r)
     console.print(table)
 
 

@@ -163,3 +163,31 @@ def with_value(exc: Exception) -> str:
         return message
     head, sep, tail = message.partition(": ")
     return f"{head} {value!r}{sep}{tail}" if sep else f"{message} (value {value!r})"
+
+
+def table_width(columns: list[str], rows: list[list[str]]) -> int:
+    """Columns a boxed table needs with no cell folded but the last column's (a reason may fold; a number not)."""
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(columns[:-1])]
+    return sum(w + 3 for w in widths) + min(12, max([len(columns[-1])] + [len(r[-1]) for r in rows])) + 4
+
+
+def as_blocks(title: str, columns: list[str], rows: list[list[str]], width: int) -> list[str]:
+    """A table too wide for the terminal as one block per row: its first cell, then ``column value`` pairs.
+
+    Example:
+        >>> as_blocks("lanes", ["lane", "ceiling", "spent"], [["free", "8,000,000", "0"]], 24)
+        ['lanes', 'free', '  ceiling 8,000,000', '  spent 0']
+    """
+    out = [title]
+    for r in rows:
+        out.append(r[0])
+        line = ""
+        for h, v in zip(columns[1:], r[1:]):
+            item = f"{h} {v}"
+            if line and len(line) + 3 + len(item) > width - 2:
+                out.append("  " + line)
+                line = ""
+            line = f"{line} · {item}" if line else item
+        if line:
+            out.append("  " + line)
+    return out

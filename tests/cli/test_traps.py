@@ -335,3 +335,14 @@ def test_a_value_the_command_line_cannot_parse_is_named_in_the_error(run):
 def led_left(run, jid: str) -> float:
     """Seconds left on the job's lease, as `lane status ID --json` says."""
     return json.loads(run("status", jid, "--json").stdout)["lease_left"]
+
+
+def test_the_lanes_table_in_an_80_column_terminal_is_a_block_per_lane_with_no_number_folded(run, env):
+    # at 80 columns the boxed table folded 8,000,000 into '8,00' / '0,00' / '0'
+    run("db", "upgrade")
+    narrow = in_a_terminal(["lanes"], {**env, "COLUMNS": "80"})
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).rstrip() for line in narrow.splitlines()]
+    assert "  ceiling 8,000,000 · spent 0 · reserved 0 · remaining 8,000,000 · overage 0" in lines, narrow
+    assert "paid" in lines and all(len(line) <= 80 for line in lines), narrow
+    wide = re.sub(r"\x1b\[[0-9;]*m", "", in_a_terminal(["lanes"], {**env, "COLUMNS": "200"}))
+    assert "┃ lane ┃ ceiling" in wide and "│ free │ 8,000,000 " in wide, wide
