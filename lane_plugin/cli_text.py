@@ -115,9 +115,11 @@ def job_lines(s: dict) -> list[str]:
     if s["state"] == "leased" and s.get("lease_left") is not None:
         left = s["lease_left"]
         if s["lease_expired"]:
+            where = ("parks it (its waiter stopped renewing: waiter gone)" if s.get("gated") else
+                     "takes it back (to the queue for another attempt, or parked after the lane's max attempts)")
             return [f"{job} was leased in lane {s['lane']} (attempt {s['attempt']}), but its lease expired "
-                    f"{duration(-left)} ago: the next reap or tick takes it back (to the queue for another attempt, "
-                    "or parked after the lane's max attempts)"]  # fmt: skip
+                    f"{duration(-left)} ago: the next reap (lane reap, or a waiting gate's periodic check) "
+                    f"{where}"]  # fmt: skip
         return [f"{job} is leased in lane {s['lane']} (attempt {s['attempt']}), lease ends in {duration(left)}"]
     if s["state"] != "new":
         return [f"{job} is {s['state']} in lane {s['lane']}"]

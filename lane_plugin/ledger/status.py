@@ -156,7 +156,8 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
     """Where a waiting job stands: its place in admission order and the lane's room (Ledger.wait_status)."""
     job = get_job(cur, job_id)
     row = as_of(read_lane(cur, job["lane"]), now)
-    prio, rate_cost = cur.one("select prio, coalesce(rate_cost, est) from job where id = :id", {"id": job_id})
+    prio, rate_cost, waiter = cur.one("select prio, coalesce(rate_cost, est), waiter from job where id = :id",
+                                      {"id": job_id})  # fmt: skip
     base = "select count(*) from job where lane = :l and state = 'new'"
     p = {"l": row.name, "p": prio, "id": job_id}
     position = 0
@@ -187,8 +188,9 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
         "ceiling": row.ceiling, "start_limit": row.policy.start_limit, "leased": row.leased,
         "max_leased": row.max_leased, "starts_run": kind != policy.FINISH, "kind": kind,
         "blocked_by": blocked_by, "reason": reason,
-        # a lease past its end is still 'leased' until the next reap (or tick) takes it back
+        # a lease past its end is still 'leased' until the next reap takes it back (a tick reaps nothing); the
+        # reap's own test, lease_until < now; a gated job's (a waiter waited for it) is parked, not requeued
         "attempt": job["attempt"], "lease_until": job["lease_until"] if job["state"] == "leased" else None,
         "lease_left": job["lease_until"] - now if job["state"] == "leased" else None,
-        "lease_expired": job["state"] == "leased" and job["lease_until"] <= now,
+        "lease_expired": job["state"] == "leased" and job["lease_until"] < now, "gated": waiter is not None,
     }  # fmt: skip

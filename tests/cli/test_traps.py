@@ -319,7 +319,7 @@ def test_status_of_a_leased_job_says_when_its_lease_ends_and_when_it_has_expired
     status = json.loads(run("status", jid, "--json").stdout)
     assert status["state"] == "leased" and status["lease_expired"] and status["lease_left"] < 0  # really past, unreaped
     out = run("status", jid).stdout
-    assert "but its lease expired" in out and "the next reap or tick takes it back" in out, out
+    assert "but its lease expired" in out and "the next reap (lane reap, or a waiting gate's periodic check) takes it back" in out, out
 
 
 def test_a_value_the_command_line_cannot_parse_is_named_in_the_error(run):
