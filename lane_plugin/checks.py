@@ -118,7 +118,7 @@ def label(field: str, value, *, limit: int = 64) -> str:
     """A short name (a stage in an estimator's table, a version label)."""
     if not isinstance(value, str) or not value.strip() or len(value) > limit:
         raise InvalidInput(field, value, f"expected a non-empty label of at most {limit} characters")
-    return value
+    return text(field, value, limit=limit)  # and no NUL, no lone surrogate (a driver's traceback otherwise)
 
 
 def job_ref(field: str, value, attempt: int | None = None) -> tuple[str, int | None]:

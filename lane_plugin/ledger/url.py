@@ -207,6 +207,10 @@ def parse_url(url: str | None = None) -> DatabaseURL:
         raise InvalidInput("database URL", mask_raw(raw), "contains a NUL character")
     if not isinstance(raw, str) or not raw.strip():
         raise InvalidInput("database URL", raw, _URL_HELP)
+    try:  # a non-UTF-8 byte on a command line arrives as a lone surrogate: no driver nor URL renderer takes it
+        raw.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput("database URL", mask_raw(raw), "is not valid unicode text") from None
     scheme, sep, rest = raw.partition("://")
     base = scheme.split("+", 1)[0].lower()
     shown = mask_raw(raw)
