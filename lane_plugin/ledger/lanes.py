@@ -190,6 +190,10 @@ def as_of(row: LaneRow, now: float) -> LaneRow:
     return row
 
 
+# A preflight is a health URL (a signed one, or one with a token, is long) or a check's name: not a short label.
+PREFLIGHT_MAX = 4096
+
+
 def validate_settings(settings: dict, current: LaneRow | None = None) -> dict:
     """Check lane settings; returns them normalised or raises InvalidInput naming the field."""
     out = {}
@@ -221,7 +225,7 @@ def validate_settings(settings: dict, current: LaneRow | None = None) -> dict:
             elif key == "fallback":
                 value = checks.text(key, value, limit=64)  # a lane name, checked like one
             else:
-                validate_spec(checks.text(key, value))
+                validate_spec(checks.text(key, value, limit=PREFLIGHT_MAX))
         out[key] = value
     merged = {f.name: getattr(current, f.name) for f in fields(LaneRow)} if current else dict(NEW_LANE)
     merged.update(out)

@@ -79,3 +79,12 @@ def test_an_estimator_name_that_is_not_text_is_invalid_input(led):
         refit(led, estimator="x\udcffy")
     with pytest.raises(InvalidInput, match="estimator"):
         led.estimator_state("x\x00y")
+
+
+def test_a_long_preflight_url_is_still_accepted(led):
+    # 05fefab checked preflight as text() with its 200-character default: a signed health URL that was
+    # accepted before (and may already be set on a lane) was refused when set again
+    url = "https://health.example.com/v1/ready?sig=" + "a" * 300
+    assert led.set_lane("free", preflight=url).preflight == url
+    with pytest.raises(InvalidInput, match="preflight"):
+        led.set_lane("free", preflight="https://health.example.com/\udcff")
