@@ -48,7 +48,9 @@ def mask_raw(raw: str) -> str:
 
 def default_url() -> str:
     home = os.environ.get("PREFECT_HOME") or str(Path.home() / ".prefect")
-    return f"sqlite:///{Path(home).expanduser() / 'lane.db'}"
+    path = str(Path(home).expanduser() / "lane.db")
+    # the parser decodes %XX and ends the path at '?': a home holding either is written so it reads back as itself
+    return "sqlite:///" + path.replace("%", "%25").replace("?", "%3F")
 
 
 def make_default_home(url: DatabaseURL) -> None:

@@ -88,3 +88,13 @@ def test_a_long_preflight_url_is_still_accepted(led):
     assert led.set_lane("free", preflight=url).preflight == url
     with pytest.raises(InvalidInput, match="preflight"):
         led.set_lane("free", preflight="https://health.example.com/\udcff")
+
+
+@pytest.mark.parametrize("home", ["p%41", "what?x", "a b"])
+def test_the_default_ledger_lives_in_prefect_home_whatever_its_name(home, tmp_path, monkeypatch):
+    # default_url() pasted PREFECT_HOME into the URL raw: 'p%41' decoded to 'pA', 'what?x' was cut at '?',
+    # so the default ledger (and the home 7e17e9c creates for it) landed in another directory
+    from lane_plugin.ledger.url import default_url, parse_url
+
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / home))
+    assert parse_url(default_url()).path == str(tmp_path / home / "lane.db")
