@@ -116,7 +116,7 @@ def job_lines(s: dict) -> list[str]:
         left = s["lease_left"]
         if s["lease_expired"]:
             where = ("parks it (its waiter stopped renewing: waiter gone)" if s.get("gated") else
-                     "takes it back (to the queue for another attempt, or parked after the lane's max attempts)")
+                     "takes it back (to the queue for another attempt, or parked after the lane's max attempts)")  # fmt: skip
             return [f"{job} was leased in lane {s['lane']} (attempt {s['attempt']}), but its lease expired "
                     f"{duration(-left)} ago: the next reap (lane reap, or a waiting gate's periodic check) "
                     f"{where}"]  # fmt: skip
