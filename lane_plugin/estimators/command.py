@@ -79,6 +79,8 @@ def refit_command(
     from .learned import refit
 
     led = _ledger(ctx)
+    if lane is not None:
+        led.lane(lane)  # an unknown lane is exit 3, not 'nothing to learn from'
     t0 = time.perf_counter()
     result = refit(led, estimator=estimator, window=window, min_jobs=min_jobs, tolerance=tolerance, lane=lane)
     if as_json:

@@ -1,0 +1,53 @@
+"""Review of main since 96f969c, as a shell sees it: hostile bytes and a typo'd lane reach a one-line error."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+LANE = str(Path(sys.executable).with_name("lane"))
+
+
+@pytest.fixture
+def run(tmp_path):
+    env = {**os.environ, "LANE_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}", "COLUMNS": "200"}
+
+    def run(*args, check=True):
+        p = subprocess.run([LANE, *args], capture_output=True, text=True, env=env, timeout=60)
+        if check:
+            assert p.returncode == 0, p.stderr
+        return p
+
+    run("db", "upgrade")
+    return run
+
+
+def one_line_error(p, code: int, needle: str) -> None:
+    assert "Traceback" not in p.stderr, p.stderr
+    assert p.returncode == code, (p.returncode, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], p.stderr
+
+
+# a non-UTF-8 byte on the command line (b'\xff') arrives in sys.argv as the lone surrogate '\udcff'
+@pytest.mark.parametrize("args", [("estimators", "show", "--estimator", "\udcff"),
+                                  ("estimators", "refit", "--estimator", "\udcff")])  # fmt: skip
+def test_an_estimator_name_that_is_not_text_is_bad_input(run, args):
+    one_line_error(run(*args, check=False), 2, "invalid estimator")
+
+
+def test_a_ledger_url_that_is_not_text_is_bad_input_and_creates_nothing(run, tmp_path):
+    p = run("lanes", "--db", f"sqlite:///{tmp_path}/\udcff.db", check=False)
+    one_line_error(p, 2, "invalid database URL")
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["cli.db"]
+
+
+def test_refit_of_an_unknown_lane_says_so_not_nothing_to_learn(run):
+    # `lane estimators refit --lane typo` said 'nothing to learn from ...: no done job recorded its input
+    # tokens', exit 0; `lane report --lane typo` says the lane is unknown, exit 3
+    one_line_error(run("report", "--lane", "typo", check=False), 3, "unknown lane 'typo'")
+    one_line_error(run("estimators", "refit", "--lane", "typo", check=False), 3, "unknown lane 'typo'")
