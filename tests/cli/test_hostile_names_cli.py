@@ -1,4 +1,4 @@
-"""Review of main since 96f969c, as a shell sees it: hostile bytes and a typo'd lane reach a one-line error."""
+"""Hostile bytes and a typo'd lane, as a shell sees them: a one-line error, nothing created (an outside review)."""
 
 from __future__ import annotations
 

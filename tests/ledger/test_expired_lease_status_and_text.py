@@ -1,4 +1,4 @@
-"""Review of main since 96f969c: what `lane status ID` says of an expired lease, and hostile text that reached
+"""What `lane status ID` says of an expired lease, and hostile text that reached
 a traceback (a ledger URL or an estimator name holding a lone surrogate, as a non-UTF-8 byte on a command line
 arrives). On both databases where a ledger is involved (``ledger_url``)."""
 
