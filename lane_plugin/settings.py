@@ -76,9 +76,18 @@ def lane_settings() -> LaneSettings:
 
 
 def database_url() -> str | None:
-    """``LANE_DATABASE_URL`` (the secret revealed: only the ledger's URL parser may see it), or None."""
+    """``LANE_DATABASE_URL`` (the secret revealed: only the ledger's URL parser may see it), or None if unset.
+
+    Set but blank is refused: ``LANE_DATABASE_URL=${UNSET}`` in a worker's env file would otherwise open the
+    default SQLite ledger and spend outside the shared budget.
+    """
     value = lane_settings().database_url
-    return value.get_secret_value() if value is not None and value.get_secret_value().strip() else None
+    if value is None:
+        return None
+    if not value.get_secret_value().strip():
+        raise InvalidInput("LANE_DATABASE_URL", value.get_secret_value(), "is set but empty (an unset variable in an "
+                           "env file?): unset it for the default ledger, or give a URL")  # fmt: skip
+    return value.get_secret_value()
 
 
 __all__ = ["LaneSettings", "database_url", "lane_settings"]

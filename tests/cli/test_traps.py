@@ -97,12 +97,18 @@ def test_a_write_to_a_missing_directory_or_an_empty_db_is_refused_and_creates_no
     assert not (tmp_path / "typo").exists()
     home = tmp_path / "home"
     for cmd in (["db", "upgrade"], ["submit", "--stage", "s", "--est", "5"], ["lanes"]):
-        p = run("--db", "", *cmd, check=False, extra={"LANE_DATABASE_URL": "", "PREFECT_HOME": str(home)})
+        p = run("--db", "", *cmd, check=False, extra={"PREFECT_HOME": str(home)})
         one_line_error(p, 2, "invalid database URL '': is empty")
     assert not home.exists()
+    # a blank LANE_DATABASE_URL (an unset variable in an env file) is refused too, never the default ledger
+    p = run("lanes", check=False, extra={"LANE_DATABASE_URL": "  ", "PREFECT_HOME": str(home)})
+    one_line_error(p, 2, "LANE_DATABASE_URL ' ': is set but empty (an unset variable in an env file?)")
+    assert not home.exists()
     # the default ledger's home is still made on first use: a fresh machine has no ~/.prefect
-    run("db", "upgrade", extra={"LANE_DATABASE_URL": "", "PREFECT_HOME": str(home)})
-    assert (home / "lane.db").is_file()
+    unset = {k: v for k, v in env.items() if k != "LANE_DATABASE_URL"}
+    p = subprocess.run([LANE, "db", "upgrade"], capture_output=True, text=True, env={**unset, "PREFECT_HOME": str(home)},
+                       timeout=60)  # fmt: skip
+    assert p.returncode == 0 and (home / "lane.db").is_file(), p.stderr
 
 
 def test_a_new_lane_name_with_a_space_is_refused_naming_it(run):
