@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,21 +10,6 @@ from pathlib import Path
 import pytest
 
 from lane_plugin.ledger.schema import HEAD_REVISION
-
-LANE = str(Path(sys.executable).with_name("lane"))
-
-
-@pytest.fixture
-def run(tmp_path):
-    env = {**os.environ, "LANE_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}", "COLUMNS": "200"}
-
-    def run(*args, check=True):
-        p = subprocess.run([LANE, *args], capture_output=True, text=True, env=env, timeout=60)
-        if check:
-            assert p.returncode == 0, p.stderr
-        return p
-
-    return run
 
 
 def test_the_articles_loop_submit_tick_settle_report(run):

@@ -3,27 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-import pytest
-
-LANE = str(Path(sys.executable).with_name("lane"))
-
-
-@pytest.fixture
-def run(tmp_path):
-    env = {**os.environ, "LANE_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}", "COLUMNS": "200"}
-
-    def run(*args, check=True):
-        p = subprocess.run([LANE, *args], capture_output=True, text=True, env=env, timeout=60)
-        if check:
-            assert p.returncode == 0, p.stderr
-        return p
-
-    return run
 
 
 def test_refit_learns_what_jobs_cost_beyond_their_input_and_show_lists_it(run, tmp_path):

@@ -2,26 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-LANE = str(Path(sys.executable).with_name("lane"))
 
 
 @pytest.fixture
-def run(tmp_path):
-    env = {**os.environ, "LANE_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}", "COLUMNS": "200"}
-
-    def run(*args, check=True):
-        p = subprocess.run([LANE, *args], capture_output=True, text=True, env=env, timeout=60)
-        if check:
-            assert p.returncode == 0, p.stderr
-        return p
-
+def run(run):
     run("db", "upgrade")
     return run
 

@@ -7,29 +7,12 @@ import os
 import pty
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-LANE = str(Path(sys.executable).with_name("lane"))
-
-
-@pytest.fixture
-def env(tmp_path):
-    return {**os.environ, "LANE_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}", "COLUMNS": "200"}
-
-
-@pytest.fixture
-def run(env):
-    def run(*args, check=True, extra=None):
-        p = subprocess.run([LANE, *args], capture_output=True, text=True, env={**env, **(extra or {})}, timeout=60)
-        if check:
-            assert p.returncode == 0, p.stderr
-        return p
-
-    return run
+from .conftest import LANE
 
 
 def one_line_error(p, code: int, needle: str) -> None:
