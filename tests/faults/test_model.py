@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, multiple, precondition, rule
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, multiple, rule
 
 import lane_plugin.ledger.api as ledgermod
 import lane_plugin.ledger.db as dbmod
@@ -307,11 +307,15 @@ class LedgerMachine(RuleBasedStateMachine):
         assert not r.replay and r.late is (not info)
         self._apply_settle(job, attempt, actual, info, outcome)
 
-    @precondition(lambda self: any(m["state"] == "leased" for m in self.m.values()))
+    # No @precondition on the model's state in this machine: race_retry's two orders leave different states, and
+    # a rule enabled in one and not the other makes hypothesis's replay of a shared prefix draw differently
+    # (FlakyStrategyDefinition). A rule with nothing to act on returns instead.
     @rule(i=st.integers(0, 10**6), actual=st.integers(0, 70), failed=st.booleans())
     def settle_leased(self, i, actual, failed):
         """Settle a job that holds a lease (the common case, so programs reach it often)."""
         leased = sorted(j for j, m in self.m.items() if m["state"] == "leased")
+        if not leased:
+            return
         self._settle(leased[i % len(leased)], self.m[leased[i % len(leased)]]["attempt"], actual, failed)
 
     # -- retries of keyed jobs (a reopen) and their races ----------------------------------
@@ -326,10 +330,11 @@ class LedgerMachine(RuleBasedStateMachine):
         self.tokens[job] = None
         m.update(state="new", attempt=attempt, lease_until=0.0, wait_since=self.t, prio=self._place(m["est"]))
 
-    @precondition(lambda self: self.keys)
     @rule(i=st.integers(0, 10**6), step=st.integers(0, 2))
     def retry(self, i, step):
         """The same key again as attempt n + step (Prefect's retry of a task run: step 0 is a replay)."""
+        if not self.keys:
+            return
         key = sorted(self.keys)[i % len(self.keys)]
         job, est = self.keys[key]
         attempt = self.m[job]["attempt"] + step
