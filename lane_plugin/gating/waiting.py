@@ -32,7 +32,8 @@ def abandon(led, gate, exc: BaseException) -> None:
     """The wait ended by an exception (a timeout, a cancellation): nobody waits for the job any more.
 
     It is parked (``waiter gone``) rather than left waiting for a later tick to lease it to nobody;
-    leased just as the wait ended, it is settled with nothing spent (its body never ran).
+    leased just as the wait ended, it is settled with nothing spent (its body never ran), and the rate charge
+    it was handed with leaves the burst window (its request never went out).
     """
     if gate.job_id is None or isinstance(exc, JobParked) or gate.lease is not None:
         return
@@ -42,7 +43,7 @@ def abandon(led, gate, exc: BaseException) -> None:
                 return
             job = led.job(gate.job_id)
             if job["state"] == "leased":
-                led.settle(gate.job_id, 0, attempt=job["attempt"], outcome="failed")
+                led.settle(gate.job_id, 0, attempt=job["attempt"], outcome="failed", unsent=True)
     except Exception as err:  # its waiter is gone anyway: the ledger drops the job in a few seconds
         run_logger().warning("lane gate: could not release job %s after %s: %s", gate.job_id,
                              type(exc).__name__, err)  # fmt: skip

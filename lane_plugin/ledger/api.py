@@ -179,7 +179,7 @@ class Ledger(Admitting, LearningStore):
 
     # -- settlement ----------------------------------------------------------------
     def settle(self, job: str | Lease, actual: int, *, attempt: int | None = None,
-               outcome: str = "done", by_estimate: bool = False) -> Settled:  # fmt: skip
+               outcome: str = "done", by_estimate: bool = False, unsent: bool = False) -> Settled:  # fmt: skip
         """Bill what an attempt really spent, exactly once.
 
         Args:
@@ -192,6 +192,10 @@ class Ledger(Admitting, LearningStore):
             outcome: ``done`` or ``failed`` (the job's state afterwards, if the lease is live).
             by_estimate: ``actual`` is the estimate, billed because no usage was found
                 (counted in the run's bill; never learned from).
+            unsent: the attempt's request never went out: its lease was handed to the caller's waiter
+                and never picked up (a gate whose wait ended just as it was leased). Its pending rate charge
+                leaves the burst window instead of counting a full window from now. A lease already picked
+                up is unaffected (its request may be out).
 
         A replay of the same (job, attempt) with the same ``actual`` returns the first result with
         ``replay=True`` and bills nothing; with another ``actual`` it is refused
@@ -210,7 +214,7 @@ class Ledger(Admitting, LearningStore):
 
         def run(cur, now):
             done = settlement.settle(cur, job_id, actual=actual, attempt=attempt, outcome=outcome, now=now,
-                                     by_estimate=bool(by_estimate))  # fmt: skip
+                                     by_estimate=bool(by_estimate), unsent=bool(unsent))  # fmt: skip
             return done, self._hand_off(cur, now, done[0].lane, token, freed=not done[0].late, row=done[1])
 
         try:

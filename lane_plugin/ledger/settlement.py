@@ -8,7 +8,7 @@ from ..errors import AmbiguousAttempt, ConflictingReplay, JobParked, NotLeased, 
 from .db import Cursor
 from .jobs import Settled, get_job, lock_job, ran_in
 from .lanes import RETURNING, LaneRow, lock_lane, period_start, roll_counters, row_of
-from .rates import stamp, true_up
+from .rates import drop_pending, stamp, true_up
 
 # The common case in one statement (PostgreSQL), the lane's lock included: the attempt named is the
 # job's live lease. ``lk`` locks the lane row first (an uncorrelated EXISTS is a one-time filter,
@@ -36,17 +36,18 @@ _LIVE_SQL = (
 
 def settle(
     cur: Cursor, job_id: str, *, actual: int, attempt: int | None, outcome: str, now: float,
-    by_estimate: bool = False,
+    by_estimate: bool = False, unsent: bool = False,
 ) -> tuple[Settled, LaneRow]:
     """Bill what one attempt really spent, exactly once (raises :class:`Replay` if already).
 
-    ``by_estimate`` marks an attempt billed its estimate because no usage was found.
+    ``by_estimate`` marks an attempt billed its estimate because no usage was found. ``unsent``: the
+    live lease was never picked up, so its request never went out: a pending rate charge is dropped.
     Returns the settlement and the lane's row after it (still locked: the hand-off starts from it).
 
     Everything is decided under the lane lock on a fresh read of the job and its
     settlements: which attempt a bare job id means, replay or conflict, live or late.
     """
-    if cur.dialect == "postgresql" and attempt is not None:
+    if cur.dialect == "postgresql" and attempt is not None and not unsent:
         done = _settle_live(cur, job_id, actual=actual, attempt=attempt, outcome=outcome, now=now,
                             by_estimate=by_estimate)  # fmt: skip
         if done is not None:
@@ -79,7 +80,9 @@ def settle(
         {"st": final, "a": actual, "now": now, "id": job_id, "att": attempt},
     )
     live = cur.rowcount == 1
-    if live:  # a lease settled without a pick-up: its request went out before now
+    if live and unsent:  # never picked up, and the caller knows its request never went out
+        drop_pending(cur, [job_id])  # (a live lease is the job's only one: any pending charge is this attempt's)
+    elif live:  # a lease settled without a pick-up: its request went out before now
         stamp(cur, job_id, attempt, now, pending_only=True)
     # A late attempt is billed to the lane it was leased in, which the job may have left since (for its
     # fallback): that lane's provider billed it. In that lane's period as it is now, as any late settlement.

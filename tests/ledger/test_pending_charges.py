@@ -117,3 +117,38 @@ def test_the_audit_catches_a_window_used_that_disagrees_and_a_pending_charge_lef
     led.db.transaction(lambda cur: cur.execute("update rate_charge set sent = :f", {"f": False}))
     [line] = led.audit()
     assert f"job {x} attempt 1 is done but its charge is still pending" in line
+
+
+def test_a_gate_whose_wait_ends_as_its_lease_is_handed_frees_the_pending_room(led, clock):
+    """A gate's wait ends (a timeout) just as another process hands it a lease: it settles the unpicked lease
+    at 0, and, its request never having gone out, the pending charge leaves the window; Y fits at once.
+    (It used to be sent from the settlement: 600 rate tokens held for a window no request used.)"""
+    from types import SimpleNamespace
+
+    from lane_plugin.gating import waiting
+
+    lane(led)
+    x = led.submit("s", 10, "r", rate_cost=600, waiter="w")
+    assert [le.job_id for le in led.tick("r")] == [x]  # handed to waiter w, whose gate has not picked it up
+    assert charges(led) == [(x, clock.t, 600, False)] and led.job(x)["state"] == "leased"  # the fault's setting
+    waiting.abandon(led, SimpleNamespace(job_id=x, lease=None), TimeoutError("wait ended"))
+    job = led.job(x)
+    assert (job["state"], job["actual"]) == ("failed", 0)
+    assert charges(led) == [] and led.lane("r").window_used == 0
+    y = led.submit("s", 10, "r", rate_cost=600)
+    assert [le.job_id for le in led.tick("r")] == [y]
+    assert led.audit() == []
+
+
+def test_unsent_leaves_a_picked_up_lease_s_charge_alone_and_a_replay_bills_nothing(led, clock):
+    lane(led)
+    x = led.submit("s", 10, "r", rate_cost=600, waiter="w")
+    led.tick("r")
+    take(led, x)  # picked up: its request may be out
+    [(_, at, _, sent)] = charges(led)
+    assert sent
+    first = led.settle(x, 0, attempt=1, outcome="failed", unsent=True)
+    assert charges(led) == [(x, at, 600, True)] and led.lane("r").window_used == 600
+    again = led.settle(x, 0, attempt=1, outcome="failed", unsent=True)
+    assert again.replay and (again.actual, first.actual) == (0, 0) and led.lane("r").spent == 0
+    assert led.audit() == []
