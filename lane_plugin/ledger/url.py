@@ -227,7 +227,10 @@ def parse_url(url: str | None = None) -> DatabaseURL:
         path = unquote(rest[1:].split("?", 1)[0])
         if "\x00" in path:
             raise InvalidInput("database URL", shown, "contains a NUL character")
-        return DatabaseURL(raw, "sqlite", path=str(Path(path).expanduser()))
+        try:
+            return DatabaseURL(raw, "sqlite", path=str(Path(path).expanduser()))
+        except RuntimeError:  # ~name of no such user
+            raise InvalidInput("database URL", shown, f"{path.split('/')[0]!r}: no such user's home") from None
     if base in ("postgresql", "postgres"):
         driver = scheme.partition("+")[2]
         if driver not in ("", "psycopg"):

@@ -212,6 +212,7 @@ KNOWN_BAD_URLS = [  # each once broke: a TypeError, a raw OSError/ValueError, or
     "sqlite:////proc/self/nope/x.db",
     "sqlite:////proc/version",  # a file that exists but cannot hold a ledger
     "POSTGRESQL://\x80/0",  # a host name that is not valid IDNA: UnicodeError from the driver
+    "SQLITE:///~0",  # ~user of no such user: RuntimeError from pathlib
 ]
 
 
