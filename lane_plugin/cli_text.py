@@ -120,7 +120,7 @@ def job_lines(s: dict) -> list[str]:
             return [f"{job} was leased in lane {s['lane']} (attempt {s['attempt']}), but its lease expired "
                     f"{duration(-left)} ago: the next reap (lane reap, or a waiting gate's periodic check) "
                     f"{where}"]  # fmt: skip
-        return [f"{job} is leased in lane {s['lane']} (attempt {s['attempt']}), lease ends in {duration(left)}"]
+        return [f"{job} is leased in lane {s['lane']} (attempt {s['attempt']}), lease ends in {duration(left) if left >= 10 else f'{left:.1f}s'}"]
     if s["state"] != "new":
         return [f"{job} is {s['state']} in lane {s['lane']}"]
     lines = [f"{job} waits in lane {s['lane']}: position {s['position']} of {s['waiting']}, {why_waiting(s)}; "

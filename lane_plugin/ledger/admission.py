@@ -95,8 +95,8 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     to a process that drops the lease (each such lease expired unrun and cost the job an attempt: after
     ``max_attempts`` it was parked) nor holds room the gated jobs behind it could use: an explicit tick
     leases it in its place in the order. ``handoff``: a settlement or a reap handing its room on, in its
-    own transaction: a ``gated`` tick that parks nothing, and returns None (having written nothing) when no
-    gated job waits. ``row``: the lane's row, locked and rolled by this transaction and
+    own transaction: a ``gated`` tick that parks nothing, and returns None when no gated job waits (no window
+    slid, no reserve lapsed; a reap's, given no ``row``, has locked the lane and rolled its period, as any writer). ``row``: the lane's row, locked and rolled by this transaction and
     as it last wrote it (a settlement's hand-off), so the tick does not read it again. ``send_slack``:
     the admitted jobs' rate charges are placed that many seconds after ``now`` (None: the default, at
     most 5% of the lane's window, :func:`rates.slack_for`; the ledger's

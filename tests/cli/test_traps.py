@@ -335,3 +335,12 @@ def test_the_lanes_table_in_an_80_column_terminal_is_a_block_per_lane_with_no_nu
     assert "paid" in lines and all(len(line) <= 80 for line in lines), narrow
     wide = re.sub(r"\x1b\[[0-9;]*m", "", in_a_terminal(["lanes"], {**env, "COLUMNS": "200"}))
     assert "┃ lane ┃ ceiling" in wide and "│ free │ 8,000,000 " in wide, wide
+
+
+def test_a_lease_ending_within_seconds_is_said_to_the_tenth_not_0s():
+    from lane_plugin.cli_text import job_lines
+
+    s = {"job_id": "j1", "stage": "s", "est": 10, "state": "leased", "lane": "q", "attempt": 1, "lease_left": 0.64,
+         "lease_expired": False, "gated": False}  # fmt: skip
+    assert job_lines(s) == ["job j1 (s, estimate 10) is leased in lane q (attempt 1), lease ends in 0.6s"]
+    assert job_lines({**s, "lease_left": 95.0})[0].endswith("lease ends in 1m 35s")
