@@ -338,11 +338,9 @@ class Gate:
                                  self.stage, self.job_id, exc_type.__name__, self.used, self.est)  # fmt: skip
             self._settle(led, held, self.est, "failed", by_estimate=True)
             return
-        if exc_type is not None:
-            if self.meter.malformed:  # what was reported is known to be short (warned): as on success, the estimate
-                self._settle(led, held, max(self.est, self.used), "failed", by_estimate=True)
-            else:
-                self._settle(led, held, self.used, "failed")
+        if exc_type is not None:  # what was reported; known short after a malformed count (warned): as on success
+            short = self.meter.malformed
+            self._settle(led, held, max(self.est, self.used) if short else self.used, "failed", by_estimate=short)
             return
         if self.meter.found and not self.meter.malformed:  # malformed usage (warned) is no usage found
             self._settle(led, held, self.used, "done")
