@@ -2,6 +2,12 @@
 
 Read by :meth:`Ledger.run_bill` (the Prefect gate publishes it as the flow run's
 ``lane-bill`` artifact). One row per (stage, lane) the run used.
+
+A job is counted (``jobs``, ``settled``, ``estimated``, waits) in the lane it is in now; what was
+billed (``actual``, ``overage``, ``by_estimate``, ``late``) in the lane each settlement billed. The two
+differ only for a job moved to its fallback after an attempt of it was leased: a late settlement of that
+attempt billed the lane it ran in (its provider billed it), and the bill says so, so that each lane's
+line adds up to what the run spent there. Such a lane may have a line of billed tokens and no job.
 """
 
 from __future__ import annotations
@@ -15,10 +21,10 @@ from .db import Cursor
 class BillLine:
     """One (stage, lane) of a run's bill.
 
-    ``jobs`` counts the run's jobs of that stage and lane; ``settled`` those billed
-    (done or failed); ``estimated`` and ``actual`` add up the settled jobs'
-    estimates and what they really cost, all attempts together; ``overage`` is
-    what settlements billed beyond their estimates; ``by_estimate`` counts
+    ``jobs`` counts the run's jobs of that stage now in that lane; ``settled`` those billed
+    (done or failed); ``estimated`` adds up the settled jobs' estimates; ``actual`` what
+    the settlements billed in this lane (all attempts of the jobs that ran here);
+    ``overage`` what they billed beyond their estimates; ``by_estimate`` counts
     attempts billed their estimate because no usage was found. Waits are from
     intake to first admission, in seconds, of the jobs that were admitted.
     """
@@ -64,32 +70,34 @@ def run_bill(cur: Cursor, run_key: str) -> list[BillLine]:
     marks = ", ".join(":" + k for k in params if k != "r")
     # ix_job_run is (lane, run_key): naming the lanes lets both databases use it.
     rows = cur.all(
-        "select j.id, j.stage, j.lane, j.est, j.actual, j.state, j.created_at, j.admitted_at, "
-        "s.overage, s.by_estimate, s.late from job j left join settlement s on s.job_id = j.id "
+        "select j.id, j.stage, j.lane, j.est, j.created_at, j.admitted_at, "
+        "s.lane, s.actual, s.overage, s.by_estimate, s.late from job j left join settlement s on s.job_id = j.id "
         f"where j.lane in ({marks}) and j.run_key = :r",
         params,
     )
-    jobs: dict[str, dict] = {}
-    for jid, stage, lane, est, actual, state, created, admitted, overage, by_est, late in rows:
-        j = jobs.setdefault(jid, {"stage": stage, "lane": lane, "est": est, "actual": actual, "state": state,
-                                  "wait": None if admitted is None else max(0.0, admitted - created),
-                                  "overage": 0, "by_estimate": 0, "late": 0, "settlements": 0})  # fmt: skip
-        if overage is not None:
-            j["settlements"] += 1
-            j["overage"] += overage
-            j["by_estimate"] += int(bool(by_est))
-            j["late"] += int(bool(late))
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for j in jobs.values():
-        groups.setdefault((j["stage"], j["lane"]), []).append(j)
+    groups: dict[tuple[str, str], dict] = {}
+
+    def group(stage: str, lane: str) -> dict:
+        return groups.setdefault((stage, lane), {"jobs": {}, "actual": 0, "overage": 0, "by_estimate": 0, "late": 0})
+
+    for jid, stage, lane, est, created, admitted, s_lane, actual, overage, by_est, late in rows:
+        wait = None if admitted is None else max(0.0, admitted - created)
+        job = group(stage, lane)["jobs"].setdefault(jid, {"est": est, "billed": False, "wait": wait})
+        if s_lane is not None:
+            job["billed"] = True
+            g = group(stage, s_lane)
+            g["actual"] += actual
+            g["overage"] += overage
+            g["by_estimate"] += int(bool(by_est))
+            g["late"] += int(bool(late))
     out = []
-    for (stage, lane), js in sorted(groups.items()):
-        billed = [j for j in js if j["settlements"]]
+    for (stage, lane), g in sorted(groups.items()):
+        js = list(g["jobs"].values())
         waits = [j["wait"] for j in js if j["wait"] is not None]
         out.append(BillLine(
-            stage=stage, lane=lane, jobs=len(js), settled=len(billed),
-            estimated=sum(j["est"] for j in billed), actual=sum(j["actual"] for j in billed),
-            overage=sum(j["overage"] for j in billed), by_estimate=sum(j["by_estimate"] for j in billed),
-            late=sum(j["late"] for j in billed), wait_p50=_median(waits), wait_max=max(waits) if waits else None,
+            stage=stage, lane=lane, jobs=len(js), settled=sum(j["billed"] for j in js),
+            estimated=sum(j["est"] for j in js if j["billed"]), actual=g["actual"], overage=g["overage"],
+            by_estimate=g["by_estimate"], late=g["late"], wait_p50=_median(waits),
+            wait_max=max(waits) if waits else None,
         ))  # fmt: skip
     return out

@@ -168,3 +168,26 @@ def test_postgresql_a_late_settlement_locks_the_two_lanes_in_name_order_as_the_r
         other.close()
     assert out["b_wait"] < 0.5, f"lane b was held by the settlement for {out['b_wait']:.2f}s: locks out of name order"
     assert out["settled"].lane == "a" and spent(led) == (500, 0) and led.audit() == []
+
+
+def test_the_run_bill_puts_a_late_attempt_s_tokens_in_the_lane_that_billed_them(led, clock):
+    """The run's bill adds up per lane to what each lane spent: attempt 1's 500 (leased in a, settled late after
+    the move) on a's line, attempt 2's 90 on b's, where the job is counted (review: the bill grouped every
+    attempt under the job's lane now, so a's 500 showed as b's)."""
+    lane(led, "b")
+    lane(led, "a", fallback="b")
+    job = led.submit("s", 100, "a", fallback=True, run_key="run-1")
+    [first] = led.tick("a")
+    clock.t += 11
+    assert led.reap().requeued == [job]
+    assert led.give_up_waiting(job, "deadline") == "b"
+    assert led.settle(first, 500).lane == "a"
+    [second] = led.tick("b")
+    assert led.settle(second, 90).lane == "b"
+    assert spent(led) == (500, 90)
+    lines = {(x.stage, x.lane): x for x in led.run_bill("run-1")}
+    a, b = lines[("s", "a")], lines[("s", "b")]
+    assert (a.jobs, a.settled, a.estimated, a.actual, a.late, a.drift) == (0, 0, 0, 500, 1, None)
+    assert (b.jobs, b.settled, b.estimated, b.actual, b.late, b.unsettled) == (1, 1, 100, 90, 0, 0)
+    assert sum(x.actual for x in lines.values()) == led.job(job)["actual"] == 590
+    assert led.audit() == []
