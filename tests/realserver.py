@@ -4,8 +4,8 @@ Example:
     >>> with real_server(tmp_path) as (api, env):                                  # doctest: +SKIP
     ...     subprocess.run([sys.executable, "flow.py"], env=env)   # env has PREFECT_API_URL=api
 
-The server keeps its database (SQLite) under ``tmp_path``, has no UI and no analytics, and is
-started in its own process group, killed (TERM, then KILL) when the block ends.
+The server keeps its database (SQLite) under ``tmp_path``, has no analytics and (unless ``ui=True``) no UI,
+and is started in its own process group, killed (TERM, then KILL) when the block ends.
 """
 
 from __future__ import annotations
@@ -82,18 +82,24 @@ def server_env(tmp_path: Path, api: str, **extra: str) -> dict:
 
 
 @contextlib.contextmanager
-def real_server(tmp_path: Path, **extra_env: str):
-    """Start ``prefect server start``; yields ``(api_url, env)``; stops it afterwards."""
+def real_server(tmp_path: Path, *, ui: bool = False, **extra_env: str):
+    """Start ``prefect server start``; yields ``(api_url, env)``; stops it afterwards.
+
+    With ``ui``, the server serves its UI too, and the UI calls this server's API (``PREFECT_API_URL``
+    in the server's environment: without it the UI calls port 4200, whatever port the server is on).
+    """
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     env = server_env(tmp_path, api, **extra_env)
+    if ui:
+        env["PREFECT_SERVER_UI_ENABLED"] = "true"
     log = tmp_path / "server.log"
     server = None
     try:
         with log.open("w") as out:
             server = subprocess.Popen(
                 [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port),
-                 "--analytics-off", "--no-ui"],  # fmt: skip
+                 "--analytics-off", *(() if ui else ("--no-ui",))],  # fmt: skip
                 env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )
         wait_healthy(api, server, log)
