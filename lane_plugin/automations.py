@@ -13,11 +13,13 @@ Example:
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 from .errors import DatabaseError, InvalidInput
 
 PLACEHOLDER = "<BLOCK_DOCUMENT_ID>"
+ANY_ID = "00000000-0000-0000-0000-000000000000"  # stands in for the block's id while the file is checked offline
 DEFAULT_FILE = Path("deployments") / "automations.yaml"
 
 
@@ -47,9 +49,15 @@ def load(path: Path, block_id: str) -> list:
 
     if not path.is_file():
         raise InvalidInput("file", str(path), "not found (run from the repository root, or pass --file)")
-    text = path.read_text().replace(PLACEHOLDER, block_id)
-    data = yaml.safe_load(text) or {}
-    items = data.get("automations", data if isinstance(data, list) else [data])
+    try:
+        data = yaml.safe_load(path.read_text().replace(PLACEHOLDER, block_id))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise InvalidInput("file", str(path), f"is not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
+    items = data.get("automations", [data]) if isinstance(data, dict) else data
+    if not isinstance(items, list) or not items:
+        raise InvalidInput("file", str(path), "holds no automations (expected a list of them, or automations: [...])")
     out = []
     for i, item in enumerate(items):
         try:
@@ -62,13 +70,24 @@ def load(path: Path, block_id: str) -> list:
     return out
 
 
-def apply(path: Path, block_id: str) -> list[str]:
-    """Create (or update, by name) each automation; returns one line per automation saying what happened."""
+def apply(path: Path, block_id: str | None = None, block: str | None = None) -> list[str]:
+    """Create (or update, by name) each automation; returns one line per automation saying what happened.
+
+    The file and ``block_id`` are checked before the Prefect API is asked anything (which may start a
+    server): a typo is refused at once. ``block`` (``TYPE/NAME``) is looked up when no ``block_id`` is given.
+    """
     from prefect import get_client
 
+    if block_id is not None:
+        try:
+            block_id = str(uuid.UUID(str(block_id)))
+        except ValueError:
+            raise InvalidInput("--block-id", block_id, "expected a block document's UUID (prefect block ls)") from None
+    load(path, block_id or ANY_ID)
+    automations = load(path, block_id or block_document_id(block))
     lines = []
     with get_client(sync_client=True) as client:
-        for auto in load(path, block_id):
+        for auto in automations:
             existing = client.read_automations_by_name(auto.name)
             what = f"on {', '.join(sorted(auto.trigger.expect)) or 'any event'} -> " + ", ".join(
                 a.type for a in auto.actions)  # fmt: skip

@@ -403,8 +403,7 @@ def automations_apply(
         from .errors import InvalidInput
 
         raise InvalidInput("--block", block, "give a notification block (--block TYPE/NAME or --block-id UUID)")
-    bid = block_id if block_id is not None else automations.block_document_id(block)
-    for line in automations.apply(Path(file), bid):
+    for line in automations.apply(Path(file), block_id, block):
         typer.echo(line)
 
 
