@@ -148,18 +148,18 @@ def load_trace(path: str | Path, *, output_allowance: int = OUTPUT_ALLOWANCE, ma
     if max_tokens <= 0:
         raise TraceError(f"max_tokens={max_tokens!r} must be > 0")
     try:
-        fh = open(path, newline="")
+        fh = open(path, newline="", encoding="utf-8-sig")  # a spreadsheet's CSV starts with a byte-order mark
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
     with fh:
-        rows = _Rows(path, fh)
-        fmt = detect(rows.cols)
-        if fmt is None:
-            raise _header_error(path, rows.cols)
-        if fmt == "est":
-            trace = _read_est(rows)
-        else:
-            trace = _read_calls(rows, fmt, output_allowance, max_tokens)
+        try:
+            rows = _Rows(path, fh)
+            fmt = detect(rows.cols)
+            if fmt is None:
+                raise _header_error(path, rows.cols)
+            trace = _read_est(rows) if fmt == "est" else _read_calls(rows, fmt, output_allowance, max_tokens)
+        except UnicodeDecodeError as exc:
+            raise TraceError(f"{path}: not UTF-8 text ({exc.reason}; a compressed or binary file?)") from None
     if not len(trace):
         raise TraceError(f"{path}: no jobs in the trace")
     return trace.sort()

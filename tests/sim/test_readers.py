@@ -108,3 +108,19 @@ def test_the_shared_real_traces_load_whole():
     assert 3_400 < az.span < 3_500  # about an hour
     mc = load_trace(MOONCAKE)
     assert len(mc) == 12_031 and sum(mc.input_tokens) == 144_793_823 and sum(mc.output_tokens) == 4_122_048
+
+
+def test_a_spreadsheet_csv_with_a_byte_order_mark_reads(tmp_path):
+    # Excel's "CSV UTF-8" starts with a BOM: it was "missing column(s) arrival_s ... (have: \ufeffarrival_s, ...)".
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbfarrival_s,stage,est,actual\n0,draft,100,120\n1,draft,200,220\n")
+    assert load_trace(path).est == [100, 200]
+
+
+@pytest.mark.parametrize("data", [b"arrival_s,stage,est,actual\n0,r\xe9sum\xe9,100,120\n", b"\x1f\x8b\x08\x00\xff\xfe"])
+def test_a_file_that_is_not_utf8_names_the_file(tmp_path, data):
+    # A Latin-1 or gzipped trace was "'utf-8' codec can't decode byte 0xe9 in position 30", naming no file.
+    path = tmp_path / "latin.csv"
+    path.write_bytes(data)
+    with pytest.raises(TraceError, match=r"latin\.csv: not UTF-8 text"):
+        load_trace(path)
