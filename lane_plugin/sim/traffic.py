@@ -20,6 +20,7 @@ from ..errors import TraceError
 
 MIXES = ("lognormal", "bimodal", "uniform")
 STAGE_NAMES = ("draft", "refine", "summarize", "review", "publish")
+MAX_JOBS = 10_000_000  # generated jobs: ~0.55 kB each (125 MB RSS at 100,000), so ~6 GB and an hour here
 
 
 PER_JOB = ("arrival", "stage", "est", "actual", "run_key", "rate_cost", "input_tokens", "output_tokens")
@@ -139,14 +140,15 @@ def generate(
         median: median estimate in tokens.
         max_est: clip estimates to this (e.g. the lane's burst), or None.
     """
-    if jobs <= 0:
-        raise TraceError(f"jobs={jobs} must be > 0")
+    if not 0 < jobs <= MAX_JOBS:  # an extra zero in --jobs ran the machine out of memory
+        raise TraceError(f"jobs={jobs} must be > 0 and at most {MAX_JOBS:,}")
     if mix not in MIXES:
         raise TraceError(f"mix={mix!r} is not one of {', '.join(MIXES)}")
-    if drift <= 0:
-        raise TraceError(f"drift={drift} must be > 0")
-    if days <= 0:
-        raise TraceError(f"days={days} must be > 0")
+    for name, value in (("drift", drift), ("days", days), ("median", median)):
+        if not (math.isfinite(value) and value > 0):  # NaN passed `<= 0` and failed later, naming no field
+            raise TraceError(f"{name}={value} must be a finite number > 0")
+    if not (math.isfinite(noise) and noise >= 0):
+        raise TraceError(f"noise={noise} must be a finite number >= 0")
     if stages < 1:
         raise TraceError(f"stages={stages} must be >= 1")
     rng = random.Random(seed)

@@ -104,3 +104,21 @@ def test_bad_trace_row_is_one_line_exit_2(tmp_path):
     res = run("--trace", str(path))
     assert res.exit_code == 2
     assert "line 3: input_length='x' is not a number" in res.output and "Traceback" not in res.output
+
+
+@pytest.mark.parametrize(
+    "flags, said",
+    [
+        (["--jobs", "99999999999"], "jobs=99999999999 must be > 0 and at most 10,000,000"),  # was killed: out of memory
+        (["--drift", "nan"], "drift=nan must be a finite number > 0"),  # was "cannot convert float NaN to integer"
+        (["--days", "inf"], "days=inf must be a finite number > 0"),  # was "float division by zero"
+        (["--days", "nan"], "days=nan must be a finite number > 0"),  # was a run with every arrival at NaN
+        (["--median", "0"], "median=0.0 must be a finite number > 0"),  # was a run of 1-token jobs
+        (["--median", "-5"], "median=-5.0 must be a finite number > 0"),
+        (["--noise", "-1"], "noise=-1.0 must be a finite number >= 0"),  # was read as noise 1
+        (["--noise", "nan"], "noise=nan must be a finite number >= 0"),
+    ],
+)
+def test_generator_numbers_out_of_range_exit_2_naming_the_flag(flags, said):
+    res = run("--jobs", "30", *flags)
+    assert res.exit_code == 2 and said in res.output and "Traceback" not in res.output, res.output
