@@ -138,10 +138,8 @@ class Ledger(Admitting, LearningStore):
         key = text("key", key, required=False)
         attempt = tokens("attempt", attempt)
         deadline = when("deadline", deadline)
-        if wait_seconds is not None:
-            wait_seconds = when("wait_seconds", wait_seconds)
-            if wait_seconds < 0:
-                raise InvalidInput("wait_seconds", wait_seconds, "expected at least 0")
+        if wait_seconds is not None:  # a span: "expected epoch seconds" misled `lane submit --wait inf`
+            wait_seconds = number("wait_seconds", wait_seconds, low=0.0, high=1e12)
         if fallback is not None and not isinstance(fallback, bool):
             fallback = text("fallback", fallback)
         shadows = {text("shadow version", v, limit=SHADOW_VERSION_MAX): tokens(f"shadow estimate {v!r}", e)
