@@ -70,7 +70,7 @@ def _lane_settings(url: Optional[str], name: str) -> dict:
     """The policy fields of an existing lane, read through the ledger."""
     from ..ledger import Ledger
 
-    ledger = Ledger(url)
+    ledger = Ledger(url, create=False)  # a read: a typo in --db must not leave an empty ledger behind
     try:
         row = ledger.lane(name)
     finally:

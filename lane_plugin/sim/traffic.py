@@ -182,7 +182,7 @@ def from_ledger(url: str | None, days: float) -> Trace:
         raise TraceError(f"days={days} must be > 0")
     from ..ledger import Ledger
 
-    ledger = Ledger(url)
+    ledger = Ledger(url, create=False)  # a read: a typo in --db must not leave an empty ledger behind
     try:
         rows = ledger.history(days)
     finally:

@@ -122,3 +122,13 @@ def test_bad_trace_row_is_one_line_exit_2(tmp_path):
 def test_generator_numbers_out_of_range_exit_2_naming_the_flag(flags, said):
     res = run("--jobs", "30", *flags)
     assert res.exit_code == 2 and said in res.output and "Traceback" not in res.output, res.output
+
+
+@pytest.mark.parametrize("flags", [["--from-ledger", "--days", "1"], ["--jobs", "30", "--lane", "free"]])
+def test_reading_a_ledger_that_is_not_there_creates_none(tmp_path, flags):
+    # A typo in --db made an empty ledger there: --from-ledger then said "no settled jobs", --lane ran on
+    # the defaults of the lane it had just created, and the stray file stayed.
+    db = tmp_path / "typo.db"
+    res = run(*flags, "--db", f"sqlite:///{db}")
+    assert res.exit_code == 2 and "no ledger at" in res.output, res.output
+    assert not db.exists()
