@@ -290,12 +290,12 @@ class Gate:
         try:
             while (sleep := self._poll(led, state, w)) is not None:
                 w.event.wait(sleep)
+            self._admitted(led, time.monotonic() - state["t0"])  # a timeout landing here: abandon gives the lease back
         except BaseException as exc:
             waiting.abandon(led, self, exc)
             raise
         finally:
             led.wakeups.unregister(self.job_id)
-        self._admitted(led, time.monotonic() - state["t0"])
         return self
 
     async def __aenter__(self) -> Gate:
@@ -307,12 +307,12 @@ class Gate:
                 end = time.monotonic() + sleep
                 while not w.event.is_set() and time.monotonic() < end:  # the event is set by another thread
                     await asyncio.sleep(min(ASYNC_CHECK, max(0.0, end - time.monotonic())))
+            self._admitted(led, time.monotonic() - state["t0"])
         except BaseException as exc:
             waiting.abandon(led, self, exc)
             raise
         finally:
             led.wakeups.unregister(self.job_id)
-        self._admitted(led, time.monotonic() - state["t0"])
         return self
 
     # -- exit -----------------------------------------------------------------------

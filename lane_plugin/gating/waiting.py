@@ -6,6 +6,7 @@ from ..errors import JobParked
 from ..ledger.waiters import ROW_KEYS, WAITER_GONE
 from . import timeouts
 from .ledgers import run_logger
+from .renewal import renewer
 
 
 def take(led, job_id: str, w):
@@ -35,7 +36,10 @@ def abandon(led, gate, exc: BaseException) -> None:
     leased just as the wait ended, it is settled with nothing spent (its body never ran), and the rate charge
     it was handed with leaves the burst window (its request never went out).
     """
-    if gate.job_id is None or isinstance(exc, JobParked) or gate.lease is not None:
+    if gate.job_id is None or isinstance(exc, JobParked):
+        return
+    if gate.lease is not None:
+        _give_back(led, gate, exc)
         return
     try:
         with timeouts.shield():
@@ -45,5 +49,20 @@ def abandon(led, gate, exc: BaseException) -> None:
             if job["state"] == "leased":
                 led.settle(gate.job_id, 0, attempt=job["attempt"], outcome="failed", unsent=True)
     except Exception as err:  # its waiter is gone anyway: the ledger drops the job in a few seconds
+        run_logger().warning("lane gate: could not release job %s after %s: %s", gate.job_id,
+                             type(exc).__name__, err)  # fmt: skip
+
+
+def _give_back(led, gate, exc: BaseException) -> None:
+    """Leased, picked up, and the body never ran (a timeout landed in the admission, or its renewal could not
+    start): stop renewing the lease and settle the attempt with nothing spent, so neither its slot nor its
+    reserve is held until the lease expires (or, renewed, for ever); then close the gate's timeout shield."""
+    held, gate._held = gate._held, None
+    if held is not None:
+        renewer().release(held)
+    try:
+        with gate._shield, timeouts.shield():  # a timeout deferred by the gate's shield is raised after this
+            gate.settled = led.settle(gate.job_id, 0, attempt=gate.lease.attempt, outcome="failed")
+    except Exception as err:  # the lease expires on its own: it is no longer renewed
         run_logger().warning("lane gate: could not release job %s after %s: %s", gate.job_id,
                              type(exc).__name__, err)  # fmt: skip

@@ -1,0 +1,270 @@
+"""A hostile reviewer's Prefect-lifecycle scenarios: whatever the task run's lifecycle does (a timeout at
+admission, a generator abandoned half-way, retries, a lease lost mid-body, many waiters on one slot), the
+ledger's own reads must agree afterwards: audit sound, reserved = Σ est of leased jobs, spent = Σ settlement
+actuals, and no job left leased or waiting that nobody runs. Each runs on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import pytest
+from prefect import flow
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from lane_plugin import lane_task, report_usage
+from lane_plugin.gating import get_ledger, renewal, tokenlog
+
+from ..conftest import PgSchema, postgres_or_skip
+from ..tables import job_rows, settlements
+
+pytestmark = [pytest.mark.usefixtures("prefect_server"), pytest.mark.timeout(180)]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def led(request, tmp_path, monkeypatch):
+    """The gate's ledger for this test, on each database."""
+    schema = None
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'lane.db'}"
+    else:
+        schema = PgSchema(postgres_or_skip())
+        url = schema.url
+    monkeypatch.setenv("LANE_DATABASE_URL", url)
+    ledger = get_ledger(url)
+    ledger.lanes()  # migrate first: no timeout lands in the ledger's creation
+    yield ledger
+    ledger.close()
+    if schema is not None:
+        schema.drop()
+
+
+def sound(ledger, *, stuck_ok: int = 0) -> None:
+    """The ledger's own reads agree: audit, I2, I3 per lane, and nothing left leased or waiting."""
+    assert ledger.audit() == []
+    jobs, sets = job_rows(ledger), settlements(ledger)
+    for lane in ledger.lanes():
+        row = ledger.lane(lane["lane"])
+        leased = [j for j in jobs if j["lane"] == row.name and j["state"] == "leased"]
+        assert row.reserved == sum(j["est"] for j in leased), (row.name, row.reserved, leased)
+        assert row.leased == len(leased), (row.name, row.leased, leased)
+        assert row.spent == sum(s["actual"] for s in sets if s["lane"] == row.name), (row.name, row.spent, sets)
+    stuck = [j for j in jobs if j["state"] in ("leased", "new")]
+    assert len(stuck) <= stuck_ok, stuck
+
+
+# -- 1. a timeout that lands as the job is admitted ---------------------------------------------------
+@lane_task(stage="admit-alarm", estimate=500, timeout_seconds=1.0)
+def admit_alarm():
+    return {"usage": {"total_tokens": 400}}
+
+
+@pytest.mark.timeout(180, method="thread")  # no SIGALRM handler of pytest's: Prefect uses its alarm
+def test_a_timeout_landing_in_the_admission_log_read_leaks_no_lease(led, monkeypatch):
+    """Prefect's alarm (main thread) fires while the gate logs the admission (a slow ledger read):
+    the job was leased, the body never ran. Nothing may stay leased, nor be renewed forever."""
+    assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
+    entered = []
+    real = tokenlog.admitted
+
+    def slow_admitted(*a, **k):  # the lane read behind the INFO line is slow: the alarm lands in it
+        entered.append(time.monotonic())
+        time.sleep(3.0)
+        return real(*a, **k)
+
+    monkeypatch.setattr(tokenlog, "admitted", slow_admitted)
+    states = []
+
+    @flow
+    def f():
+        states.append(admit_alarm(return_state=True))
+
+    f()
+    assert entered, "the admission log ran"
+    assert states[0].name == "TimedOut", states[0]  # the fault happened: the alarm fired in the admission
+    held = [h for h in renewal.renewer()._held if h.ledger is led]
+    assert held == [], "a lease nobody will settle is renewed forever"
+    [job] = job_rows(led)
+    assert job["state"] != "leased", job
+    assert [(x["actual"], x["outcome"]) for x in settlements(led)] == [(0, "failed")]  # the body never ran
+    sound(led)
+
+
+@lane_task(stage="admit-blip", estimate=500)
+def admit_blip():
+    return {"usage": {"total_tokens": 400}}
+
+
+def test_a_lease_renewal_that_cannot_start_gives_the_lease_and_the_threads_shield_back(led, monkeypatch):
+    """In a worker thread the gate holds Prefect's timeout shield from admission; the renewer's first read of
+    the lane fails (a database blip). The task fails, but the lease must not stay held until it expires, and
+    the worker thread must not keep the shield (every later timeout in it would be deferred for ever)."""
+    from prefect._internal.concurrency.cancellation import _get_thread_shield
+    from sqlalchemy.exc import OperationalError
+
+    shields, real = [], renewal.Renewer._interval
+
+    def blip(self, ledger, lane):
+        shields.append(_get_thread_shield(threading.current_thread()))
+        raise OperationalError("select lane", {}, Exception("server closed the connection unexpectedly"))
+
+    monkeypatch.setattr(renewal.Renewer, "_interval", blip)
+    states = []
+
+    @flow(task_runner=ThreadPoolTaskRunner(max_workers=1))
+    def f():
+        states.append(admit_blip.submit().wait() or None)
+        fut = admit_blip.submit()
+        fut.wait()
+        states.append(fut.state)
+
+    f()
+    monkeypatch.setattr(renewal.Renewer, "_interval", real)
+    assert shields and states[-1].is_failed(), states  # the fault happened: the renewal could not start
+    assert not any(sh.active() for sh in shields), "the worker thread kept Prefect's timeout shield"
+    assert all(j["state"] != "leased" for j in job_rows(led)), job_rows(led)
+    sound(led)
+
+
+# -- 2. a generator abandoned half-way ----------------------------------------------------------------
+@lane_task(stage="gen", estimate=300)
+def gen_items(n: int):
+    for i in range(n):
+        report_usage(100)
+        yield f"item {i}"
+
+
+@lane_task(stage="agen", estimate=300)
+async def agen_items(n: int):
+    for i in range(n):
+        report_usage(100)
+        yield f"item {i}"
+
+
+def test_a_generator_abandoned_half_way_settles_what_it_used(led):
+    @flow
+    def f():
+        for item in gen_items(5):
+            if item == "item 1":
+                break
+
+    f()
+    [job] = job_rows(led)
+    assert job["state"] == "done" and job["actual"] == 200, job
+    sound(led)
+
+
+def test_an_async_generator_abandoned_half_way_settles_what_it_used(led):
+    import asyncio
+
+    @flow
+    async def f():
+        async for item in agen_items(5):
+            if item == "item 1":
+                break
+
+    asyncio.run(f())
+    [job] = job_rows(led)
+    assert job["state"] == "done" and job["actual"] == 200, job
+    sound(led)
+
+
+# -- 3. retries with usage on failing attempts ---------------------------------------------------------
+_calls = {"n": 0}
+
+
+@lane_task(stage="flaky", estimate=500, retries=2, retry_delay_seconds=0)
+def flaky():
+    _calls["n"] += 1
+    report_usage(300)
+    if _calls["n"] < 3:
+        raise RuntimeError("provider 500")
+    return {"usage": {"total_tokens": 200}}
+
+
+def test_retries_bill_every_failed_attempts_reported_usage(led):
+    _calls["n"] = 0
+
+    @flow
+    def f():
+        return flaky()
+
+    f()
+    assert _calls["n"] == 3
+    sets = settlements(led)
+    assert [s["actual"] for s in sets] == [300, 300, 500], sets
+    assert led.lane("free").spent == 1100
+    sound(led)
+
+
+# -- 4. many waiters on one slot, a thread pool ----------------------------------------------------------
+@lane_task(stage="mapped", estimate=100)
+def mapped(x: int):
+    time.sleep(0.05)
+    return {"usage": {"total_tokens": 90 + x}}
+
+
+def test_map_on_one_slot_settles_every_job(led):
+    led.set_lane("free", max_leased=1)
+
+    @flow(task_runner=ThreadPoolTaskRunner(max_workers=8))
+    def f():
+        return mapped.map(list(range(12))).result()
+
+    f()
+    jobs = job_rows(led)
+    assert len(jobs) == 12 and all(j["state"] == "done" for j in jobs)
+    assert led.lane("free").spent == sum(90 + x for x in range(12))
+    sound(led)
+
+
+def test_a_flow_that_returns_with_tasks_still_waiting(led):
+    led.set_lane("free", max_leased=1)
+
+    @flow(task_runner=ThreadPoolTaskRunner(max_workers=4))
+    def f():
+        for x in range(4):
+            mapped.submit(x)  # never resolved
+
+    f()
+    time.sleep(0.5)
+    sound(led)
+
+
+# -- 5. a lease that expires while the body runs --------------------------------------------------------
+@lane_task(stage="lost", estimate=500)
+def loses_lease():
+    time.sleep(1.6)  # the lease (1 s) expires: renewal is blocked
+    get_ledger().reap()
+    return {"usage": {"total_tokens": 650}}
+
+
+def test_a_lease_lost_mid_body_is_still_billed_late(led, monkeypatch):
+    led.set_lane("free", lease_seconds=1.0)
+    monkeypatch.setattr(renewal.Renewer, "_renew", lambda self, held: None)  # renewal blocked
+
+    @flow
+    def f():
+        return loses_lease(return_state=True)
+
+    state = f()
+    [s] = settlements(led)
+    assert s["late"], s  # the fault happened: the lease had expired
+    assert s["actual"] == 650 and led.lane("free").spent == 650
+    sound(led)
+
+
+# -- 6. estimate callables that raise or return nonsense ---------------------------------------------
+@pytest.mark.parametrize("est", [lambda: 1 / 0, lambda: -5, lambda: "many", lambda: float("nan"), lambda: None])
+def test_a_bad_estimate_is_a_clear_error_and_writes_nothing(led, est):
+    t = lane_task(stage="bad-est", estimate=est)(lambda: 1)
+
+    @flow
+    def f():
+        return t(return_state=True)
+
+    state = f(return_state=True)
+    assert state.is_failed()
+    assert job_rows(led) == []
+    sound(led)
