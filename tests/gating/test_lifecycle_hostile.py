@@ -5,6 +5,7 @@ actuals, and no job left leased or waiting that nobody runs. Each runs on SQLite
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -267,4 +268,56 @@ def test_a_bad_estimate_is_a_clear_error_and_writes_nothing(led, est):
     state = f(return_state=True)
     assert state.is_failed()
     assert job_rows(led) == []
+    sound(led)
+
+
+# -- 7. the flow run is cancelled (SIGTERM -> TerminationSignal) or interrupted mid-call -------------------
+@lane_task(stage="cancelled", estimate=500)
+def long_call():
+    report_usage(100)  # a first call came back
+    time.sleep(5.0)  # the second LLM call: the flow run is cancelled during it
+    return {"usage": {"total_tokens": 900}}
+
+
+def _signal_when_leased(ledger, signum: int, sent: list) -> threading.Thread:
+    def run():
+        for _ in range(300):
+            if any(j["state"] == "leased" for j in job_rows(ledger)):
+                time.sleep(0.3)  # the body is in its call
+                if signal.getsignal(signum) in (signal.SIG_DFL, signal.SIG_IGN, None):
+                    return  # nobody would turn it into an exception: never kill the test process
+                sent.append(time.monotonic())
+                os.kill(os.getpid(), signum)
+                return
+            time.sleep(0.05)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["cancel-sigterm", "ctrl-c"])
+@pytest.mark.timeout(180, method="thread")
+def test_a_call_cut_short_by_cancellation_bills_the_estimate(led, signum):
+    """Prefect cancels a running flow run by SIGTERM, which its engine raises as TerminationSignal in the
+    body; Ctrl-C raises KeyboardInterrupt. Either cuts the LLM call short like a timeout does: the provider may
+    bill it, so the gate bills at least the estimate (marked by_estimate), never just what came back before."""
+    sent: list = []
+    before = signal.signal(signal.SIGTERM, lambda *a: None)  # Prefect re-sends SIGTERM to the handler it replaced
+
+    @flow
+    def f():
+        long_call()
+
+    t = _signal_when_leased(led, signum, sent)
+    try:
+        with pytest.raises(BaseException):
+            f()
+        t.join(5)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    [job] = job_rows(led)
+    assert sent and job["finished_at"] - job["admitted_at"] < 4.5, "the signal cut the 5 s call short"
+    [s] = settlements(led)
+    assert (s["actual"], bool(s["by_estimate"]), s["outcome"]) == (500, True, "failed"), s
     sound(led)
