@@ -202,10 +202,11 @@ class Gate:
         if flow_run is not None and self.run_key == flow_run:
             note_run(flow_run, led)  # the flow run's lane-bill is published when it finishes
         try:
-            self.job_id = led.submit(self.stage, self.est, self.lane, rate_cost=self.rate_cost,
-                                     est_version=self.est_version, est_input=self.est_input, run_key=self.run_key,
-                                     key=self.key, attempt=self.attempt, est_var=self.est_var, waiter=waiter_id(),
-                                     wait_seconds=self.wait_seconds, fallback=self.fallback, rerun=True)  # fmt: skip
+            with timeouts.shield():  # a timeout landing in the submit is raised once its job id is known
+                self.job_id = led.submit(self.stage, self.est, self.lane, rate_cost=self.rate_cost,
+                                         est_version=self.est_version, est_input=self.est_input, run_key=self.run_key,
+                                         key=self.key, attempt=self.attempt, est_var=self.est_var, waiter=waiter_id(),
+                                         wait_seconds=self.wait_seconds, fallback=self.fallback, rerun=True)  # fmt: skip
         except NeverFits as exc:
             run_logger().error("lane gate: %s job (%s tokens) can never be admitted: %s", self.stage, self.est, exc)
             raise
@@ -284,10 +285,11 @@ class Gate:
             _current.reset(token)
 
     def __enter__(self) -> Gate:
-        led = self._intake()
-        w = led.wakeups.register(self.job_id, self.lane)
-        state = {"t0": time.monotonic(), "next_log": time.monotonic() + LOG_FIRST, "first": True}
-        try:
+        led = get_ledger(self._ledger_arg)
+        try:  # a timeout landing once the job is written (even in its submit) parks it: nobody waits for it
+            self._intake()
+            w = led.wakeups.register(self.job_id, self.lane)
+            state = {"t0": time.monotonic(), "next_log": time.monotonic() + LOG_FIRST, "first": True}
             while (sleep := self._poll(led, state, w)) is not None:
                 w.event.wait(sleep)
             self._admitted(led, time.monotonic() - state["t0"])  # a timeout landing here: abandon gives the lease back

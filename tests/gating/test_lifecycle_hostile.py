@@ -321,3 +321,86 @@ def test_a_call_cut_short_by_cancellation_bills_the_estimate(led, signum):
     [s] = settlements(led)
     assert (s["actual"], bool(s["by_estimate"]), s["outcome"]) == (500, True, "failed"), s
     sound(led)
+
+
+# -- 8. a timeout that lands as the job is submitted ----------------------------------------------------
+@lane_task(stage="submit-alarm", estimate=500, timeout_seconds=1.0)
+def submit_alarm():
+    return {"usage": {"total_tokens": 400}}
+
+
+@pytest.mark.timeout(180, method="thread")
+def test_a_timeout_landing_just_after_the_submit_leaves_no_job_waiting_for_nobody(led, monkeypatch):
+    """The alarm fires after the job's row is written, before the gate starts waiting (a slow commit)."""
+    from lane_plugin.ledger import Ledger
+
+    real, entered = Ledger.submit, []
+
+    def slow_submit(self, *a, **k):
+        job_id = real(self, *a, **k)
+        entered.append(job_id)
+        time.sleep(3.0)  # the commit's round trip is slow: the alarm lands here
+        return job_id
+
+    monkeypatch.setattr(Ledger, "submit", slow_submit)
+    states = []
+
+    @flow
+    def f():
+        states.append(submit_alarm(return_state=True))
+
+    f()
+    monkeypatch.setattr(Ledger, "submit", real)
+    assert entered and states[0].name == "TimedOut", states  # the fault happened
+    led.tick("free")  # a later tick must not lease it to nobody
+    [job] = job_rows(led)
+    assert job["state"] not in ("new", "leased"), job
+    sound(led)
+
+
+# -- 9. cache hits neither wait nor settle ----------------------------------------------------------------
+@lane_task(stage="cached", estimate=100, cache_key_fn=lambda ctx, params: f"lc-{params['x']}")
+def cached(x: str):
+    return {"usage": {"total_tokens": 50}}
+
+
+def test_a_cache_hit_neither_waits_nor_settles_and_refresh_cache_does(led):
+    import uuid
+
+    key = uuid.uuid4().hex
+
+    @flow
+    def f():
+        cached(key)
+        cached(key)  # a hit: no job
+        cached.with_options(refresh_cache=True)(key)  # runs again: a job
+
+    f()
+    assert len(job_rows(led)) == 2 and led.lane("free").spent == 100
+    sound(led)
+
+
+# -- 10. an async body that reported more than its estimate, then timed out -------------------------------
+@lane_task(stage="async-over", estimate=500, timeout_seconds=1.0)
+async def async_over():
+    import asyncio
+
+    report_usage(700)
+    await asyncio.sleep(3.0)
+    return {"usage": {"total_tokens": 100}}
+
+
+def test_an_async_timeout_after_more_than_the_estimate_bills_what_was_reported(led):
+    import asyncio
+
+    states = []
+
+    @flow
+    async def f():
+        states.append(await async_over(return_state=True))
+
+    asyncio.run(f())
+    assert states[0].name == "TimedOut"
+    [s] = settlements(led)
+    assert (s["actual"], s["outcome"]) == (700, "failed")
+    sound(led)
