@@ -319,7 +319,7 @@ class Gate:
 
     # -- exit -----------------------------------------------------------------------
     def __exit__(self, exc_type, exc, tb) -> None:
-        with self._shield:  # a deferred timeout is raised when this closes, after the settlement
+        with self._shield, timeouts.shield():  # a timeout (deferred, or landing now) is raised after the settlement
             self._exit(exc_type)
             if self._shielded and exc_type is None and timeouts.task_timed_out():
                 timeouts.raise_timeout()  # the body overran timeout_seconds: the task run ends timed out, as in Prefect
