@@ -56,7 +56,11 @@ def task_timed_out() -> bool:
         return False
     ctx = TaskRunContext.get()
     timeout = getattr(getattr(ctx, "task", None), "timeout_seconds", None)
-    start = getattr(getattr(ctx, "task_run", None), "start_time", None)
+    run = getattr(ctx, "task_run", None)
+    start = getattr(run, "start_time", None)  # the first attempt's start: a retry's clock starts at its own
+    state = getattr(run, "state", None)
+    if state is not None and state.is_running() and (start is None or state.timestamp > start):
+        start = state.timestamp  # this attempt entered Running then (Prefect's timeout counts from there)
     if not timeout or start is None:
         return False
     return time.time() - start.timestamp() >= timeout

@@ -404,3 +404,119 @@ def test_an_async_timeout_after_more_than_the_estimate_bills_what_was_reported(l
     [s] = settlements(led)
     assert (s["actual"], s["outcome"]) == (700, "failed")
     sound(led)
+
+
+# -- 11. a timeout that lands between the body's return and its settlement (main thread, alarm) -------------
+@lane_task(stage="exit-alarm", estimate=500, timeout_seconds=1.0)
+def exit_alarm():
+    return {"usage": {"total_tokens": 777}}
+
+
+@pytest.mark.timeout(180, method="thread")
+def test_a_timeout_landing_before_the_settlement_still_bills_what_the_body_returned(led, monkeypatch):
+    """The body came back with 777 tokens; the alarm fires while the gate stops renewing its lease (the
+    renewer's lock is busy). The attempt must still be settled with its 777 tokens (I5), not left leased."""
+    real, entered = renewal.Renewer.release, []
+
+    def slow_release(self, held):
+        entered.append(time.monotonic())
+        time.sleep(3.0)
+        return real(self, held)
+
+    monkeypatch.setattr(renewal.Renewer, "release", slow_release)
+    states = []
+
+    @flow
+    def f():
+        states.append(exit_alarm(return_state=True))
+
+    f()
+    monkeypatch.setattr(renewal.Renewer, "release", real)
+    assert entered and states[0].name == "TimedOut", states  # the fault happened: the alarm fired in the exit
+    [s] = settlements(led)
+    assert s["actual"] == 777, s
+    sound(led)
+
+
+# -- 12. many waiters on one slot, some time out while they wait ------------------------------------------
+@lane_task(stage="crowd", estimate=100, timeout_seconds=1.5)
+def crowd(x: int):
+    time.sleep(0.6)
+    return {"usage": {"total_tokens": 100 + x}}
+
+
+def test_waiters_timing_out_on_one_slot_leave_the_ledger_sound(led):
+    led.set_lane("free", max_leased=1)
+    states = []
+
+    @flow(task_runner=ThreadPoolTaskRunner(max_workers=6))
+    def f():
+        futs = crowd.map(list(range(6)))
+        futs.wait()
+        states.extend(x.state for x in futs)
+
+    f()
+    assert any(s.name == "TimedOut" for s in states), states  # the fault happened: some timed out waiting
+    done = [j for j in job_rows(led) if j["state"] == "done"]
+    assert led.lane("free").spent == sum(j["actual"] for j in done)
+    sound(led)
+
+
+# -- 13. a retry after the first attempt timed out while it waited -----------------------------------------
+@lane_task(stage="retry-wait", estimate=10, lane="tight", timeout_seconds=1.0, retries=1, retry_delay_seconds=1)
+def retry_wait():
+    return {"usage": {"total_tokens": 9}}
+
+
+def test_a_retry_after_a_wait_that_timed_out_is_admitted_and_settled_once(led):
+    led.set_lane("tight", allowance=10_000, ceiling=10_000, start_fraction=1.0, max_leased=1)
+    led.submit("holder", 10, "tight")
+    [held] = led.tick("tight")
+
+    def free_after_first_attempt_timed_out():
+        for _ in range(600):
+            if job_rows(led, "stage = 'retry-wait'"):
+                time.sleep(1.6)  # attempt 1 (timeout 1 s) has timed out waiting
+                get_ledger().settle(held, 10)  # room frees before the retry (1 s later)
+                return
+            time.sleep(0.05)
+
+    threading.Thread(target=free_after_first_attempt_timed_out, daemon=True).start()
+    states = []
+
+    @flow
+    def f():
+        states.append(retry_wait(return_state=True))
+
+    f()
+    assert states[0].is_completed(), states
+    [job] = [j for j in job_rows(led) if j["stage"] == "retry-wait"]
+    assert job["state"] == "done" and job["attempt"] == 2, job  # the fault happened: attempt 1 timed out
+    assert [s["actual"] for s in settlements(led) if s["job_id"] == job["id"]] == [9]
+    sound(led)
+
+
+# -- 14. with_options chains still gate; a rate_cost callable that raises writes nothing ----------------------
+def test_with_options_chains_still_gate(led):
+    t = mapped.with_options(retries=1).with_options(name="renamed", timeout_seconds=30)
+
+    @flow
+    def f():
+        return t(3)
+
+    f()
+    [job] = job_rows(led)
+    assert job["stage"] == "mapped" and job["actual"] == 93
+    sound(led)
+
+
+def test_a_raising_rate_cost_is_a_clear_error_and_writes_nothing(led):
+    t = lane_task(stage="bad-rate", estimate=10, rate_cost=lambda: 1 / 0)(lambda: 1)
+
+    @flow
+    def f():
+        return t()
+
+    assert f(return_state=True).is_failed()
+    assert job_rows(led) == []
+    sound(led)
