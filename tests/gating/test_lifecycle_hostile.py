@@ -520,3 +520,36 @@ def test_a_raising_rate_cost_is_a_clear_error_and_writes_nothing(led):
     assert f(return_state=True).is_failed()
     assert job_rows(led) == []
     sound(led)
+
+
+# -- 15. a lease lost mid-body, the body fails, Prefect retries ------------------------------------------------
+_lost = {"n": 0}
+
+
+@lane_task(stage="lost-retry", estimate=500, retries=1, retry_delay_seconds=0)
+def lost_then_retry():
+    _lost["n"] += 1
+    report_usage(300)
+    if _lost["n"] == 1:
+        time.sleep(1.6)  # the lease (1 s) expires: renewal is blocked
+        get_ledger().reap()
+        raise RuntimeError("provider 500 after a long call")
+    return {"usage": {"total_tokens": 100}}
+
+
+def test_a_lost_lease_then_a_failed_attempt_then_a_retry_bills_both_attempts(led, monkeypatch):
+    led.set_lane("free", lease_seconds=1.0)
+    monkeypatch.setattr(renewal.Renewer, "_renew", lambda self, held: None)  # renewal blocked
+    _lost["n"] = 0
+
+    @flow
+    def f():
+        return lost_then_retry(return_state=True)
+
+    f()
+    sets = settlements(led)
+    assert sets and sets[0]["late"], sets  # the fault happened: attempt 1's lease had expired
+    assert [(s["attempt"], s["actual"]) for s in sets] == [(1, 300), (2, 400)], sets
+    [job] = job_rows(led)
+    assert job["state"] == "done", job
+    sound(led)
