@@ -332,8 +332,11 @@ class Gate:
         if held is not None:
             renewer().release(held)
         led = get_ledger(self._ledger_arg)
-        if exc_type is not None and self.used < self.est and (issubclass(exc_type, TimeoutError) or not issubclass(
-                exc_type, (Exception, GeneratorExit))):  # a timeout, CancelledError, Prefect's TerminationSignal, ^C
+        if (
+            exc_type is not None
+            and self.used < self.est
+            and (issubclass(exc_type, TimeoutError) or not issubclass(exc_type, (Exception, GeneratorExit)))
+        ):  # a timeout, CancelledError, Prefect's TerminationSignal, ^C
             # A timeout or cancellation stopped the body, maybe during an LLM call the provider bills anyway:
             # bill the estimate (at least what was reported), marked as billed by estimate.
             run_logger().warning("lane gate: %s job %s was stopped (%s) with %d tokens reported; billing its "

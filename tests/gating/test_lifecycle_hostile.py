@@ -249,7 +249,7 @@ def test_a_lease_lost_mid_body_is_still_billed_late(led, monkeypatch):
     def f():
         return loses_lease(return_state=True)
 
-    state = f()
+    f()
     [s] = settlements(led)
     assert s["late"], s  # the fault happened: the lease had expired
     assert s["actual"] == 650 and led.lane("free").spent == 650
@@ -311,7 +311,7 @@ def test_a_call_cut_short_by_cancellation_bills_the_estimate(led, signum):
 
     t = _signal_when_leased(led, signum, sent)
     try:
-        with pytest.raises(BaseException):
+        with pytest.raises(BaseException):  # noqa: B017 - TerminationSignal or KeyboardInterrupt
             f()
         t.join(5)
     finally:
