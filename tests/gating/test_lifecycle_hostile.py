@@ -553,3 +553,30 @@ def test_a_lost_lease_then_a_failed_attempt_then_a_retry_bills_both_attempts(led
     [job] = job_rows(led)
     assert job["state"] == "done", job
     sound(led)
+
+
+# -- 16. async tasks gathered on one slot; one fails, the flow run ends with the others still waiting ------------
+@lane_task(stage="gathered", estimate=100)
+async def gathered(x: int):
+    import asyncio
+
+    await asyncio.sleep(0.3)
+    if x == 0:
+        raise RuntimeError("first one fails")
+    return {"usage": {"total_tokens": 100 + x}}
+
+
+def test_gathered_async_tasks_abandoned_when_one_fails_leave_the_ledger_sound(led):
+    import asyncio
+
+    led.set_lane("free", max_leased=1)
+
+    @flow
+    async def f():
+        await asyncio.gather(*(gathered(x) for x in range(5)))
+
+    assert asyncio.run(f(return_state=True)).is_failed()
+    time.sleep(0.5)
+    jobs = job_rows(led)
+    assert len(jobs) >= 2 and any(j["state"] == "failed" for j in jobs), jobs  # the first failed, others waited
+    sound(led)
