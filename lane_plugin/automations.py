@@ -83,8 +83,9 @@ def apply(path: Path, block_id: str | None = None, block: str | None = None) -> 
             block_id = str(uuid.UUID(str(block_id)))
         except ValueError:
             raise InvalidInput("--block-id", block_id, "expected a block document's UUID (prefect block ls)") from None
-    load(path, block_id or ANY_ID)
-    automations = load(path, block_id or block_document_id(block))
+    automations = load(path, block_id or ANY_ID)
+    if block_id is None:  # the file is sound: now ask Prefect for the block's id
+        automations = load(path, block_document_id(block))
     lines = []
     with get_client(sync_client=True) as client:
         for auto in automations:
