@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from lane_plugin import policy, sizeclass
+from lane_plugin import policy
+from lane_plugin.policy import sizeclass
 
 
 def lane(led, name="t", **kw):

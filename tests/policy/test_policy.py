@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lane_plugin import policy, sizeclass
-from lane_plugin.policy import Candidate, LanePolicy, LaneSnapshot, admit, fit_runs, never_fits
+from lane_plugin import policy
+from lane_plugin.policy import Candidate, LanePolicy, LaneSnapshot, admit, fit_runs, never_fits, sizeclass
 
 
 def snap(p, *, spent=0, reserved=0, leased=0, window_used=0, now=1000.0, stopped=False, started=(),

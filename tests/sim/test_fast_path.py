@@ -15,8 +15,8 @@ import random
 import pytest
 from hypothesis import given, settings
 
-from lane_plugin import policy, sizeclass
-from lane_plugin.policy import admit, fit_runs, order
+from lane_plugin import policy
+from lane_plugin.policy import admit, fit_runs, order, sizeclass
 from lane_plugin.sim import lanequeue as sim_lanequeue
 from lane_plugin.sim import policies as sim_policies
 from lane_plugin.sim import runs as sim_runs
