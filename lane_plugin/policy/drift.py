@@ -1,7 +1,7 @@
 """The drift allowance: what admission charges past the estimates, learned from settled work.
 
-Pure functions (no database, no clock), used by :mod:`lane_plugin.policy`'s ceiling
-rule, the ledger's refit (:mod:`lane_plugin.ledger.runs`) and the simulator.
+Pure functions (no database, no clock), used by admission's ceiling rule (rule 3 of
+:mod:`lane_plugin.policy.admission`), the ledger's refit (:mod:`lane_plugin.ledger.runs`) and the simulator.
 
 A lane whose jobs settle above their estimates (a fixed output allowance below
 the real mean, a generator's drift) overruns the ceiling by what the jobs in
@@ -134,7 +134,9 @@ def fit_drift_arrays(est, actual) -> tuple[float, int, int]:
         return 1.0, 0, 0
     est, actual = _exact(np, est), _exact(np, actual)  # int64 (or Python integers): no arithmetic in a narrow dtype
     big = max(abs(int(est.max())), abs(int(est.min())), abs(int(actual.max())), abs(int(actual.min())))
-    if est.dtype != object and big * max(n, 10_000) >= 2**62:  # the sums, or est * extra below, could pass int64: exact Python ints
+    if (
+        est.dtype != object and big * max(n, 10_000) >= 2**62
+    ):  # the sums, or est * extra below, could pass int64: exact Python ints
         est, actual = est.astype(object), actual.astype(object)
     total_est, total_actual = int(est.sum()), int(actual.sum())
     drift = 1.0
