@@ -140,7 +140,9 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
     committed, finishing = snapshot.spent + snapshot.reserved, snapshot.finishing
     leased, window, var = snapshot.leased, snapshot.window_used, snapshot.reserved_var
     # Runs started and reserves changed in this tick, over the snapshot's (which may be large: not copied).
-    started, remaining, was_started, had = set(), {}, snapshot.started_runs, snapshot.run_remaining
+    started: set[str] = set()
+    remaining: dict[str, int] = {}
+    was_started, had = snapshot.started_runs, snapshot.run_remaining
     runs: dict[str, tuple[str, int, str | None]] = {}
     admitted: list[Candidate] = []
     parked: list[tuple[Candidate, str, str]] = []
@@ -212,7 +214,7 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
                 leased += 1
                 window += c_rate
                 var += c_var
-                if kind != FREE:
+                if key is not None:  # (kind != FREE)
                     finishing += c.after - (remaining[key] if key in remaining else had.get(key, 0))
                     remaining[key] = c.after
                     runs[key] = (key, c.after, c.stage)
