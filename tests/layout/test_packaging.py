@@ -47,3 +47,10 @@ def test_the_type_check_covers_the_policy_and_the_public_api():
         public.add(getattr(obj, "__module__", None) or type(obj).__module__)
     public |= {"lane_plugin.ledger", "lane_plugin.gating"}  # the packages the names come through
     assert public <= held, sorted(public - held)
+
+
+def test_the_changelog_has_an_unreleased_section_and_an_entry_for_this_version():
+    headings = [line for line in (ROOT / "CHANGELOG.md").read_text().splitlines() if line.startswith("## ")]
+    assert headings[0] == "## [Unreleased]"
+    version = PYPROJECT["project"]["version"]
+    assert any(h.startswith(f"## [{version}] - ") for h in headings), (version, headings)
