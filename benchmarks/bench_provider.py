@@ -76,7 +76,7 @@ def workload(calls: int, trace: str, max_tokens: int, seed: int) -> list[tuple[i
 
 def ideal_wall(args, work: list[tuple[int, int, int]]) -> float:
     """The wall time of an ideal client on this workload (the module docstring): the best of three orders."""
-    from lane_plugin.policy import window_expiry
+    from lane_plugin.policy.window import window_expiry
     from lane_plugin.testing import load_trace
     from lane_plugin.testing.limits import draw_length
 

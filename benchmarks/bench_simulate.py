@@ -144,7 +144,7 @@ and so does the allowance's cap at 5% of the ceiling: no figure but jobs/s moved
   estimate settles 1.3x bigger: `token-fifo` ends 16.9k past the ceiling over the week and
   `smallest-first` 114k; `lane` went 22.2k past before its drift allowance and now 0 (it charges
   what is in flight at the drift it learned from its latest settlements, plus the overruns seen past
-  that: lane_plugin/drift.py), still using 100.0% of the budget.
+  that: lane_plugin/policy/drift.py), still using 100.0% of the budget.
   `lane`'s median wait is a quarter of `token-fifo`'s (5.3 h against 23.3 h) and its largest decile
   waits like everybody else; `smallest-first` has the best median and leaves big jobs waiting 8.5 days.
 - worker-bound (~90% busy, budget ample): every policy keeps the worker equally busy. Once the lane

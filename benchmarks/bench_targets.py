@@ -228,7 +228,7 @@ checked again after its cap):
   settlements, `drift` = sum(actual) / sum(est) when above 1, and the overruns past that
   drift-corrected size; each admission keeps free the drift-corrected size of what is in flight and
   of the job, the 90th percentile of those overruns per job in flight, and the largest one once
-  (`lane_plugin/drift.py`; `lane.drift`, `drift_spread`, `drift_overrun`, migration 0009). On
+  (`lane_plugin/policy/drift.py`; `lane.drift`, `drift_spread`, `drift_overrun`, migration 0009). On
   Mooncake at the end: drift 1.0079, spread 302, overrun 1,683, so with 64 calls of ~12k in flight
   about 1,683 + 64 x 302 + 0.79% of 790k = ~27k tokens (0.04% of the ceiling) are kept free; on Azure
   the estimate covers the mean output (drift 1.0, spread 0) and only the overrun (684) is kept free.

@@ -6,6 +6,8 @@
 never pays for importing Prefect. docs/architecture.md maps the package.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     AmbiguousAttempt,
     ConflictingReplay,
@@ -27,12 +29,15 @@ from .errors import (
 from .ledger import Lease, Ledger, Settled
 from .ledger.preflight import register_preflight, unregister_preflight
 
+if TYPE_CHECKING:  # type checkers see the gate's names; at run time they are imported on first use
+    from .gating import NO_USAGE, Gate, gate, lane_task, report_usage, track_usage
+
 __version__ = "0.1.0"
 
 _GATING = ("lane_task", "gate", "report_usage", "track_usage", "Gate", "NO_USAGE")
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _GATING:
         from . import gating
 
@@ -44,5 +49,6 @@ __all__ = [
     "AmbiguousAttempt", "ConflictingReplay", "DatabaseError", "InvalidInput", "JobParked", "LaneError", "Lease",
     "LeaseLost", "Ledger", "NeverFits", "NoLedger", "NotALedger", "NotLeased", "NotParked", "Settled", "UnknownJob",
     "register_preflight", "unregister_preflight",
-    "UnknownLane", "UnknownRevision", "UsageMissing", "__version__", *_GATING,
+    "UnknownLane", "UnknownRevision", "UsageMissing", "__version__",
+    "lane_task", "gate", "report_usage", "track_usage", "Gate", "NO_USAGE",  # _GATING: imported on first use
 ]  # fmt: skip

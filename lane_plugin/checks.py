@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Literal, overload
 
 from .errors import InvalidInput
 
@@ -17,7 +18,11 @@ MAX_TEXT = 200  # stage, est_version and run keys are short labels, not document
 SHADOW_VERSION_MAX = 128  # the shadow_estimate.version column (a primary key: kept short)
 
 
-def text(field: str, value, *, required: bool = True, limit: int = MAX_TEXT) -> str | None:
+@overload
+def text(field: str, value: object, *, required: Literal[True] = True, limit: int = MAX_TEXT) -> str: ...
+@overload
+def text(field: str, value: object, *, required: bool, limit: int = MAX_TEXT) -> str | None: ...
+def text(field: str, value: object, *, required: bool = True, limit: int = MAX_TEXT) -> str | None:
     """A non-empty label of at most ``limit`` characters (None allowed when not ``required``)."""
     if value is None and not required:
         return None

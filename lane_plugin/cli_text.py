@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from .drift import drift_cap
+from .policy.drift import drift_cap
 
 # Keys whose values are epoch seconds: shown as ISO-8601 UTC in --json output.
 TIME_KEYS = frozenset({

@@ -7,8 +7,10 @@ with the class's ``exit_code``.
 
 from __future__ import annotations
 
+from typing import Any
 
-def _shown(value) -> str:
+
+def _shown(value: object) -> str:
     """A value as it appears in a message: repr, cut to 80 characters (input may be 10 kB)."""
     shown = repr(value)
     return shown if len(shown) <= 80 else shown[:77] + "..."
@@ -19,7 +21,7 @@ class LaneError(Exception):
 
     exit_code = 1
 
-    def __init__(self, message: str | None = None, **details):
+    def __init__(self, message: str | None = None, **details: Any) -> None:
         self.details = details
         super().__init__(message or (self.__doc__ or "").strip())
 
@@ -29,7 +31,7 @@ class InvalidInput(LaneError):
 
     exit_code = 2
 
-    def __init__(self, field: str, value, why: str):
+    def __init__(self, field: str, value: object, why: str) -> None:
         super().__init__(f"invalid {field} {_shown(value)}: {why}", field=field, value=value)
         self.field = field
 
@@ -117,7 +119,9 @@ class UnknownRevision(DatabaseError):
         super().__init__(
             f"{where}: schema at unknown Alembic revision {_shown(revision)} (this lane_plugin knows "
             f"{', '.join(known)}): a newer lane_plugin wrote it, or it is another application's database; "
-            "upgrade lane_plugin or point --db/LANE_DATABASE_URL at a lane ledger", revision=revision)
+            "upgrade lane_plugin or point --db/LANE_DATABASE_URL at a lane ledger",
+            revision=revision,
+        )
         self.revision = revision
 
 

@@ -13,8 +13,11 @@ reason, unless LANE_REQUIRE_POSTGRES=1 (CI), where that is a failure.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
 import uuid
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -109,6 +112,29 @@ def ledger_url(request, tmp_path):
     schema = PgSchema(postgres_or_skip())
     yield schema.url
     schema.drop()
+
+
+# -- no migration lock left behind (issue 25) ----------------------------------------------------
+@pytest.fixture(scope="session", autouse=True)
+def no_migration_lock_left_behind(tmp_path_factory):
+    """At the end of the session (of each xdist worker): the SQLite ledgers this session made (under its
+    temporary base and PREFECT_HOME) left no ``*.migrate.lock`` beside them, and none in the system
+    temporary directory under the name they had there before issue 25 (``lane-ledger-<sha256 of the
+    ledger's path>.migrate.lock``). Checking by those names, not by listing the directory, keeps other
+    suites running on this machine from failing this one."""
+    yield
+    roots = [tmp_path_factory.getbasetemp()]
+    if os.environ.get("PREFECT_HOME"):
+        roots.append(Path(os.environ["PREFECT_HOME"]))
+    left = [str(p) for root in roots if root.is_dir() for p in root.rglob("*.migrate.lock")]
+    ledgers = [p for root in roots if root.is_dir() for p in root.rglob("*.db")]
+    temp = Path(tempfile.gettempdir())
+    for ledger in ledgers:
+        digest = hashlib.sha256(os.path.realpath(ledger).encode()).hexdigest()[:24]
+        old = temp / f"lane-ledger-{digest}.migrate.lock"
+        if old.exists():
+            left.append(f"{old} (for {ledger})")
+    assert not left, f"{len(ledgers)} ledgers left migration locks behind:\n" + "\n".join(left[:20])
 
 
 # -- Prefect: one test server for the whole session (~9 s to start), a fresh ledger per test ---------

@@ -59,12 +59,12 @@ import asyncio
 import contextlib
 import contextvars
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..checks import MAX_TOKENS
 from ..errors import InvalidInput, JobParked, LaneError, NeverFits, UsageMissing
-from ..ledger import Ledger
+from ..ledger import Lease, Ledger, Settled
 from ..ledger.waiters import waiter_id
 from ..ledger.wakeups import Waiting
 from ..settings import lane_settings
@@ -80,7 +80,7 @@ LOG_FIRST = 1.0  # a waiting job first logs where it stands after this long
 LOG_EVERY = 10.0  # ... and then at least this often
 ASYNC_CHECK = 0.01  # an async waiter looks at its wake-up event this often (no database read)
 _current: contextvars.ContextVar[Gate | None] = contextvars.ContextVar("lane_gate", default=None)
-_missing_said: set = set()  # the missing-usage warning is said once per task (or per gate() stage)
+_missing_said: set[Any] = set()  # the missing-usage warning is said once per task (or per gate() stage)
 
 
 # -- the gate -------------------------------------------------------------------------
@@ -114,8 +114,8 @@ class Gate:
     def __init__(self, stage: str, estimate: Any, lane: str = "free", *, rate_cost: Any = None, deadline: Any = None,
                  fallback: str | bool | None = None, est_version: str | None = None,
                  missing_usage: str | None = None, ledger: Ledger | str | None = None, key: str | None = None,
-                 attempt: int | None = None, run_key: str | None = None, _args: tuple = (),
-                 _kwargs: dict | None = None):  # fmt: skip
+                 attempt: int | None = None, run_key: str | None = None, _args: tuple[Any, ...] = (),
+                 _kwargs: dict[str, Any] | None = None) -> None:  # fmt: skip
         self.stage, self.lane = stage, lane
         self.est, version, self.est_input, self.est_var = resolve_parts(estimate, stage, _args, _kwargs)
         self.rate_cost = resolve_rate_cost(rate_cost, stage, _args, _kwargs)
@@ -125,17 +125,22 @@ class Gate:
         self.missing_usage = check_missing_policy(missing_usage or lane_settings().missing_usage)
         self._ledger_arg = ledger
         self.key, self.attempt, self.run_key = key, attempt, run_key
-        self.job_id: str | None = None
-        self.lease = None
+        self.job_id: str | None = None  # written by the intake (_job: once it is)
+        self.lease: Lease | None = None  # held once admitted
         self.meter = UsageMeter()
         self._shield = contextlib.ExitStack()
         self._shielded = False
         self._held: Held | None = None
-        self._token = None
-        self.settled = None
+        self._token: contextvars.Token[Gate | None] | None = None
+        self.settled: Settled | None = None
         self._whole_task = False  # lane_task: the job is the whole task run
         self._missing_key: Any = ("stage", stage, lane)  # lane_task: its task, so "once per task"
         self._stepwise = False  # a generator's gate is current only while the generator runs
+
+    @property
+    def _job(self) -> str:
+        assert self.job_id is not None, "a gate's job exists once its intake wrote it"  # (for the type checker)
+        return self.job_id
 
     # -- usage ----------------------------------------------------------------------
     @property
@@ -212,7 +217,7 @@ class Gate:
             raise
         return led
 
-    def _poll(self, led: Ledger, state: dict, w: Waiting) -> float | None:
+    def _poll(self, led: Ledger, state: dict[str, Any], w: Waiting) -> float | None:
         """One look: None once leased, else how long to wait for a wake-up (the event cuts it short)."""
         lease = None
         if state.pop("first", False):  # just submitted: one tick usually admits it
@@ -222,7 +227,7 @@ class Gate:
             if lease is None and busy:  # another tick is running: it (or the watcher, shortly) leases what fits
                 led.wakeups.retick(w.lane)
         if lease is None and w.event.is_set():  # leased by a tick or a hand-off, here or in another process
-            lease = waiting.take(led, self.job_id, w)
+            lease = waiting.take(led, self._job, w)
         if lease is not None:
             self.lease = lease
             return None
@@ -239,18 +244,18 @@ class Gate:
         return max(sleep, 0.0)
 
     def _log_wait(self, led: Ledger, waited: float) -> None:
-        tokenlog.waiting(run_logger(), led, stage=self.stage, job_id=self.job_id, waited=waited)
+        tokenlog.waiting(run_logger(), led, stage=self.stage, job_id=self._job, waited=waited)
 
-    def _give_up(self, led: Ledger, state: dict) -> None:
-        s = led.wait_status(self.job_id)
-        moved_to = led.give_up_waiting(self.job_id, f"admission deadline of {self.wait_seconds:g}s passed")
+    def _give_up(self, led: Ledger, state: dict[str, Any]) -> None:
+        s = led.wait_status(self._job)
+        moved_to = led.give_up_waiting(self._job, f"admission deadline of {self.wait_seconds:g}s passed")
         if moved_to is not None:
             run_logger().warning("lane gate: %s job waited %.1fs in lane %r (remaining %d); falling back to lane %r",
                               self.stage, self.wait_seconds, s["lane"], s["remaining"], moved_to)  # fmt: skip
             state.update(t0=time.monotonic(), first=True, lane=moved_to)  # tick the fallback lane now
             return
         try:
-            self.lease = led.acquire(self.job_id)  # admitted while we were giving up?
+            self.lease = led.acquire(self._job)  # admitted while we were giving up?
         except JobParked:
             self.lease = None
         if self.lease is not None:
@@ -269,14 +274,16 @@ class Gate:
             # usage) the call just brought back. Defer it until this attempt is settled; it is raised then.
             self._shield.enter_context(timeouts.shield())
             self._shielded = True
-        self._held = renewer().hold(led, self.lease, run_logger())
-        tokenlog.admitted(run_logger(), led, stage=self.stage, lane=self.lease.lane, est=self.est, waited=waited,
-                          attempt=self.lease.attempt, job_id=self.lease.job_id)  # fmt: skip
+        lease = self.lease
+        assert lease is not None, "a gate is admitted once it holds a lease"
+        self._held = renewer().hold(led, lease, run_logger())
+        tokenlog.admitted(run_logger(), led, stage=self.stage, lane=lease.lane, est=self.est, waited=waited,
+                          attempt=lease.attempt, job_id=lease.job_id)  # fmt: skip
         if not self._stepwise:
             self._token = _current.set(self)
 
     @contextlib.contextmanager
-    def current(self):
+    def current(self) -> Iterator[Gate]:
         """Make this gate the one :func:`report_usage` adds to, for the duration of the block."""
         token = _current.set(self)
         try:
@@ -288,7 +295,7 @@ class Gate:
         led = get_ledger(self._ledger_arg)
         try:  # a timeout landing once the job is written (even in its submit) parks it: nobody waits for it
             self._intake()
-            w = led.wakeups.register(self.job_id, self.lane)
+            w = led.wakeups.register(self._job, self.lane)
             state = {"t0": time.monotonic(), "next_log": time.monotonic() + LOG_FIRST, "first": True}
             while (sleep := self._poll(led, state, w)) is not None:
                 w.event.wait(sleep)
@@ -302,7 +309,7 @@ class Gate:
 
     async def __aenter__(self) -> Gate:
         led = self._intake()
-        w = led.wakeups.register(self.job_id, self.lane)
+        w = led.wakeups.register(self._job, self.lane)
         state = {"t0": time.monotonic(), "next_log": time.monotonic() + LOG_FIRST, "first": True}
         try:
             while (sleep := self._poll(led, state, w)) is not None:
@@ -318,13 +325,13 @@ class Gate:
         return self
 
     # -- exit -----------------------------------------------------------------------
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_and_traceback: object) -> None:
         with self._shield, timeouts.shield():  # a timeout (deferred, or landing now) is raised after the settlement
             self._exit(exc_type)
             if self._shielded and exc_type is None and timeouts.task_timed_out():
                 timeouts.raise_timeout()  # the body overran timeout_seconds: the task run ends timed out, as in Prefect
 
-    def _exit(self, exc_type) -> None:
+    def _exit(self, exc_type: type[BaseException] | None) -> None:
         if self._token is not None:
             _current.reset(self._token)
             self._token = None
@@ -370,8 +377,8 @@ class Gate:
         )  # fmt: skip
         self._settle(led, held, bill, "done", by_estimate=True)
 
-    async def __aexit__(self, exc_type, exc, tb) -> None:
-        self.__exit__(exc_type, exc, tb)
+    async def __aexit__(self, *exc_info: Any) -> None:
+        self.__exit__(*exc_info)
 
     def _settle(self, led: Ledger, held: Held | None, actual: int, outcome: str, by_estimate: bool = False) -> None:
         if actual > MAX_TOKENS:  # Ledger.settle would refuse it after the body ran: the attempt, unbilled, would
@@ -379,18 +386,19 @@ class Gate:
             run_logger().warning("lane gate: %s job %s: %s; billing its estimate of %d tokens", self.stage, self.job_id,
                                  InvalidInput("usage", actual, f"more than {MAX_TOKENS:,} tokens"), self.est)  # fmt: skip
             actual, by_estimate = self.est, True
+        assert self.lease is not None, "only an admitted gate settles"
         with timeouts.shield():  # a timeout landing mid-transaction must not leave the attempt unbilled
-            self.settled = led.settle(self.job_id, actual, attempt=self.lease.attempt, outcome=outcome,
+            self.settled = led.settle(self._job, actual, attempt=self.lease.attempt, outcome=outcome,
                                       by_estimate=by_estimate)  # fmt: skip
         tokenlog.settled(run_logger(), self.settled, stage=self.stage, est=self.est)
         if held is not None and held.lost:
             run_logger().error("lane gate: %s job %s lost its lease while running; settled %d tokens late "
                             "(billed, marked late)", self.stage, self.job_id, actual)  # fmt: skip
-            if led.job(self.job_id)["state"] == "new":  # reaped and requeued: nobody will run it now
-                led.park(self.job_id, "lease lost while running; the Prefect task run already finished")
+            if led.job(self._job)["state"] == "new":  # reaped and requeued: nobody will run it now
+                led.park(self._job, "lease lost while running; the Prefect task run already finished")
 
 
-def gate(stage: str, estimate: Any, lane: str = "free", **options) -> Gate:
+def gate(stage: str, estimate: Any, lane: str = "free", **options: Any) -> Gate:
     """Gate one block inside a task: ``with gate(...) as g: ...; g.report(resp)``.
 
     Options are those of :class:`Gate`. Works with ``with`` and ``async with``.
@@ -438,6 +446,3 @@ def report_usage(usage: Any) -> int:
             "report_usage() called outside a gated block: use it inside a @lane_task body or `with gate(...)`"
         )
     return g.report(usage)
-
-
-__all__ = ["Gate", "gate", "report_usage", "track_usage"]

@@ -19,21 +19,24 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from ..errors import InvalidInput
 from ..ledger import Ledger
 from .estimates import check_estimate, check_rate_cost, wait_seconds
-from .usage import NO_USAGE, check_missing_policy
+from .usage import NO_USAGE, _NoUsage, check_missing_policy
 
 if TYPE_CHECKING:
     from .task import LaneTask
 
+P = ParamSpec("P")
+R = TypeVar("R")
 
-def lane_task(stage: str, estimate: Any, lane: str = "free", usage: Callable[[Any], Any] | None = None,
+
+def lane_task(stage: str, estimate: Any, lane: str = "free", usage: Callable[[Any], Any] | _NoUsage | None = None,
               deadline: Any = None, fallback: str | bool | None = None, estimator_version: str | None = None,
               *, rate_cost: Any = None, missing_usage: str | None = None, ledger: Ledger | str | None = None,
-              lane_tags: bool = True, **task_options) -> Callable[[Callable], LaneTask]:  # fmt: skip
+              lane_tags: bool = True, **task_options: Any) -> Callable[[Callable[P, R]], LaneTask[P, R]]:  # fmt: skip
     """Decorate a function into a real :class:`prefect.Task` whose runs are gated by the ledger.
 
     Args:
@@ -87,6 +90,7 @@ def lane_task(stage: str, estimate: Any, lane: str = "free", usage: Callable[[An
         raise InvalidInput("lane", lane, "expected a lane name")
     check_estimate(estimate)
     check_rate_cost(rate_cost)
+    reader = None if isinstance(usage, _NoUsage) else usage  # NO_USAGE: no reader, nothing read
     no_usage = usage is NO_USAGE
     if not no_usage and usage is not None and not callable(usage):
         raise InvalidInput("usage", usage, "expected None, a callable reading tokens from the return value, "
@@ -101,13 +105,13 @@ def lane_task(stage: str, estimate: Any, lane: str = "free", usage: Callable[[An
     from .bodies import GateSpec
 
     spec = GateSpec(
-        stage, estimate, lane, usage=None if no_usage else usage, no_usage=no_usage,
+        stage, estimate, lane, usage=reader, no_usage=no_usage,
         options=dict(deadline=deadline, fallback=fallback, est_version=estimator_version,
                      missing_usage=missing_usage, ledger=ledger, rate_cost=rate_cost),
         tags=frozenset({f"lane:{lane}", f"stage:{stage}"} if lane_tags else ()),
     )  # fmt: skip
 
-    def decorate(fn: Callable) -> LaneTask:
+    def decorate(fn: Callable[P, R]) -> LaneTask[P, R]:
         from .task import LaneTask, adopt
 
         opts = dict(task_options)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from prefect import Task
 from prefect.context import TaskRunContext
@@ -32,6 +32,8 @@ from ..errors import InvalidInput, JobParked, NeverFits, UsageMissing
 from .bodies import EVERY_RUN, GateSpec, build_body, running_run, user_fn_everywhere
 
 REFUSALS = (NeverFits, JobParked, UsageMissing, InvalidInput)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def retry_unless_refused(condition: Callable | None) -> Callable:
@@ -67,7 +69,7 @@ def _engine_runs(task: LaneTask) -> bool:
     return running is not EVERY_RUN and running != ctx.task_run.id
 
 
-class LaneTask(Task):
+class LaneTask(Task[P, R]):
     """A :class:`prefect.Task` whose runs are admitted by the token ledger; build it with ``lane_task``."""
 
     @property

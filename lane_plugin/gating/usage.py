@@ -68,12 +68,12 @@ class _NoUsage:
 
     _instance = None
 
-    def __new__(cls):  # one sentinel, also after unpickling
+    def __new__(cls) -> _NoUsage:  # one sentinel, also after unpickling
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[_NoUsage], tuple[()]]:
         return (_NoUsage, ())
 
     def __repr__(self) -> str:
@@ -234,7 +234,7 @@ class UsageMeter:
         self.malformed = False  # some usage had a count field that is not a count: what was found is not all
         self._plain = 0
         self._streams: dict[Any, int] = {}
-        self._message: dict | None = None  # the Anthropic message being streamed: its usage fields so far
+        self._message: dict[str, Any] | None = None  # the Anthropic message being streamed: its usage fields so far
         self._message_key: Any = None
         self._seq = 0
         self._seen: dict[int, Any] = {}
@@ -306,30 +306,30 @@ class UsageMeter:
             self._seq += 1
             self._message_key = ("message", _field(message, "id") or self._seq)
             self._message = {}
-            self._merge(usage)
+            self._merge(self._message, usage)
         elif kind == "message_delta":
             if self._message is None:  # a delta without its start: count what it says
                 self._seq += 1
                 self._message_key, self._message = ("message", self._seq), {}
-            self._merge(_field(obj, "usage"))
+            self._merge(self._message, _field(obj, "usage"))
         else:
             return False
         self._streams[self._message_key] = _from_block(self._message, self.weights) or 0
         self.found = True
         return True
 
-    def _merge(self, usage: Any) -> None:
-        """Take the non-null fields of an Anthropic usage block (deltas are cumulative)."""
+    def _merge(self, message: dict[str, Any], usage: Any) -> None:
+        """Take the non-null fields of an Anthropic usage block into ``message`` (deltas are cumulative)."""
         if usage is None:
             return
         for key in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
             value = _field_count(usage, key)
             if value is not None:
-                self._message[key] = value
+                message[key] = value
         split = _field(usage, "cache_creation")
         if split is not None:
-            self._message["cache_creation"] = {k: _field_count(split, k) for k in
-                                               ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")}  # fmt: skip
+            message["cache_creation"] = {k: _field_count(split, k) for k in
+                                         ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")}  # fmt: skip
 
 
 def _has_usage_slot(obj: Any) -> bool:

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .. import policy
 from ..errors import LaneError, LeaseLost, UnknownJob
+from ..policy import Candidate, Decision, LaneSnapshot, admit
+from ..policy.admission import HEAD_SLACK
+from ..policy.reserve import REFIT_SECONDS
+from ..policy.rules import BURST, LEASE_CAP, STOPPED
 from . import rates, runs, upkeep, waiters
 from .db import Cursor
 from .jobs import Lease
@@ -26,7 +29,7 @@ class Ticked(NamedTuple):
     ``retry_in``: seconds until the window has room for a job it left blocked by the burst window."""
 
     leases: list[Lease]
-    decision: policy.Decision
+    decision: Decision
     row: LaneRow
     refit_due: bool
     parked: list[dict]
@@ -80,7 +83,7 @@ _LEASE_PG = (
 )
 
 
-def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = policy.HEAD_SLACK,
+def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = HEAD_SLACK,
          handoff: bool = False, row: LaneRow | None = None, send_slack: float | None = 0.0,
          holder: str | None = None, gated: bool = False, own: str | None = None) -> Ticked | None:  # fmt: skip
     """Lease what fits in ``lane`` now.
@@ -124,9 +127,9 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     rates.slide(cur, row, now)
     if row.finishing:  # only a reserve can lapse; refit lapses quiet runs itself before it reads them
         runs.lapse(cur, row, now)
-    refit_due = now - row.profile_at >= policy.REFIT_SECONDS
+    refit_due = now - row.profile_at >= REFIT_SECONDS
     if row.held or free_slots <= 0:
-        held = policy.Decision((), 0, head_reason=policy.STOPPED if row.held else policy.LEASE_CAP)
+        held = Decision((), 0, head_reason=STOPPED if row.held else LEASE_CAP)
         return Ticked([], held, row, refit_due, [])
     if head is None:
         head = cur.all(head_sql, head_params)
@@ -137,22 +140,22 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
                                          why=f"{waiters.WAITER_GONE}: not seen for {waiters.GONE_SECONDS:g}s")
         head = [r for r in head if r[9] not in gone]
     if not head:
-        return Ticked([], policy.Decision((), 0), row, refit_due, gone_tails)
+        return Ticked([], Decision((), 0), row, refit_due, gone_tails)
     rows = {r[0]: r for r in head}
     remaining = runs.runs_of(cur, lane, sorted({r[3] for r in head if r[3] is not None}))
     fits = runs.fits_of(cur, lane, sorted({r[4] for r in head if r[3] is not None}))
     cands = [
-        policy.Candidate(r[0], r[1], r[2], r[3], r[6], r[4], fits[r[4]].after if r[3] is not None and r[4] in fits
-                         else 0, r[7], r[8])
+        Candidate(r[0], r[1], r[2], r[3], r[6], r[4], fits[r[4]].after if r[3] is not None and r[4] in fits
+                  else 0, r[7], r[8])
         for r in head
     ]  # fmt: skip
-    snapshot = policy.LaneSnapshot(
+    snapshot = LaneSnapshot(
         policy=row.policy, spent=row.spent, reserved=row.reserved, leased=row.leased, window_used=row.window_used,
         now=now, started_runs=frozenset(remaining), finishing=row.finishing, run_remaining=remaining,
         resets=row.period != "none", reserved_var=row.reserved_var, drift=row.drift, overrun=row.drift_overrun,
         spread=row.drift_spread,
     )  # fmt: skip
-    decision = policy.admit(snapshot, cands)
+    decision = admit(snapshot, cands)
     unfit = () if handoff else decision.parked  # a hand-off only leases; parking the unfit is a tick's
     parked = gone_tails + [t for t in (_give_up(cur, row, c.id, rule, why, now) for c, rule, why in unfit) if t]
     if not decision.admitted:
@@ -192,7 +195,7 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = po
     return Ticked(leases, decision, row, refit_due, parked, _retry_in(cur, row, decision, now))
 
 
-def _retry_in(cur: Cursor, row: LaneRow, decision: policy.Decision, now: float) -> float | None:
+def _retry_in(cur: Cursor, row: LaneRow, decision: Decision, now: float) -> float | None:
     """Seconds from ``now`` until the window has slid far enough for the job the burst window blocked."""
     if decision.burst_need is None:
         return None
@@ -203,7 +206,7 @@ def _retry_in(cur: Cursor, row: LaneRow, decision: policy.Decision, now: float) 
 def _give_up(cur: Cursor, row: LaneRow, job_id: str, rule: str, why: str, now: float) -> dict | None:
     """A job that cannot fit before the next reset: to its fallback lane, or parked with the reason."""
     # (a rate cost past the burst can never fit, period or not: no reset lowers it)
-    cause = "which has no period to reset its spend" if rule != policy.BURST else "whatever its period resets"
+    cause = "which has no period to reset its spend" if rule != BURST else "whatever its period resets"
     tail = upkeep.give_up(cur, job_id, reason=f"cannot fit in lane {row.name!r}, {cause}: {why}", now=now)
     return None if tail is None else {**tail, "rule": rule}
 

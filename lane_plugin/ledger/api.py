@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..checks import SHADOW_VERSION_MAX, job_ref, number, text, tokens, when
 from ..errors import InvalidInput, Replay
@@ -20,14 +21,15 @@ from . import admission, intake, reads, runs, settlement, status, upkeep, waiter
 from .admitting import Admitting
 from .audit import audit as audit_tables
 from .bill import BillLine, run_bill
-from .db import Database
+from .db import Cursor, Database
 from .jobs import Lease, Settled
 from .lanes import LaneRow, clear_drift, delete_lane, read_lane, write_lane_settings
 from .learning import LearningStore
 from .preflight import PreflightCache
 from .url import parse_url
 
-Listener = Callable[[str, str, dict], None]
+Listener = Callable[[str, str, dict[str, Any]], None]
+T = TypeVar("T")
 
 
 class Ledger(Admitting, LearningStore):
@@ -56,7 +58,7 @@ class Ledger(Admitting, LearningStore):
 
     def __init__(self, url: str | None = None, *, clock: Callable[[], float] | None = None,
                  listeners: list[Listener] | None = None, retry_for: float = 60.0,
-                 create: bool = True, send_slack: float | None = 0.0):  # fmt: skip
+                 create: bool = True, send_slack: float | None = 0.0) -> None:  # fmt: skip
         self.url = parse_url(url)
         self.db = Database(self.url, retry_for=retry_for, create=create)
         self.clock = clock
@@ -72,13 +74,13 @@ class Ledger(Admitting, LearningStore):
         self.db.close()
 
     # -- plumbing ----------------------------------------------------------------
-    def _now(self, cur) -> float:
+    def _now(self, cur: Cursor) -> float:
         return float(self.clock()) if self.clock is not None else cur.now()
 
-    def _run(self, fn, *, write: bool = True, fault: str | None = None):
+    def _run(self, fn: Callable[[Cursor, float], T], *, write: bool = True, fault: str | None = None) -> T:
         return self.db.transaction(lambda cur: fn(cur, self._now(cur)), write=write, fault=fault)
 
-    def _emit(self, event: str, lane: str, payload: dict) -> None:
+    def _emit(self, event: str, lane: str, payload: dict[str, Any]) -> None:
         for listener in self.listeners:
             try:
                 listener(event, lane, payload)
@@ -148,7 +150,7 @@ class Ledger(Admitting, LearningStore):
 
         waiter = text("waiter", waiter, limit=64, required=False)
 
-        def record(cur, now):
+        def record(cur: Cursor, now: float) -> tuple[str, str]:
             dl = now + wait_seconds if wait_seconds is not None else deadline
             out = intake.submit(cur, job_id=job_id, lane=lane, stage=stage, est=est, now=now, rate_cost=rate_cost,
                                 est_version=est_version, est_input=est_input, run_key=run_key, key=key, attempt=attempt,
@@ -161,7 +163,7 @@ class Ledger(Admitting, LearningStore):
         return jid
 
     # -- admission (ticks, hand-offs, wake-ups: Admitting) -------------------------------
-    def refit_runs(self, lane: str = "free") -> list[dict]:
+    def refit_runs(self, lane: str = "free") -> list[dict[str, Any]]:
         """Learn the lane's finishing reserve from its finished runs now (ticks do it every ``REFIT_SECONDS``).
 
         Returns the profile, one dict per stage: ``stage``, ``after_tokens`` (what a run needed after
@@ -210,7 +212,7 @@ class Ledger(Admitting, LearningStore):
             raise InvalidInput("outcome", outcome, "expected done or failed")
         token = uuid.uuid4().hex
 
-        def run(cur, now):
+        def run(cur: Cursor, now: float) -> tuple[tuple[Settled, LaneRow], admission.Ticked | None]:
             done = settlement.settle(cur, job_id, actual=actual, attempt=attempt, outcome=outcome, now=now,
                                      by_estimate=bool(by_estimate), unsent=bool(unsent))  # fmt: skip
             return done, self._hand_off(cur, now, done[0].lane, token, freed=not done[0].late, row=done[1])
@@ -238,7 +240,7 @@ class Ledger(Admitting, LearningStore):
         """
         token = uuid.uuid4().hex
 
-        def run(cur, now):
+        def run(cur: Cursor, now: float) -> tuple[upkeep.Moved, list[tuple[str, admission.Ticked | None]]]:
             moved = upkeep.reap(cur, now=now)
             return moved, [(lane, self._hand_off(cur, now, lane, token)) for lane in moved.freed]
 
@@ -258,7 +260,7 @@ class Ledger(Admitting, LearningStore):
             self._emit("lane.job.expired", job["lane"], job)
         return upkeep.Moved(moved.requeued, moved.parked + parked.parked, expired.expired)
 
-    def roll_periods(self) -> list[dict]:
+    def roll_periods(self) -> list[dict[str, Any]]:
         """Reset ``spent`` and ``overage`` of every lane whose period (daily/monthly) rolled over.
 
         Returns one dict per lane rolled (``lane, period, period_start, previous``)
@@ -304,7 +306,7 @@ class Ledger(Admitting, LearningStore):
         name = text("lane", name)
         return self._run(lambda cur, now: read_lane(cur, name), write=False)
 
-    def set_lane(self, name: str, *, create: bool = True, force: bool = False, **settings) -> LaneRow:
+    def set_lane(self, name: str, *, create: bool = True, force: bool = False, **settings: Any) -> LaneRow:
         """Change a lane's policy (``ceiling=...``); creates the lane if it is new, unless ``create=False``.
 
         A ceiling lowered under what the lane has already admitted this period is refused
@@ -312,7 +314,7 @@ class Ledger(Admitting, LearningStore):
         """
         name = text("lane", name, limit=64)
 
-        def apply(cur, now):
+        def apply(cur: Cursor, now: float) -> tuple[LaneRow, list[dict[str, Any]]]:
             row = write_lane_settings(cur, now, name, settings, create, force=bool(force))
             # a lowered burst or ceiling (an allowance moves a default ceiling) can leave a waiting job no way
             # to fit: it leaves now, not never
@@ -338,7 +340,7 @@ class Ledger(Admitting, LearningStore):
         name = text("lane", name, limit=64)
         return self._run(lambda cur, now: clear_drift(cur, now, name))
 
-    def report_lane_states(self, lane: str | None = None) -> list[dict]:
+    def report_lane_states(self, lane: str | None = None) -> list[dict[str, Any]]:
         """Lanes whose state (``ok``, ``finishing-only``, ``ceiling-spent``, ``preflight-failed``,
         ``stopped``) changed since last reported; each change is returned to one caller only.
 
@@ -349,18 +351,18 @@ class Ledger(Admitting, LearningStore):
         lane = text("lane", lane, required=False)
         return self._run(lambda cur, now: status.report_states(cur, now, lane))
 
-    def lanes(self) -> list[dict]:
+    def lanes(self) -> list[dict[str, Any]]:
         """Every lane with its counters, remaining room and waiting / parked counts, and why its work waits:
         ``head_job``, ``blocked_by`` and ``blocked_reason``, the first waiting job's :meth:`wait_status`."""
         return self._run(lambda cur, now: status.lane_status(cur, now), write=False)
 
     # -- reading -------------------------------------------------------------------
-    def job(self, job_id: str) -> dict:
+    def job(self, job_id: str) -> dict[str, Any]:
         """One job as a dict (every column of the ``job`` table)."""
         job_id = text("job id", job_id)
         return self._run(lambda cur, now: reads.job(cur, job_id), write=False)
 
-    def wait_status(self, job_id: str) -> dict:
+    def wait_status(self, job_id: str) -> dict[str, Any]:
         """Where a job stands while it waits: its place in the queue and the lane's room.
 
         ``position`` follows the admission order (priority: small first, age raising it): 1 means
@@ -377,12 +379,12 @@ class Ledger(Admitting, LearningStore):
         job_id = text("job id", job_id)
         return self._run(lambda cur, now: status.wait_status(cur, now, job_id), write=False)
 
-    def tail(self, lane: str | None = None) -> list[dict]:
+    def tail(self, lane: str | None = None) -> list[dict[str, Any]]:
         """Parked jobs, oldest first, with their ``age`` in seconds."""
         lane = text("lane", lane, required=False)
         return self._run(lambda cur, now: reads.tail(cur, now, lane), write=False)
 
-    def settled_jobs(self, *, lane: str | None = None, since: float | None = None) -> list[dict]:
+    def settled_jobs(self, *, lane: str | None = None, since: float | None = None) -> list[dict[str, Any]]:
         """Done jobs (finished within ``since`` seconds, if given) with what they cost.
 
         Keys: ``id, lane, stage, est, est_version, actual, overage, finished_at``;
@@ -391,17 +393,17 @@ class Ledger(Admitting, LearningStore):
         since, lane = None if since is None else number("since", since, low=0.0, high=1e12), text("lane", lane, required=False)
         return self._run(lambda cur, now: reads.settled_jobs(cur, now, lane=lane, since=since), write=False)
 
-    def spend(self, *, lane: str | None = None, since: float | None = None) -> list[dict]:
+    def spend(self, *, lane: str | None = None, since: float | None = None) -> list[dict[str, Any]]:
         """Settlements in time order (``lane, settled_at, actual``), finished within ``since`` seconds."""
         since, lane = None if since is None else number("since", since, low=0.0, high=1e12), text("lane", lane, required=False)
         return self._run(lambda cur, now: reads.spend(cur, now, lane=lane, since=since), write=False)
 
-    def shadow_estimates(self, *, lane: str | None = None) -> list[dict]:
+    def shadow_estimates(self, *, lane: str | None = None) -> list[dict[str, Any]]:
         """Shadow estimates of done jobs: ``job_id, version, est`` (the article's ``est_v2``)."""
         lane = text("lane", lane, required=False)
         return self._run(lambda cur, now: reads.shadow_estimates(cur, lane=lane), write=False)
 
-    def estimator_samples(self, version: str, *, lane: str | None = None) -> list[dict]:
+    def estimator_samples(self, version: str, *, lane: str | None = None) -> list[dict[str, Any]]:
         """Done jobs estimated by ``version`` (admission or shadow): ``stage, est, actual, finished_at``."""
         version, lane = text("version", version), text("lane", lane, required=False)
         return self._run(lambda cur, now: reads.estimator_samples(cur, version, lane=lane), write=False)
@@ -416,7 +418,7 @@ class Ledger(Admitting, LearningStore):
         run_key = text("run_key", run_key)
         return self._run(lambda cur, now: run_bill(cur, run_key), write=False)
 
-    def history(self, days: float) -> list[dict]:
+    def history(self, days: float) -> list[dict[str, Any]]:
         """Done jobs submitted in the last ``days`` days, oldest first (``lane simulate --from-ledger``).
 
         Keys: ``created_at, stage, est, actual, run_key, rate_cost``.
@@ -424,7 +426,7 @@ class Ledger(Admitting, LearningStore):
         days = number("days", days, low=0.0, high=36_500.0, low_open=True)
         return self._run(lambda cur, now: reads.history(cur, now - days * 86_400.0), write=False)
 
-    def rows(self, sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
+    def rows(self, sql: str, params: dict[str, Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run a query of your own (``:name`` parameters) in a read-only transaction; returns ``(columns, rows)``.
 
         A statement that would write is refused (:class:`~lane_plugin.errors.InvalidInput`) and changes nothing;
@@ -443,6 +445,3 @@ class Ledger(Admitting, LearningStore):
 
         # write=False: one snapshot for every query on PostgreSQL too (no torn reads under load)
         return self.db.transaction(lambda cur: audit_tables(cur, self._now(cur), grace=grace), write=False)
-
-
-__all__ = ["BillLine", "Ledger", "Lease", "Settled"]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .. import policy
 from ..errors import ConflictingReplay, LaneError, NeverFits, UnknownLane
+from ..policy import never_fits
 from .db import Cursor
 from .jobs import JOB_COLS, JOB_KEYS, lock_job, run_started
 from .lanes import LaneRow, read_lane
@@ -51,14 +51,14 @@ def submit(
     # A job without a run starts none: no start limit for it, and no reserve.
     started = run_key is not None and run_started(cur, lane, run_key)
     rate_cost = est if rate_cost is None else rate_cost
-    why = policy.never_fits(row.policy, est, starts_run=run_key is not None and not started, rate_cost=rate_cost,
-                            var=est_var)  # fmt: skip
+    why = never_fits(row.policy, est, starts_run=run_key is not None and not started, rate_cost=rate_cost,
+                     var=est_var)  # fmt: skip
     if why is not None:
         if fallback_lane is None:
             raise NeverFits(f"job refused at intake in lane {lane!r}: {why}", lane=lane, est=est)
         target = read_lane(cur, fallback_lane)
         started = run_key is not None and run_started(cur, target.name, run_key)
-        why_fb = policy.never_fits(target.policy, est, starts_run=run_key is not None, rate_cost=rate_cost, var=est_var)
+        why_fb = never_fits(target.policy, est, starts_run=run_key is not None, rate_cost=rate_cost, var=est_var)
         if why_fb is not None:
             raise NeverFits(
                 f"job refused at intake: lane {lane!r}: {why}; fallback lane {fallback_lane!r}: {why_fb}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import UnknownJob
 from .db import Cursor
@@ -14,7 +15,9 @@ ALL_JOB_COLUMNS = (
     "lease_until", "lease_token", "deadline", "run_key", "key", "fallback", "reason", "created_at",
     "wait_since", "prio", "finishing", "admitted_at", "finished_at", "waiter",
 )  # fmt: skip
-JOB_COLS = "id, lane, stage, est, attempt, run_key, state, lease_until, lease_token, lease_attempt, fallback, key, est_var"
+JOB_COLS = (
+    "id, lane, stage, est, attempt, run_key, state, lease_until, lease_token, lease_attempt, fallback, key, est_var"
+)
 JOB_KEYS = tuple(c.strip() for c in JOB_COLS.split(","))
 
 
@@ -49,12 +52,12 @@ class Settled:
     by_estimate: bool = False  # billed its estimate: no usage was found
 
 
-def find_job(cur: Cursor, job_id: str) -> dict | None:
+def find_job(cur: Cursor, job_id: str) -> dict[str, Any] | None:
     row = cur.one(f"select {JOB_COLS} from job where id = :id", {"id": job_id})
     return None if row is None else dict(zip(JOB_KEYS, row))
 
 
-def get_job(cur: Cursor, job_id: str) -> dict:
+def get_job(cur: Cursor, job_id: str) -> dict[str, Any]:
     job = find_job(cur, job_id)
     if job is None:
         raise UnknownJob(job_id)
@@ -62,13 +65,10 @@ def get_job(cur: Cursor, job_id: str) -> dict:
 
 
 def run_started(cur: Cursor, lane: str, run_key: str) -> bool:
-    return (
-        cur.scalar("select 1 from lane_run where lane = :l and run_key = :r", {"l": lane, "r": run_key})
-        is not None
-    )
+    return cur.scalar("select 1 from lane_run where lane = :l and run_key = :r", {"l": lane, "r": run_key}) is not None
 
 
-def lock_job(cur: Cursor, job_id: str) -> tuple[LaneRow, dict]:
+def lock_job(cur: Cursor, job_id: str) -> tuple[LaneRow, dict[str, Any]]:
     """The job's lane row, locked, and the job read fresh under that lock (and locked itself).
 
     Every state transition decides on this read, never on one taken before the lock: on

@@ -6,8 +6,11 @@ import calendar
 import time
 from dataclasses import dataclass, fields, replace
 
-from .. import checks, policy
+from .. import checks
 from ..errors import InvalidInput, LaneError, UnknownLane
+from ..policy import LANE_DEFAULTS, LanePolicy, order
+from ..policy.defaults import RATE_BASES
+from ..policy.drift import over_charge
 from .db import Cursor
 from .preflight import validate_spec
 
@@ -21,12 +24,12 @@ COUNTER_FIELDS = (
     "preflight_ok", "preflight_error", "preflight_at", "updated_at", "finishing", "profile_at", "reserved_var",
     "size_boundary", "drift", "drift_overrun", "drift_spread", "drift_cleared_at",
 )  # fmt: skip
-# Settings that move a waiting job's place in the order (policy.LanePolicy.age_factor).
+# Settings that move a waiting job's place in the order (lane_plugin.policy.LanePolicy.age_factor).
 ORDER_FIELDS = ("ceiling", "burst_tokens", "max_wait_seconds")
 PERIODS = ("none", "daily", "monthly")
 # A lane created with `lane lanes set NEW ...` starts from the policy's defaults and empty counters.
 NEW_LANE = dict(
-    policy.LANE_DEFAULTS, spent=0, reserved=0, overage=0, leased=0, window_start=0.0, window_used=0,
+    LANE_DEFAULTS, spent=0, reserved=0, overage=0, leased=0, window_start=0.0, window_used=0,
     period_start=0.0, preflight_ok=True, finishing=0, profile_at=0.0, reserved_var=0,
     size_boundary=None, drift=1.0, drift_overrun=0, drift_spread=0, drift_cleared_at=None,
 )  # fmt: skip
@@ -73,12 +76,12 @@ class LaneRow:
     drift_cleared_at: float | None
 
     @property
-    def policy(self) -> policy.LanePolicy:
-        return policy.LanePolicy.of(self)
+    def policy(self) -> LanePolicy:
+        return LanePolicy.of(self)
 
     def priority(self, est: int, wait_since: float, finishing: bool = False) -> float:
         """A job's place in this lane's order, by the lane's learned size classes."""
-        return self.policy.priority(est, wait_since, self.size_boundary, bool(finishing))
+        return order.priority(self.policy, est, wait_since, self.size_boundary, bool(finishing))
 
     def prio_sql(self, wait: str, finishing: str = "finishing") -> tuple[str, dict]:
         """The same place as an SQL expression over ``job.est``, ``wait`` (a column or a parameter) and
@@ -108,8 +111,8 @@ class LaneRow:
         return self.ceiling - self.spent - self.reserved
 
     def over(self, tokens: int, jobs: int) -> int:
-        """The drift allowance of ``tokens`` of estimates in ``jobs`` jobs in flight (policy.over_charge)."""
-        return policy.over_charge(self.drift, self.drift_overrun, self.drift_spread, tokens, jobs)
+        """The drift allowance of ``tokens`` of estimates in ``jobs`` jobs in flight (:func:`lane_plugin.policy.drift.over_charge`)."""
+        return over_charge(self.drift, self.drift_overrun, self.drift_spread, tokens, jobs)
 
 
 _COLS = ("name",) + POLICY_FIELDS + COUNTER_FIELDS
@@ -214,8 +217,8 @@ def validate_settings(settings: dict, current: LaneRow | None = None) -> dict:
             if value not in PERIODS:
                 raise InvalidInput(key, value, f"expected one of {', '.join(PERIODS)}")
         elif key == "rate_basis":
-            if value not in policy.RATE_BASES:
-                raise InvalidInput(key, value, f"expected one of {', '.join(policy.RATE_BASES)}")
+            if value not in RATE_BASES:
+                raise InvalidInput(key, value, f"expected one of {', '.join(RATE_BASES)}")
         elif key == "stopped":
             if not isinstance(value, bool):
                 raise InvalidInput(key, value, "expected true or false")

@@ -139,7 +139,7 @@ class Job(SQLModel, table=True):
     reason: Optional[str] = Field(default=None)
     created_at: float = Field(default=0.0)
     wait_since: float = Field(default=0.0)
-    # Place in the admission order (policy.LanePolicy.priority, by the lane's size_boundary when learned).
+    # Place in the admission order (lane_plugin.policy.order.priority, by the lane's size_boundary when learned).
     prio: float = Field(default=0.0, sa_column_kwargs={"server_default": "0"})
     # Its run already has an admitted job in this lane (the job finishes a run under way).
     finishing: bool = Field(default=False, sa_column_kwargs={"server_default": false()})

@@ -24,7 +24,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 if TYPE_CHECKING:
     from importlib import metadata
@@ -38,10 +38,15 @@ CACHE_SECONDS = 5.0
 _NAME = re.compile(r"^[A-Za-z_][\w.:-]{0,127}$")
 _REGISTRY: dict[str, Callable[[], object]] = {}
 _LOCK = threading.Lock()
+Check = TypeVar("Check", bound=Callable[[], object])
 _RUNNING: dict[str, tuple[float, threading.Thread]] = {}  # checks still in flight past their deadline
 
 
-def register_preflight(name: str, fn: Callable[[], object] | None = None):
+@overload
+def register_preflight(name: str, fn: Check) -> Check: ...
+@overload
+def register_preflight(name: str, fn: None = None) -> Callable[[Check], Check]: ...
+def register_preflight(name: str, fn: Check | None = None) -> Check | Callable[[Check], Check]:
     """Register ``fn`` (no arguments; truthy = the provider is up) as the preflight check ``name``.
 
     Use as ``register_preflight("openai-up", fn)`` or as a decorator ``@register_preflight("openai-up")``.
@@ -57,7 +62,7 @@ def register_preflight(name: str, fn: Callable[[], object] | None = None):
     if not isinstance(name, str) or not _NAME.match(name) or name.startswith(("http:", "https:")):
         raise InvalidInput("preflight name", name, "expected letters, digits, _ . : - (at most 128), not a URL")
 
-    def add(check: Callable[[], object]):
+    def add(check: Check) -> Check:
         if not callable(check):
             raise InvalidInput("preflight check", check, "expected a function taking no arguments")
         with _LOCK:
@@ -118,7 +123,9 @@ def validate_spec(spec: str) -> None:
             raise InvalidInput("preflight", spec, "URL has no host")
         return
     if spec not in registered():
-        raise InvalidInput("preflight", spec, f"expected an http(s) URL or the name of a registered check; {_unknown(spec)}")
+        raise InvalidInput(
+            "preflight", spec, f"expected an http(s) URL or the name of a registered check; {_unknown(spec)}"
+        )
 
 
 def _http(spec: str, timeout: float) -> tuple[bool, str | None]:
@@ -151,13 +158,16 @@ def run(spec: str, timeout: float) -> tuple[bool, str | None]:
         hung = _RUNNING.get(spec)
         if hung is not None and hung[1].is_alive():
             return False, f"preflight {spec!r} still running after {time.monotonic() - hung[0]:.0f} s (hung)"
-    box: dict = {}
+    box: dict[str, Any] = {}
 
     def body() -> None:
         try:
             box["result"] = _call(spec, timeout)
         except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt...: the check failed
-            box["result"] = (False, f"preflight {spec!r} failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+            box["result"] = (
+                False,
+                f"preflight {spec!r} failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}",
+            )
 
     started = time.monotonic()
     thread = threading.Thread(target=body, name=f"lane-preflight {spec[:40]}", daemon=True)

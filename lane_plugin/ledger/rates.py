@@ -29,7 +29,7 @@ has its charge trued up at settlement: the row's cost becomes the actual.
 
 from __future__ import annotations
 
-from ..policy import window_expiry
+from ..policy.window import window_expiry
 from .db import Cursor
 from .lanes import LaneRow
 
@@ -170,7 +170,7 @@ def free_at(cur: Cursor, row: LaneRow, used: int, need: int) -> float | None:
         need: the room a job blocked by the burst window needs (:attr:`lane_plugin.policy.Decision.burst_need`).
 
     Returns:
-        When the oldest charges whose leaving makes that room leave (:func:`~lane_plugin.policy.window_expiry`,
+        When the oldest charges whose leaving makes that room leave (:func:`~lane_plugin.policy.window.window_expiry`,
         the instant :func:`slide` prunes them); None if the window has the room already or never will, or
         not before a pending charge is picked up (a pending charge never leaves on its own: a tick after the
         pick-up, the safety poll's, asks again).

@@ -9,15 +9,18 @@ sum of the reserves, maintained with every change, so a tick reads one number.
 
 The profile (``run_profile``: per stage, ``after`` and ``hold``) is refit
 outside the admission transaction, at most every ``REFIT_SECONDS``, from the
-latest ``FIT_RUNS`` lapsed runs with :func:`lane_plugin.policy.fit_runs`; with it
+latest ``FIT_RUNS`` lapsed runs with :func:`lane_plugin.policy.reserve.fit_runs`; with it
 the lane's size-class boundary and its drift allowance (``lane.drift``,
-``drift_overrun``, ``drift_spread``: :func:`lane_plugin.policy.fit_drift` of the
+``drift_overrun``, ``drift_spread``: :func:`lane_plugin.policy.drift.fit_drift` of the
 latest ``DRIFT_SAMPLE`` settlements, after ``drift_cleared_at`` if an operator cleared it).
 """
 
 from __future__ import annotations
 
-from .. import policy
+from ..policy import Decision
+from ..policy.drift import DRIFT_SAMPLE, fit_drift
+from ..policy.reserve import FIT_RUNS, REFIT_SECONDS, StageFit, fit_runs, reserve_hold, run_tokens
+from ..policy.sizeclass import SIZE_CLASS_SAMPLE, size_class_boundary
 from .db import Cursor
 from .lanes import LaneRow, lock_lane
 
@@ -50,7 +53,7 @@ def runs_of(cur: Cursor, lane: str, keys: list[str]) -> dict[str, int]:
     return {r[0]: r[1] for r in rows}
 
 
-def fits_of(cur: Cursor, lane: str, stages: list[str]) -> dict[str, policy.StageFit]:
+def fits_of(cur: Cursor, lane: str, stages: list[str]) -> dict[str, StageFit]:
     """The profile's numbers for ``stages`` (stages never seen in a finished run are absent)."""
     if not stages:
         return {}
@@ -58,10 +61,10 @@ def fits_of(cur: Cursor, lane: str, stages: list[str]) -> dict[str, policy.Stage
     marks = ", ".join(":" + p for p in params)
     rows = cur.all(f"select stage, after_tokens, hold_seconds, runs from run_profile where lane = :l and stage in ({marks})",
                    {**params, "l": lane})  # fmt: skip
-    return {r[0]: policy.StageFit(r[1], r[2], r[3]) for r in rows}
+    return {r[0]: StageFit(r[1], r[2], r[3]) for r in rows}
 
 
-def record(cur: Cursor, row: LaneRow, now: float, decision: policy.Decision, fits: dict, started: set[str]) -> None:
+def record(cur: Cursor, row: LaneRow, now: float, decision: Decision, fits: dict, started: set[str]) -> None:
     """Write the runs a tick admitted into: their stage, reserve and hold; flag the waiting jobs of new runs."""
     committed: dict[str, int] = {}
     for c in decision.admitted:
@@ -69,7 +72,7 @@ def record(cur: Cursor, row: LaneRow, now: float, decision: policy.Decision, fit
             committed[c.run_key] = committed.get(c.run_key, 0) + c.est
     rows = [
         {"l": row.name, "r": key, "now": now, "st": stage, "c": committed.get(key, 0), "rem": remaining,
-         "exp": now + policy.reserve_hold(row.policy, fits.get(stage))}
+         "exp": now + reserve_hold(row.policy, fits.get(stage))}
         for key, remaining, stage in decision.runs
     ]  # fmt: skip
     cur.executemany(
@@ -86,26 +89,26 @@ def record(cur: Cursor, row: LaneRow, now: float, decision: policy.Decision, fit
         )
 
 
-def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[str, policy.StageFit] | None:
+def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[str, StageFit] | None:
     """Learn the lane's profile from its latest lapsed runs and re-reserve the runs under way with it.
 
     Returns the stages fitted, or None if another process refit the lane less
     than ``REFIT_SECONDS`` ago (unless ``force``).
     """
     row = lock_lane(cur, lane)
-    if not force and now - row.profile_at < policy.REFIT_SECONDS:
+    if not force and now - row.profile_at < REFIT_SECONDS:
         return None
     lapse(cur, row, now)
     jobs = cur.all(
         "select j.run_key, j.stage, j.est, j.actual, j.admitted_at from job j join (select run_key from lane_run "
         "where lane = :l and expires_at is null order by last_at desc limit :n) r on r.run_key = j.run_key "
         "where j.lane = :l and j.admitted_at is not null order by j.run_key, j.admitted_at, j.created_at, j.id",
-        {"l": lane, "n": policy.FIT_RUNS},
+        {"l": lane, "n": FIT_RUNS},
     )
     runs: dict[str, list] = {}
     for key, stage, est, actual, at in jobs:
-        runs.setdefault(key, []).append((stage, policy.run_tokens(est, actual), at))
-    fitted = policy.fit_runs(runs.values())
+        runs.setdefault(key, []).append((stage, run_tokens(est, actual), at))
+    fitted = fit_runs(runs.values())
     if fitted:
         cur.executemany(
             "insert into run_profile (lane, stage, after_tokens, hold_seconds, runs, fitted_at) values (:l, :s, :a, :h, :n, :now) "
@@ -121,7 +124,7 @@ def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[st
     # The size classes of the order, from the lane's latest estimates (the head of ix_job_lane_created);
     # waiting jobs keep the place they were given, jobs placed from now on get the new boundary.
     ests = cur.all("select est from job where lane = :l order by created_at desc limit :n",
-                   {"l": lane, "n": policy.SIZE_CLASS_SAMPLE})  # fmt: skip
+                   {"l": lane, "n": SIZE_CLASS_SAMPLE})  # fmt: skip
     # The drift allowance, from the lane's latest settlements (the head of ix_settlement_lane_at): an
     # estimate billed back for missing usage says nothing about how the estimates drift, nor does a late
     # settlement (stored with est 0: its estimate was released when its lease was reaped); nor does one an
@@ -129,13 +132,13 @@ def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[st
     cleared = "" if row.drift_cleared_at is None else " and settled_at > :c"
     settled = cur.all("select est, actual from settlement where lane = :l and not by_estimate and not late"
                       f"{cleared} order by settled_at desc, id desc limit :n",
-                      {"l": lane, "n": policy.DRIFT_SAMPLE, "c": row.drift_cleared_at})  # fmt: skip
-    drift, overrun, spread = policy.fit_drift(settled)
+                      {"l": lane, "n": DRIFT_SAMPLE, "c": row.drift_cleared_at})  # fmt: skip
+    drift, overrun, spread = fit_drift(settled)
     cur.execute(
         "update lane set profile_at = :now, size_boundary = :b, drift = :d, drift_overrun = :o, drift_spread = :s, "
         "finishing = (select coalesce(sum(remaining), 0) from lane_run where lane = :l and expires_at is not null) "
         "where name = :l",
-        {"now": now, "l": lane, "b": policy.size_class_boundary(e for (e,) in ests), "d": drift, "o": overrun,
+        {"now": now, "l": lane, "b": size_class_boundary(e for (e,) in ests), "d": drift, "o": overrun,
          "s": spread},
     )  # fmt: skip
     return fitted

@@ -1,16 +1,16 @@
 """Schema management with the Alembic migrations shipped in this package.
 
 ``lane db upgrade`` runs :func:`upgrade`; a fresh embedded ledger runs it on
-first use. Concurrent first uses are serialised (a file lock on SQLite, an
-advisory lock on PostgreSQL) so many processes may start at once.
+first use. Concurrent first uses are serialised (a file lock beside the ledger on
+SQLite, removed once the migration is done; an advisory lock on PostgreSQL) so
+many processes may start at once.
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
-import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -50,24 +50,56 @@ def check_revision(db, revision: str | None) -> None:
 
 
 def migration_lock_path(ledger_path: str) -> Path:
-    """The lock file that serialises first uses of one SQLite ledger.
+    """The lock file that serialises the migrations of one SQLite ledger: ``LEDGER.migrate.lock`` beside it.
 
-    It lives in the temporary directory, named by the ledger's absolute path, so
-    nothing is left beside the ledger (never unlinked: a waiter may hold it open).
+    Beside the ledger's real path (a symlink to it shares the lock): the migration writes that directory
+    anyway, and nothing is left in the system temporary directory. It exists only while a process
+    migrates the ledger or waits to (:func:`file_lock` removes it), or after one was killed mid-migration
+    (the next migration takes it over and removes it).
     """
-    digest = hashlib.sha256(os.path.realpath(ledger_path).encode()).hexdigest()[:24]
-    return Path(tempfile.gettempdir()) / f"lane-ledger-{digest}.migrate.lock"
+    return Path(os.path.realpath(ledger_path) + ".migrate.lock")
 
 
 @contextmanager
-def _migration_lock(db):
-    if db.dialect == "sqlite":
-        with open(migration_lock_path(db.url.path), "w") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing), and remove the file before letting go.
+
+    Removing a lock file is safe only with this check: a waiter may have opened the file the holder
+    removes, and a newcomer then creates a new one and locks it at once. So, once it has the lock, a
+    process checks that ``path`` still names the file it locked; if not, it opens ``path`` again and
+    waits on that. The holder removes ``path`` while it still holds the lock, so at most one process
+    at a time holds the lock on the file ``path`` names.
+    """
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+                current = os.path.samestat(os.fstat(fd), os.stat(path))
+            except FileNotFoundError:  # removed by the holder we waited for
+                current = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if current:
+            break
+        os.close(fd)  # (closing releases the lock on the removed file)
+    try:
+        yield
+    finally:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:  # removed by hand: nothing to do
+            pass
+        finally:
+            os.close(fd)
+
+
+@contextmanager
+def _migration_lock(db) -> Iterator[None]:
+    if db.dialect == "sqlite":
+        with file_lock(migration_lock_path(db.url.path)):
+            yield
         return
     conn = db.connection()
     conn.execute("select pg_advisory_lock(%s)", (_PG_LOCK_ID,))

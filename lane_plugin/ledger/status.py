@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from .. import policy
-from ..policy import blocking_rule
+from ..policy import Candidate
+from ..policy.candidate import FINISH, START, kind_of
+from ..policy.drift import DRIFT_SAMPLE, capped, drift_cap
+from ..policy.rules import blocking_rule, unfit_before_reset
 from .admission import HEAD_SQL
 from .db import Cursor
 from .jobs import get_job
@@ -88,7 +90,7 @@ def lane_status(cur: Cursor, now: float) -> list[dict]:
                 "drift_spread": row.drift_spread,
                 "drift_cleared_at": row.drift_cleared_at,  # lane lanes clear-drift: learned only from settlements after
                 # What the allowance keeps free of what is in flight, capped (at most 5% of the ceiling).
-                "drift_allowance": policy.capped(row.over(row.reserved, row.leased), row.ceiling, 0) if row.leased else 0,
+                "drift_allowance": capped(row.over(row.reserved, row.leased), row.ceiling, 0) if row.leased else 0,
                 "overage": row.overage,
                 "pct_of_ceiling": round(100.0 * committed / row.ceiling, 2),
                 "start_limit": row.policy.start_limit,
@@ -127,28 +129,28 @@ def head_status(cur: Cursor, now: float, lane: str) -> dict | None:
     """:func:`wait_status` of the lane's first waiting job in admission order, or None if none waits.
 
     What keeps a lane's work waiting, in the words ``lane status JOB`` uses for one job: the same rules
-    (:func:`lane_plugin.policy.blocking_rule`, :func:`lane_plugin.policy.unfit_before_reset`), not a second reading.
+    (:func:`lane_plugin.policy.rules.blocking_rule`, :func:`lane_plugin.policy.rules.unfit_before_reset`), not a second reading.
     """
     # the head of each range of ix_job_queue, as admission reads it; the first of the two in (prio, id) order
     heads = cur.all(HEAD_SQL, {"l": lane, "f": False, "t": True, "k": 1})
     return None if not heads else wait_status(cur, now, min(heads, key=lambda h: (h[7], h[0]))[0])
 
 
-def _when(row: LaneRow, c: policy.Candidate, kind: str, need: int) -> str:
+def _when(row: LaneRow, c: Candidate, kind: str, need: int) -> str:
     """When a job unfit before the next reset may fit: parked without a period, after the reset if an empty lane holds it.
 
-    The drift allowance does not reset with ``spent``, but it is capped (``policy.capped``): it alone never keeps a
+    The drift allowance does not reset with ``spent``, but it is capped (:func:`lane_plugin.policy.drift.capped`): it alone never keeps a
     job whose estimate fits the empty lane out of it. With the job's own headroom or its run's rest it still may.
     """
     if row.period == "none":
         return " (the lane has no period: the next tick parks it)"
-    if policy.unfit_before_reset(row.policy, c, kind, spent=0, need=need, drift=row.drift, overrun=row.drift_overrun,
-                                 spread=row.drift_spread) is None:  # fmt: skip
+    if unfit_before_reset(row.policy, c, kind, spent=0, need=need, drift=row.drift, overrun=row.drift_overrun,
+                          spread=row.drift_spread) is None:  # fmt: skip
         return " (until the period resets)"
     return (
         " (not even after the period resets: it does not fit the empty lane either; the drift allowance "
-        f"changes only as jobs settle, learned from the latest {policy.DRIFT_SAMPLE:,}, and keeps at most "
-        f"{policy.drift_cap(row.ceiling):,} free)"
+        f"changes only as jobs settle, learned from the latest {DRIFT_SAMPLE:,}, and keeps at most "
+        f"{drift_cap(row.ceiling):,} free)"
     )
 
 
@@ -166,12 +168,12 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
     key = job["run_key"]
     started = runs_of(cur, row.name, [key] if key else [])
     fit = fits_of(cur, row.name, [job["stage"]]).get(job["stage"]) if key else None
-    c = policy.Candidate(job_id, job["est"], 0.0, key, rate_cost, job["stage"], fit.after if fit else 0, prio,
-                         job["est_var"])  # fmt: skip
-    kind = policy.kind_of(c, frozenset(started))
-    need = c.est + (c.after if kind == policy.START else 0)
-    unfit = policy.unfit_before_reset(row.policy, c, kind, spent=row.spent, need=need, drift=row.drift,
-                                      overrun=row.drift_overrun, spread=row.drift_spread)  # fmt: skip
+    c = Candidate(job_id, job["est"], 0.0, key, rate_cost, job["stage"], fit.after if fit else 0, prio,
+                  job["est_var"])  # fmt: skip
+    kind = kind_of(c, frozenset(started))
+    need = c.est + (c.after if kind == START else 0)
+    unfit = unfit_before_reset(row.policy, c, kind, spent=row.spent, need=need, drift=row.drift,
+                               overrun=row.drift_overrun, spread=row.drift_spread)  # fmt: skip
     if unfit is not None:
         blocked_by, reason = unfit[0], unfit[1] + _when(row, c, kind, need)
     else:
@@ -186,7 +188,7 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
         "state": job["state"], "position": position, "waiting": cur.scalar(base, p),
         "remaining": row.remaining, "spent": row.spent, "reserved": row.reserved, "finishing": row.finishing,
         "ceiling": row.ceiling, "start_limit": row.policy.start_limit, "leased": row.leased,
-        "max_leased": row.max_leased, "starts_run": kind != policy.FINISH, "kind": kind,
+        "max_leased": row.max_leased, "starts_run": kind != FINISH, "kind": kind,
         "blocked_by": blocked_by, "reason": reason,
         # a lease past its end is still 'leased' until the next reap takes it back (a tick reaps nothing); the
         # reap's own test, lease_until < now; a gated job's (a waiter waited for it) is parked, not requeued

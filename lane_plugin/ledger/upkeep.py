@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import policy
 from ..errors import NotParked, UnknownJob
+from ..policy import never_fits
 from .db import Cursor
 from .jobs import left_lane, lock_job
 from .lanes import LaneRow, all_lanes, lock_lane, period_start, read_lane, roll_counters
@@ -186,7 +186,7 @@ def give_up_never_fitting(cur: Cursor, row: LaneRow, *, now: float) -> list[dict
                     {"l": row.name, "burst": pol.burst_tokens, "ceiling": pol.ceiling})  # fmt: skip
     tails = []
     for job_id, est, rate_cost in found:
-        why = policy.never_fits(pol, est, starts_run=False, rate_cost=rate_cost)
+        why = never_fits(pol, est, starts_run=False, rate_cost=rate_cost)
         tail = None if why is None else give_up(
             cur, job_id, reason=f"cannot fit in lane {row.name!r} since its settings changed: {why}", now=now)
         if tail is not None:

@@ -86,7 +86,7 @@ class Wakeups:
                 self._thread.start()
         return w
 
-    def unregister(self, job_id: str) -> None:
+    def unregister(self, job_id: str | None) -> None:  # None: the intake wrote no job (nothing registered)
         with self._cv:
             self._jobs.pop(job_id, None)
 

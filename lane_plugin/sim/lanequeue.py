@@ -15,14 +15,10 @@ from collections.abc import Iterator
 from heapq import heappop, heappush
 from typing import Any, Protocol
 
-from ..policy import (
-    DRIFT_SAMPLE,
-    SIZE_CLASS_SAMPLE,
-    Candidate,
-    drift_cap,
-    fit_drift_arrays,
-    size_class_boundary,
-)
+from ..policy import Candidate
+from ..policy.drift import DRIFT_SAMPLE, drift_cap, fit_drift_arrays
+from ..policy.order import priority
+from ..policy.sizeclass import SIZE_CLASS_SAMPLE, size_class_boundary
 from .runs import RunBook
 
 WAITING = 0  # the engine's state code of a waiting job
@@ -105,8 +101,8 @@ class LaneQueue:
         p = self._prio.get(j)
         if p is None:
             key = self.sim.trace.run_key[j]
-            p = self._prio[j] = self.policy.priority(self.sim.est[j], self.sim.waiting_since[j], self.size_boundary,
-                                                     key is not None and key in self.runs.runs)  # fmt: skip
+            p = self._prio[j] = priority(self.policy, self.sim.est[j], self.sim.waiting_since[j], self.size_boundary,
+                                         key is not None and key in self.runs.runs)  # fmt: skip
         return p
 
     def refit(self, now: float) -> None:
@@ -212,7 +208,7 @@ class LaneQueue:
     def head(self, n: int, seen: list) -> Iterator[Candidate]:
         """The first ``n`` waiting jobs of each range, merged in admission order, read lazily.
 
-        What the store's two-range read returns, sorted as :func:`~lane_plugin.policy.order`
+        What the store's two-range read returns, sorted as :func:`~lane_plugin.policy.order.order`
         sorts it (``(prio, id)``; ids sort like indices), read in place only as far as admission
         reads. Every entry scanned is appended to ``seen`` as ``(range, index, job)``, job -1 for a
         stale one (admitted, parked, a duplicate, or moved to the finishing range); the caller

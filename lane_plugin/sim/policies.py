@@ -33,7 +33,10 @@ from __future__ import annotations
 import math
 from heapq import heappop
 
-from ..policy import HEAD_SLACK, REFIT_SECONDS, LaneSnapshot, admit, capped, over_charge
+from ..policy import LaneSnapshot, admit
+from ..policy.admission import HEAD_SLACK
+from ..policy.drift import capped, over_charge
+from ..policy.reserve import REFIT_SECONDS
 from .lanequeue import WAITING, LaneQueue, Sim
 
 

@@ -3,9 +3,9 @@
 The ledger keeps one ``lane_run`` row per run (its latest admitted stage, the
 tokens it is expected to still need, when that reserve lapses) and the sum of
 the reserves on the lane row; it refits the per-stage profile from the runs
-that lapsed, at most every :data:`~lane_plugin.policy.REFIT_SECONDS`. A
+that lapsed, at most every :data:`~lane_plugin.policy.reserve.REFIT_SECONDS`. A
 :class:`RunBook` does the same for the simulator's ``lane`` policy with the
-same pure functions (:func:`~lane_plugin.policy.fit_runs`), so the simulator
+same pure functions (:func:`~lane_plugin.policy.reserve.fit_runs`), so the simulator
 and the ledger reserve the same tokens at the same moments.
 """
 
@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from typing import Any
 
-from ..policy import FIT_RUNS, REFIT_SECONDS, Decision, LanePolicy, StageFit, reserve_hold, run_tokens
+from ..policy import Decision, LanePolicy
+from ..policy.reserve import FIT_RUNS, REFIT_SECONDS, StageFit, reserve_hold, run_tokens
 
 DONE, PARKED = 3, 4  # the engine's state codes of a settled job and a parked one (neither ever changes)
 
@@ -150,7 +151,7 @@ class RunBook:
     def refit(self, now: float) -> None:
         """Learn the profile from the lapsed runs, then re-reserve the runs under way with it.
 
-        Incremental: the per-stage sums :func:`~lane_plugin.policy.fit_runs` makes are kept, and
+        Incremental: the per-stage sums :func:`~lane_plugin.policy.reserve.fit_runs` makes are kept, and
         only the runs that lapsed, left the latest FIT_RUNS, came back or still had a job running
         are taken out and put back in, so the profile is the one ``fit_runs`` gives over every
         lapsed run (tests/sim/test_fast_path.py). Skipped when nothing it learns from changed.

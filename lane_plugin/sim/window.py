@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..policy import window_expiry
+from ..policy.window import window_expiry
 
 
 class Charge:

@@ -23,7 +23,8 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invar
 import lane_plugin.ledger.api as ledgermod
 import lane_plugin.ledger.db as dbmod
 from lane_plugin import AmbiguousAttempt, ConflictingReplay, InvalidInput, LaneError, LeaseLost, Ledger, NotLeased
-from lane_plugin.policy import HEAD_SLACK, capped, over_charge
+from lane_plugin.policy.admission import HEAD_SLACK
+from lane_plugin.policy.drift import capped, over_charge
 
 from .conftest import FULL, PG_BASE, late_figure, pg_admin
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-import lane_plugin.policy as policy
 from lane_plugin import Ledger
+from lane_plugin.ledger import admission
 
 from .conftest import assert_audit_clean, make_lane
 
@@ -22,7 +22,7 @@ def test_fallback_move_during_a_tick_cannot_lease_a_job_into_the_wrong_lane(pg_u
     make_lane(led, "paid", ceiling=10_000)
     make_lane(led, "free", ceiling=1000, fallback="paid")
     job = led.submit("s", 10, "free", fallback=True)
-    real_admit = policy.admit
+    real_admit = admission.admit  # the policy's admit, as the ledger's tick calls it
     chosen = threading.Event()
 
     def slow_admit(*a, **kw):
@@ -31,7 +31,7 @@ def test_fallback_move_during_a_tick_cannot_lease_a_job_into_the_wrong_lane(pg_u
         time.sleep(1.0)  # widen the window between choosing and leasing
         return decision
 
-    monkeypatch.setattr(policy, "admit", slow_admit)
+    monkeypatch.setattr(admission, "admit", slow_admit)
     ticker = Ledger(pg_url)
     leases = []
     t = threading.Thread(target=lambda: leases.extend(ticker.tick("free")))

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from lane_plugin import policy
 from lane_plugin.errors import UnknownLane
+from lane_plugin.policy.drift import fit_drift, over_charge
+from lane_plugin.policy.rules import DRIFT
 
 
 def lane(led, name="t", **kw):
@@ -42,7 +43,7 @@ def test_the_allowance_is_learned_from_settlements_at_the_refit(led, clock):
     led.settle(lease, 100, by_estimate=True)  # an estimate billed back teaches nothing
     assert allowance(led) == (1.0, 0, 0)  # learned at the refit, not at each settlement
     led.refit_runs("t")
-    assert allowance(led) == policy.fit_drift(pairs) == (1.33, 27, 0)
+    assert allowance(led) == fit_drift(pairs) == (1.33, 27, 0)
     status = next(s for s in led.lanes() if s["lane"] == "t")
     assert (status["drift"], status["drift_overrun"], status["drift_spread"]) == (1.33, 27, 0)
     assert led.job(jid)["state"] == "done"
@@ -64,7 +65,7 @@ def test_admission_keeps_the_allowance_free_only_near_the_ceiling(led, clock):
     leases = led.tick("t")
     assert len(leases) == 3
     st = led.wait_status(ids[-1])
-    assert st["blocked_by"] == policy.DRIFT
+    assert st["blocked_by"] == DRIFT
     for lease in leases:
         led.settle(lease, 2_600)
     _, [(spent,)] = led.rows("select spent from lane where name = 't'")
@@ -83,7 +84,7 @@ def test_the_cap_gives_up_drift_past_five_percent_of_the_ceiling_in_flight_at_on
     ids = [led.submit("s", 7_000, "t") for _ in range(10)]
     leases = led.tick("t")
     assert len(leases) == 9  # 63,000 + 5,000 kept free of 74,000; a 10th would need 75,000
-    assert led.wait_status(ids[-1])["blocked_by"] == policy.DRIFT
+    assert led.wait_status(ids[-1])["blocked_by"] == DRIFT
     for lease in leases:
         led.settle(lease, 9_100)
     assert led.lane("t").spent == 26_000 + 9 * 9_100 == 107_900
@@ -127,9 +128,9 @@ def test_wait_status_promises_the_reset_to_a_job_only_the_capped_allowance_keeps
     big = led.submit("s", 97_000, "t")
     assert led.tick("t") == []
     st = led.wait_status(big)
-    assert st["blocked_by"] == policy.DRIFT
+    assert st["blocked_by"] == DRIFT
     assert "plus 3000 tokens of drift allowance" in st["reason"]
-    learned = policy.over_charge(*allowance(led), 97_000, 1)
+    learned = over_charge(*allowance(led), 97_000, 1)
     assert f"capped from {learned}: at most 5% of the ceiling (5000)" in st["reason"]
     assert st["reason"].endswith("(until the period resets)")
     clock.t += 86_400
@@ -148,7 +149,7 @@ def test_one_outlier_settlement_does_not_close_a_period_lane_for_good(led, clock
     small = led.submit("s", 1, "t")
     assert led.tick("t") == []  # 95,000 spent: the last 5,000 stay free for overruns
     st = led.wait_status(small)
-    assert st["blocked_by"] == policy.DRIFT and "plus 5000 tokens of drift allowance" in st["reason"]
+    assert st["blocked_by"] == DRIFT and "plus 5000 tokens of drift allowance" in st["reason"]
     assert led.audit() == []
 
 
@@ -164,7 +165,7 @@ def test_an_operator_clears_an_outlier_the_refit_does_not_relearn_and_later_sett
     clock.t += 1
     run_jobs(led, clock, [(1_000, 1_000)] * 4 + [(1_000, 1_300)])  # settled after the clear: learned from
     led.refit_runs("t")
-    assert allowance(led) == policy.fit_drift([(1_000, 1_000)] * 4 + [(1_000, 1_300)]) == (1.06, 240, 240)
+    assert allowance(led) == fit_drift([(1_000, 1_000)] * 4 + [(1_000, 1_300)]) == (1.06, 240, 240)
     assert led.audit() == []
 
 
@@ -187,7 +188,7 @@ def test_lanes_name_what_keeps_the_first_waiting_job_out(led, clock):
     big, small = led.submit("s", 2, "t"), led.submit("s", 1, "t")
     assert led.tick("t") == []
     t = next(s for s in led.lanes() if s["lane"] == "t")
-    assert (t["waiting"], t["leased"], t["head_job"], t["blocked_by"]) == (2, 0, small, policy.DRIFT)
+    assert (t["waiting"], t["leased"], t["head_job"], t["blocked_by"]) == (2, 0, small, DRIFT)
     assert "plus 5000 tokens of drift allowance" in t["blocked_reason"]
     assert t["blocked_reason"] == led.wait_status(small)["reason"] and big != small
     from lane_plugin.gating.artifacts import status_table  # the lane-status artifact the flow publishes: not "ok"

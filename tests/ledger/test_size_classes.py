@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from lane_plugin import policy, sizeclass
+from lane_plugin.policy.reserve import REFIT_SECONDS
+from lane_plugin.policy.sizeclass import SIZE_CLASS_MIN, SIZE_CLASS_SAMPLE, size_class_boundary
 
 
 def lane(led, name="t", **kw):
@@ -30,7 +31,7 @@ def submit_all(led, clock, ests, name="t") -> list[str]:
 
 def test_the_boundary_is_learned_at_the_refit_and_places_new_jobs(led, clock):
     lane(led)  # age factor: 100 s / 10,000 tokens = 0.01 s per token
-    first = submit_all(led, clock, range(1, sizeclass.SIZE_CLASS_MIN))
+    first = submit_all(led, clock, range(1, SIZE_CLASS_MIN))
     led.refit_runs("t")
     assert boundary(led) is None  # too few estimates: one continuous priority
     clock.t += 1
@@ -39,7 +40,7 @@ def test_the_boundary_is_learned_at_the_refit_and_places_new_jobs(led, clock):
     submit_all(led, clock, [50])
     led.refit_runs("t")
     ests = [*range(1, 50), 5_000, 50]
-    assert boundary(led) == policy.size_class_boundary(ests) == 31
+    assert boundary(led) == size_class_boundary(ests) == 31
     before = {j: led.job(j)["prio"] for j in [*first, unclassed]}
     clock.t += 1
     small, big = led.submit("s", 31, "t"), led.submit("s", 32, "t")
@@ -55,14 +56,14 @@ def test_the_boundary_is_learned_at_the_refit_and_places_new_jobs(led, clock):
 
 def test_the_boundary_comes_from_the_last_sample_of_estimates_only(led, clock):
     lane(led)
-    submit_all(led, clock, [9_000] * 100 + list(range(1, policy.SIZE_CLASS_SAMPLE + 1)))
+    submit_all(led, clock, [9_000] * 100 + list(range(1, SIZE_CLASS_SAMPLE + 1)))
     led.refit_runs("t")
-    assert boundary(led) == policy.size_class_boundary(range(1, policy.SIZE_CLASS_SAMPLE + 1)) == 301
+    assert boundary(led) == size_class_boundary(range(1, SIZE_CLASS_SAMPLE + 1)) == 301
     # a tick refits once REFIT_SECONDS have passed since the last refit
     submit_all(led, clock, [8_000] * 400)
     led.tick("t")
     assert boundary(led) == 301
-    clock.t += policy.REFIT_SECONDS
+    clock.t += REFIT_SECONDS
     led.tick("t")
     assert boundary(led) == 8_000
 

@@ -13,7 +13,7 @@ import pytest
 from lane_plugin import InvalidInput, Ledger
 from lane_plugin.gating.ledgers import get_ledger
 from lane_plugin.ledger import wakeups
-from lane_plugin.policy import window_expiry
+from lane_plugin.policy.window import window_expiry
 
 
 def lane(led, **kw):

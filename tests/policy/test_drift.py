@@ -9,18 +9,19 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lane_plugin import policy
-from lane_plugin.policy import (
-    Candidate,
-    LanePolicy,
-    LaneSnapshot,
-    admit,
+from lane_plugin.policy import Candidate, LanePolicy, LaneSnapshot, admit
+from lane_plugin.policy.candidate import FREE, START
+from lane_plugin.policy.drift import (
+    DRIFT_CAP_FRACTION,
+    DRIFT_SAMPLE,
     capped,
     drift_cap,
     fit_drift,
     fit_drift_arrays,
     over_charge,
 )
+from lane_plugin.policy.order import order
+from lane_plugin.policy.rules import blocking_rule, unfit_before_reset
 
 from .test_policy import scenarios
 
@@ -79,7 +80,7 @@ def test_the_ledgers_fit_does_not_import_numpy():
     import subprocess
     import sys
 
-    code = ("import sys; from lane_plugin.policy import fit_drift; fit_drift([(100, 130)] * 10); "
+    code = ("import sys; from lane_plugin.policy.drift import fit_drift; fit_drift([(100, 130)] * 10); "
             "print('numpy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
@@ -124,13 +125,13 @@ def test_an_idle_lane_admits_or_parks_its_first_job_whatever_the_allowance(case,
                         spread=allowance[2])  # fmt: skip
     free = [Candidate(c.id, c.est, c.waiting_since, None, c.rate_cost) for c in cands]
     d = admit(idle, free)
-    first = policy.order(idle, free)[0]
+    first = order(idle, free)[0]
     assert first in d.admitted or first in [c for c, _, _ in d.parked]
     for c in free:  # unfit_before_reset is blocking_rule with nothing in flight
-        unfit = policy.unfit_before_reset(s.policy, c, policy.FREE, spent=s.spent, need=c.est, drift=allowance[0],
-                                          overrun=allowance[1], spread=allowance[2])  # fmt: skip
-        rule = policy.blocking_rule(s.policy, est=c.est, kind=policy.FREE, committed=s.spent, leased=0, window_used=0,
-                                    rate_cost=c.rate, over=over_charge(*allowance, c.est, 1))  # fmt: skip
+        unfit = unfit_before_reset(s.policy, c, FREE, spent=s.spent, need=c.est, drift=allowance[0],
+                                   overrun=allowance[1], spread=allowance[2])  # fmt: skip
+        rule = blocking_rule(s.policy, est=c.est, kind=FREE, committed=s.spent, leased=0, window_used=0,
+                             rate_cost=c.rate, over=over_charge(*allowance, c.est, 1))  # fmt: skip
         assert (unfit is None) == (rule is None), (unfit, rule)
 
 
@@ -139,7 +140,7 @@ def test_an_idle_lane_admits_or_parks_its_first_job_whatever_the_allowance(case,
 def test_the_allowance_never_keeps_more_than_five_percent_of_the_ceiling_free(ceiling, over, est):
     kept = capped(over, ceiling, est)
     assert 0 <= kept <= over and kept <= max(0, ceiling - est)
-    assert kept <= drift_cap(ceiling) == ceiling * 5 // 100 <= policy.DRIFT_CAP_FRACTION * ceiling
+    assert kept <= drift_cap(ceiling) == ceiling * 5 // 100 <= DRIFT_CAP_FRACTION * ceiling
 
 
 @settings(max_examples=500, deadline=None)
@@ -166,9 +167,9 @@ def test_an_empty_lane_admits_any_job_that_fits_it_whatever_the_allowance(ceilin
     starting = data.draw(st.booleans(), label="starting")
     p = LanePolicy(ceiling=ceiling, burst_tokens=ceiling, max_leased=1)
     c = Candidate("j", est, 0.0, "run" if starting else None)
-    kind = policy.START if starting else policy.FREE
-    assert policy.unfit_before_reset(p, c, kind, spent=0, need=est, drift=allowance[0], overrun=allowance[1],
-                                     spread=allowance[2]) is None  # fmt: skip
+    kind = START if starting else FREE
+    assert unfit_before_reset(p, c, kind, spent=0, need=est, drift=allowance[0], overrun=allowance[1],
+                              spread=allowance[2]) is None  # fmt: skip
     for resets in (False, True):
         s = LaneSnapshot(p, 0, 0, 0, 0, 0.0, resets=resets, drift=allowance[0], overrun=allowance[1],
                          spread=allowance[2])  # fmt: skip
@@ -202,7 +203,7 @@ def settle_past(drift: float, learn: bool, seed: int) -> tuple[int, int]:
         spent, reserved, leased = spent + actual[job], reserved - est, leased - 1
         history.append((est, actual[job]))
         if learn and len(history) % 20 == 0:
-            fit = fit_drift(history[-policy.DRIFT_SAMPLE :])
+            fit = fit_drift(history[-DRIFT_SAMPLE :])
 
 
 def test_a_lane_that_learned_its_drift_settles_under_the_ceiling_and_still_fills_it():

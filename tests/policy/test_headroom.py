@@ -7,8 +7,8 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lane_plugin import policy
 from lane_plugin.policy import Candidate, LanePolicy, LaneSnapshot, admit, never_fits
+from lane_plugin.policy.rules import HEADROOM
 
 
 def snap(p, *, spent=0, reserved=0, leased=0, reserved_var=0, resets=True):
@@ -26,7 +26,7 @@ def test_a_job_that_fits_by_its_mean_waits_for_room_for_the_spread():
     p = LanePolicy(ceiling=10_000, burst_tokens=10_000, max_leased=10, headroom_sigmas=2.0)
     # 9,000 committed, 500 more fits the ceiling; with sd 300 in flight (var 90,000) the headroom is 600.
     d = admit(snap(p, spent=8_000, reserved=1_000, reserved_var=80_000), [Candidate("a", 500, 999.0, var=10_000)])
-    assert d.ids == [] and d.head_reason == policy.HEADROOM
+    assert d.ids == [] and d.head_reason == HEADROOM
     # the same job with no known spread in flight is admitted: nothing changes where no estimator knows one
     d = admit(snap(p, spent=8_000, reserved=1_000), [Candidate("a", 500, 999.0)])
     assert d.ids == ["a"] and d.var == 0
@@ -42,7 +42,7 @@ def test_a_job_whose_own_spread_never_fits_is_parked_in_a_lane_without_a_period(
     p = LanePolicy(ceiling=10_000, burst_tokens=10_000, max_leased=10, headroom_sigmas=3.0)
     c = Candidate("a", 900, 999.0, var=200**2)  # 900 + 600 headroom > the 1,000 left
     d = admit(snap(p, spent=9_000, resets=False), [c])
-    assert [(x.id, rule) for x, rule, _ in d.parked] == [("a", policy.HEADROOM)]
+    assert [(x.id, rule) for x, rule, _ in d.parked] == [("a", HEADROOM)]
     assert "headroom" in never_fits(p, 9_500, var=200**2)
     assert never_fits(p, 9_000, var=200**2) is None
 

@@ -8,8 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lane_plugin import policy, sizeclass
-from lane_plugin.policy import Candidate, LanePolicy, LaneSnapshot, admit, fit_runs, never_fits
+from lane_plugin.policy import Candidate, LanePolicy, LaneSnapshot, admit, never_fits
+from lane_plugin.policy.candidate import FINISH, START, kind_of
+from lane_plugin.policy.order import order, priority
+from lane_plugin.policy.reserve import fit_runs, reserve_hold
+from lane_plugin.policy.rules import BURST, CEILING, LEASE_CAP, RESERVE, START_LIMIT, STOPPED, unfit_before_reset
+from lane_plugin.policy.sizeclass import SIZE_CLASS_MIN, size_class_boundary
+from lane_plugin.policy.window import window_expiry
 
 
 def snap(p, *, spent=0, reserved=0, leased=0, window_used=0, now=1000.0, stopped=False, started=(),
@@ -25,7 +30,7 @@ def test_smallest_first_within_burst_and_lease_cap():
     d = admit(snap(p), cands)
     assert d.ids == ["e", "b", "c"]  # lease cap 3 stops it
     assert d.tokens == 350
-    assert d.head_reason == policy.LEASE_CAP
+    assert d.head_reason == LEASE_CAP
 
 
 def test_reserved_weight_counts_against_the_ceiling():
@@ -33,7 +38,7 @@ def test_reserved_weight_counts_against_the_ceiling():
     p = LanePolicy(ceiling=1_000, start_fraction=1.0, burst_tokens=1_000, max_leased=10)
     d = admit(snap(p, spent=300, reserved=600), [Candidate("a", 150, 999.0), Candidate("b", 100, 999.0)])
     assert d.ids == ["b"]
-    assert d.head_reason == policy.CEILING
+    assert d.head_reason == CEILING
 
 
 def test_age_raises_priority_smoothly():
@@ -53,7 +58,7 @@ def test_a_job_arriving_after_the_horizon_is_never_ahead():
     j = Candidate("j", 800, 50.0)
     horizon = 50.0 + (800 - 1) * p.age_factor
     later = [Candidate(f"x{e}", e, horizon + 0.001) for e in (1, 2, 500, 1_000)]
-    assert policy.order(snap(p), [j, *later])[0] == j
+    assert order(snap(p), [j, *later])[0] == j
     assert horizon - 50.0 <= p.max_wait_seconds
 
 
@@ -61,10 +66,10 @@ def test_the_flat_start_fraction_is_still_an_option():
     p = LanePolicy(ceiling=1_000, start_fraction=0.8, burst_tokens=1_000, max_leased=10)
     cands = [Candidate("starter", 100, 999.0, run_key="new-run"), Candidate("finisher", 150, 999.0, run_key="old")]
     d = admit(snap(p, spent=650, reserved=100, started={"old"}), cands)
-    assert d.ids == ["finisher"] and d.head_reason == policy.START_LIMIT and d.shadow.id == "starter"
+    assert d.ids == ["finisher"] and d.head_reason == START_LIMIT and d.shadow.id == "starter"
     # past the start limit on spend alone, a starter can never start before a reset: parked
     d = admit(snap(p, spent=750, started={"old"}), cands)
-    assert d.ids == ["finisher"] and [(c.id, rule) for c, rule, _ in d.parked] == [("starter", policy.START_LIMIT)]
+    assert d.ids == ["finisher"] and [(c.id, rule) for c, rule, _ in d.parked] == [("starter", START_LIMIT)]
 
 
 def test_a_run_started_in_this_tick_lets_its_later_jobs_finish():
@@ -94,17 +99,17 @@ def test_a_job_that_cannot_fit_before_the_reset_is_parked_and_blocks_nobody():
     d = admit(snap(p, spent=400, now=1000.0), [big, *smalls])
     assert d.ids == [f"s{i}" for i in range(5)] and d.shadow is None
     [(job, rule, why)] = d.parked
-    assert job == big and rule == policy.CEILING and "ceiling" in why and "600 of 1000" in why
+    assert job == big and rule == CEILING and "ceiling" in why and "600 of 1000" in why
     # with a period it waits for the reset instead, still without holding room
     d = admit(snap(p, spent=400, now=1000.0, resets=True), [big, *smalls])
-    assert d.ids == [f"s{i}" for i in range(5)] and d.parked == () and d.head_reason == policy.CEILING
+    assert d.ids == [f"s{i}" for i in range(5)] and d.parked == () and d.head_reason == CEILING
 
 
 def test_two_currencies_the_window_counts_rate_cost():
     p = LanePolicy(ceiling=100_000, burst_tokens=1_000, max_leased=10)
     cands = [Candidate("a", 100, 0.0, rate_cost=600), Candidate("b", 100, 1.0, rate_cost=600)]
     d = admit(snap(p, now=2.0), cands)
-    assert d.ids == ["a"] and d.rate == 600 and d.tokens == 100 and d.head_reason == policy.BURST
+    assert d.ids == ["a"] and d.rate == 600 and d.tokens == 100 and d.head_reason == BURST
     assert d.burst_need == 600  # the window must hold at most 400 before b goes
     assert admit(snap(p, window_used=401, now=2.0), cands[:1]).ids == []
 
@@ -119,7 +124,7 @@ def test_finishing_reserve_holds_room_for_runs_under_way():
     d = admit(s, [starter, free, finisher])
     # 400 + 300 reserve + 100 + 200 (its own rest) = 1000: the starter fits exactly; then the free job
     # would eat the reserve; the finisher uses the reserve it was kept for.
-    assert d.ids == ["start", "fin"] and d.head_reason == policy.RESERVE
+    assert d.ids == ["start", "fin"] and d.head_reason == RESERVE
     assert d.finishing == 200 - 300 and dict((k, r) for k, r, _ in d.runs) == {"new": 200, "old": 0}
 
 
@@ -136,13 +141,13 @@ def test_a_run_that_cannot_finish_before_the_reset_does_not_start():
     p = LanePolicy(ceiling=1_000, burst_tokens=10_000, max_leased=10)
     d = admit(snap(p, spent=500), [Candidate("s", 200, 0.0, run_key="r", after=400)])
     [(_, rule, why)] = d.parked
-    assert rule == policy.RESERVE and "600 tokens" in why and "500 of the ceiling 1000" in why
+    assert rule == RESERVE and "600 tokens" in why and "500 of the ceiling 1000" in why
 
 
 def test_stopped_lane_admits_nothing():
     p = LanePolicy(ceiling=1_000)
     d = admit(snap(p, stopped=True), [Candidate("a", 1, 0.0)])
-    assert d.ids == [] and d.head_reason == policy.STOPPED
+    assert d.ids == [] and d.head_reason == STOPPED
 
 
 def test_now_zero_is_a_time_not_a_missing_value():
@@ -170,7 +175,7 @@ def test_fit_runs_learns_what_follows_each_stage():
     assert fit["draft"].after == -(-(500 + 900 + 0) // 3) and fit["draft"].runs == 3
     assert fit["critique"].after == 300 and fit["final"].after == 0
     assert fit["draft"].hold == 2 * 30.0 and fit["final"].hold == 0.0
-    assert policy.reserve_hold(LanePolicy(ceiling=1, lease_seconds=90.0), fit["draft"]) == 90.0
+    assert reserve_hold(LanePolicy(ceiling=1, lease_seconds=90.0), fit["draft"]) == 90.0
 
 
 # -- properties ----------------------------------------------------------------
@@ -217,10 +222,10 @@ def test_never_admits_past_ceiling_reserve_start_limit_burst_or_lease_cap(case):
     committed, window, leased, finishing = s.spent + s.reserved, s.window_used, s.leased, s.finishing
     started, remaining = set(s.started_runs), dict(s.run_remaining)
     for c in d.admitted:
-        kind = policy.kind_of(c, started)
-        if kind != policy.FINISH:  # starting and free jobs leave every run's reserve, and their own
-            assert committed + finishing + c.est + (c.after if kind == policy.START else 0) <= p.ceiling
-        if kind == policy.START:
+        kind = kind_of(c, started)
+        if kind != FINISH:  # starting and free jobs leave every run's reserve, and their own
+            assert committed + finishing + c.est + (c.after if kind == START else 0) <= p.ceiling
+        if kind == START:
             assert committed + c.est <= p.start_limit
         committed += c.est
         window += c.rate
@@ -238,13 +243,13 @@ def test_never_admits_past_ceiling_reserve_start_limit_burst_or_lease_cap(case):
         assert d.admitted == () and d.parked == ()
     if s.resets:
         assert d.parked == ()
-    ordered = policy.order(s, cands)
+    ordered = order(s, cands)
     for c, _, _ in d.parked:  # parked only if spend alone leaves it no room
         ahead = {x.run_key for x in d.admitted if ordered.index(x) < ordered.index(c)}
-        kind = policy.kind_of(c, s.started_runs | ahead)
+        kind = kind_of(c, s.started_runs | ahead)
         assert (c.rate > p.burst_tokens or s.spent + c.est > p.ceiling
-                or s.spent + c.est + (c.after if kind == policy.START else 0) > p.ceiling
-                or (kind == policy.START and s.spent + c.est > p.start_limit))  # fmt: skip
+                or s.spent + c.est + (c.after if kind == START else 0) > p.ceiling
+                or (kind == START and s.spent + c.est > p.start_limit))  # fmt: skip
 
 
 @settings(max_examples=300, deadline=None)
@@ -262,13 +267,13 @@ def test_what_is_admitted_behind_the_head_leaves_it_room(case):
     """Backfilling: jobs after the head in the order take only room the head does not need."""
     s, cands = case
     d = admit(s, cands)
-    ordered = policy.order(s, cands)
+    ordered = order(s, cands)
     p, out = s.policy, set(d.admitted) | {c for c, _, _ in d.parked}
 
     def can_wait_for_room(c):  # not a job that cannot fit before the reset (those hold nothing)
-        kind = policy.kind_of(c, s.started_runs | {x.run_key for x in d.admitted if ordered.index(x) < ordered.index(c)})
-        need = c.est + (c.after if kind == policy.START else 0)
-        return policy.unfit_before_reset(p, c, kind, spent=s.spent, need=need) is None
+        kind = kind_of(c, s.started_runs | {x.run_key for x in d.admitted if ordered.index(x) < ordered.index(c)})
+        need = c.est + (c.after if kind == START else 0)
+        return unfit_before_reset(p, c, kind, spent=s.spent, need=need) is None
 
     h = next((c for c in ordered if c not in out and can_wait_for_room(c)), None)  # the head: first left waiting
     if h is None:
@@ -277,8 +282,8 @@ def test_what_is_admitted_behind_the_head_leaves_it_room(case):
     before = [c for c in d.admitted if ordered.index(c) < ordered.index(h)]
     behind = [c for c in d.admitted if ordered.index(c) > ordered.index(h)]
     started = s.started_runs | {c.run_key for c in before if c.run_key}
-    h_kind = policy.kind_of(h, started)
-    held = [c for c in behind if h_kind == policy.FINISH or policy.kind_of(c, started) != policy.FINISH]
+    h_kind = kind_of(h, started)
+    held = [c for c in behind if h_kind == FINISH or kind_of(c, started) != FINISH]
     committed = s.spent + s.reserved + sum(c.est for c in before)
     assert committed + h.est + sum(c.est for c in held) <= p.ceiling or not held
     assert s.window_used + sum(c.rate for c in before) + h.rate + sum(c.rate for c in behind) <= p.burst_tokens \
@@ -296,7 +301,7 @@ def test_an_idle_lane_admits_or_parks_its_first_job(case):
     idle = snap(s.policy, spent=s.spent, now=s.now, started=s.started_runs, resets=False)
     free_cands = [Candidate(c.id, c.est, c.waiting_since, None, c.rate_cost) for c in cands]
     d = admit(idle, free_cands)
-    first = policy.order(idle, free_cands)[0]
+    first = order(idle, free_cands)[0]
     assert first in d.admitted or first in [c for c, _, _ in d.parked]
 
 
@@ -337,7 +342,7 @@ def run_ticks(p: LanePolicy, jobs, service: float, placed_by=None):
         while events and events[0][0] == t:
             _, kind, i = heapq.heappop(events)
             if kind == "arrive":
-                prio = p.priority(jobs[i][1], jobs[i][0], placed_by[i])
+                prio = priority(p, jobs[i][1], jobs[i][0], placed_by[i])
                 assert prio <= jobs[i][0] + p.max_wait_seconds + 1e-9  # the most any job's place adds
                 waiting[f"j{i:03d}"] = Candidate(f"j{i:03d}", jobs[i][1], jobs[i][0], None, jobs[i][2], prio=prio)
             elif kind == "settle":
@@ -351,7 +356,7 @@ def run_ticks(p: LanePolicy, jobs, service: float, placed_by=None):
             charges.append((t, c.rate))
             admitted_at[c.id] = t
             heapq.heappush(events, (t + service, "settle", (c.est, actual)))
-            heapq.heappush(events, (policy.window_expiry(t, p.window_seconds), "window", 0))
+            heapq.heappush(events, (window_expiry(t, p.window_seconds), "window", 0))
             del waiting[c.id]
         for c, _, _ in d.parked:
             parked_at[c.id] = t
@@ -386,21 +391,21 @@ def test_many_ticks_keep_every_limit_and_the_wait_bound(case):
 
 def test_two_size_classes_put_big_jobs_max_wait_behind():
     p = LanePolicy(ceiling=10_000, burst_tokens=1_000, max_wait_seconds=600)
-    assert p.priority(300, 10.0, None) == p.priority(300, 10.0) == 10.0 + 300 * p.age_factor
-    assert p.priority(300, 10.0, 300) == 10.0  # at the boundary: the small class
-    assert p.priority(301, 10.0, 300) == 610.0
+    assert priority(p, 300, 10.0, None) == priority(p, 300, 10.0) == 10.0 + 300 * p.age_factor
+    assert priority(p, 300, 10.0, 300) == 10.0  # at the boundary: the small class
+    assert priority(p, 301, 10.0, 300) == 610.0
     # a job finishing a run under way is not held back by its size: the continuous priority
-    assert p.priority(900, 10.0, 300, finishing=True) == p.priority(900, 10.0) == 10.0 + 900 * p.age_factor
+    assert priority(p, 900, 10.0, 300, finishing=True) == priority(p, 900, 10.0) == 10.0 + 900 * p.age_factor
     # a big job waiting since 0 goes before a small one arriving after 600 s, not before one at 600 s
-    big = Candidate("big", 900, 0.0, prio=p.priority(900, 0.0, 300))
-    assert policy.order(snap(p), [big, Candidate("a", 1, 600.001, prio=p.priority(1, 600.001, 300))])[0] == big
-    assert policy.order(snap(p), [big, Candidate("a", 1, 599.0, prio=p.priority(1, 599.0, 300))])[0].id == "a"
+    big = Candidate("big", 900, 0.0, prio=priority(p, 900, 0.0, 300))
+    assert order(snap(p), [big, Candidate("a", 1, 600.001, prio=priority(p, 1, 600.001, 300))])[0] == big
+    assert order(snap(p), [big, Candidate("a", 1, 599.0, prio=priority(p, 1, 599.0, 300))])[0].id == "a"
 
 
 def test_size_class_boundary_is_the_60th_percentile_of_enough_estimates():
-    assert policy.size_class_boundary([7] * (sizeclass.SIZE_CLASS_MIN - 1)) is None
-    assert policy.size_class_boundary(range(1, 501)) == 301  # ranked[int(0.6 * 500)]
-    assert policy.size_class_boundary(reversed(range(1, 101))) == 61
-    assert policy.size_class_boundary([4] * 60 + [9] * 40) == 9  # ranked[60]: the first of the 9s
+    assert size_class_boundary([7] * (SIZE_CLASS_MIN - 1)) is None
+    assert size_class_boundary(range(1, 501)) == 301  # ranked[int(0.6 * 500)]
+    assert size_class_boundary(reversed(range(1, 101))) == 61
+    assert size_class_boundary([4] * 60 + [9] * 40) == 9  # ranked[60]: the first of the 9s
     with pytest.raises(ValueError, match="pct"):
-        policy.size_class_boundary(range(100), pct=101)
+        size_class_boundary(range(100), pct=101)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lane_plugin.policy import fit_drift_arrays
+from lane_plugin.policy.drift import fit_drift_arrays
 
 from .test_drift import fit_drift_by_definition
 

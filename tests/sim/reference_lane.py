@@ -15,27 +15,14 @@ from collections.abc import Iterable
 from heapq import heappop, heappush
 from typing import Any
 
-from lane_plugin.policy import (
-    BURST,
-    FINISH,
-    FREE,
-    HEAD_SLACK,
-    LEASE_CAP,
-    START,
-    STOPPED,
-    Candidate,
-    Decision,
-    LaneSnapshot,
-    blocking_rule,
-    capped,
-    fit_drift,
-    fit_runs,
-    kind_of,
-    order,
-    over_charge,
-    size_class_boundary,
-    unfit_before_reset,
-)
+from lane_plugin.policy import Candidate, Decision, LaneSnapshot
+from lane_plugin.policy.admission import HEAD_SLACK
+from lane_plugin.policy.candidate import FINISH, FREE, START, kind_of
+from lane_plugin.policy.drift import capped, fit_drift, over_charge
+from lane_plugin.policy.order import order
+from lane_plugin.policy.reserve import fit_runs
+from lane_plugin.policy.rules import BURST, LEASE_CAP, STOPPED, blocking_rule, unfit_before_reset
+from lane_plugin.policy.sizeclass import size_class_boundary
 
 WAITING = 0
 Sim = Any

@@ -15,8 +15,10 @@ import random
 import pytest
 from hypothesis import given, settings
 
-from lane_plugin import policy, sizeclass
-from lane_plugin.policy import admit, fit_runs, order
+from lane_plugin.policy import admit
+from lane_plugin.policy.order import order, priority
+from lane_plugin.policy.reserve import fit_runs
+from lane_plugin.policy.sizeclass import SIZE_CLASS_MIN, SIZE_CLASS_SAMPLE, size_class_boundary
 from lane_plugin.sim import lanequeue as sim_lanequeue
 from lane_plugin.sim import policies as sim_policies
 from lane_plugin.sim import runs as sim_runs
@@ -141,8 +143,8 @@ def test_the_lane_learns_its_size_classes_from_its_last_estimates_as_the_ledger_
     def refit(q, now):
         real(q, now)
         seen.append((len(q.recent), q.size_boundary))
-        assert q.size_boundary == policy.size_class_boundary(q.recent)
-        assert len(q.recent) == min(policy.SIZE_CLASS_SAMPLE, len(q._prio))
+        assert q.size_boundary == size_class_boundary(q.recent)
+        assert len(q.recent) == min(SIZE_CLASS_SAMPLE, len(q._prio))
 
     monkeypatch.setattr(sim_policies.LaneQueue, "refit", refit)
     placed, classed = [], []
@@ -153,13 +155,13 @@ def test_the_lane_learns_its_size_classes_from_its_last_estimates_as_the_ledger_
         finishing = key is not None and key in q.runs.runs  # a later stage of a run under way
         push(q, j)
         if not known:
-            placed.append(q._prio[j] == q.policy.priority(q.sim.est[j], q.sim.waiting_since[j], q.size_boundary,
-                                                          finishing))  # fmt: skip
+            place = priority(q.policy, q.sim.est[j], q.sim.waiting_since[j], q.size_boundary, finishing)
+            placed.append(q._prio[j] == place)
             classed.append(q.size_boundary is not None and not finishing)
 
     monkeypatch.setattr(sim_policies.LaneQueue, "push", checked_push)
     run("rate-bound", 1)
     assert all(placed) and len(placed) > 1_000
     assert 500 < sum(classed) < len(classed)  # most starting stages placed by class, later stages not
-    assert seen[0] == (seen[0][0], None) and seen[0][0] < sizeclass.SIZE_CLASS_MIN  # nothing known at the first tick
-    assert any(b is not None for _, b in seen) and any(n == policy.SIZE_CLASS_SAMPLE for n, _ in seen)
+    assert seen[0] == (seen[0][0], None) and seen[0][0] < SIZE_CLASS_MIN  # nothing known at the first tick
+    assert any(b is not None for _, b in seen) and any(n == SIZE_CLASS_SAMPLE for n, _ in seen)

@@ -57,7 +57,7 @@ RESERVE = dict(jobs=200, ceiling=80_000, start_fraction=1.0, lease_seconds=40.0,
 
 @pytest.mark.parametrize("case", [dict(ceiling=9_000), dict(ceiling=60_000), RESERVE], ids=["9k", "60k", "reserve"])
 def test_ledger_admits_what_the_simulator_admits(tmp_path, case, monkeypatch):
-    from lane_plugin import policy
+    from lane_plugin.policy.rules import RESERVE as RESERVE_RULE
     from lane_plugin.sim import policies as sim_policies
 
     case = dict(case)
@@ -77,7 +77,7 @@ def test_ledger_admits_what_the_simulator_admits(tmp_path, case, monkeypatch):
     ticks = [e for e in sim.log if e[0] == "tick"]
     assert sum(len(e[2]) for e in ticks) >= 10  # the scenario admits enough to compare
     if cfg.lease_seconds < 1_000:
-        assert "finishing=True" in rules and policy.RESERVE in rules  # the reserve is learned and binds
+        assert "finishing=True" in rules and RESERVE_RULE in rules  # the reserve is learned and binds
 
     clock = Clock()
     led = Ledger(f"sqlite:///{tmp_path / 'sim.db'}", clock=clock)

@@ -1,7 +1,7 @@
 """The drift allowance: what admission charges past the estimates, learned from settled work.
 
-Pure functions (no database, no clock), used by :mod:`lane_plugin.policy`'s ceiling
-rule, the ledger's refit (:mod:`lane_plugin.ledger.runs`) and the simulator.
+Pure functions (no database, no clock), used by admission's ceiling rule (rule 3 of
+:mod:`lane_plugin.policy.admission`), the ledger's refit (:mod:`lane_plugin.ledger.runs`) and the simulator.
 
 A lane whose jobs settle above their estimates (a fixed output allowance below
 the real mean, a generator's drift) overruns the ceiling by what the jobs in
@@ -35,6 +35,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # numpy is imported where it is used (fit_drift_arrays): the ledger's fit never needs it
+    from numpy.typing import ArrayLike, NDArray
 
 # Settlements the allowance is learned from: the lane's latest this many (refit with the profile).
 DRIFT_SAMPLE = 1000
@@ -121,7 +125,7 @@ def fit_drift(settled: Iterable[tuple[int, int]]) -> tuple[float, int, int]:
     return drift, max(0, overs[-1]), max(0, overs[k])
 
 
-def fit_drift_arrays(est, actual) -> tuple[float, int, int]:
+def fit_drift_arrays(est: ArrayLike, actual: ArrayLike) -> tuple[float, int, int]:
     """:func:`fit_drift` of the settlements ``zip(est, actual)``, given as two equal-length numpy arrays of integers.
 
     What the simulator calls on its ring of the latest settlements: the sample's order does not matter.
@@ -129,29 +133,32 @@ def fit_drift_arrays(est, actual) -> tuple[float, int, int]:
     """
     import numpy as np
 
-    n = len(est)
+    e, a = np.asarray(est), np.asarray(actual)
+    n = len(e)
     if n == 0:
         return 1.0, 0, 0
-    est, actual = _exact(np, est), _exact(np, actual)  # int64 (or Python integers): no arithmetic in a narrow dtype
-    big = max(abs(int(est.max())), abs(int(est.min())), abs(int(actual.max())), abs(int(actual.min())))
-    if est.dtype != object and big * max(n, 10_000) >= 2**62:  # the sums, or est * extra below, could pass int64: exact Python ints
-        est, actual = est.astype(object), actual.astype(object)
-    total_est, total_actual = int(est.sum()), int(actual.sum())
+    e, a = _exact(e), _exact(a)  # int64 (or Python integers): no arithmetic in a narrow dtype
+    big = max(abs(int(e.max())), abs(int(e.min())), abs(int(a.max())), abs(int(a.min())))
+    # The sums, or est * extra below, could pass int64: then exact Python integers.
+    if e.dtype != object and big * max(n, 10_000) >= 2**62:
+        e, a = e.astype(object), a.astype(object)
+    total_est, total_actual = int(e.sum()), int(a.sum())
     drift = 1.0
     if total_est > 0 and total_actual > total_est:
         drift = -(-total_actual * 10_000 // total_est) / 10_000
     extra = round(drift * 10_000) - 10_000  # over_charge(drift, 0, 0, e, 0), vectorised: it runs per settlement
-    if est.dtype != object and big * max(extra, 1) >= 2**62:
-        est, actual = est.astype(object), actual.astype(object)
-    overs = actual - est + (-extra * est // 10_000)
+    if e.dtype != object and big * max(extra, 1) >= 2**62:
+        e, a = e.astype(object), a.astype(object)
+    overs = a - e + (-extra * e // 10_000)
     k = min(n - 1, math.ceil(SPREAD_QUANTILE * n) - 1)
     q = np.partition(overs, k)[k] if overs.dtype != object else sorted(overs)[k]
     return drift, max(0, int(overs.max())), max(0, int(q))
 
 
-def _exact(np, a):
+def _exact(a: NDArray[Any]) -> NDArray[Any]:
     """``a`` as int64, or as Python integers where int64 cannot hold it (unsigned values past 2**63 - 1)."""
-    a = np.asarray(a)
+    import numpy as np
+
     if a.dtype == np.int64 or a.dtype.kind not in "iub":  # (object: Python integers already; never truncate floats)
         return a
     if a.dtype.kind == "u" and a.dtype.itemsize >= 8 and int(a.max()) > np.iinfo(np.int64).max:

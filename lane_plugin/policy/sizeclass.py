@@ -1,10 +1,10 @@
-"""The size classes of the admission order (policy rule 7), learned from a lane's recent estimates; pure.
+"""The size classes of the admission order (rule 7, :mod:`lane_plugin.policy.order`), learned from recent estimates.
 
-A lane that knows its traffic puts a job whose estimate is above its boundary (the
+Pure. A lane that knows its traffic puts a job whose estimate is above its boundary (the
 ``SIZE_CLASS_PCT``-th percentile of its last ``SIZE_CLASS_SAMPLE`` estimates) ``max_wait_seconds``
-behind the jobs at or under it (``LanePolicy.priority``); a job finishing a run under way keeps
-the continuous priority. The ledger refits the boundary where it
-refits the finishing reserve (``ledger/runs.py``, every ``REFIT_SECONDS``), the simulator the same way.
+behind the jobs at or under it (:func:`lane_plugin.policy.order.priority`); a job finishing a run
+under way keeps the continuous priority. The ledger refits the boundary where it refits the finishing
+reserve (``ledger/runs.py``, every ``lane_plugin.policy.reserve.REFIT_SECONDS``), the simulator the same way.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The finishing reserve: what runs under way are expected to still need, learned from finished runs.
 
-Pure functions (no database, no clock), used by :mod:`lane_plugin.policy`'s
-admission (a starting job leaves room for the reserve of every run under way),
-the ledger's profile refit (:mod:`lane_plugin.ledger.runs`) and the simulator.
+Pure functions (no database, no clock), used by admission (:mod:`lane_plugin.policy.admission`:
+a starting job leaves room for the reserve of every run under way), the ledger's profile refit
+(:mod:`lane_plugin.ledger.runs`) and the simulator. The refit also relearns the drift allowance
+(:mod:`lane_plugin.policy.drift`) and the size-class boundary (:mod:`lane_plugin.policy.sizeclass`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from .lane import LanePolicy
+
+# The finishing reserve is refit from finished runs at most this often, from the latest FIT_RUNS.
+REFIT_SECONDS = 300.0
+FIT_RUNS = 500
 
 
 @dataclass(frozen=True)
@@ -45,24 +52,27 @@ def fit_runs(runs: Iterable[Sequence[tuple[str, int, float]]]) -> dict[str, Stag
         >>> fit["draft"].after, fit["draft"].hold, fit["final"].after
         (400, 40.0, 0)
     """
-    sums: dict[str, list] = {}
+    after: dict[str, int] = {}  # per stage: the tokens its runs took after it, summed
+    seen: dict[str, int] = {}  # per stage: how many jobs of it
+    gaps: dict[str, list[float]] = {}  # per stage: the seconds to its run's next admission
     for run in runs:
         jobs = list(run)
         tail = sum(t for _, t, _ in jobs)
         for i, (stage, tokens, at) in enumerate(jobs):
             tail -= tokens
-            acc = sums.setdefault(stage, [0, 0, []])
-            acc[0], acc[1] = acc[0] + tail, acc[1] + 1
+            after[stage] = after.get(stage, 0) + tail
+            seen[stage] = seen.get(stage, 0) + 1
+            stage_gaps = gaps.setdefault(stage, [])
             if i + 1 < len(jobs):
-                acc[2].append(max(0.0, jobs[i + 1][2] - at))
+                stage_gaps.append(max(0.0, jobs[i + 1][2] - at))
     out = {}
-    for stage, (total, n, gaps) in sums.items():
-        gaps.sort()
-        gap = gaps[min(len(gaps) - 1, math.ceil(0.95 * len(gaps)) - 1)] if gaps else 0.0
+    for stage, total in after.items():
+        n, waits = seen[stage], sorted(gaps[stage])
+        gap = waits[min(len(waits) - 1, math.ceil(0.95 * len(waits)) - 1)] if waits else 0.0
         out[stage] = StageFit(after=math.ceil(total / n), hold=2.0 * gap, runs=n)
     return out
 
 
-def reserve_hold(policy, fit: StageFit | None) -> float:
+def reserve_hold(policy: LanePolicy, fit: StageFit | None) -> float:
     """Seconds a run keeps its reserve after its latest admission (at least one lease)."""
     return max(policy.lease_seconds, fit.hold if fit is not None else 0.0)

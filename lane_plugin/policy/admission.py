@@ -1,0 +1,247 @@
+"""Admission: which waiting jobs a lane leases now (:func:`admit`), and the rules it applies in order.
+
+Pure functions over plain values: no database, no Prefect, no clock. The store
+feeds it a snapshot of one lane and the head of that lane's waiting queue and
+applies the decision atomically; ``lane simulate`` feeds it a simulated clock.
+Both run this very code, so what the simulator shows is what the ledger does.
+
+Two currencies: a job charges the *budget* its estimate ``est`` (settled to the
+bill) and the provider's *rate limiter* its ``rate_cost`` (what the provider
+counts at request time, e.g. prompt + max_tokens; default ``est``). A
+*finishing* job's run already has an admitted job in the lane, a *starting*
+job's run has none, a *free* job has no run (:mod:`lane_plugin.policy.candidate`). Every run under way holds a
+*finishing reserve*: what it is expected to still need, learned from the lane's
+finished runs (:func:`lane_plugin.policy.reserve.fit_runs`).
+
+Rules, in order (docs/architecture.md, "Admission"):
+
+1. nothing while the lane is stopped (operator stop or failed preflight);
+2. ``leased < max_leased``;
+3. ``spent + reserved + est <= ceiling`` for every job (the hard ceiling), and
+   ``+ headroom`` with ``headroom = ceil(headroom_sigmas * sqrt(var))``, ``var``
+   the variance of ``actual - est`` summed over the leased jobs and this one
+   (a learned estimator's spread, :meth:`lane_plugin.policy.LanePolicy.headroom`): estimates sit at the mean
+   while what settles stays under the ceiling; and ``+ over``, the *drift
+   allowance* (:mod:`lane_plugin.policy.drift`, learned with the profile from the
+   lane's latest settlements): what is in flight and the job are charged at
+   their drift-corrected size, and a quantile of the overruns seen is kept free
+   per job in flight, the largest once. Where estimates cover the bill it is 0.
+   It is a heuristic and never closes a lane: what it keeps free is capped at
+   ``min(over, 5% of the ceiling, ceiling - est)`` (:func:`lane_plugin.policy.drift.capped`), so one
+   outlier settlement costs a lane at most its last 5%, and a job whose estimate
+   fits the empty lane fits it after a reset;
+4. a starting or free job also leaves the reserve of every run under way (and a
+   starting job its own run's expected rest): ``spent + reserved + finishing +
+   est (+ rest) <= ceiling``; a finishing job may use the reserve: it is for it;
+5. ``start_fraction`` (an option, default 1.0): a starting job also keeps
+   ``spent + reserved + est <= start_fraction * ceiling`` (the article's flat stop);
+6. sliding burst window: the rate tokens admitted in ``(now - window_seconds,
+   now]`` plus ``rate_cost`` stay ``<= burst_tokens``. Checked at every
+   admission, this bounds every span of ``window_seconds`` (the fullest span
+   ends at an admission, which counted exactly that span);
+7. order: one continuous priority, ascending ``prio = wait_since + est *
+   age_factor`` with ``age_factor = max_wait_seconds / min(ceiling,
+   burst_tokens)`` seconds per token; equivalently ``key = est + k * wait_since``
+   with ``k = 1 / age_factor`` tokens per second: small jobs first, each second
+   of waiting worth ``k`` tokens of size. Once the lane has learned a size-class
+   boundary (:mod:`lane_plugin.policy.sizeclass`), two classes for the jobs that are not
+   finishing at intake: ``wait_since`` at or under it, ``+ max_wait_seconds`` above;
+8. backfilling: the first job in that order that does not fit (the *head*)
+   keeps a shadow reservation (its tokens, rate tokens and a lease slot): later
+   jobs get only room it does not need. A finishing job is not held back by a
+   starting or free head's shadow (that head waits for runs under way to
+   finish; holding back their stages would deadlock);
+9. a job that cannot fit before the next reset (``spent`` alone leaves no room
+   for it, or ``rate_cost > burst_tokens``) holds no shadow: without a period
+   it is parked (or moved to its fallback) with that reason at once; with a
+   period it waits for the reset;
+10. a job that can never fit is refused at intake (:func:`lane_plugin.policy.rules.never_fits`).
+
+The order and the bound on how long a job that fits can wait: :mod:`lane_plugin.policy.order`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .candidate import FINISH, FREE, START, Candidate
+from .drift import drift_cap
+from .lane import LaneSnapshot
+from .order import order
+from .rules import BURST, LEASE_CAP, STOPPED, _rule, unfit_before_reset
+
+# Admission reads the head of its indexes: the free lease slots plus this many rows.
+HEAD_SLACK = 16
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one tick admits, and why it stopped where it did.
+
+    ``parked``: jobs that cannot fit before the next reset in a lane without a
+    period, as ``(candidate, rule, reason)``; the caller parks them (or moves
+    them to their fallback). ``runs``: the reserve and latest stage of every run
+    an admitted job belongs to, after this tick, as ``(run_key, remaining, stage)``.
+    ``burst_need``: the smallest window room (in rate tokens) a job blocked by
+    the burst window needs, so a simulator can wake when the window has slid.
+    ``var``: what the admitted jobs add to the lane's ``reserved_var``.
+
+    Example:
+        >>> from lane_plugin.policy import Candidate, LanePolicy, LaneSnapshot
+        >>> s = LaneSnapshot(LanePolicy(ceiling=1_000), spent=900, reserved=0, leased=0, window_used=0, now=0.0)
+        >>> d = admit(s, [Candidate("a", 50, 0.0), Candidate("b", 200, 0.0)])
+        >>> d.ids, d.tokens, [(c.id, rule) for c, rule, _ in d.parked]   # no period: b can never fit, parked
+        (['a'], 50, [('b', 'ceiling')])
+    """
+
+    admitted: tuple[Candidate, ...]
+    tokens: int
+    shadow: Candidate | None = None
+    head_reason: str | None = None
+    rate: int = 0
+    finishing: int = 0
+    runs: tuple[tuple[str, int, str | None], ...] = ()
+    parked: tuple[tuple[Candidate, str, str], ...] = ()
+    burst_need: int | None = None
+    var: int = 0
+
+    @property
+    def ids(self) -> list[str]:
+        """The ids of the admitted jobs, in admission order."""
+        return [c.id for c in self.admitted]
+
+
+def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: bool = False) -> Decision:
+    """Choose which candidates to lease now.
+
+    Args:
+        snapshot: the lane's counters and policy inside the admission transaction.
+        candidates: the head of the waiting queue (any order; ids unique).
+        ordered: the candidates already come in :func:`order`'s order; they are
+            then read lazily and no further than needed (once the lease cap
+            binds, only jobs to park and the head's reason are left to find).
+
+    Returns:
+        The admitted candidates in admission order and what they add to the
+        lane's counters, the head holding a shadow reservation (if any), the
+        rule that blocked the first job not admitted, and the jobs to park.
+
+    Example:
+        >>> from lane_plugin.policy import LanePolicy
+        >>> p = LanePolicy(ceiling=1000, burst_tokens=500, max_leased=2)
+        >>> s = LaneSnapshot(p, spent=0, reserved=0, leased=0, window_used=0, now=0.0)
+        >>> admit(s, [Candidate("a", 300, 0.0), Candidate("b", 100, 0.0)]).ids
+        ['b', 'a']
+    """
+    p = snapshot.policy
+    if snapshot.stopped:
+        return Decision((), 0, head_reason=STOPPED)
+    committed, finishing = snapshot.spent + snapshot.reserved, snapshot.finishing
+    leased, window, var = snapshot.leased, snapshot.window_used, snapshot.reserved_var
+    # Runs started and reserves changed in this tick, over the snapshot's (which may be large: not copied).
+    started: set[str] = set()
+    remaining: dict[str, int] = {}
+    was_started, had = snapshot.started_runs, snapshot.run_remaining
+    runs: dict[str, tuple[str, int, str | None]] = {}
+    admitted: list[Candidate] = []
+    parked: list[tuple[Candidate, str, str]] = []
+    tokens = rate = 0
+    shadow: Candidate | None = None
+    sh_kind, sh_est, sh_extra, sh_rate, sh_slot, sh_var = FREE, 0, 0, 0, 0, 0
+    head_reason: str | None = None
+    burst_need: int | None = None
+
+    left, burst, start_left = p.ceiling - snapshot.spent, p.burst_tokens, p.start_limit - snapshot.spent
+    cap, resets = p.max_leased, snapshot.resets
+    # The drift allowance (rule 3): in-flight estimates and the job's at their drift-corrected size, a spread per
+    # job, one overrun. over_charge inlined (it runs per candidate): drift in 1/10,000 past 1, rounded up per total.
+    drift, overrun, spread, spent = snapshot.drift, snapshot.overrun, snapshot.spread, snapshot.spent
+    drifts = drift > 1.0 or overrun > 0 or spread > 0
+    extra = max(0, round(drift * 10_000) - 10_000)
+    # What it keeps free is capped (drift.capped): at most the last 5% of the ceiling, and never more than the
+    # ceiling leaves the candidate (_rule caps the in-flight allowance the same way).
+    ceiling, dcap = p.ceiling, drift_cap(p.ceiling)
+    # Closed: no lease slot left, or the shadow overfills the window holding the smallest room (rates >= 0);
+    # the rest can only be parked or give the head's reason, and with a period nothing is parked.
+    closed = leased >= cap
+    for c in candidates if ordered else order(snapshot, candidates):
+        key, est, c_rate, c_var = c.run_key, c.est, c.rate, c.var
+        kind = FREE if key is None else FINISH if key in started or key in was_started else START
+        need = est + (c.after if kind == START else 0)
+        unfit = None
+        own = p.headroom(c_var) if c_var else 0
+        if drifts:
+            own += min(overrun + spread - (-extra * est // 10_000), dcap, max(0, ceiling - est))
+        if need + own > left or c_rate > burst or (kind == START and est > start_left):
+            # Exactly unfit_before_reset's rules without their reasons: with a period and the head's
+            # reason known, nothing is parked and no reason read, so the reason is not written.
+            if resets and head_reason is not None:
+                continue
+            unfit = unfit_before_reset(p, c, kind, spent=spent, need=need, drift=drift, overrun=overrun, spread=spread)
+        if unfit is not None:  # it holds no shadow and blocks nobody
+            head_reason = head_reason or unfit[0]
+            if not resets:
+                parked.append((c, *unfit))
+        elif closed:
+            head_reason = head_reason or LEASE_CAP
+        else:
+            held = shadow is not None and (sh_kind == FINISH or kind != FINISH)
+            with_shadow = committed + (sh_est if held else 0)
+            over = (
+                overrun + spread * (leased + held + 1) - (-extra * (with_shadow - spent + est) // 10_000)
+                if drifts
+                else 0
+            )
+            rule = _rule(
+                p,
+                est,
+                kind,
+                with_shadow,
+                leased + sh_slot,
+                window + sh_rate,
+                c_rate,
+                finishing + (sh_extra if held else 0),
+                need,
+                var + c_var + (sh_var if held else 0),
+                over,
+            )
+            if rule is None:
+                admitted.append(c)
+                tokens += est
+                rate += c_rate
+                committed += est
+                leased += 1
+                window += c_rate
+                var += c_var
+                if key is not None:  # (kind != FREE)
+                    finishing += c.after - (remaining[key] if key in remaining else had.get(key, 0))
+                    remaining[key] = c.after
+                    runs[key] = (key, c.after, c.stage)
+                    started.add(key)
+                closed = leased + sh_slot >= cap
+            else:
+                head_reason = head_reason or rule
+                if rule == BURST:
+                    room = c_rate + sh_rate
+                    burst_need = room if burst_need is None else min(burst_need, room)
+                if shadow is None and rule != LEASE_CAP:
+                    shadow, sh_kind, sh_est, sh_rate, sh_slot, sh_var = c, kind, est, c_rate, 1, c_var
+                    sh_extra = need - est if kind != FINISH else 0
+                closed = leased + sh_slot >= cap or (
+                    shadow is not None and window + sh_rate > burst and burst_need is not None and burst_need <= sh_rate
+                )
+        if closed and head_reason is not None and resets:
+            break  # nothing more can be leased, the reason is known, nothing is parked: the rest changes nothing
+    return Decision(
+        tuple(admitted),
+        tokens,
+        shadow,
+        head_reason,
+        rate,
+        finishing - snapshot.finishing,
+        tuple(runs.values()),
+        tuple(parked),
+        burst_need,
+        var - snapshot.reserved_var,
+    )
