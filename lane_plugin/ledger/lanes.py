@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields, replace
 
 from .. import checks, policy
 from ..errors import InvalidInput, LaneError, UnknownLane
+from . import leases
 from .db import Cursor
 from .preflight import validate_spec
 
@@ -281,6 +282,8 @@ def write_lane_settings(cur: Cursor, now: float, name: str, settings: dict, crea
                     {**clean, "now": now, "name": name})  # fmt: skip
     if current is not None and clean.get("period", current.period) != current.period:
         _repoint_period(cur, current, clean["period"], now)
+    if current is not None and clean.get("lease_seconds", current.lease_seconds) < current.lease_seconds:
+        leases.bound(cur, name, clean["lease_seconds"], now=now)  # leases granted longer end as the new length allows
     row = read_lane(cur, name)
     if current is not None and row.ceiling < current.ceiling and not force:
         now_row = as_of(row, now)
