@@ -40,11 +40,13 @@ body, so it neither waits nor settles):
    stream chunks; :func:`track_usage` wraps a stream) plus the usage read from
    the return value (a returned stream is read to its end first,
    :mod:`~lane_plugin.gating.streams`); on an exception, what was reported so
-   far (at least the estimate if a reported count was malformed); stopped by a
+   far (at least the estimate if a count was refused); stopped by a
    timeout or cancellation with less reported than the
-   estimate, the estimate (:mod:`~lane_plugin.gating.timeouts`). An estimate
-   billed because no usage was found (or a usage count was malformed, or past 10**12 in all: warned,
-   naming the value) is marked ``by_estimate`` on the settlement.
+   estimate, the estimate (:mod:`~lane_plugin.gating.timeouts`). A count that is not an int of
+   some kind (a bool, NaN, 50.7, -5, past 10**12) is refused where it is given, warned naming the
+   value, never raised (:mod:`~lane_plugin.gating.usage`); the block then bills what was validly
+   reported or its estimate, if more. An estimate billed because no usage was found (or some was
+   refused) is marked ``by_estimate`` on the settlement.
 
 A task that returns text rather than the response reports the response first:
 
