@@ -11,17 +11,23 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..errors import LaneError
 
-if TYPE_CHECKING:
-    from .context import Gate
 
-_current: contextvars.ContextVar[Gate | None] = contextvars.ContextVar("lane_gate", default=None)
+class RunningGate(Protocol):
+    """What a report needs of the running gate (:class:`lane_plugin.gating.context.Gate`)."""
+
+    def report(self, usage: Any) -> int: ...
+
+    def track(self, stream: Any) -> Any: ...
 
 
-def current_gate() -> Gate | None:
+_current: contextvars.ContextVar[RunningGate | None] = contextvars.ContextVar("lane_gate", default=None)
+
+
+def current_gate() -> RunningGate | None:
     """The innermost gate running in this context (a ``@lane_task`` body, a ``with gate(...)`` block), or None.
 
     A thread the body starts does not inherit it (Python copies no context into a new thread): hand the
@@ -30,12 +36,16 @@ def current_gate() -> Gate | None:
 
     Example:
         >>> from concurrent.futures import ThreadPoolExecutor
-        >>> @lane_task(stage="fanout", estimate=4000)                                 # doctest: +SKIP
+        >>> @lane_task(stage="fanout", estimate=lambda docs: 900 * len(docs))          # doctest: +SKIP
         ... def fanout(docs):
         ...     g = current_gate()
+        ...     def one(doc):
+        ...         resp = client.chat.completions.create(...)
+        ...         g.report(resp)                      # from the pool's thread, to the task's gate
+        ...         return resp.choices[0].message.content
         ...     with ThreadPoolExecutor(4) as pool:
-        ...         return list(pool.map(lambda d: g.report(client.chat.completions.create(...)), docs))
-        >>> # or, for code that calls report_usage() itself:
+        ...         return list(pool.map(one, docs))
+        >>> # or, for code that calls report_usage() itself: run it in a copy of the body's context
         >>> pool.submit(contextvars.copy_context().run, work, doc)                    # doctest: +SKIP
     """
     return _current.get()
@@ -75,7 +85,7 @@ def track_usage(stream: Any) -> Any:
 def report_usage(usage: Any) -> int:
     """Add tokens to the innermost running gate: an int or an LLM response; returns its total so far.
 
-    A bad count is refused as :meth:`Gate.report` refuses it (a warning naming the value; never raised).
+    A bad count is refused as :meth:`lane_plugin.gating.context.Gate.report` refuses it (a warning naming the value; never raised).
     From a thread the body starts, see :func:`current_gate`.
 
     Example:
