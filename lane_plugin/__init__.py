@@ -1,7 +1,7 @@
 """lane_plugin: admit LLM pipeline stages against a token budget, not a job count.
 
 ``Ledger`` is the token ledger (:mod:`lane_plugin.ledger`); ``lane_task``,
-``gate``, ``report_usage``, ``track_usage``, ``Gate`` and ``NO_USAGE`` are the Prefect gate
+``gate``, ``report_usage``, ``track_usage``, ``current_gate``, ``Gate`` and ``NO_USAGE`` are the Prefect gate
 (:mod:`lane_plugin.gating`), imported on first use so that the ``lane`` CLI
 never pays for importing Prefect. docs/architecture.md maps the package.
 """
@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # type checkers see the gate's names; at run time they are im
 
 __version__ = "0.1.0"
 
-_GATING = ("lane_task", "gate", "report_usage", "track_usage", "Gate", "NO_USAGE")
+_GATING = ("lane_task", "gate", "report_usage", "track_usage", "current_gate", "Gate", "NO_USAGE")
 
 
 def __getattr__(name: str) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from decimal import Decimal
 from typing import Literal, overload
 
 from .errors import InvalidInput
@@ -56,36 +57,89 @@ def new_lane_name(value: str) -> str:
     return value
 
 
+def is_number(value) -> bool:
+    """Is ``value`` a number of some kind (so, as a count, one to check rather than to read as a response)?
+
+    Python's and numpy's numbers, ``Decimal`` and ``Fraction``, and bools (numpy's too), which are then
+    refused as counts.
+
+    Example:
+        >>> is_number(Decimal("7")), is_number(True), is_number("7")
+        (True, True, False)
+    """
+    return isinstance(value, (numbers.Number, bool)) or _is_numpy_bool(value)
+
+
+def _is_numpy_bool(value) -> bool:
+    return getattr(getattr(value, "dtype", None), "kind", None) == "b" and not hasattr(value, "__len__")
+
+
 def _whole_number(value) -> int | None:
-    """``value`` as an int if it is a whole number (an int, numpy's integers, a float such as 12.0), else None.
+    """``value`` as an int if it is a whole number (an int, numpy's integers, a float such as 12.0, an integral
+    ``Decimal`` or ``Fraction``), else None.
 
     A bool is not a count. numpy's and pandas' integers come from a DataFrame of usage: they are counts.
     """
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    if isinstance(value, bool) or _is_numpy_bool(value):
         return None
     if isinstance(value, numbers.Integral):
         return int(value)
-    if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
+    if isinstance(value, Decimal):
+        if not value.is_finite() or value != value.to_integral_value():
+            return None
+        if value.adjusted() >= 30:  # far past any bound: say so without building a number of a billion digits
+            return MAX_TOKENS * 10**18 * (1 if value > 0 else -1)
         return int(value)
+    if isinstance(value, numbers.Real):
+        try:
+            if math.isfinite(value) and value == math.floor(value):
+                return int(value)
+        except (OverflowError, ValueError, TypeError):
+            return None
     return None
 
 
+def _not_whole(value) -> str:
+    """Why ``value`` is not a whole number, in a few words."""
+    if isinstance(value, bool) or _is_numpy_bool(value):
+        return "a bool is not a count of tokens"
+    if isinstance(value, Decimal):
+        return "not a finite number" if not value.is_finite() else "not a whole number of tokens"
+    if isinstance(value, numbers.Real):
+        try:
+            return "not a whole number of tokens" if math.isfinite(value) else "not a finite number"
+        except (OverflowError, ValueError, TypeError):
+            return "not a finite number"
+    return "expected a whole number of tokens"
+
+
 def tokens(field: str, value, *, low: int = 1) -> int:
-    """A token count: a whole number from ``low`` to 10**12, or InvalidInput naming the field.
+    """A token count: a whole number from ``low`` to 10**12, or InvalidInput naming the field and the value.
+
+    The one rule for every count the library is given (estimates, rate costs, usage, actuals): an int of any
+    kind (``int``, numpy's integers, an integral ``Decimal``, ``Fraction`` or float such as 12.0) is a count;
+    a bool, NaN, a fraction of a token, a negative number or more than :data:`MAX_TOKENS` is not, and the
+    message says which.
 
     Example:
         >>> tokens("est", 12.0)
         12
+        >>> tokens("usage", Decimal("60"), low=0)
+        60
+        >>> tokens("usage", -5, low=0)
+        Traceback (most recent call last):
+        lane_plugin.errors.InvalidInput: invalid usage -5: negative (expected at least 0)
     """
     whole_value = _whole_number(value)
     if whole_value is None:
-        raise InvalidInput(field, value, "expected a whole number of tokens")
-    value = whole_value
-    if value < low:
+        raise InvalidInput(field, value, _not_whole(value))
+    if whole_value < 0 <= low:
+        raise InvalidInput(field, value, f"negative (expected at least {low})")
+    if whole_value < low:
         raise InvalidInput(field, value, f"expected at least {low}")
-    if value > MAX_TOKENS:
+    if whole_value > MAX_TOKENS:
         raise InvalidInput(field, value, f"absurdly large (more than {MAX_TOKENS:,} tokens)")
-    return value
+    return whole_value
 
 
 def whole(field: str, value, *, low: int) -> int:

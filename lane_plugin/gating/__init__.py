@@ -5,9 +5,10 @@ it runs and settles what it really spent; the modules here are the decorator,
 the gate itself, lease renewal, usage capture, Prefect events and artifacts.
 """
 
-from .context import Gate, gate, report_usage, track_usage
+from .context import Gate, gate
+from .current import current_gate, report_usage, track_usage
 from .decorator import lane_task
 from .ledgers import get_ledger
 from .usage import NO_USAGE
 
-__all__ = ["NO_USAGE", "Gate", "gate", "get_ledger", "lane_task", "report_usage", "track_usage"]
+__all__ = ["NO_USAGE", "Gate", "current_gate", "gate", "get_ledger", "lane_task", "report_usage", "track_usage"]

@@ -21,30 +21,18 @@ Inside a task you cannot re-decorate, gate one block:
 What happens, in order, when the body is about to run (a cache hit runs no
 body, so it neither waits nor settles):
 
-1. intake: the job is keyed by the Prefect task run id; its attempt is the task
-   run's ``run_count`` (a retry is a new attempt of the same job; the same
-   attempt run again, as Dask does when a worker dies or its result is lost, is
-   the same job while it waits, and its next attempt once it was leased, settled
-   or failed: two runs never share a lease or a settlement) and its run key the
-   flow run id, so a flow run already under way may finish its later stages past
-   the start limit;
-2. admission: the waiter ticks the lane once (no daemon needed), then waits to be
-   woken: a settlement hands its room on to the jobs that now fit, and the waiter
-   learns of its lease from an in-process signal, PostgreSQL's LISTEN/NOTIFY or a
-   cheap read of its own row on SQLite (:mod:`lane_plugin.ledger.wakeups`); the
-   wait is logged with its numbers; past the deadline the job goes to its
-   fallback lane or is parked (:class:`~lane_plugin.errors.JobParked`); a wait
-   ended by an exception (a timeout) parks the job, ``waiter gone``;
+1. intake: the job is keyed by the Prefect task run id, its attempt is the task run's
+   ``run_count`` (a retry is a new attempt; two runs never share a lease or a settlement)
+   and its run key the flow run id, so a run under way may finish past the start limit;
+2. admission: the waiter ticks the lane once, then waits to be woken by a hand-off at
+   settlement (:mod:`lane_plugin.ledger.wakeups`); past the deadline the job falls back or
+   is parked (:class:`~lane_plugin.errors.JobParked`); a wait ended by an exception parks it;
 3. while the body runs, a background thread renews the lease;
-4. settlement: tokens reported with :func:`report_usage` (ints, responses,
-   stream chunks; :func:`track_usage` wraps a stream) plus the usage read from
-   the return value (a returned stream is read to its end first,
-   :mod:`~lane_plugin.gating.streams`); on an exception, what was reported so
-   far (at least the estimate if a reported count was malformed); stopped by a
-   timeout or cancellation with less reported than the
-   estimate, the estimate (:mod:`~lane_plugin.gating.timeouts`). An estimate
-   billed because no usage was found (or a usage count was malformed, or past 10**12 in all: warned,
-   naming the value) is marked ``by_estimate`` on the settlement.
+4. settlement: what was reported (:func:`report_usage`, :func:`track_usage`) plus the usage
+   read from the return value; a bad count is refused where it is given, warned naming the
+   value (:mod:`~lane_plugin.gating.usage`); a body stopped by a timeout or cancellation bills
+   at least its estimate (:mod:`~lane_plugin.gating.timeouts`); an estimate billed because no
+   valid usage was found is marked ``by_estimate``.
 
 A task that returns text rather than the response reports the response first:
 
@@ -58,28 +46,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..checks import MAX_TOKENS
-from ..errors import InvalidInput, JobParked, LaneError, NeverFits, UsageMissing
+from ..errors import InvalidInput, JobParked, NeverFits, UsageMissing
 from ..ledger import Lease, Ledger, Settled
 from ..ledger.waiters import waiter_id
 from ..ledger.wakeups import Waiting
 from ..settings import lane_settings
 from . import timeouts, tokenlog, waiting
 from .bill import note_run
-from .estimates import check_rate_cost, is_estimator, resolve_parts, resolve_rate_cost, wait_seconds
+from .current import RunningGate, _current, current_gate, report_usage, track_usage
+from .estimates import check_estimate, check_rate_cost, resolve_parts, resolve_rate_cost, wait_seconds
 from .ledgers import get_ledger, next_seq, prefect_run, run_logger
 from .renewal import Held, renewer
 from .streams import AsyncTrackedStream, TrackedStream, adrain, drain, is_async_stream, is_stream
-from .usage import UsageMeter, check_missing_policy, usage_of
+from .usage import READER_RETURNS, UsageMeter, check_missing_policy
 
 LOG_FIRST = 1.0  # a waiting job first logs where it stands after this long
 LOG_EVERY = 10.0  # ... and then at least this often
 ASYNC_CHECK = 0.01  # an async waiter looks at its wake-up event this often (no database read)
-_current: contextvars.ContextVar[Gate | None] = contextvars.ContextVar("lane_gate", default=None)
 _missing_said: set[Any] = set()  # the missing-usage warning is said once per task (or per gate() stage)
 
 
@@ -131,7 +119,7 @@ class Gate:
         self._shield = contextlib.ExitStack()
         self._shielded = False
         self._held: Held | None = None
-        self._token: contextvars.Token[Gate | None] | None = None
+        self._token: contextvars.Token[RunningGate | None] | None = None
         self.settled: Settled | None = None
         self._whole_task = False  # lane_task: the job is the whole task run
         self._missing_key: Any = ("stage", stage, lane)  # lane_task: its task, so "once per task"
@@ -153,8 +141,30 @@ class Gate:
 
         A stream chunk or event without usage adds nothing, so ``report_usage(chunk)``
         may be called on every chunk; the same response or usage chunk twice counts once.
+        An int of any kind counts (numpy's, an integral ``Decimal`` or float). Anything else (a bool,
+        NaN, ``50.7``, ``-5``, text, more than 10**12, or a report that would take the total past it)
+        is refused here, without raising: a warning names the value, nothing of it is counted, what was
+        reported before stays, and the block bills at least its estimate (``by_estimate``). The
+        provider served the call: a bad count neither fails the block nor bills it 0.
+
+        Threads the body starts may call this (``g.report``; :func:`current_gate` finds the gate);
+        usage reported after the block settled is not billed (a warning says so).
+
+        Example:
+            >>> with gate(stage="drop", estimate=100) as g:             # doctest: +SKIP
+            ...     g.report(5000)
+            ...     g.report(10**13)    # refused, warned: "invalid usage 10000000000000: absurdly large ..."
+            >>> g.settled.actual                                        # doctest: +SKIP
+            5000
         """
-        self.meter.add(usage)
+        if self.settled is not None:
+            late = "lane usage: %r reported to %s job %s after it settled: not billed (join the threads that report)"
+            run_logger().warning(late, usage, self.stage, self.job_id)
+            return self.meter.total
+        try:
+            self.meter.add(usage, "report_usage()")
+        except InvalidInput as exc:  # text, a result without usage: not a count either
+            self.meter.refuse(exc, "report_usage()")
         return self.meter.total
 
     def report_result(self, result: Any, reader: Callable[[Any], Any] | None = None) -> Any:
@@ -162,27 +172,39 @@ class Gate:
 
         A returned stream is read to its end here (its usage is in its last
         chunk) and a :class:`~lane_plugin.gating.streams.ReplayedStream` of its
-        chunks is returned instead.
+        chunks is returned instead. Without ``reader``, a value without usage (text, a bool, None) adds
+        nothing. What ``reader`` (the ``usage=`` option) returns is refused as :meth:`report` refuses a
+        bad count, and so is an exception it raises: never the task's failure, the block bills at least
+        its estimate.
         """
-        if reader is None and is_stream(result):
-            return drain(result, self._feed)
-        found = usage_of(result, reader, self.meter.bad) if reader is not None else None
+        if reader is None:
+            if is_stream(result):
+                return drain(result, functools.partial(self._feed, source="the returned stream"))
+            if not isinstance(result, bool):  # a task's yes/no answer, not a count
+                self._feed(result, "the return value")
+            return result
+        try:
+            found = reader(result)
+        except Exception as exc:  # the call was served and its result is here: a reader's bug is no failure
+            self.meter.refuse(f"the usage= callable's reading (it raised {type(exc).__name__}: {exc})")
+            return result
         if found is not None:
-            self.meter.add(found)
-        elif reader is None:
-            self._feed(result)
+            try:
+                self.meter.add(found, "usage=")
+            except InvalidInput:
+                self.meter.refuse(InvalidInput("usage", found, READER_RETURNS), "usage=")
         return result
 
     async def areport_result(self, result: Any, reader: Callable[[Any], Any] | None = None) -> Any:
         """:meth:`report_result` for an async body (reads a returned async stream)."""
         if reader is None and is_async_stream(result):
-            return await adrain(result, self._feed)
+            return await adrain(result, functools.partial(self._feed, source="the returned stream"))
         return self.report_result(result, reader)
 
-    def _feed(self, obj: Any) -> None:
-        """Count what carries usage; ignore what does not (text, a chunk without usage)."""
+    def _feed(self, obj: Any, source: str = "a tracked stream") -> None:
+        """Count what carries usage; ignore what does not (text, a chunk without usage); refuse bad counts."""
         try:
-            self.meter.add(obj)
+            self.meter.add(obj, source)
         except InvalidInput:
             pass
 
@@ -351,41 +373,46 @@ class Gate:
                                  self.stage, self.job_id, exc_type.__name__, self.used, self.est)  # fmt: skip
             self._settle(led, held, self.est, "failed", by_estimate=True)
             return
-        if exc_type is not None:  # what was reported; known short after a malformed count (warned): as on success
+        if exc_type is not None:  # what was reported; known short after a refused count (warned): as on success
             short = self.meter.malformed
             self._settle(led, held, max(self.est, self.used) if short else self.used, "failed", by_estimate=short)
             return
-        if self.meter.found and not self.meter.malformed:  # malformed usage (warned) is no usage found
+        if self.meter.found and not self.meter.malformed:  # refused usage (warned): the count is short
             self._settle(led, held, self.used, "done")
             return
-        bill = max(self.est, self.used)  # the estimate, or what was read if more
+        bill = max(self.est, self.used)  # the estimate, or what was validly reported if more
+        refused = self.meter.malformed
         if self.missing_usage == "fail":
             self._settle(led, held, bill, "failed", by_estimate=True)
+            what = "had usage refused (warned above)" if refused else "returned no token usage and reported none"
             raise UsageMissing(
-                f"stage {self.stage!r} (job {self.job_id}) returned no token usage and reported none; "
-                f"billed its estimate of {bill} tokens. Return the LLM response, pass usage=, "
-                f"or call report_usage(n)", job_id=self.job_id,
-            )  # fmt: skip
-        first = self._missing_key not in _missing_said or self.meter.malformed
-        _missing_said.add(self._missing_key)
-        why = "a count was malformed, warned above" if self.meter.malformed else \
-            "no response with .usage returned, no report_usage call"  # fmt: skip
-        (run_logger().warning if first else run_logger().debug)(
-            "lane gate: %s job %s found no token usage (%s); billing its estimate of %d tokens%s", self.stage,
-            self.job_id, why, bill, "" if self.meter.malformed or not first else
-            " (said once per task; declare usage=NO_USAGE if it uses no tokens)",
-        )  # fmt: skip
+                f"stage {self.stage!r} (job {self.job_id}) {what}; billed {bill} tokens (its estimate, or what was "
+                "validly reported if more). Return the LLM response, pass usage=, or call report_usage(n)",
+                job_id=self.job_id,
+            )
+        log = run_logger()
+        if refused:  # said every time: a refused count is news, not a habit of the task
+            if self.used > self.est:
+                how = f"what was validly reported, more than its estimate of {self.est}"
+            else:
+                how = f"its estimate; {self.used} validly reported"
+            msg = "lane gate: %s job %s had usage refused (warned above); billing %d tokens (%s)"
+            log.warning(msg, self.stage, self.job_id, bill, how)
+        else:
+            first = self._missing_key not in _missing_said
+            _missing_said.add(self._missing_key)
+            msg = "lane gate: %s job %s found no token usage (%s); billing its estimate of %d tokens%s"
+            why = "no response with .usage returned, no report_usage call"
+            once = " (said once per task; declare usage=NO_USAGE if it uses no tokens)" if first else ""
+            (log.warning if first else log.debug)(msg, self.stage, self.job_id, why, bill, once)
         self._settle(led, held, bill, "done", by_estimate=True)
 
     async def __aexit__(self, *exc_info: Any) -> None:
         self.__exit__(*exc_info)
 
     def _settle(self, led: Ledger, held: Held | None, actual: int, outcome: str, by_estimate: bool = False) -> None:
-        if actual > MAX_TOKENS:  # Ledger.settle would refuse it after the body ran: the attempt, unbilled, would
-            # hold its lease until reaped. No call costs that much: a usage figure gone wrong, billed as unknown.
-            run_logger().warning("lane gate: %s job %s: %s; billing its estimate of %d tokens", self.stage, self.job_id,
-                                 InvalidInput("usage", actual, f"more than {MAX_TOKENS:,} tokens"), self.est)  # fmt: skip
-            actual, by_estimate = self.est, True
+        # ``actual`` is at most 10**12, which Ledger.settle accepts: the meter refuses usage past it where it is
+        # given, and the estimate was checked at intake. The attempt is always settled, never left to be reaped.
         assert self.lease is not None, "only an admitted gate settles"
         with timeouts.shield():  # a timeout landing mid-transaction must not leave the attempt unbilled
             self.settled = led.settle(self._job, actual, attempt=self.lease.attempt, outcome=outcome,
@@ -407,42 +434,9 @@ def gate(stage: str, estimate: Any, lane: str = "free", **options: Any) -> Gate:
         >>> with gate(stage="critique", estimate=1800, rate_cost=prompt + 2048, deadline=60) as g:  # doctest: +SKIP
         ...     g.report(client.chat.completions.create(..., max_tokens=2048))
     """
-    if isinstance(estimate, bool) or not (isinstance(estimate, int) or is_estimator(estimate)):
-        raise InvalidInput("estimate", estimate, "gate() takes an int or an estimator object")
-    rate_cost = options.get("rate_cost")
-    if callable(rate_cost):
-        raise InvalidInput("rate_cost", rate_cost, "gate() takes an int (inside a task, compute it from your arguments)")
-    check_rate_cost(rate_cost)
+    check_estimate(estimate, of_arguments=False)
+    check_rate_cost(options.get("rate_cost"), of_arguments=False)
     return Gate(stage, estimate, lane, **options)
 
 
-def track_usage(stream: Any) -> Any:
-    """Wrap a streamed LLM response so its usage reaches the running gate as the chunks pass.
-
-    Works for OpenAI streams (ask for ``stream_options={"include_usage": True}``),
-    Anthropic streams and events, sync or async; the wrapper is the stream otherwise.
-
-    Example:
-        >>> stream = client.chat.completions.create(..., stream=True,             # doctest: +SKIP
-        ...                                         stream_options={"include_usage": True})
-        >>> text = "".join(c.choices[0].delta.content or "" for c in track_usage(stream) if c.choices)  # doctest: +SKIP
-    """
-    g = _current.get()
-    if g is None:
-        raise LaneError("track_usage() called outside a gated block: use it inside a @lane_task body or `with gate(...)`")
-    return g.track(stream)
-
-
-def report_usage(usage: Any) -> int:
-    """Add tokens to the innermost running gate: an int or an LLM response; returns its total so far.
-
-    Example:
-        >>> report_usage(resp)       # inside a @lane_task body          # doctest: +SKIP
-        1412
-    """
-    g = _current.get()
-    if g is None:
-        raise LaneError(
-            "report_usage() called outside a gated block: use it inside a @lane_task body or `with gate(...)`"
-        )
-    return g.report(usage)
+__all__ = ["Gate", "current_gate", "gate", "report_usage", "track_usage"]

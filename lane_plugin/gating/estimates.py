@@ -6,7 +6,7 @@ import datetime as dt
 import time
 from typing import Any
 
-from ..checks import tokens
+from ..checks import is_number, tokens
 from ..errors import InvalidInput
 
 
@@ -84,20 +84,44 @@ def resolve_rate_cost(rate_cost: Any, stage: str, args: tuple = (), kwargs: dict
     return tokens(f"rate_cost for stage {stage!r}", value)
 
 
-def check_rate_cost(rate_cost: Any) -> None:
-    """At decoration time: None, a whole number of tokens, or a callable."""
-    if rate_cost is None or callable(rate_cost):
+def check_rate_cost(rate_cost: Any, *, of_arguments: bool = True) -> None:
+    """Before any task runs: None (the estimate), a token count, or (``lane_task`` only) a callable.
+
+    ``of_arguments=False`` is ``gate()``, which runs inside a task and has no arguments to call it with.
+    """
+    _check_tokens_or_callable("rate_cost", rate_cost, of_arguments, none_ok=True)
+
+
+def check_estimate(estimate: Any, *, of_arguments: bool = True) -> None:
+    """The one check of an estimate, for ``lane_task`` and ``gate()`` alike: a token count, an estimator
+    object, or (``lane_task`` only) a callable of the task's arguments.
+
+    A token count is an int of any kind (numpy's, an integral ``Decimal`` or float), from 1 to 10**12
+    (:func:`lane_plugin.checks.tokens`). ``of_arguments=False`` is ``gate()``.
+
+    Example:
+        >>> import numpy as np
+        >>> check_estimate(np.int64(100)), check_estimate(np.int64(100), of_arguments=False)
+        (None, None)
+    """
+    if is_estimator(estimate):
         return
-    if isinstance(rate_cost, bool) or not isinstance(rate_cost, int):
-        raise InvalidInput("rate_cost", rate_cost, "expected an int or a callable of the task's arguments")
-    tokens("rate_cost", rate_cost)
+    _check_tokens_or_callable("estimate", estimate, of_arguments, none_ok=False)
 
 
-def check_estimate(estimate: Any) -> None:
-    if isinstance(estimate, bool) or not (isinstance(estimate, int) or callable(estimate) or is_estimator(estimate)):
-        raise InvalidInput("estimate", estimate, "expected an int, a callable of the task's arguments or an estimator")
-    if isinstance(estimate, int):
-        tokens("estimate", estimate)
+def _check_tokens_or_callable(field: str, value: Any, of_arguments: bool, *, none_ok: bool) -> None:
+    if value is None and none_ok:
+        return
+    estimator = " or an estimator object" if field == "estimate" else ""
+    if callable(value) and not is_number(value):
+        if of_arguments:
+            return
+        why = f"gate() takes a token count{estimator} (inside a task, compute it from your arguments)"
+        raise InvalidInput(field, value, why)
+    if not is_number(value):
+        kinds = "a token count, a callable of the task's arguments" if of_arguments else "a token count"
+        raise InvalidInput(field, value, f"expected {kinds}{estimator}")
+    tokens(field, value)
 
 
 def wait_seconds(deadline: Any) -> float | None:

@@ -36,9 +36,13 @@ stream in ``response.completed``. :class:`UsageMeter` adds such chunks up per
 stream (the newest cumulative figure of each), so reporting every chunk of a
 stream, or the same chunk twice, never counts twice.
 
-**A count that is not a count** (NaN, negative, fractional, a string, more than 10**12) makes
-the whole usage block count as no usage found, with one warning naming the field and the value:
-the gate then bills the estimate (marked ``by_estimate``), never the rest of the block.
+**One rule for every count** (a reported int, a usage field, a ``usage=`` result, a stream's figure):
+an int of any kind (``int``, numpy's integers, an integral ``Decimal`` or float such as ``60.0``) is
+tokens (:func:`lane_plugin.checks.tokens`); anything else (a bool, NaN, ``50.7``, a negative number, a
+string, more than 10**12, or a report that would take the block's total past 10**12) is *refused where it
+is given*: not counted, one warning naming the field and the value, and what was counted before it
+stays. A usage block with one refused field is refused whole (never the sum of the fields left). The gate
+then knows its count is short and bills at least its estimate, marked ``by_estimate``.
 
 Example:
     >>> extract_usage({"usage": {"prompt_tokens": 12, "completion_tokens": 30}})
@@ -49,15 +53,18 @@ Example:
     True
     >>> extract_usage({"usage": {"prompt_tokens": -5, "completion_tokens": 20}}) is None   # warns: prompt_tokens -5
     True
+    >>> extract_usage(np.int64(60))                                                       # doctest: +SKIP
+    60
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..checks import tokens
+from ..checks import MAX_TOKENS, is_number, tokens
 from ..errors import InvalidInput
 
 MISSING_POLICIES = ("estimate", "fail")
@@ -103,17 +110,6 @@ def _field(block: Any, name: str) -> Any:
     return getattr(block, name, None)
 
 
-def _count(value: Any) -> int | None:
-    """A value given as the usage itself (an int): a whole number from 0, else None (no usage)."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, float) and math.isfinite(value) and value >= 0 and value.is_integer():
-        return int(value)
-    return None
-
-
 def _field_count(block: Any, name: str) -> int | None:
     """The count in field ``name`` of a usage block: None when absent; a whole number of tokens from 0 to
     10**12, else InvalidInput naming the field and the value (the block is then read as no usage found)."""
@@ -121,11 +117,22 @@ def _field_count(block: Any, name: str) -> int | None:
     return None if value is None else tokens(name, value, low=0)
 
 
-def warn_malformed(exc: InvalidInput) -> None:
-    """Say, once per usage block, which count field was not a count (the gate's own logger)."""
+def warn_malformed(exc: InvalidInput | str, source: str | None = None) -> None:
+    """Say that usage was refused: what, from where, and what the gate bills instead (the gate's own logger)."""
     from .ledgers import run_logger
 
-    run_logger().warning("lane usage: %s; this usage counts as no usage found (the gate bills the estimate)", exc)
+    run_logger().warning("%s", refusal(exc, source))
+
+
+def refusal(exc: InvalidInput | str, source: str | None = None) -> str:
+    """The warning for refused usage, one line.
+
+    Example:
+        >>> refusal(InvalidInput("usage", -5, "negative (expected at least 0)"), "report_usage()")
+        'lane usage: refused invalid usage -5: negative (expected at least 0) (from report_usage()); not counted: the job bills at least its estimate'
+    """
+    where = f" (from {source})" if source else ""
+    return f"lane usage: refused {exc}{where}; not counted: the job bills at least its estimate"
 
 
 def _anthropic_cache(block: Any, weights: Mapping[str, float]) -> float:
@@ -156,15 +163,14 @@ def _from_block(block: Any, weights: Mapping[str, float] = ANTHROPIC_WEIGHTS) ->
 
 
 def _read(obj: Any, weights: Mapping[str, float]) -> int | None:
-    """:func:`extract_usage` without its warning: InvalidInput names a count field that is not a count."""
-    direct = _count(obj)
-    if direct is not None or isinstance(obj, (int, float)):
-        return direct
+    """:func:`extract_usage` without its warning: InvalidInput names a count that is not a count."""
+    if is_number(obj):  # the count itself: one rule for ints of every kind (a bool, NaN, -5, 50.7 refused)
+        return tokens("usage", obj, low=0)
     if obj is None or isinstance(obj, (str, bytes)):
         return None
     usage = _field(obj, "usage")
     if usage is not None:
-        if isinstance(usage, (int, float)):  # ``{"usage": 12}``: the count itself
+        if is_number(usage):  # ``{"usage": 12}``: the count itself
             return tokens("usage", usage, low=0)
         return _from_block(usage, weights)
     if isinstance(obj, Mapping):
@@ -173,11 +179,11 @@ def _read(obj: Any, weights: Mapping[str, float]) -> int | None:
 
 
 def extract_usage(obj: Any, weights: Mapping[str, float] | None = None) -> int | None:
-    """Tokens an LLM call spent, read from its response; None when none can be found (or a count field is
-    not a count: NaN, negative, fractional, more than 10**12; said in a warning naming the field and the value).
+    """Tokens an LLM call spent, read from its response; None when none can be found (or a count is refused:
+    a bool, NaN, negative, fractional, more than 10**12; said in a warning naming the field and the value).
 
     Args:
-        obj: an int, a dict (with or without a ``usage`` entry), or a response
+        obj: an int of any kind (numpy's, an integral Decimal or float), a dict (with or without a ``usage`` entry), or a response
             object with a ``usage`` attribute.
         weights: Anthropic field weights instead of :data:`ANTHROPIC_WEIGHTS`.
 
@@ -215,8 +221,12 @@ class UsageMeter:
     A stream's chunks are kept per stream (an OpenAI chunk's ``id``, an
     Anthropic message, a Responses ``response.id``) at their newest cumulative
     figure, so a usage chunk seen twice, or cumulative usage on every chunk,
-    is counted once; so is a response object both reported and returned. Usage with a count that is
-    not a count adds nothing, is warned about (once per meter) and sets :attr:`malformed`.
+    is counted once; so is a response object both reported and returned.
+
+    A count that is not a count is refused where it is given (:meth:`refuse`): it adds nothing, what was
+    counted before it stays, a warning names it (once per meter for the same refusal) and
+    :attr:`malformed` is set: the total is known to be short. The total never passes 10**12: usage that
+    would take it past is refused the same way. Threads may add to one meter at once.
 
     Example:
         >>> m = UsageMeter()
@@ -231,105 +241,127 @@ class UsageMeter:
     def __init__(self, weights: Mapping[str, float] | None = None):
         self.weights = ANTHROPIC_WEIGHTS if weights is None else {**ANTHROPIC_WEIGHTS, **weights}
         self.found = False
-        self.malformed = False  # some usage had a count field that is not a count: what was found is not all
+        self.refused = 0  # how many times usage was refused: what was counted is not all the block spent
+        self._said: set[str] = set()
         self._plain = 0
         self._streams: dict[Any, int] = {}
         self._message: dict[str, Any] | None = None  # the Anthropic message being streamed: its usage fields so far
         self._message_key: Any = None
         self._seq = 0
         self._seen: dict[int, Any] = {}
+        self._lock = threading.RLock()  # held over in-memory work only, never over I/O or a callback
+
+    @property
+    def malformed(self) -> bool:
+        """Some usage was refused: the total is short of what the block spent."""
+        return self.refused > 0
 
     @property
     def total(self) -> int:
-        return self._plain + sum(self._streams.values())
+        with self._lock:
+            return self._plain + sum(self._streams.values())
 
-    def add(self, obj: Any) -> bool:
-        """Count ``obj``; True if it carried usage, False for a stream chunk or event without any.
+    def add(self, obj: Any, source: str | None = None) -> bool:
+        """Count ``obj``; True if it carried usage, False for a stream chunk or event without any, or refused.
 
         Raises :class:`~lane_plugin.errors.InvalidInput` for something that is
         neither usage nor part of a stream (a string, a result with no usage).
+        ``source`` says where the usage came from in a refusal's warning.
         """
         try:
-            took = self._take(obj)
-        except InvalidInput as exc:  # a count field that is not a count: this usage is not read at all
-            self.bad(exc)
+            with self._lock:
+                took = self._take(obj)
+        except InvalidInput as exc:  # a count that is not a count: refused, nothing of it counted
+            self.refuse(exc, source)
             return False
         if took is None:
             raise InvalidInput("usage", obj, "no token count found (expected an int or a response with .usage)")
         return took
 
-    def bad(self, exc: InvalidInput) -> None:
-        """Usage with a count field that is not a count was seen: warned (once per meter), :attr:`malformed` set."""
-        if not self.malformed:
-            warn_malformed(exc)
-        self.malformed = True
+    def refuse(self, exc: InvalidInput | str, source: str | None = None) -> None:
+        """Usage given was not a count: warned (once per meter for the same refusal), :attr:`malformed` set."""
+        said = refusal(exc, source)
+        with self._lock:
+            self.refused += 1
+            new = said not in self._said
+            self._said.add(said)
+        if new:
+            warn_malformed(exc, source)
+
+    bad = refuse  # the older name
+
+    def _fits(self, n: int, replacing: int = 0) -> int:
+        """``n`` if the block's total stays within 10**12 with it (in place of ``replacing``), else InvalidInput."""
+        total = self._plain + sum(self._streams.values()) - replacing + n
+        if total > MAX_TOKENS:
+            why = f"would bring the block's total to {total:,} tokens, more than {MAX_TOKENS:,}"
+            raise InvalidInput("usage", n, why)
+        return n
+
+    def _stream(self, key: Any, n: int) -> bool:
+        self._streams[key] = self._fits(n, self._streams.get(key, 0))
+        self.found = True
+        return True
 
     def _take(self, obj: Any) -> bool | None:
-        """:meth:`add`, None for what is not usage; InvalidInput from a count field that is not a count."""
-        kind = _field(obj, "type") if not isinstance(obj, (int, float, str, bytes)) else None
+        """:meth:`add`, None for what is not usage; InvalidInput for a count that is not a count."""
+        kind = None if is_number(obj) or isinstance(obj, (str, bytes)) else _field(obj, "type")
         if isinstance(kind, str) and kind in _ANTHROPIC_EVENTS:
             return self._anthropic_event(kind, obj)
         if isinstance(kind, str) and kind.startswith("response."):  # the Responses API's stream events
             resp = _field(obj, "response")
             n = None if resp is None else _read(resp, self.weights)
-            if n is None:
-                return False
-            self._streams[("response", _field(resp, "id"))] = n
-            self.found = True
-            return True
+            return False if n is None else self._stream(("response", _field(resp, "id")), n)
         if _field(obj, "object") == "chat.completion.chunk":
-            if _field(obj, "usage") is None:
-                return False
-            n = _read(obj, self.weights)
-            if n is None:
-                return False
-            self._streams[("chunk", _field(obj, "id"))] = n
-            self.found = True
-            return True
+            n = None if _field(obj, "usage") is None else _read(obj, self.weights)
+            return False if n is None else self._stream(("chunk", _field(obj, "id")), n)
         n = _read(obj, self.weights)
         if n is None:
             if not isinstance(obj, (str, bytes)) and _has_usage_slot(obj):
                 return False  # a response or chunk whose usage is None: nothing to add
             return None
-        if not isinstance(obj, (int, float)):
+        if not is_number(obj):
             if self._seen.get(id(obj)) is obj:
                 return True  # the same response reported and returned: counted once
+        self._plain += self._fits(n)
+        if not is_number(obj):
             self._seen[id(obj)] = obj
-        self._plain += n
         self.found = True
         return True
 
     def _anthropic_event(self, kind: str, obj: Any) -> bool:
         if kind == "message_start":
             message = _field(obj, "message")
-            usage = _field(message, "usage")
             self._seq += 1
-            self._message_key = ("message", _field(message, "id") or self._seq)
-            self._message = {}
-            self._merge(self._message, usage)
+            self._message_key, self._message = ("message", _field(message, "id") or self._seq), {}
+            usage = _field(message, "usage")
         elif kind == "message_delta":
             if self._message is None:  # a delta without its start: count what it says
                 self._seq += 1
                 self._message_key, self._message = ("message", self._seq), {}
-            self._merge(self._message, _field(obj, "usage"))
+            usage = _field(obj, "usage")
         else:
             return False
-        self._streams[self._message_key] = _from_block(self._message, self.weights) or 0
-        self.found = True
+        fields = _merged(self._message, usage)  # refused whole: the message keeps its fields so far
+        self._stream(self._message_key, _from_block(fields, self.weights) or 0)
+        self._message = fields
         return True
 
-    def _merge(self, message: dict[str, Any], usage: Any) -> None:
-        """Take the non-null fields of an Anthropic usage block into ``message`` (deltas are cumulative)."""
-        if usage is None:
-            return
-        for key in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
-            value = _field_count(usage, key)
-            if value is not None:
-                message[key] = value
-        split = _field(usage, "cache_creation")
-        if split is not None:
-            message["cache_creation"] = {k: _field_count(split, k) for k in
-                                         ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")}  # fmt: skip
+
+def _merged(fields: dict[str, Any], usage: Any) -> dict[str, Any]:
+    """An Anthropic message's usage fields with the non-null ones of ``usage`` taken (deltas are cumulative)."""
+    out = dict(fields)
+    if usage is None:
+        return out
+    for key in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
+        value = _field_count(usage, key)
+        if value is not None:
+            out[key] = value
+    split = _field(usage, "cache_creation")
+    if split is not None:
+        keys = ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")
+        out["cache_creation"] = {k: _field_count(split, k) for k in keys}
+    return out
 
 
 def _has_usage_slot(obj: Any) -> bool:
@@ -338,12 +370,17 @@ def _has_usage_slot(obj: Any) -> bool:
     return hasattr(obj, "usage")
 
 
+#: What a ``usage=`` callable may return.
+READER_RETURNS = "a usage= callable must return a token count (a whole number >= 0), a response with .usage, or None"
+
+
 def usage_of(obj: Any, reader: Callable[[Any], Any] | None = None,
              malformed: Callable[[InvalidInput], Any] = warn_malformed) -> int | None:  # fmt: skip
     """Usage of ``obj`` read by ``reader`` (the ``usage=`` option) or by :func:`extract_usage`.
 
-    A reader may return an int, a response-shaped object, or None (no usage). What it returns with a
-    count field that is not a count is no usage found: ``malformed`` is told (by default, a warning).
+    A reader may return a count (an int of any kind), a response-shaped object, or None (no usage).
+    Anything else, or a count that is not a count, is refused: ``malformed`` is told (by default, a
+    warning naming the value) and None returned. An exception the reader raises is not caught here.
 
     Example:
         >>> usage_of({"n": 7}, lambda r: r["n"])
@@ -356,11 +393,11 @@ def usage_of(obj: Any, reader: Callable[[Any], Any] | None = None,
         return None
     try:
         count = _read(found, ANTHROPIC_WEIGHTS)
+        if count is None:
+            raise InvalidInput("usage", found, READER_RETURNS)
     except InvalidInput as exc:
         malformed(exc)
         return None
-    if count is None:
-        raise InvalidInput("usage", found, "the usage= callable must return a token count (int >= 0) or None")
     return count
 
 
@@ -372,6 +409,6 @@ def check_missing_policy(value: str) -> str:
 
 
 __all__ = [
-    "ANTHROPIC_WEIGHTS", "MISSING_POLICIES", "NO_USAGE", "UsageMeter", "check_missing_policy", "extract_usage", "usage_of",
-    "weighted_usage",
+    "ANTHROPIC_WEIGHTS", "MISSING_POLICIES", "NO_USAGE", "READER_RETURNS", "UsageMeter", "check_missing_policy",
+    "extract_usage", "refusal", "usage_of", "weighted_usage",
 ]  # fmt: skip

@@ -12,7 +12,7 @@ import uuid
 
 from ..checks import text
 from ..errors import JobParked
-from . import admission, rates, runs, upkeep, waiters
+from . import admission, leases, rates, runs, upkeep, waiters
 from .db import Busy
 from .jobs import Lease
 from .lanes import LaneRow, lock_lane, read_lane
@@ -92,8 +92,9 @@ class Admitting:
                 "start_limit": limit, "ceiling": before.ceiling,
                 "committed": committed_before + decision.tokens, "spent": before.spent})  # fmt: skip
 
-    def _hand_off(self, cur, now: float, lane: str, token: str, *, freed: bool = True,
-                  row: LaneRow | None = None) -> admission.Ticked | None:
+    def _hand_off(
+        self, cur, now: float, lane: str, token: str, *, freed: bool = True, row: LaneRow | None = None
+    ) -> admission.Ticked | None:
         """Inside a settlement's or a reap's transaction: lease the gated jobs that now fit.
 
         ``row``: the lane's row as this transaction last wrote it, locked (a settlement's), or None to lock it.
@@ -180,5 +181,10 @@ class Admitting:
         self._run(lambda cur, now: waiters.heartbeat(cur, waiter, now))
 
     def lease_expired(self) -> bool:
-        """Has any lease expired unreaped (one index read)?"""
-        return self._run(lambda cur, now: waiters.lease_expired(cur, now), write=False)
+        """Has any lease expired unreaped, or does one end further ahead than a lane allows (a clock that went
+        back: :mod:`~lane_plugin.ledger.leases`)? Index reads; either way a reap sets it right."""
+
+        def look(cur, now):
+            return waiters.lease_expired(cur, now) or leases.out_of_bounds(cur, now)
+
+        return self._run(look, write=False)

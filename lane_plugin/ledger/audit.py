@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import leases
 from .db import Cursor
 from .lanes import all_lanes
 
@@ -15,8 +16,10 @@ def audit(cur: Cursor, now: float, *, grace: float = 60.0) -> list[str]:
     bad: list[str] = []
     leased = {
         r[0]: (r[1], r[2], r[3])
-        for r in cur.all("select lane, count(*), coalesce(sum(est), 0), coalesce(sum(est_var), 0) from job "
-                         "where state = 'leased' group by lane")  # fmt: skip
+        for r in cur.all(
+            "select lane, count(*), coalesce(sum(est), 0), coalesce(sum(est_var), 0) from job "
+            "where state = 'leased' group by lane"
+        )  # fmt: skip
     }
     for lane in all_lanes(cur):
         n, est, var = leased.get(lane.name, (0, 0, 0))
@@ -49,9 +52,13 @@ def audit(cur: Cursor, now: float, *, grace: float = 60.0) -> list[str]:
             {"l": lane.name},
         )
         if lane.window_used != window:
-            bad.append(f"rate window of lane {lane.name}: window_used {lane.window_used} != sum of its charges {window}")
+            bad.append(
+                f"rate window of lane {lane.name}: window_used {lane.window_used} != sum of its charges {window}"
+            )
         if lane.finishing != reserve:
-            bad.append(f"finishing reserve of lane {lane.name}: {lane.finishing} != sum of its runs' reserves {reserve}")
+            bad.append(
+                f"finishing reserve of lane {lane.name}: {lane.finishing} != sum of its runs' reserves {reserve}"
+            )
     for job_id, attempt, n in cur.all(
         "select job_id, attempt, count(*) from settlement group by job_id, attempt having count(*) > 1"
     ):
@@ -66,11 +73,11 @@ def audit(cur: Cursor, now: float, *, grace: float = 60.0) -> list[str]:
         "select c.job_id, c.attempt, c.lane, j.state from rate_charge c left join job j on j.id = c.job_id "
         "where not c.sent and (j.id is null or j.state != 'leased' or j.attempt != c.attempt) limit 20"
     ):
-        bad.append(f"rate window of lane {lane}: job {job_id} attempt {attempt} is {state or 'missing'} but its "
-                   "charge is still pending (never picked up, never dropped: it would hold the window forever)")
-    orphan = cur.all(
-        "select s.job_id from settlement s left join job j on j.id = s.job_id where j.id is null limit 5"
-    )
+        bad.append(
+            f"rate window of lane {lane}: job {job_id} attempt {attempt} is {state or 'missing'} but its "
+            "charge is still pending (never picked up, never dropped: it would hold the window forever)"
+        )
+    orphan = cur.all("select s.job_id from settlement s left join job j on j.id = s.job_id where j.id is null limit 5")
     for (job_id,) in orphan:
         bad.append(f"I5 settlement for unknown job {job_id}")
     for (job_id,) in cur.all(
@@ -88,6 +95,11 @@ def audit(cur: Cursor, now: float, *, grace: float = 60.0) -> list[str]:
         {"cut": now - grace},
     ):
         bad.append(f"lease of job {job_id} held {now - until:.0f}s past its expiry (reap interval {grace:.0f}s)")
+    for job_id, lane, ahead, lease_seconds in leases.too_far_ahead(cur, now):
+        bad.append(
+            f"lease of job {job_id} ends {ahead:.0f}s from now, further ahead than lane {lane}'s lease_seconds "
+            f"({lease_seconds:g}s) allows: set on a clock that has since gone back (the next reap pulls it back)"
+        )
     return bad
 
 

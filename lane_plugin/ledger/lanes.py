@@ -11,6 +11,7 @@ from ..errors import InvalidInput, LaneError, UnknownLane
 from ..policy import LANE_DEFAULTS, LanePolicy, order
 from ..policy.defaults import RATE_BASES
 from ..policy.drift import over_charge
+from . import leases
 from .db import Cursor
 from .preflight import validate_spec
 
@@ -284,6 +285,8 @@ def write_lane_settings(cur: Cursor, now: float, name: str, settings: dict, crea
                     {**clean, "now": now, "name": name})  # fmt: skip
     if current is not None and clean.get("period", current.period) != current.period:
         _repoint_period(cur, current, clean["period"], now)
+    if current is not None and clean.get("lease_seconds", current.lease_seconds) < current.lease_seconds:
+        leases.bound(cur, name, clean["lease_seconds"], now=now)  # leases granted longer end as the new length allows
     row = read_lane(cur, name)
     if current is not None and row.ceiling < current.ceiling and not force:
         now_row = as_of(row, now)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ..errors import NotParked, UnknownJob
 from ..policy import never_fits
+from . import leases
 from .db import Cursor
 from .jobs import left_lane, lock_job
 from .lanes import LaneRow, all_lanes, lock_lane, period_start, read_lane, roll_counters
@@ -27,6 +28,7 @@ class Moved:
     parked: list[dict] = field(default_factory=list)
     expired: list[dict] = field(default_factory=list)
     freed: list[str] = field(default_factory=list)  # lanes where reaping freed room (to hand on)
+    bounded: list[str] = field(default_factory=list)  # leases pulled back: set on a clock that has gone back
 
     def __bool__(self) -> bool:
         return bool(self.requeued or self.parked or self.expired)
@@ -46,6 +48,9 @@ def reap(cur: Cursor, *, now: float) -> Moved:
 
     A gated job's expired lease means its waiter is gone (its renewer stopped): the job is parked
     (``waiter gone``), not requeued for nobody, and so are the other waiting jobs of that waiter.
+    A lease ending further ahead than its lane's ``lease_seconds`` allows (set on a clock that has since
+    gone back) is pulled back to ``now + lease_seconds`` first (:mod:`~lane_plugin.ledger.leases`): it
+    expires on elapsed time from here unless its holder renews it.
     """
     lanes = {row.name: row for row in all_lanes(cur, lock=True)}
     moved = Moved()
@@ -54,6 +59,7 @@ def reap(cur: Cursor, *, now: float) -> Moved:
     gone: set[str] = set()
     reaped: list[str] = []  # their pending rate charges leave the window: never picked up, never sent
     for lane in lanes.values():
+        moved.bounded += leases.bound(cur, lane.name, lane.lease_seconds, now=now)
         orphans = cur.all(
             "update job set state = 'parked', lease_token = null, lease_until = 0, finished_at = :now, "
             "reason = :why where lane = :l and state = 'leased' and lease_until < :now and waiter is not null "
@@ -111,7 +117,8 @@ def drop_waiters(cur: Cursor, waiters: set[str], *, now: float, why: str, lane: 
         cur.execute("update waiter set gone_at = :now where id = :w and gone_at is null", {"now": now, "w": w})
         rows = cur.all(
             "update job set state = 'parked', reason = :why, finished_at = :now where waiter = :w and state = 'new'"
-            + (" and lane = :l" if lane else "") + " returning id, lane, stage, est",
+            + (" and lane = :l" if lane else "")
+            + " returning id, lane, stage, est",
             {"why": why, "now": now, "w": w, "l": lane},
         )
         park_for = {r[1]: read_lane(cur, r[1]).park_seconds for r in rows}
@@ -142,9 +149,7 @@ def park_overdue(cur: Cursor, *, now: float) -> Moved:
 
 def expire_tail(cur: Cursor, *, now: float) -> Moved:
     """Fail parked jobs whose time in the tail ran out."""
-    rows = cur.all(
-        "delete from tail where deadline < :now returning job_id, lane, stage, est, reason", {"now": now}
-    )
+    rows = cur.all("delete from tail where deadline < :now returning job_id, lane, stage, est, reason", {"now": now})
     moved = Moved()
     if rows:
         cur.executemany(
@@ -187,8 +192,13 @@ def give_up_never_fitting(cur: Cursor, row: LaneRow, *, now: float) -> list[dict
     tails = []
     for job_id, est, rate_cost in found:
         why = never_fits(pol, est, starts_run=False, rate_cost=rate_cost)
-        tail = None if why is None else give_up(
-            cur, job_id, reason=f"cannot fit in lane {row.name!r} since its settings changed: {why}", now=now)
+        tail = (
+            None
+            if why is None
+            else give_up(
+                cur, job_id, reason=f"cannot fit in lane {row.name!r} since its settings changed: {why}", now=now
+            )
+        )
         if tail is not None:
             tails.append(tail)
     return tails

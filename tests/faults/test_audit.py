@@ -42,6 +42,7 @@ CORRUPTIONS = {
     "I6 parked job {parked}": "delete from tail where job_id = '{parked}'",
     "I6 tail entry {leased}": "insert into tail values ('{leased}', 'free', 's', 50, 'x', 0, 1)",
     "lease of job {leased} held": "update job set lease_until = 1 where id = '{leased}'",
+    "lease of job {leased} ends": "update job set lease_until = lease_until + 86400 where id = '{leased}'",
 }
 
 

@@ -34,7 +34,9 @@ def _own_sql(pg_url: str):
 def _drift(sql) -> tuple[int, int, int, int]:
     """(lane reserved, Σ est of leased jobs, lane leased, count of leased jobs)."""
     reserved, leased = sql.execute("select reserved, leased from lane where name = 'free'").fetchone()
-    est, n = sql.execute("select coalesce(sum(est), 0), count(*) from job where lane = 'free' and state = 'leased'").fetchone()
+    est, n = sql.execute(
+        "select coalesce(sum(est), 0), count(*) from job where lane = 'free' and state = 'leased'"
+    ).fetchone()
     return reserved, int(est), leased, n
 
 
@@ -61,12 +63,13 @@ def _together(*fns) -> list:
 @pytest.mark.postgres
 def test_settle_or_reap_racing_a_reopen_releases_the_reservation_once(pg_url):
     led = Ledger(pg_url)
-    make_lane(led, ceiling=CEILING, max_attempts=10, lease_seconds=60.0)
+    make_lane(led, ceiling=CEILING, max_attempts=10, lease_seconds=4000.0)
     settler, retrier = Ledger(pg_url), Ledger(pg_url)
-    reaper = Ledger(pg_url, clock=lambda: time.time() + 3600)  # every round's lease has expired for it
+    reaper = Ledger(pg_url, clock=lambda: time.time() + 7200)  # every round's lease has expired for it
     sql = _own_sql(pg_url)
-    # A long job holding 900 of the 1,000 for the whole test (its lease outlives the reaper's clock):
-    # a double release then leaves the counters silently low instead of tripping reserved >= 0.
+    # A long job holding 900 of the 1,000 for the whole test (its lease outlives the reaper's clock: the
+    # reaper's first reap bounds it to its own now + lease_seconds, still 4,000 s past every reaper's now
+    # of the test): a double release then leaves the counters silently low instead of tripping reserved >= 0.
     ballast = led.submit("ballast", CEILING - EST)
     assert [x.job_id for x in led.tick()] == [ballast]
     sql.execute("update job set lease_until = 1e12 where id = %s", (ballast,))

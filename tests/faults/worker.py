@@ -152,6 +152,18 @@ def skew(url: str, job_id: str, offset: str, out: str) -> None:
          ledger_now=led.now(), worker_now=time.time(), reaped=list(moved.requeued))  # fmt: skip
 
 
+def lease_at(url: str, job_id: str, at: str, out: str) -> None:
+    """A holder whose ledger clock reads ``at`` (e.g. a day fast): lease the job, say so, then hang, never
+    renewing, until killed."""
+    from lane_plugin import Ledger
+
+    lease = Ledger(url, clock=lambda: float(at)).acquire(job_id)
+    _out(
+        out, attempt=lease.attempt if lease else None, lease_until=lease.lease_until if lease else None, pid=os.getpid()
+    )
+    time.sleep(600)
+
+
 def reap_only(url: str, offset: str, out: str) -> None:
     real = time.time
     time.time = lambda: real() + float(offset)
@@ -159,7 +171,6 @@ def reap_only(url: str, offset: str, out: str) -> None:
 
     moved = Ledger(url).reap()
     _out(out, reaped=list(moved.requeued))
-
 
 
 def prefect_flow(url: str, lane: str, n: str, est: str, out: str) -> None:

@@ -7,7 +7,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 from lane_plugin.errors import InvalidInput
-from lane_plugin.gating.usage import check_missing_policy, extract_usage, usage_of
+from lane_plugin.gating.usage import READER_RETURNS, check_missing_policy, extract_usage, usage_of
 
 
 def openai_chat(prompt: int, completion: int, total: int | None = None):
@@ -103,8 +103,9 @@ def test_usage_reader_option():
     assert usage_of({"meta": {"tok": 9}}, lambda r: r["meta"]["tok"]) == 9
     assert usage_of(anthropic_message(1, 2), lambda r: r) == 3
     assert usage_of({"x": 1}, lambda r: None) is None
-    with pytest.raises(InvalidInput, match="usage"):
-        usage_of({"x": 1}, lambda r: "lots")
+    refused = []
+    assert usage_of({"x": 1}, lambda r: "lots", refused.append) is None  # refused, never raised: the call was served
+    assert [str(e) for e in refused] == ["invalid usage 'lots': " + READER_RETURNS]
 
 
 def test_missing_usage_policy_is_checked():
@@ -123,10 +124,18 @@ def test_anthropic_prompt_cache_tokens_count_at_their_documented_weights():
     msg.usage = Usage(input_tokens=50, output_tokens=200, cache_creation_input_tokens=1000,
                       cache_read_input_tokens=4000)  # fmt: skip
     # input_tokens excludes the cache: writes are billed 1.25x, hits 0.1x a plain input token
-    assert (ANTHROPIC_WEIGHTS["cache_creation_input_tokens"], ANTHROPIC_WEIGHTS["cache_read_input_tokens"]) == (1.25, 0.1)
+    assert (ANTHROPIC_WEIGHTS["cache_creation_input_tokens"], ANTHROPIC_WEIGHTS["cache_read_input_tokens"]) == (
+        1.25,
+        0.1,
+    )
     assert extract_usage(msg) == 50 + 200 + 1250 + 400
-    msg.usage = Usage(input_tokens=50, output_tokens=200, cache_creation_input_tokens=1000, cache_read_input_tokens=0,
-                      cache_creation=CacheCreation(ephemeral_5m_input_tokens=200, ephemeral_1h_input_tokens=800))
+    msg.usage = Usage(
+        input_tokens=50,
+        output_tokens=200,
+        cache_creation_input_tokens=1000,
+        cache_read_input_tokens=0,
+        cache_creation=CacheCreation(ephemeral_5m_input_tokens=200, ephemeral_1h_input_tokens=800),
+    )
     assert extract_usage(msg) == 50 + 200 + 250 + 1600  # the split, when given: 1-hour writes cost 2x
 
 
@@ -199,10 +208,16 @@ def anthropic_stream_events():
     return [
         RawMessageStartEvent(type="message_start", message=start),
         RawContentBlockDeltaEvent(type="content_block_delta", index=0, delta=TextDelta(type="text_delta", text="Hi")),
-        RawMessageDeltaEvent(type="message_delta", delta={"stop_reason": None, "stop_sequence": None},
-                             usage=MessageDeltaUsage(output_tokens=120)),  # fmt: skip
-        RawMessageDeltaEvent(type="message_delta", delta={"stop_reason": "end_turn", "stop_sequence": None},
-                             usage=MessageDeltaUsage(output_tokens=250)),  # cumulative  # fmt: skip
+        RawMessageDeltaEvent(
+            type="message_delta",
+            delta={"stop_reason": None, "stop_sequence": None},
+            usage=MessageDeltaUsage(output_tokens=120),
+        ),  # fmt: skip
+        RawMessageDeltaEvent(
+            type="message_delta",
+            delta={"stop_reason": "end_turn", "stop_sequence": None},
+            usage=MessageDeltaUsage(output_tokens=250),
+        ),  # cumulative  # fmt: skip
         RawMessageStopEvent(type="message_stop"),
     ]
 

@@ -2,10 +2,12 @@
 
 * Usage past 10**12 (checks.MAX_TOKENS): ``Ledger.settle`` refuses it (InvalidInput naming ``actual``,
   nothing written). The gate used to pass it on after the body ran: the refusal escaped, the attempt
-  stayed unbilled and its lease held ``reserved`` until reaped. Now the gate bills the estimate,
-  ``by_estimate``, with a warning naming the value: settled exactly once.
-* A malformed usage count (NaN, negative...): no usage found, the estimate is billed (or what was
-  read validly, if more), ``by_estimate``.
+  stayed unbilled and its lease held ``reserved`` until reaped; later it replaced the whole sum with the
+  estimate, dropping what was validly reported. Now the report that would take the block past 10**12 is
+  refused where it is given (a warning naming the value) and the block bills what was validly reported,
+  or the estimate if more, ``by_estimate``: settled exactly once.
+* A malformed usage count (NaN, negative...): refused, the estimate is billed (or what was read
+  validly, if more), ``by_estimate``.
 """
 
 from __future__ import annotations
@@ -49,15 +51,24 @@ def _warned(caplog, *parts: str) -> None:
     assert any(all(p in w for p in parts) for w in said), said
 
 
-@pytest.mark.parametrize("reports", [[10**13], [6 * 10**11, 6 * 10**11], [MAX_TOKENS + 1]], ids=["1e13", "sum", "max+1"])
-def test_usage_past_max_tokens_bills_the_estimate_exactly_once(led, caplog, reports):
+@pytest.mark.parametrize(
+    "reports, billed, named",
+    [
+        ([10**13], EST, "invalid usage 10000000000000: absurdly large"),
+        ([MAX_TOKENS + 1], EST, "invalid usage 1000000000001: absurdly large"),
+        ([6 * 10**11, 6 * 10**11], 6 * 10**11, "would bring the block's total to 1,200,000,000,000 tokens"),
+    ],
+    ids=["1e13", "max+1", "sum"],
+)
+def test_usage_past_max_tokens_is_refused_at_its_report_and_billed_once(led, caplog, reports, billed, named):
+    # refused where it is given: what was validly reported before stays (the sum: its first half)
     with caplog.at_level(logging.WARNING, logger="lane_plugin.gate"):
         with gate(stage="huge", estimate=EST, lane="o", ledger=led) as g:
             for n in reports:
                 g.report(n)
-    assert (g.settled.actual, g.settled.by_estimate, g.settled.outcome) == (EST, True, "done")
-    _billed_once(led, EST, "done", by_estimate=True)
-    _warned(caplog, f"invalid usage {sum(reports)}", f"billing its estimate of {EST}")
+    assert (g.settled.actual, g.settled.by_estimate, g.settled.outcome) == (billed, True, "done")
+    _billed_once(led, billed, "done", by_estimate=True)
+    _warned(caplog, named, "(from report_usage())", "not counted")
 
 
 def test_usage_past_max_tokens_in_a_failing_body_bills_the_estimate_and_keeps_the_error(led, caplog):
@@ -86,8 +97,8 @@ def test_a_malformed_count_bills_the_estimate_not_the_rest_of_the_block(led, cap
         with gate(stage="bad", estimate=100, lane="o", ledger=led) as g:
             g.report_result({"usage": usage})
     _billed_once(led, 100, "done", by_estimate=True)
-    _warned(caplog, "invalid", "no usage found")
-    _warned(caplog, "found no token usage (a count was malformed", "billing its estimate of 100")
+    _warned(caplog, "invalid", "not counted")
+    _warned(caplog, "had usage refused (warned above); billing 100 tokens")
 
 
 @pytest.mark.parametrize("est, billed", [(100, 100), (10, 30)])

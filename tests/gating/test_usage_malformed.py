@@ -1,8 +1,9 @@
-"""A usage count that is not a count (NaN, negative, fractional, a string, past 10**12) is not usage.
+"""A usage count that is not a count (NaN, negative, fractional, a string, past 10**12) is refused.
 
 It used to be dropped field by field: ``{"prompt_tokens": -5, "completion_tokens": 20}`` billed 20 and
-``{"input_tokens": nan, "output_tokens": 10}`` billed 10, without a word. Now the whole block is no usage
-found (the gate bills the estimate, ``by_estimate``) and one warning names the field and the value."""
+``{"input_tokens": nan, "output_tokens": 10}`` billed 10, without a word. Now the whole block is refused
+(not counted: the gate bills at least the estimate, ``by_estimate``) and one warning names the field and
+the value."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_a_malformed_count_makes_the_block_no_usage_with_one_warning_naming_it(c
         with caplog.at_level(logging.WARNING, logger="lane_plugin.gate"):
             assert extract_usage(obj) is None, obj
         [said] = _warnings(caplog)
-        assert f"invalid {named}:" in said and "no usage found" in said and "\n" not in said, said
+        assert f"invalid {named}:" in said and "not counted" in said and "\n" not in said, said
 
 
 @pytest.mark.parametrize("usage", [-3, 2.5, NAN, True, 10**13])

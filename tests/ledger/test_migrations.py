@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 
 import pytest
 
@@ -82,10 +83,12 @@ def test_a_ledger_at_0001_with_work_in_flight_upgrades_to_the_new_admission(ledg
             cur.execute(
                 "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, lease_token, "
                 "run_key, created_at, wait_since) values (:id, 'free', 's', :e, 0, :st, 1, :la, :lu, :tok, :r, 10, 10)",
-                {"id": jid, "e": est, "r": run_key, "st": state, "la": int(leased), "lu": 1e12 if leased else 0,
+                {"id": jid, "e": est, "r": run_key, "st": state, "la": int(leased), "lu": time.time() + 60 if leased else 0,
                  "tok": "t" if leased else None},
             )  # fmt: skip
-        cur.execute("update lane set reserved = 300, leased = 1, window_used = 300, window_start = 10 where name = 'free'")
+        cur.execute(
+            "update lane set reserved = 300, leased = 1, window_used = 300, window_start = 10 where name = 'free'"
+        )
 
     db.transaction(seed)
     db.close()
@@ -182,7 +185,11 @@ def test_0013_indexes_the_waiting_gated_jobs_of_a_ledger_at_0012_and_downgrades(
     db._checked = True
 
     def seed(cur):
-        for jid, lane, waiter, state in (("g", "free", "w1", "new"), ("d", "paid", "w1", "done"), ("c", "paid", None, "new")):
+        for jid, lane, waiter, state in (
+            ("g", "free", "w1", "new"),
+            ("d", "paid", "w1", "done"),
+            ("c", "paid", None, "new"),
+        ):
             cur.execute(
                 "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, "
                 "created_at, wait_since, waiter) values (:id, :l, 's', 100, 0, :st, 1, 0, 0, :t, :t, :w)",
@@ -197,8 +204,11 @@ def test_0013_indexes_the_waiting_gated_jobs_of_a_ledger_at_0012_and_downgrades(
         return bool(led.db.transaction(lambda cur: cur.all(sql, {"l": lane, "k": 1, "f": False, "t": True})))
 
     def indexes(led) -> set[str]:
-        sql = ("select name from sqlite_master where type = 'index' and tbl_name = 'job'" if led.db.dialect == "sqlite"
-               else "select indexname from pg_indexes where tablename = 'job' and schemaname = current_schema()")
+        sql = (
+            "select name from sqlite_master where type = 'index' and tbl_name = 'job'"
+            if led.db.dialect == "sqlite"
+            else "select indexname from pg_indexes where tablename = 'job' and schemaname = current_schema()"
+        )
         return {r[0] for r in led.rows(sql)[1]}
 
     led = Ledger(ledger_url, clock=clock)
