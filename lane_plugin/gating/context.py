@@ -271,7 +271,7 @@ class Gate:
             self._shielded = True
         self._held = renewer().hold(led, self.lease, run_logger())
         tokenlog.admitted(run_logger(), led, stage=self.stage, lane=self.lease.lane, est=self.est, waited=waited,
-                          attempt=self.lease.attempt, job_id=self.lease.job_id)  # fmt: skip
+                          attempt=self.lease.attempt, job_id=self.lease.job_id, asked=self.lane)  # fmt: skip
         if not self._stepwise:
             self._token = _current.set(self)
 

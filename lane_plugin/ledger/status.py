@@ -156,8 +156,9 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
     """Where a waiting job stands: its place in admission order and the lane's room (Ledger.wait_status)."""
     job = get_job(cur, job_id)
     row = as_of(read_lane(cur, job["lane"]), now)
-    prio, rate_cost, waiter = cur.one("select prio, coalesce(rate_cost, est), waiter from job where id = :id",
-                                      {"id": job_id})  # fmt: skip
+    prio, rate_cost, waiter, stored = cur.one(
+        "select prio, coalesce(rate_cost, est), waiter, reason from job where id = :id", {"id": job_id}
+    )
     base = "select count(*) from job where lane = :l and state = 'new'"
     p = {"l": row.name, "p": prio, "id": job_id}
     position = 0
@@ -172,7 +173,9 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
     need = c.est + (c.after if kind == policy.START else 0)
     unfit = policy.unfit_before_reset(row.policy, c, kind, spent=row.spent, need=need, drift=row.drift,
                                       overrun=row.drift_overrun, spread=row.drift_spread)  # fmt: skip
-    if unfit is not None:
+    if job["state"] != "new":  # parked (or failed, or done): the reason the ledger recorded, if any
+        blocked_by, reason = None, stored
+    elif unfit is not None:
         blocked_by, reason = unfit[0], unfit[1] + _when(row, c, kind, need)
     else:
         reason = None
