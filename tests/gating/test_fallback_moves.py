@@ -74,8 +74,12 @@ def test_the_admitted_line_names_the_lane_it_fell_back_from(tmp_path, caplog):
     logger = logging.getLogger("lane_plugin.test_fallback_moves")
     logger.setLevel(logging.INFO)
     with caplog.at_level(logging.INFO, logger=logger.name):
-        tokenlog.admitted(logger, led, stage="s", lane="paid", est=300, waited=1.5, attempt=1, job_id="j1", asked="tiny")
-        tokenlog.admitted(logger, led, stage="s", lane="free", est=300, waited=0.0, attempt=1, job_id="j2", asked="free")
+        tokenlog.admitted(
+            logger, led, stage="s", lane="paid", est=300, waited=1.5, attempt=1, job_id="j1", asked="tiny"
+        )
+        tokenlog.admitted(
+            logger, led, stage="s", lane="free", est=300, waited=0.0, attempt=1, job_id="j2", asked="free"
+        )
     first, second = (r.getMessage() for r in caplog.records)
     assert first.startswith("lane gate: s admitted in lane 'paid' (the fallback of lane 'tiny') after waiting 1.50s")
     assert second.startswith("lane gate: s admitted in lane 'free' after waiting 0.00s")
