@@ -35,12 +35,25 @@ class InvalidInput(LaneError):
 
 
 class UnknownLane(LaneError):
-    """No such lane."""
+    """No such lane.
+
+    ``known``: the lanes there are; the closest to ``name`` (difflib) is suggested, and kept as ``suggestion``.
+    ``what``: what ``name`` was taken for (``lane status NAME`` takes a lane or a job).
+
+    Example:
+        >>> str(UnknownLane("mylan", known=["free", "mylane", "paid"]))
+        "unknown lane 'mylan' (did you mean 'mylane'? lane lanes lists them)"
+    """
 
     exit_code = 3
 
-    def __init__(self, name: str, hint: str = "lane lanes lists them"):
-        super().__init__(f"unknown lane {_shown(name)} ({hint})", lane=name)
+    def __init__(self, name: str, hint: str = "lane lanes lists them", known=(), what: str = "lane"):
+        import difflib
+
+        close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1) if isinstance(name, str) else []
+        self.suggestion = close[0] if close else None
+        guess = f"did you mean {self.suggestion!r}? " if self.suggestion else ""
+        super().__init__(f"unknown {what} {_shown(name)} ({guess}{hint})", lane=name, suggestion=self.suggestion)
 
 
 class UnknownJob(LaneError):
@@ -66,6 +79,16 @@ class NotLeased(LaneError):
 
 class NotParked(LaneError):
     """The job is not parked (only parked jobs can be requeued or dropped)."""
+
+    exit_code = 5
+
+
+class GatedJob(LaneError):
+    """The job is a gated Prefect task run's: its task submits it again when its flow run is re-run.
+
+    ``lane tail requeue`` refuses it: requeued, nobody would wait for it and it would be parked again
+    (``waiter gone``) a few seconds later.
+    """
 
     exit_code = 5
 
@@ -117,7 +140,9 @@ class UnknownRevision(DatabaseError):
         super().__init__(
             f"{where}: schema at unknown Alembic revision {_shown(revision)} (this lane_plugin knows "
             f"{', '.join(known)}): a newer lane_plugin wrote it, or it is another application's database; "
-            "upgrade lane_plugin or point --db/LANE_DATABASE_URL at a lane ledger", revision=revision)
+            "upgrade lane_plugin or point --db/LANE_DATABASE_URL at a lane ledger",
+            revision=revision,
+        )
         self.revision = revision
 
 
