@@ -241,7 +241,8 @@ def bill(ledger: Ledger, run: str):
     """This run's bill per stage and lane (the flow run's ``lane-bill`` artifact), as a DataFrame."""
     import pandas as pd
 
-    return pd.DataFrame(bill_rows(ledger.run_bill(run)))[BILL_COLUMNS].fillna("-")
+    table = pd.DataFrame(bill_rows(ledger.run_bill(run)))[BILL_COLUMNS].astype(object)
+    return table.where(table.notna(), "-")
 
 
 def report(ledger: Ledger, since: float | None) -> str:
