@@ -219,9 +219,7 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
     need = c.est + (c.after if kind == policy.START else 0)
     unfit = policy.unfit_before_reset(row.policy, c, kind, spent=row.spent, need=need, drift=row.drift,
                                       overrun=row.drift_overrun, spread=row.drift_spread)  # fmt: skip
-    if job["state"] != "new":  # parked (or failed, or done): the reason the ledger recorded, if any
-        blocked_by, reason = None, stored
-    elif unfit is not None:
+    if unfit is not None:
         blocked_by, reason = unfit[0], unfit[1] + _when(row, c, kind, need)
     else:
         reason = None
@@ -230,6 +228,8 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
             finishing=row.finishing, leased=row.leased, window_used=used(cur, row, now), stopped=row.held,
             var=row.reserved_var + c.var, over=row.over(row.reserved + c.est, row.leased + 1),
         )  # fmt: skip
+    if job["state"] in ("parked", "failed", "done"):  # left the queue: the reason the ledger recorded, if any
+        reason = stored
     return {
         "job_id": job_id, "lane": row.name, "stage": job["stage"], "est": job["est"], "rate_cost": rate_cost,
         "state": job["state"], "position": position, "waiting": cur.scalar(base, p),
