@@ -144,7 +144,19 @@ class DatabaseURL:
         """
         if self.dialect == "sqlite":
             return "sqlite:///" + os.path.abspath(self.path or "")
-        return mask_raw(self.raw)
+        info = dict(self.conninfo or {})  # from the parsed parts: the raw string may hold '@' in a query secret
+        user, password, host, port, dbname = (info.pop(k, None) for k in ("user", "password", "host", "port", "dbname"))
+        auth = "" if user is None and password is None else quote(user or "", safe="")
+        auth += f":{MASK}@" if password is not None else ("@" if auth else "")
+        if host and host.startswith("/"):  # a Unix socket directory: a query parameter, as libpq reads it
+            info, host = {"host": host, **info}, None
+        host = f"[{host}]" if host and ":" in host else (host or "")
+        query = "&".join(
+            f"{quote(k, safe='')}={MASK if k.lower() in SECRET_PARAMS else quote(str(v), safe='')}"
+            for k, v in info.items()
+        )
+        url = f"postgresql+psycopg://{auth}{host}{f':{port}' if port else ''}/{quote(dbname or '', safe='')}"
+        return redact(url + (f"?{query}" if query else ""))
 
     def scrub(self, text) -> str:
         """``text`` with this URL's secrets masked wherever they appear (a driver's message, say)."""

@@ -254,7 +254,7 @@ def test_status_of_a_job_the_drift_allowance_keeps_out_says_why_and_how_much(run
     # The allowance it learned (119,000 for a job of 1,000) is capped at 5% of the ceiling, 10,000: a
     # job of 1,000 fits the 70,000 left; one of 65,000 does not, and says the cap bound.
     jid = run("submit", "--lane", "d", "--stage", "s", "--est", "65000").stdout.strip()
-    out = run("status", jid).stdout
+    out = " ".join(run("status", jid).stdout.split())  # (prose wrapped at 100 columns)
     assert "blocked by drift; 70,000 of 200,000 tokens remaining" in out, out
     assert "estimate 65000 plus 10000 tokens of drift allowance" in out and "the next tick parks it" in out, out
     assert "at most 5% of the ceiling (10000)" in out, out
@@ -277,10 +277,13 @@ def test_lane_status_says_why_work_waits_when_the_drift_allowance_keeps_it_all_o
     # The lane read "ok" while its only waiting job could not be admitted and nothing was leased to settle.
     outlier_lane(env)
     jid = run("submit", "--lane", "d", "--stage", "s", "--est", "65000").stdout.strip()
-    out = run("status").stdout
-    line = next(x for x in out.splitlines() if x.startswith("lane d:"))
-    assert line.startswith("lane d: blocked by drift, 65.0% of ceiling committed"), out
-    assert f"  job {jid} (s, estimate 65,000) waits in lane d: position 1 of 1, blocked by drift" in out, out
+    shown = run("status").stdout
+    line = next(x for x in shown.splitlines() if x.startswith("lane d:"))
+    assert line.startswith("lane d: blocked by drift, 65.0% of ceiling committed"), shown
+    assert f"\n  job {jid} (s, estimate 65,000) waits in lane d: position 1 of 1" in shown, shown
+    assert all(len(x) <= 100 for x in shown.splitlines()), shown
+    out = " ".join(shown.split())  # (prose wrapped at 100 columns)
+    assert f"job {jid} (s, estimate 65,000) waits in lane d: position 1 of 1, blocked by drift" in out, out
     assert "estimate 65000 plus 10000 tokens of drift allowance" in out and "lane free: ok, " in out, out
     [d] = [r for r in json.loads(run("status", "--json").stdout) if r["lane"] == "d"]
     assert (d["state"], d["blocked_by"], d["head_job"]) == ("blocked by drift", "drift", jid)
@@ -318,12 +321,12 @@ def test_status_of_a_leased_job_says_when_its_lease_ends_and_when_it_has_expired
     jid = run("submit", "--lane", "short", "--stage", "s", "--est", "10").stdout.strip()
     [lease] = json.loads(run("tick", "--lane", "short", "--json").stdout)
     assert lease["id"] == jid
-    out = run("status", jid).stdout
+    out = " ".join(run("status", jid).stdout.split())  # (prose wrapped at 100 columns)
     assert f"job {jid} (s, estimate 10) is leased in lane short (attempt 1), lease ends in" in out, out
     time.sleep(max(0.0, led_left(run, jid)) + 0.2)
     status = json.loads(run("status", jid, "--json").stdout)
     assert status["state"] == "leased" and status["lease_expired"] and status["lease_left"] < 0  # really past, unreaped
-    out = run("status", jid).stdout
+    out = " ".join(run("status", jid).stdout.split())
     assert (
         "but its lease expired" in out
         and "the next reap (lane reap, or a waiting gate's periodic check) takes it back" in out
