@@ -241,7 +241,9 @@ def bill(ledger: Ledger, run: str):
     """This run's bill per stage and lane (the flow run's ``lane-bill`` artifact), as a DataFrame."""
     import pandas as pd
 
-    table = pd.DataFrame(bill_rows(ledger.run_bill(run)))[BILL_COLUMNS].astype(object)
+    table = pd.DataFrame(bill_rows(ledger.run_bill(run)))[BILL_COLUMNS]
+    table["drift"] = table["drift"].map(lambda d: "-" if d != d or d is None else f"{d:.2f}")
+    table = table.astype(object)
     return table.where(table.notna(), "-")
 
 
