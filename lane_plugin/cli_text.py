@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import textwrap
 import time
 
 from .policy.drift import drift_cap
@@ -104,12 +105,21 @@ def why_waiting(s: dict) -> str:
     return f"behind {ahead} job{'s' * (ahead != 1)}" if ahead else "it fits: the next tick leases it"
 
 
+# How a parked gated job (a Prefect task run's, a waiter waited for it) comes back: not by requeue.
+GATED_BACK = "a gated job: its task submits it again when its flow run is re-run (lane tail requeue cannot)"
+
+
 def job_lines(s: dict) -> list[str]:
     """Where one job stands, in words (``lane status JOB``; ``s`` is its ``Ledger.wait_status``).
 
     A waiting job's place and the first rule that blocks it, then, when it cannot fit before the next
     reset (or ever), why (its ``reason``, as ``--json`` gives it). ``lane status`` shows a lane's first
-    waiting job this way when a rule keeps it out.
+    waiting job this way when a rule keeps it out. A parked job: why it was parked, and how it comes back.
+
+    Example:
+        >>> job_lines({"job_id": "j1", "stage": "s", "est": 10, "state": "parked", "lane": "q", "gated": False,
+        ...            "reason": "deadline passed while waiting"})[0]
+        'job j1 (s, estimate 10) is parked in lane q: deadline passed while waiting'
     """
     job = f"job {s['job_id']} ({s['stage']}, estimate {s['est']:,})"
     if s["state"] == "leased" and s.get("lease_left") is not None:
@@ -120,9 +130,19 @@ def job_lines(s: dict) -> list[str]:
             return [f"{job} was leased in lane {s['lane']} (attempt {s['attempt']}), but its lease expired "
                     f"{duration(-left)} ago: the next reap (lane reap, or a waiting gate's periodic check) "
                     f"{where}"]  # fmt: skip
-        return [f"{job} is leased in lane {s['lane']} (attempt {s['attempt']}), lease ends in {duration(left) if left >= 10 else f'{left:.1f}s'}"]
+        return [
+            f"{job} is leased in lane {s['lane']} (attempt {s['attempt']}), lease ends in {duration(left) if left >= 10 else f'{left:.1f}s'}"
+        ]
+    if s["state"] == "parked":
+        lines = [f"{job} is parked in lane {s['lane']}: {s.get('reason') or 'no reason recorded'}"]
+        if s.get("gated"):
+            retry = f"prefect flow-run retry {s['run_key']}" if s.get("run_key") else "re-run its flow"
+            return lines + [f"  {GATED_BACK}:", f"    {retry}", f"  to fail it for good: lane tail drop {s['job_id']}"]
+        requeue, drop = f"lane tail requeue {s['job_id']}", f"lane tail drop {s['job_id']}"
+        return lines + [f"  back in the queue: {requeue}", f"  failed for good:   {drop}"]
     if s["state"] != "new":
-        return [f"{job} is {s['state']} in lane {s['lane']}"]
+        why = f": {s['reason']}" if s.get("reason") else ""
+        return [f"{job} is {s['state']} in lane {s['lane']}{why}"]
     lines = [f"{job} waits in lane {s['lane']}: position {s['position']} of {s['waiting']}, {why_waiting(s)}; "
              f"{s['remaining']:,} of {s['ceiling']:,} tokens remaining"]  # fmt: skip
     return lines + ([f"  {s['reason']}"] if s["reason"] else [])
@@ -189,6 +209,9 @@ def as_blocks(title: str, columns: list[str], rows: list[list[str]], width: int)
             if line and len(line) + 3 + len(item) > width - 2:
                 out.append("  " + line)
                 line = ""
+            if len(item) > width - 2:  # a long text (a reason) on lines of its own, wrapped between words
+                out.extend(textwrap.wrap(item, width=width, initial_indent="  ", subsequent_indent="    "))
+                continue
             line = f"{line} · {item}" if line else item
         if line:
             out.append("  " + line)

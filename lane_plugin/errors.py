@@ -7,6 +7,7 @@ with the class's ``exit_code``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -37,12 +38,27 @@ class InvalidInput(LaneError):
 
 
 class UnknownLane(LaneError):
-    """No such lane."""
+    """No such lane.
+
+    ``known``: the lanes there are; the closest to ``name`` (difflib) is suggested, and kept as ``suggestion``.
+    ``what``: what ``name`` was taken for (``lane status NAME`` takes a lane or a job).
+
+    Example:
+        >>> str(UnknownLane("mylan", known=["free", "mylane", "paid"]))
+        "unknown lane 'mylan' (did you mean 'mylane'? lane lanes lists them)"
+    """
 
     exit_code = 3
 
-    def __init__(self, name: str, hint: str = "lane lanes lists them"):
-        super().__init__(f"unknown lane {_shown(name)} ({hint})", lane=name)
+    def __init__(
+        self, name: str, hint: str = "lane lanes lists them", known: Iterable[object] = (), what: str = "lane"
+    ) -> None:
+        import difflib
+
+        close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1) if isinstance(name, str) else []
+        self.suggestion = close[0] if close else None
+        guess = f"did you mean {self.suggestion!r}? " if self.suggestion else ""
+        super().__init__(f"unknown {what} {_shown(name)} ({guess}{hint})", lane=name, suggestion=self.suggestion)
 
 
 class UnknownJob(LaneError):
@@ -68,6 +84,16 @@ class NotLeased(LaneError):
 
 class NotParked(LaneError):
     """The job is not parked (only parked jobs can be requeued or dropped)."""
+
+    exit_code = 5
+
+
+class GatedJob(LaneError):
+    """The job is a gated Prefect task run's: its task submits it again when its flow run is re-run.
+
+    ``lane tail requeue`` refuses it: requeued, nobody would wait for it and it would be parked again
+    (``waiter gone``) a few seconds later.
+    """
 
     exit_code = 5
 

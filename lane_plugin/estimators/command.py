@@ -26,16 +26,27 @@ JSON = typer.Option(False, "--json", help="Print JSON for scripts (times in ISO-
 
 
 def _ledger(ctx: typer.Context):
-    """The ledger named by the root ``--db`` (``lane`` moves it to the front from anywhere); never created here."""
-    from ..ledger import Ledger
+    """The ledger named by the root ``--db`` (``lane`` moves it to the front from anywhere), named first on
+    stderr as every command's is; never created here."""
+    from ..cli_common import ledger
 
-    return Ledger(ctx.find_root().params.get("db"), create=False)
+    return ledger(create=False, db=ctx.find_root().params.get("db"))
+
+
+COLUMNS = ["estimator", "stage", "allowance", "version", "jobs", "mean", "sd", "p50", "p90", "p99"]
+COLUMNS += ["mean input", "fitted"]
 
 
 @estimators_app.command("show")
-def show(ctx: typer.Context, estimator: Optional[str] = typer.Option(None, help="Only this estimator (e.g. learned)."),
-         as_json: bool = JSON):  # fmt: skip
+def show(
+    ctx: typer.Context,
+    estimator: Optional[str] = typer.Option(None, help="Only this estimator (e.g. learned)."),
+    as_json: bool = JSON,
+    wide: bool = typer.Option(False, "--wide", help="Show every column, however wide (by default tables fit 100)."),
+):
     """The fitted state per estimator and stage: allowance, version digest, and the spread of the residual."""
+    from ..cli_common import print_table
+
     led = _ledger(ctx)
     rows = led.estimator_state(estimator)
     if as_json:
@@ -46,19 +57,17 @@ def show(ctx: typer.Context, estimator: Optional[str] = typer.Option(None, help=
                    "(estimate them with learned(), admitting or as a shadow), then run `lane estimators refit`")  # fmt: skip
         return
     now = led.now()
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"Learned estimators ({led.url})")
-    for c in ("estimator", "stage", "allowance", "version", "jobs", "mean", "sd", "p50", "p90", "p99", "mean input",
-              "fitted"):  # fmt: skip
-        table.add_column(c, justify="left" if c in ("estimator", "stage", "version", "fitted") else "right")
+    cells = []
     for r in rows:
-        table.add_row(r["estimator"], r["stage"], f"{r['allowance']:,}", "#" + r["revision"], f"{r['jobs']:,}",
-                      f"{r['mean']:,.0f}", f"{_sd(r):,.0f}", f"{r['p50']:,.0f}", f"{r['p90']:,.0f}",
-                      f"{r['p99']:,.0f}", f"{r['mean_input']:,.0f}", duration(max(0.0, now - r["fitted_at"])) + " ago")  # fmt: skip
-    console = Console()
-    (console if console.is_terminal else Console(width=200)).print(table)
+        numbers = [r["mean"], _sd(r), r["p50"], r["p90"], r["p99"], r["mean_input"]]
+        ago = duration(max(0.0, now - r["fitted_at"])) + " ago"
+        cells.append(
+            [r["estimator"], r["stage"], f"{r['allowance']:,}", "#" + r["revision"], f"{r['jobs']:,}"]
+            + [f"{n:,.0f}" for n in numbers]
+            + [ago]
+        )
+    right = set(COLUMNS) - {"estimator", "stage", "version", "fitted"}
+    print_table("learned estimators", COLUMNS, cells, wide=wide, right=right, optional=["p50", "p99", "mean input"])
 
 
 def _sd(row: dict) -> float:

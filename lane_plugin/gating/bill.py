@@ -113,6 +113,11 @@ def bill_summary(lines: list[BillLine], ledger_url: str, state_name: str) -> str
     est, act = sum(b.estimated for b in lines), sum(b.actual for b in lines)
     parts = [f"{jobs} gated job(s) of this flow run ({state_name}): {act:,} tokens billed against "
              f"{est:,} estimated" + (f" (drift {act / est:.2f})" if est else "")]  # fmt: skip
+    by_lane: dict[str, int] = {}
+    for b in lines:
+        by_lane[b.lane] = by_lane.get(b.lane, 0) + b.actual
+    if len(by_lane) > 1:  # a fallback (or several lanes): what each lane was billed
+        parts.append("billed by lane: " + ", ".join(f"{lane} {n:,}" for lane, n in sorted(by_lane.items())))
     overage = sum(b.overage for b in lines)
     if overage:
         parts.append(f"{overage:,} tokens of overage")

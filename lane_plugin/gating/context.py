@@ -300,7 +300,7 @@ class Gate:
         assert lease is not None, "a gate is admitted once it holds a lease"
         self._held = renewer().hold(led, lease, run_logger())
         tokenlog.admitted(run_logger(), led, stage=self.stage, lane=lease.lane, est=self.est, waited=waited,
-                          attempt=lease.attempt, job_id=lease.job_id)  # fmt: skip
+                          attempt=lease.attempt, job_id=lease.job_id, asked=self.lane)  # fmt: skip
         if not self._stepwise:
             self._token = _current.set(self)
 

@@ -28,12 +28,42 @@ from typing import Any, ParamSpec, TypeVar
 from prefect import Task
 from prefect.context import TaskRunContext
 
-from ..errors import InvalidInput, JobParked, NeverFits, UsageMissing
+from ..errors import InvalidInput, JobParked, LaneError, NeverFits, UnknownLane, UsageMissing
 from .bodies import EVERY_RUN, GateSpec, build_body, running_run, user_fn_everywhere
+from .ledgers import get_ledger
 
-REFUSALS = (NeverFits, JobParked, UsageMissing, InvalidInput)
+REFUSALS = (NeverFits, JobParked, UsageMissing, InvalidInput, UnknownLane)
 P = ParamSpec("P")
 R = TypeVar("R")
+_known_lanes: set[tuple[str, str]] = set()  # (ledger URL, lane) found in the ledger by a first call
+
+
+def check_lanes(task: LaneTask) -> None:
+    """At a task's first call (in the flow, before any task run): its lane, and a fallback it names, exist.
+
+    A misspelt lane fails the call once, as a :class:`~lane_plugin.errors.UnknownLane` naming the task
+    and the closest lane there is ("did you mean 'mylane'?"), instead of failing every task run with a
+    traceback each. Once found, a (ledger, lane) is not read again in this process. A ledger that cannot
+    be read now is left to the task runs (they wait for it, or say why).
+    """
+    spec = task.lane_spec
+    names = [spec.lane] + [fb for fb in (spec.options.get("fallback"),) if isinstance(fb, str) and fb]
+    try:
+        led = get_ledger(spec.options.get("ledger"))
+        for name in names:
+            if (led.url.raw, name) not in _known_lanes:
+                led.lane(name)
+                _known_lanes.add((led.url.raw, name))
+    except UnknownLane as exc:
+        what = "lane" if exc.details.get("lane") == spec.lane else "fallback"
+        hint = (
+            f"@lane_task {task.name!r} (stage {spec.stage!r}) names it as its {what}; lane lanes lists the lanes, "
+            "lane lanes set NAME --create makes one"
+        )
+        known = [exc.suggestion] if exc.suggestion else []
+        raise UnknownLane(exc.details.get("lane"), hint=hint, known=known) from None
+    except LaneError:
+        return
 
 
 def retry_unless_refused(condition: Callable | None) -> Callable:
@@ -90,6 +120,22 @@ class LaneTask(Task[P, R]):
         """Stage, estimate, lane and the other gate options this task was built with."""
         return self.__dict__["_lane"]
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        check_lanes(self)
+        return super().__call__(*args, **kwargs)
+
+    def submit(self, *args: Any, **kwargs: Any) -> Any:
+        check_lanes(self)
+        return super().submit(*args, **kwargs)
+
+    def map(self, *args: Any, **kwargs: Any) -> Any:
+        check_lanes(self)
+        return super().map(*args, **kwargs)
+
+    def apply_async(self, *args: Any, **kwargs: Any) -> Any:
+        check_lanes(self)
+        return super().apply_async(*args, **kwargs)
+
     @functools.wraps(Task.with_options)
     def with_options(self, *args: Any, **kwargs: Any) -> LaneTask:
         spec = self.lane_spec
@@ -108,4 +154,4 @@ def adopt(task: Task, spec: GateSpec) -> LaneTask:
     return task
 
 
-__all__ = ["LaneTask", "REFUSALS", "adopt", "retry_unless_refused"]
+__all__ = ["LaneTask", "REFUSALS", "adopt", "check_lanes", "retry_unless_refused"]

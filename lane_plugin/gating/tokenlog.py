@@ -21,11 +21,16 @@ def waiting(logger, led: Ledger, *, stage: str, job_id: str, waited: float) -> N
     """Log where a waiting job stands at INFO (:meth:`Ledger.wait_status`: a few reads, only when logged).
 
     Nothing is read when INFO is off: a thousand waiters that started together would otherwise all read
-    their queue position at the same moments (after 1 s, then every 10 s), for lines nobody sees.
+    their queue position at the same moments (after 1 s, then every 10 s), for lines nobody sees. A job
+    that is no longer waiting when the line is written (leased by a tick its waiter has not seen yet,
+    or parked) is said to be so, never given a place in a queue it has left.
     """
     if hasattr(logger, "isEnabledFor") and not logger.isEnabledFor(logging.INFO):
         return
     s = led.wait_status(job_id)
+    if s["state"] != "new":
+        logger.info("lane gate: %s", left_queue(s, stage=stage, waited=waited))
+        return
     logger.info(
         "lane gate: %s job waiting %.1fs in lane %r: estimate %d, remaining %d of ceiling %d "
         "(spent %d, reserved %d), position %d of %d waiting, leased %d/%d, %s",
@@ -34,9 +39,41 @@ def waiting(logger, led: Ledger, *, stage: str, job_id: str, waited: float) -> N
     )  # fmt: skip
 
 
-def admitted(logger, led: Ledger, *, stage: str, lane: str, est: int, waited: float, attempt: int,
-             job_id: str) -> None:  # fmt: skip
-    """Log the admission at INFO, with the lane's room left after it (one extra read, only when logged)."""
+def left_queue(s: dict, *, stage: str, waited: float) -> str:
+    """A waiting gate's job that left the queue (``s``: its :meth:`Ledger.wait_status`), in words.
+
+    Example:
+        >>> left_queue({"state": "leased", "lane": "free", "attempt": 1, "reason": None}, stage="draft", waited=1.04)
+        "draft job leased in lane 'free' after waiting 1.0s (attempt 1): its body starts as its waiter picks it up"
+        >>> left_queue({"state": "parked", "lane": "free", "attempt": 1, "reason": "deadline passed while waiting"},
+        ...            stage="draft", waited=30.2)
+        "draft job parked in lane 'free' after waiting 30.2s: deadline passed while waiting"
+    """
+    if s["state"] == "leased":
+        return (
+            f"{stage} job leased in lane {s['lane']!r} after waiting {waited:.1f}s (attempt {s['attempt']}): "
+            "its body starts as its waiter picks it up"
+        )
+    why = s["reason"] or "no reason recorded"
+    return f"{stage} job {s['state']} in lane {s['lane']!r} after waiting {waited:.1f}s: {why}"
+
+
+def admitted(
+    logger,
+    led: Ledger,
+    *,
+    stage: str,
+    lane: str,
+    est: int,
+    waited: float,
+    attempt: int,
+    job_id: str,
+    asked: str | None = None,
+) -> None:
+    """Log the admission at INFO, with the lane's room left after it (one extra read, only when logged).
+
+    ``asked``: the lane the gate asked for; a job admitted in another (its fallback) says so.
+    """
     if hasattr(logger, "isEnabledFor") and not logger.isEnabledFor(logging.INFO):
         return
     try:
@@ -45,8 +82,18 @@ def admitted(logger, led: Ledger, *, stage: str, lane: str, est: int, waited: fl
     except Exception:  # the line must never fail a run
         room = ""
     again = f", attempt {attempt}" if attempt > 1 else ""
-    logger.info("lane gate: %s admitted in lane %r after waiting %.2fs: estimate %s tokens%s%s; job %s",
-                stage, lane, waited, f"{est:,}", room, again, job_id)  # fmt: skip
+    moved = f" (the fallback of lane {asked!r})" if asked is not None and asked != lane else ""
+    logger.info(
+        "lane gate: %s admitted in lane %r%s after waiting %.2fs: estimate %s tokens%s%s; job %s",
+        stage,
+        lane,
+        moved,
+        waited,
+        f"{est:,}",
+        room,
+        again,
+        job_id,
+    )
 
 
 def settled(logger, s: Settled, *, stage: str, est: int) -> None:
@@ -65,4 +112,4 @@ def settled(logger, s: Settled, *, stage: str, est: int) -> None:
                 f"{est:,}", drift, f"{s.overage:,}", "; " + "; ".join(notes) if notes else "", s.job_id)  # fmt: skip
 
 
-__all__ = ["admitted", "settled"]
+__all__ = ["admitted", "left_queue", "settled", "waiting"]

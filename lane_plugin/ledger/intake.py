@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ..errors import ConflictingReplay, LaneError, NeverFits, UnknownLane
+from ..errors import ConflictingReplay, LaneError, NeverFits
 from ..policy import never_fits
 from .db import Cursor
 from .jobs import JOB_COLS, JOB_KEYS, lock_job, run_started
-from .lanes import LaneRow, read_lane
+from .lanes import LaneRow, read_lane, unknown_lane
 from .rates import drop_pending
 from .waiters import WAITER_GONE
 
@@ -78,9 +78,7 @@ def submit(
         deadline=deadline, fallback=fallback_lane, created_at=now, wait_since=now,
         rate_cost=rate_cost, prio=target.priority(est, now, started), finishing=started,
     )  # fmt: skip
-    cur.execute(
-        insert.format(cols=", ".join(fields), vals=", ".join(":" + k for k in fields)), fields
-    )
+    cur.execute(insert.format(cols=", ".join(fields), vals=", ".join(":" + k for k in fields)), fields)
     if cur.rowcount != 1:
         if key is not None:
             existing = cur.one(f"select {JOB_COLS}, est_version from job where key = :k", {"k": key})
@@ -158,5 +156,5 @@ def _resolve_fallback(cur: Cursor, row: LaneRow, fallback: str | bool | None) ->
     if name == row.name:
         return None
     if cur.scalar("select name from lane where name = :n", {"n": name}) is None:
-        raise UnknownLane(name)
+        raise unknown_lane(cur, name)
     return name

@@ -136,10 +136,15 @@ def _row(r) -> LaneRow:
     return LaneRow(**d)
 
 
+def unknown_lane(cur: Cursor, name: str, hint: str = "lane lanes lists them") -> UnknownLane:
+    """The error for a lane there is not, suggesting the closest lane there is ("did you mean 'mylane'?")."""
+    return UnknownLane(name, hint, known=[r[0] for r in cur.all("select name from lane order by name")])
+
+
 def read_lane(cur: Cursor, name: str) -> LaneRow:
     r = cur.one(_SELECT + " where name = :n", {"n": name})
     if r is None:
-        raise UnknownLane(name)
+        raise unknown_lane(cur, name)
     return _row(r)
 
 
@@ -153,7 +158,7 @@ def lock_lane(cur: Cursor, name: str) -> LaneRow:
         if cur.stats is not None:  # how long it was waited for (SQLite: at BEGIN IMMEDIATE), round trip included
             cur.stats.lock_waits.append(cur.locked_at - t0)
     if r is None:
-        raise UnknownLane(name)
+        raise unknown_lane(cur, name)
     return _row(r)
 
 

@@ -30,6 +30,39 @@ def lane_state(row: LaneRow) -> str:
     return "ok"
 
 
+# A lane whose work parked or failed lately is never "ok": failed attempts are counted this far back.
+FAILED_SPAN = 3600.0
+
+
+def work_trouble(s: dict) -> str | None:
+    """What is wrong with a lane's work (a :func:`lane_status` row), in words, or None.
+
+    Example:
+        >>> work_trouble({"parked": 2, "failed_last_hour": 1}), work_trouble({"parked": 0, "failed_last_hour": 0})
+        ('2 parked, 1 failed attempt in the last hour', None)
+    """
+    parts = [f"{s['parked']} parked"] if s["parked"] else []
+    n = s["failed_last_hour"]
+    if n:
+        parts.append(f"{n} failed attempt{'s' * (n != 1)} in the last hour")
+    return ", ".join(parts) or None
+
+
+def status_word(s: dict) -> str:
+    """The lane's state as ``lane status`` and ``lane lanes`` say it (a :func:`lane_status` row).
+
+    Its :func:`lane_state`; an ``ok`` lane whose first waiting job a rule keeps out while nothing is leased
+    is ``blocked by RULE``; one with parked work, or attempts that failed in the last hour, is ``attention``:
+    never ``ok``.
+    """
+    state = s["state"]
+    if state == "ok":
+        state = blocked_state(s) or state
+    if state == "ok" and work_trouble(s):
+        state = "attention"
+    return state
+
+
 def blocked_state(s: dict) -> str | None:
     """``blocked by RULE`` for a lane (a :func:`lane_status` row) whose first waiting job a rule keeps out while
     nothing is leased, so nothing in flight settles to make room; else None (its state is what it was)."""
@@ -77,6 +110,7 @@ def lane_status(cur: Cursor, now: float) -> list[dict]:
         out.append(
             {
                 "lane": row.name,
+                "state": lane_state(row),
                 "allowance": row.allowance,
                 "ceiling": row.ceiling,
                 "spent": row.spent,
@@ -98,6 +132,7 @@ def lane_status(cur: Cursor, now: float) -> list[dict]:
                 "max_leased": row.max_leased,
                 "waiting": waiting,
                 "parked": counts.get((row.name, "parked"), 0),
+                "failed_last_hour": failed_lately(cur, row.name, now),
                 "burst_tokens": row.burst_tokens,
                 "window_seconds": row.window_seconds,
                 "window_used": used(cur, row, now),
@@ -123,6 +158,15 @@ def lane_status(cur: Cursor, now: float) -> list[dict]:
             }
         )
     return out
+
+
+def failed_lately(cur: Cursor, lane: str, now: float) -> int:
+    """Attempts of the lane settled as failed (their body raised) in the last :data:`FAILED_SPAN` seconds.
+
+    One range of ``ix_settlement_lane_at``: the lane's settlements of the last hour, not its history.
+    """
+    sql = "select count(*) from settlement where lane = :l and settled_at >= :t and outcome = 'failed'"
+    return int(cur.scalar(sql, {"l": lane, "t": now - FAILED_SPAN}) or 0)
 
 
 def head_status(cur: Cursor, now: float, lane: str) -> dict | None:
@@ -158,8 +202,9 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
     """Where a waiting job stands: its place in admission order and the lane's room (Ledger.wait_status)."""
     job = get_job(cur, job_id)
     row = as_of(read_lane(cur, job["lane"]), now)
-    prio, rate_cost, waiter = cur.one("select prio, coalesce(rate_cost, est), waiter from job where id = :id",
-                                      {"id": job_id})  # fmt: skip
+    prio, rate_cost, waiter, stored = cur.one(
+        "select prio, coalesce(rate_cost, est), waiter, reason from job where id = :id", {"id": job_id}
+    )
     base = "select count(*) from job where lane = :l and state = 'new'"
     p = {"l": row.name, "p": prio, "id": job_id}
     position = 0
@@ -183,6 +228,8 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
             finishing=row.finishing, leased=row.leased, window_used=used(cur, row, now), stopped=row.held,
             var=row.reserved_var + c.var, over=row.over(row.reserved + c.est, row.leased + 1),
         )  # fmt: skip
+    if job["state"] in ("parked", "failed", "done"):  # left the queue: the reason the ledger recorded, if any
+        reason = stored
     return {
         "job_id": job_id, "lane": row.name, "stage": job["stage"], "est": job["est"], "rate_cost": rate_cost,
         "state": job["state"], "position": position, "waiting": cur.scalar(base, p),
@@ -194,5 +241,6 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
         # reap's own test, lease_until < now; a gated job's (a waiter waited for it) is parked, not requeued
         "attempt": job["attempt"], "lease_until": job["lease_until"] if job["state"] == "leased" else None,
         "lease_left": job["lease_until"] - now if job["state"] == "leased" else None,
-        "lease_expired": job["state"] == "leased" and job["lease_until"] < now, "gated": waiter is not None,
+        "lease_expired": job["state"] == "leased" and job["lease_until"] < now,
+        "run_key": key, "gated": waiter is not None,
     }  # fmt: skip

@@ -133,6 +133,31 @@ class DatabaseURL:
         """SQLAlchemy's rendering with the password hidden and query-string secrets masked."""
         return self._url(hide=True).render_as_string(hide_password=True).replace(quote(MASK), MASK)
 
+    @property
+    def display(self) -> str:
+        """The URL as the ``lane`` command names its ledger, without loading SQLAlchemy: a SQLite file by its
+        absolute path, a server's URL with its password (and query-string secrets) masked.
+
+        Example:
+            >>> parse_url("postgresql+psycopg://lane:s3cret@db:5432/lane").display
+            'postgresql+psycopg://lane:***@db:5432/lane'
+        """
+        if self.dialect == "sqlite":
+            return "sqlite:///" + os.path.abspath(self.path or "")
+        info = dict(self.conninfo or {})  # from the parsed parts: the raw string may hold '@' in a query secret
+        user, password, host, port, dbname = (info.pop(k, None) for k in ("user", "password", "host", "port", "dbname"))
+        auth = "" if user is None and password is None else quote(user or "", safe="")
+        auth += f":{MASK}@" if password is not None else ("@" if auth else "")
+        if host and host.startswith("/"):  # a Unix socket directory: a query parameter, as libpq reads it
+            info, host = {"host": host, **info}, None
+        host = f"[{host}]" if host and ":" in host else (host or "")
+        query = "&".join(
+            f"{quote(k, safe='')}={MASK if k.lower() in SECRET_PARAMS else quote(str(v), safe='')}"
+            for k, v in info.items()
+        )
+        url = f"postgresql+psycopg://{auth}{host}{f':{port}' if port else ''}/{quote(dbname or '', safe='')}"
+        return redact(url + (f"?{query}" if query else ""))
+
     def scrub(self, text) -> str:
         """``text`` with this URL's secrets masked wherever they appear (a driver's message, say)."""
         out = str(text).replace(self.raw, str(self)) if self.raw else str(text)
@@ -223,7 +248,9 @@ def parse_url(url: str | None = None) -> DatabaseURL:
         if driver not in ("", "pysqlite"):
             raise InvalidInput("database URL", shown, f"unsupported SQLite driver {driver!r}")
         if not rest.startswith("/") or rest in ("/", "/:memory:"):
-            raise InvalidInput("database URL", shown, "a ledger needs a file: sqlite:///relative.db or sqlite:////abs.db")
+            raise InvalidInput(
+                "database URL", shown, "a ledger needs a file: sqlite:///relative.db or sqlite:////abs.db"
+            )
         path = unquote(rest[1:].split("?", 1)[0])
         if "\x00" in path:
             raise InvalidInput("database URL", shown, "contains a NUL character")
@@ -234,6 +261,8 @@ def parse_url(url: str | None = None) -> DatabaseURL:
     if base in ("postgresql", "postgres"):
         driver = scheme.partition("+")[2]
         if driver not in ("", "psycopg"):
-            raise InvalidInput("database URL", shown, f"unsupported PostgreSQL driver {driver!r}; use postgresql+psycopg://")
+            raise InvalidInput(
+                "database URL", shown, f"unsupported PostgreSQL driver {driver!r}; use postgresql+psycopg://"
+            )
         return DatabaseURL(raw, "postgresql", conninfo=_parse_pg(rest, shown))
     raise InvalidInput("database URL", shown, f"unsupported scheme {scheme!r}; expected sqlite or postgresql+psycopg")

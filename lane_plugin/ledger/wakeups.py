@@ -220,12 +220,16 @@ class Wakeups:
         # PostgreSQL: on the listening connection itself, never queued behind the pool's busy threads
         got = listener.rows(ids) if listener is not None else self.ledger.waiting_rows(ids)
         for row in got:
+            w = self._jobs.get(row[0])
+            if w is None:
+                continue
             if row[waiters.ROW_KEYS.index("state")] != "new":
-                w = self._jobs.get(row[0])
-                if w is not None:
-                    w.sent = listener is not None
-                    w.row = row
-                    w.event.set()
+                w.sent = listener is not None
+                w.row = row
+                w.event.set()
+            elif row[waiters.ROW_KEYS.index("lane")] != w.lane:  # a tick moved it to its fallback lane: tick that one
+                w.lane = row[waiters.ROW_KEYS.index("lane")]
+                self.retick(w.lane)
 
 
 def _room_lanes(notified: set[tuple]) -> set[str]:

@@ -20,6 +20,7 @@ import decimal
 import re
 
 from ..errors import InvalidInput
+from ..tables import WIDTH, fit
 
 HIGH = 1.5
 LOW = 0.67
@@ -28,8 +29,46 @@ TWO_SIDED = 0.10
 _SPAN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 GROUPS = ("stage", "est_version", "lane", "version")
-SETTLED_COLUMNS = ("id", "lane", "stage", "est", "est_version", "actual", "overage", "finished_at", "by_estimate",
-                   "rate_cost")
+SETTLED_COLUMNS = (
+    "id",
+    "lane",
+    "stage",
+    "est",
+    "est_version",
+    "actual",
+    "overage",
+    "finished_at",
+    "by_estimate",
+    "rate_cost",
+)
+
+# Every column of the drift report, in the order shown (lane report --help and docs/cli.md say the same).
+COLUMNS_EXPLAINED = {
+    "stage": "the group (--by): the pipeline stage; lane, est_version or version when grouped by them",
+    "role": "with --by version: admission (the estimate jobs were admitted with) or shadow (a candidate's, "
+    "on the same jobs)",
+    "jobs": "done jobs in the group",
+    "est_tokens": "the sum of their estimates",
+    "actual_tokens": "the sum of what they really spent (every attempt)",
+    "drift": "actual_tokens / est_tokens: above 1.0 the estimates promise less than the stage spends",
+    "p50": "the median of the per-job ratio actual / est",
+    "p90": "the 90th percentile of the per-job ratio",
+    "overage_tokens": "tokens billed beyond the estimates (and late settlements): never hidden",
+    "verdict": f"honest ({LOW} to {HIGH}), overspends (above {HIGH}), wastes room (below {LOW}), billed by "
+    f"estimate (some jobs reported no usage), two-sided (near 1.0 with {TWO_SIDED:.0%} or more of the tokens "
+    "beyond estimates: errors both ways cancel in the sum)",
+    "under": "the share of jobs that spent more than their estimate (a percent)",
+    "overspend": "the tokens spent beyond estimates, as a share of all actual tokens (a percent)",
+    "p99": "the 99th percentile of the per-job ratio",
+    "by_estimate": "jobs billed their estimate because no usage was found (drift 1.0 by construction)",
+    "rate_cost_set": "yes when jobs carried a rate_cost of their own (what the provider's rate limiter counts) "
+    "unlike their estimate",
+}
+# Columns a 100-character table leaves out first (the last first); lane report --wide shows them.
+OPTIONAL_COLUMNS = ("est_tokens", "actual_tokens", "p50", "p90", "overage_tokens", "under", "overspend", "p99")
+OPTIONAL_COLUMNS += ("by_estimate", "rate_cost_set")
+PERCENT_COLUMNS = {"under": 0, "overspend": 1}  # shown as percents in a table (digits after the point)
+
 
 def ratio2(actual, est) -> float | None:
     """``actual / est`` rounded to 2 places as the article's SQL does (half away from zero).
@@ -363,8 +402,9 @@ def summary_markdown(report, *, title: str = "Lane drift", since: str | None = N
     return "\n".join(lines)
 
 
-def render(df, fmt: str = "table") -> str:
-    """The report as text: ``table`` (aligned), ``csv``, ``json`` or ``markdown``."""
+def render(df, fmt: str = "table", *, wide: bool = False, width: int = WIDTH) -> str:
+    """The report as text: ``table`` (aligned, fits ``width``; ``wide``: every column), ``csv``, ``json`` or
+    ``markdown``."""
     if fmt == "csv":
         return df.to_csv(index=False)
     if fmt == "json":
@@ -375,5 +415,27 @@ def render(df, fmt: str = "table") -> str:
         body = ["| " + " | ".join(str(v) for v in row) + " |" for row in df.itertuples(index=False)]
         return "\n".join([head, sep, *body])
     if fmt == "table":
-        return df.to_string(index=False) if not df.empty else "no settled jobs yet"
+        return "\n".join(table_lines(df, wide=wide, width=width)) if not df.empty else "no settled jobs yet"
     raise InvalidInput("format", fmt, "expected table, csv, json or markdown")
+
+
+def table_lines(df, *, wide: bool = False, width: int = WIDTH) -> list[str]:
+    """The report as a table that fits ``width`` (``wide``: every column): shares as percents, flags as yes/no."""
+    columns = list(df.columns)
+    rows = []
+    for rec in df.to_dict("records"):
+        row = []
+        for c in columns:
+            v = rec[c]
+            if c in PERCENT_COLUMNS and v == v:
+                v = f"{100 * v:.{PERCENT_COLUMNS[c]}f}%"
+            elif isinstance(v, bool):
+                v = "yes" if v else "no"
+            elif isinstance(v, float):
+                v = "-" if v != v else f"{v:.2f}"
+            elif isinstance(v, int):
+                v = f"{v:,}"
+            row.append(v)
+        rows.append(row)
+    right = {c for c in columns if c not in ("verdict", "rate_cost_set", *GROUPS, "role")}
+    return fit(columns, rows, width=width, wide=wide, right=right, optional=OPTIONAL_COLUMNS)

@@ -83,10 +83,14 @@ def _lane_settings(url: Optional[str], name: str) -> dict:
 def simulate(
     ctx: typer.Context,
     trace: Optional[Path] = typer.Option(
-        None, "--trace", help="Trace CSV; its header tells the format: arrival_s, stage, est, actual [, run_key, rate_cost]; "
+        None,
+        "--trace",
+        help="Trace CSV; its header tells the format: arrival_s, stage, est, actual [, run_key, rate_cost]; "
         "or arrival_s, input_tokens, output_tokens [, stage, run_key]; or Azure (TIMESTAMP, ContextTokens, "
         "GeneratedTokens); or Mooncake (timestamp_ms, input_length, output_length).",
-        exists=True, dir_okay=False, show_default=False,
+        exists=True,
+        dir_okay=False,
+        show_default=False,
     ),
     output_allowance: int = typer.Option(
         OUTPUT_ALLOWANCE, help="Trace of real calls: est = input + this many output tokens."
@@ -94,71 +98,101 @@ def simulate(
     max_tokens: int = typer.Option(
         MAX_TOKENS, help="Trace of real calls: the client's max_tokens; rate_cost = input + it, output capped at it."
     ),
-    jobs: int = typer.Option(10_000, "--jobs", help="Generator: number of jobs (used when neither --trace nor --from-ledger)."),
+    jobs: int = typer.Option(
+        10_000, "--jobs", help="Generator: number of jobs (used when neither --trace nor --from-ledger)."
+    ),
     mix: str = typer.Option("lognormal", "--mix", help=f"Generator: estimate mix, one of {', '.join(MIXES)}."),
-    drift: float = typer.Option(1.0, "--drift", help="Generator: actual/estimate ratio (1.3 = the estimator is 30% low)."),
+    drift: float = typer.Option(
+        1.0, "--drift", help="Generator: actual/estimate ratio (1.3 = the estimator is 30% low)."
+    ),
     noise: float = typer.Option(0.2, "--noise", help="Generator: sigma of the lognormal noise on each actual."),
     seed: int = typer.Option(0, "--seed", help="Generator: random seed."),
-    days: float = typer.Option(7.0, "--days", help="Generator: days the traffic spans; --from-ledger: days of history."),
+    days: float = typer.Option(
+        7.0, "--days", help="Generator: days the traffic spans; --from-ledger: days of history."
+    ),
     stages: int = typer.Option(3, "--stages", help="Generator: jobs per pipeline run (same run_key)."),
     median: float = typer.Option(1_000.0, "--median", help="Generator: median estimate in tokens."),
     from_ledger_: bool = typer.Option(
         False, "--from-ledger", help="Replay the settled jobs of the last --days days of the ledger at --db."
     ),
     db: Optional[str] = typer.Option(
-        None, "--db", help="Ledger URL for --from-ledger/--lane (default: lane --db, $LANE_DATABASE_URL, lane.db).",
+        None,
+        "--db",
+        help="Ledger URL for --from-ledger/--lane (default: lane --db, $LANE_DATABASE_URL, lane.db).",
         show_default=False,
     ),
     lane: Optional[str] = typer.Option(
         None, "--lane", help="Start from this existing lane's settings (flags below override them).", show_default=False
     ),
     ceiling: Optional[int] = typer.Option(None, help="Never admit past this many tokens [8,000,000]."),
-    allowance: Optional[int] = typer.Option(None, help="The provider's allowance, for the over-allowance column [10,000,000]."),
-    start_fraction: Optional[float] = typer.Option(None, help="Starting a run stops at this share of the ceiling [0.8]."),
+    allowance: Optional[int] = typer.Option(
+        None, help="The provider's allowance, for the over-allowance column [10,000,000]."
+    ),
+    start_fraction: Optional[float] = typer.Option(
+        None, help="Starting a run stops at this share of the ceiling [0.8]."
+    ),
     burst_tokens: Optional[int] = typer.Option(None, help="Tokens admitted per window [40,000]."),
     window_seconds: Optional[float] = typer.Option(None, help="Burst window length [1.0]."),
     max_leased: Optional[int] = typer.Option(None, help="Leases held at once [25]."),
-    lease_seconds: Optional[float] = typer.Option(None, help="A lease the worker has not started by then expires [90]."),
+    lease_seconds: Optional[float] = typer.Option(
+        None, help="A lease the worker has not started by then expires [90]."
+    ),
     max_wait_seconds: Optional[float] = typer.Option(None, help="Aging: a job waiting this long goes first [600]."),
     max_attempts: Optional[int] = typer.Option(None, help="Leases per job before it is parked [3]."),
     headroom_sigmas: Optional[float] = typer.Option(
-        None, help="Keep this many standard deviations of the spread of what is in flight free [2.0]; "
-        "the spread is known with --estimator."
+        None,
+        help="Keep this many standard deviations of the spread of what is in flight free [2.0]; "
+        "the spread is known with --estimator.",
     ),
     estimator: Optional[str] = typer.Option(
-        None, "--estimator", help="Re-estimate each job at submission with this estimator (learned), learning "
-        "from the jobs of its stage settled so far; needs a trace with input tokens.", show_default=False,
+        None,
+        "--estimator",
+        help="Re-estimate each job at submission with this estimator (learned), learning "
+        "from the jobs of its stage settled so far; needs a trace with input tokens.",
+        show_default=False,
     ),
-    warmup: int = typer.Option(200, help="--estimator: its figures count jobs estimated after this many of their "
-                               "stage settled."),
+    warmup: int = typer.Option(
+        200, help="--estimator: its figures count jobs estimated after this many of their stage settled."
+    ),
     period: Optional[str] = typer.Option(
         None, help=f"Budget reset: {', '.join(PERIODS)} (monthly = 30 days) [none].", show_default=False
     ),
     workers: int = typer.Option(1, help="Parallel slots of the slow worker."),
     service_base: float = typer.Option(1.0, help="Worker: seconds per job."),
     service_per_token: float = typer.Option(0.001, help="Worker: extra seconds per actual token (output unknown)."),
-    service_per_output_token: float = typer.Option(0.02, help="Worker: extra seconds per output token (trace knows it)."),
+    service_per_output_token: float = typer.Option(
+        0.02, help="Worker: extra seconds per output token (trace knows it)."
+    ),
     chain: bool = typer.Option(
         True, "--chain/--no-chain", help="Submit stage k+1 of a run when stage k settles (else at its recorded time)."
     ),
     sleep_seconds: float = typer.Option(0.0, help="Cold drainer: the worker sleeps this long..."),
     sleep_every: float = typer.Option(0.0, help="...at the end of every this many seconds."),
-    preflight: bool = typer.Option(False, "--preflight", help="The lane's preflight fails (lane stopped) while the worker sleeps."),
+    preflight: bool = typer.Option(
+        False, "--preflight", help="The lane's preflight fails (lane stopped) while the worker sleeps."
+    ),
     deadline: Optional[float] = typer.Option(None, help="Park a job still waiting this many seconds after arrival."),
     count_slots: Optional[int] = typer.Option(None, help="K of the count policy [max_leased]."),
     horizon: Optional[float] = typer.Option(None, help="Stop the clock here, in seconds (default: until drained)."),
     starve_after: float = typer.Option(3_600.0, help="A never-admitted, overtaken job waiting this long is starved."),
     policies: str = typer.Option(
-        ",".join(POLICIES), help=f"Comma-separated policies to compare (default: {', '.join(POLICIES)})", show_default=False
+        ",".join(POLICIES),
+        help=f"Comma-separated policies to compare (default: {', '.join(POLICIES)})",
+        show_default=False,
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the table."),
     progress: Optional[bool] = typer.Option(
-        None, "--progress/--no-progress", help="A progress bar on stderr (default: when stderr is a terminal).",
+        None,
+        "--progress/--no-progress",
+        help="A progress bar on stderr (default: when stderr is a terminal).",
         show_default=False,
     ),
     plot: Optional[Path] = typer.Option(
-        None, "--plot", help="Write a PNG: spent over time per policy vs the ceiling, and wait by job size.",
-        dir_okay=False, show_default=False,
+        None,
+        "--plot",
+        help="Write a PNG: spent over time per policy vs the ceiling, and wait by job size.",
+        dir_okay=False,
+        show_default=False,
     ),
 ) -> None:
     """Replay traffic through the ledger's admission policy and three baselines, side by side.
@@ -183,6 +217,13 @@ def simulate(
         raise _fail(f"period={period!r}: expected one of {', '.join(PERIODS)}")
     _check_sources(ctx, trace, from_ledger_)
     url = db or (ctx.parent.params.get("db") if ctx is not None and ctx.parent is not None else None)
+    if lane is not None or from_ledger_:  # it reads a ledger: named first on stderr, as every command's is
+        from ..cli_common import name_ledger
+
+        try:
+            url = name_ledger(url)
+        except Exception as exc:  # noqa: BLE001 - a bad URL or an unreadable block ends the command with its message
+            raise _fail(f"cannot open the ledger: {exc}") from None
 
     settings: dict = {}
     try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from .stderr import error_lines
+
 
 def test_refit_learns_what_jobs_cost_beyond_their_input_and_show_lists_it(run, tmp_path):
     missing = run("estimators", "show", check=False)
@@ -24,7 +26,12 @@ def test_refit_learns_what_jobs_cost_beyond_their_input_and_show_lists_it(run, t
     assert again["changed"] == {} and again["before"] == again["after"] != "00000000"
     assert again["stages"]["draft"]["allowance"] == 425 and again["stages"]["draft"]["jobs"] == 6
     [row] = json.loads(run("estimators", "show", "--json").stdout)
-    assert (row["estimator"], row["stage"], row["allowance"], row["revision"]) == ("learned", "draft", 425, again["after"])
+    assert (row["estimator"], row["stage"], row["allowance"], row["revision"]) == (
+        "learned",
+        "draft",
+        425,
+        again["after"],
+    )
     table = run("estimators", "show").stdout
     assert "draft" in table and "425" in table and "#" + again["after"] in table
     assert row["fitted_at"].endswith("Z")  # ISO-8601 UTC, like every --json time
@@ -35,6 +42,6 @@ def test_refit_learns_what_jobs_cost_beyond_their_input_and_show_lists_it(run, t
 
 def test_bad_options_are_one_line_errors_with_exit_2(run):
     p = run("estimators", "refit", "--window", "0", check=False)
-    assert p.returncode == 2 and "window" in p.stderr and p.stderr.count("\n") == 1
+    assert p.returncode == 2 and "window" in p.stderr and len(error_lines(p.stderr)) == 1
     p = run("submit", "--stage", "d", "--est", "10", "--est-input", "-4", check=False)
     assert p.returncode == 2 and "est_input" in p.stderr

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from .stderr import error_lines
+
 
 @pytest.fixture
 def run(run):
@@ -14,7 +16,7 @@ def run(run):
 def one_line_error(p, code: int, needle: str) -> None:
     assert "Traceback" not in p.stderr, p.stderr
     assert p.returncode == code, (p.returncode, p.stderr)
-    lines = p.stderr.strip().splitlines()
+    lines = error_lines(p.stderr)
     assert len(lines) == 1 and needle in lines[0], p.stderr
 
 

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from .conftest import LANE
+from .stderr import error_lines
 
 
 def one_line_error(p, code: int, needle: str) -> None:
     assert p.returncode == code, (p.returncode, p.stderr)
-    lines = p.stderr.strip().splitlines()
+    lines = error_lines(p.stderr)
     assert len(lines) == 1 and needle in lines[0], p.stderr
     assert "Traceback" not in p.stderr
 
@@ -60,7 +61,15 @@ def test_help_shows_switches_without_bool_and_no_literal_backticks(run):
 
 def test_read_only_commands_on_a_missing_ledger_say_so_exit_3_and_create_nothing(run, tmp_path):
     missing = tmp_path / "nowhere" / "lane.db"
-    for cmd in (["lanes"], ["status"], ["report"], ["tail"], ["audit"], ["lanes", "--json"], ["report", "--lane", "free"]):
+    for cmd in (
+        ["lanes"],
+        ["status"],
+        ["report"],
+        ["tail"],
+        ["audit"],
+        ["lanes", "--json"],
+        ["report", "--lane", "free"],
+    ):
         p = run("--db", f"sqlite:///{missing}", *cmd, check=False)
         one_line_error(p, 3, f"no ledger at sqlite:///{missing}")
     assert not missing.parent.exists()
@@ -113,7 +122,9 @@ def test_db_goes_before_or_after_the_command(run, tmp_path):
 def test_lanes_set_refuses_an_unknown_lane_without_create_and_delete_removes_an_unused_one(run):
     run("db", "upgrade")
     p = run("lanes", "set", "fre", "--ceiling", "100", check=False)
-    one_line_error(p, 3, "unknown lane 'fre' (a typo? to create a new lane, add --create)")
+    one_line_error(p, 3, "unknown lane 'fre' (did you mean 'free'? to create a new lane, add --create)")
+    p = run("lanes", "set", "zzz", "--ceiling", "100", check=False)
+    one_line_error(p, 3, "unknown lane 'zzz' (a typo? to create a new lane, add --create)")
     assert [x["lane"] for x in json.loads(run("lanes", "--json").stdout)] == ["free", "paid"]
     out = run("lanes", "set", "batch", "--create", "--allowance", "50000").stdout
     assert "lane batch: ceiling 40,000" in out and "lease 1m 30s" in out
@@ -129,7 +140,9 @@ def test_lanes_set_refuses_an_unknown_lane_without_create_and_delete_removes_an_
 
 def test_every_exit_code_in_the_readme(run, tmp_path):
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    listed = {int(c) for c in re.findall(r"(\d) [a-z]", readme.split("exit codes a shell can use:")[1].split("\n\n")[0])}
+    listed = {
+        int(c) for c in re.findall(r"(\d) [a-z]", readme.split("exit codes a shell can use:")[1].split("\n\n")[0])
+    }
     assert listed == {1, 2, 3, 4, 5, 6, 7, 8}
     run("db", "upgrade")
     seen = {}
@@ -148,7 +161,8 @@ def test_every_exit_code_in_the_readme(run, tmp_path):
     seen[8] = run("--db", "postgresql+psycopg://u:pw@127.0.0.1:1/db", "lanes", check=False)
     for code, p in seen.items():
         assert p.returncode == code, (code, p.stderr)
-        assert len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith("lane: error: ")
+        lines = error_lines(p.stderr)
+        assert len(lines) == 1 and lines[0].startswith("lane: error: "), p.stderr
     assert "not parked" in seen[5].stderr and "unknown lane 'unknown'" in seen[3].stderr
     # 1: the audit found a violation
     import sqlite3
@@ -176,7 +190,9 @@ def test_durations_in_words_and_iso_utc_in_json(run):
     assert leased["id"] == lease and iso.match(leased["lease_until"])
     status = json.loads(run("status", lease, "--json").stdout)
     assert status["state"] == "leased"
-    assert "lane free: ok" in run("status").stdout
+    assert "lane free: attention (1 parked)," in run("status").stdout  # parked work: never "ok"
+    run("tail", "drop", jid)
+    assert "lane free: ok," in run("status").stdout
 
 
 def test_no_lock_file_is_left_beside_the_ledger(run, tmp_path):
@@ -238,7 +254,7 @@ def test_status_of_a_job_the_drift_allowance_keeps_out_says_why_and_how_much(run
     # The allowance it learned (119,000 for a job of 1,000) is capped at 5% of the ceiling, 10,000: a
     # job of 1,000 fits the 70,000 left; one of 65,000 does not, and says the cap bound.
     jid = run("submit", "--lane", "d", "--stage", "s", "--est", "65000").stdout.strip()
-    out = run("status", jid).stdout
+    out = " ".join(run("status", jid).stdout.split())  # (prose wrapped at 100 columns)
     assert "blocked by drift; 70,000 of 200,000 tokens remaining" in out, out
     assert "estimate 65000 plus 10000 tokens of drift allowance" in out and "the next tick parks it" in out, out
     assert "at most 5% of the ceiling (10000)" in out, out
@@ -261,10 +277,13 @@ def test_lane_status_says_why_work_waits_when_the_drift_allowance_keeps_it_all_o
     # The lane read "ok" while its only waiting job could not be admitted and nothing was leased to settle.
     outlier_lane(env)
     jid = run("submit", "--lane", "d", "--stage", "s", "--est", "65000").stdout.strip()
-    out = run("status").stdout
-    line = next(x for x in out.splitlines() if x.startswith("lane d:"))
-    assert line.startswith("lane d: blocked by drift, 65.0% of ceiling committed"), out
-    assert f"  job {jid} (s, estimate 65,000) waits in lane d: position 1 of 1, blocked by drift" in out, out
+    shown = run("status").stdout
+    line = next(x for x in shown.splitlines() if x.startswith("lane d:"))
+    assert line.startswith("lane d: blocked by drift, 65.0% of ceiling committed"), shown
+    assert f"\n  job {jid} (s, estimate 65,000) waits in lane d: position 1 of 1" in shown, shown
+    assert all(len(x) <= 100 for x in shown.splitlines()), shown
+    out = " ".join(shown.split())  # (prose wrapped at 100 columns)
+    assert f"job {jid} (s, estimate 65,000) waits in lane d: position 1 of 1, blocked by drift" in out, out
     assert "estimate 65000 plus 10000 tokens of drift allowance" in out and "lane free: ok, " in out, out
     [d] = [r for r in json.loads(run("status", "--json").stdout) if r["lane"] == "d"]
     assert (d["state"], d["blocked_by"], d["head_job"]) == ("blocked by drift", "drift", jid)
@@ -279,10 +298,10 @@ def test_the_lanes_table_shows_a_learned_drift_allowance_and_only_then(run, env)
     assert "drift" not in run("lanes").stdout  # nothing learned: the table as it was
     outlier_lane(env)
     out = run("lanes").stdout
-    table = out[out.index("drift allowance"):]
+    table = out[out.index("drift allowance") :]
     assert all(h in table for h in ("lane", "drift", "overrun", "spread/job", "cap")), out
-    [row] = [line for line in table.splitlines() if " d " in line]
-    assert [c.strip() for c in row.strip("│ ").split("│")] == ["d", "11.8182x", "108,181", "0", "10,000"], row
+    [row] = [line for line in table.splitlines() if line.startswith("d ")]
+    assert row.split() == ["d", "11.8182x", "108,181", "0", "10,000"], row
     assert "free" not in table and "paid" not in table  # only lanes that learned one
     run("lanes", "clear-drift", "d")
     assert "drift allowance" not in run("lanes").stdout
@@ -292,8 +311,8 @@ def test_the_lanes_table_says_a_lane_is_blocked_not_ok(run, env):
     # As lane status does: a rule keeps the first waiting job out and nothing is leased to settle.
     outlier_lane(env)
     run("submit", "--lane", "d", "--stage", "s", "--est", "65000")
-    d = next(line for line in run("lanes").stdout.splitlines() if line.startswith("│ d "))  # the lanes table's row
-    assert d.rstrip("│ ").endswith("blocked by drift"), d
+    d = next(line for line in run("lanes").stdout.splitlines() if line.startswith("d "))  # the lanes table's row
+    assert d.endswith("blocked by drift"), d
 
 
 def test_status_of_a_leased_job_says_when_its_lease_ends_and_when_it_has_expired_unreaped(run, env):
@@ -302,13 +321,16 @@ def test_status_of_a_leased_job_says_when_its_lease_ends_and_when_it_has_expired
     jid = run("submit", "--lane", "short", "--stage", "s", "--est", "10").stdout.strip()
     [lease] = json.loads(run("tick", "--lane", "short", "--json").stdout)
     assert lease["id"] == jid
-    out = run("status", jid).stdout
+    out = " ".join(run("status", jid).stdout.split())  # (prose wrapped at 100 columns)
     assert f"job {jid} (s, estimate 10) is leased in lane short (attempt 1), lease ends in" in out, out
     time.sleep(max(0.0, led_left(run, jid)) + 0.2)
     status = json.loads(run("status", jid, "--json").stdout)
     assert status["state"] == "leased" and status["lease_expired"] and status["lease_left"] < 0  # really past, unreaped
-    out = run("status", jid).stdout
-    assert "but its lease expired" in out and "the next reap (lane reap, or a waiting gate's periodic check) takes it back" in out, out
+    out = " ".join(run("status", jid).stdout.split())
+    assert (
+        "but its lease expired" in out
+        and "the next reap (lane reap, or a waiting gate's periodic check) takes it back" in out
+    ), out
 
 
 def test_a_value_the_command_line_cannot_parse_is_named_in_the_error(run):
@@ -326,15 +348,27 @@ def led_left(run, jid: str) -> float:
     return json.loads(run("status", jid, "--json").stdout)["lease_left"]
 
 
-def test_the_lanes_table_in_an_80_column_terminal_is_a_block_per_lane_with_no_number_folded(run, env):
+def test_the_lanes_table_fits_the_terminal_or_is_a_block_per_lane_with_no_number_folded(run, env):
     # at 80 columns the boxed table folded 8,000,000 into '8,00' / '0,00' / '0'
     run("db", "upgrade")
-    narrow = in_a_terminal(["lanes"], {**env, "COLUMNS": "80"})
-    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).rstrip() for line in narrow.splitlines()]
-    assert "  ceiling 8,000,000 · spent 0 · reserved 0 · remaining 8,000,000 · overage 0" in lines, narrow
-    assert "paid" in lines and all(len(line) <= 80 for line in lines), narrow
-    wide = re.sub(r"\x1b\[[0-9;]*m", "", in_a_terminal(["lanes"], {**env, "COLUMNS": "200"}))
-    assert "┃ lane ┃ ceiling" in wide and "│ free │ 8,000,000 " in wide, wide
+
+    def shown(columns: str, *args: str) -> list[str]:
+        out = in_a_terminal(["lanes", *args], {**env, "COLUMNS": columns})
+        lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).rstrip() for line in out.splitlines()]
+        return [line for line in lines if not line.startswith("lane: ledger ")]  # (stderr: the ledger it read)
+
+    narrow = shown("60")  # narrower than the columns never left out: a block per lane
+    assert "  ceiling 8,000,000 · spent 0 · reserved 0" in narrow, narrow
+    assert "paid" in narrow and all(len(line) <= 60 for line in narrow), narrow
+    at80 = shown("80")  # a table with the columns that fit, the rest named
+    assert all(len(line) <= 80 for line in at80) and at80[1].split()[:3] == ["lane", "ceiling", "spent"], at80
+    assert any(line.split()[:2] == ["free", "8,000,000"] for line in at80), at80
+    assert at80[-1].startswith("(") and "with --wide: " in at80[-1], at80
+    wide = shown("200")  # a wide terminal still gets 100 columns; --wide gets them all
+    assert all(len(line) <= 100 for line in wide), wide
+    every = shown("200", "--wide")
+    heads = ["lane", "ceiling", "spent", "reserved", "remaining", "overage", "%", "ceiling", "leased", "waiting"]
+    assert every[1].split() == [*heads, "parked", "status"], every
 
 
 def test_a_lease_ending_within_seconds_is_said_to_the_tenth_not_0s():

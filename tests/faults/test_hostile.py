@@ -22,13 +22,14 @@ from lane_plugin import LaneError, Ledger
 from lane_plugin.cli import app
 from lane_plugin.ledger.lanes import POLICY_FIELDS
 
+from ..cli.stderr import error_lines
 from .conftest import FULL, counts, late_figure, make_lane
 
 EXAMPLES = 600 if FULL else 60
 SECRET = "s3cr3t-Pa55"
 CALLS = {"api": 0, "api_failed": 0, "cli": 0, "cli_failed": 0, "urls": 0}
 
-sql = st.sampled_from(["'; drop table job; --", "\" or 1=1 --", "free'--", "%s", "%(x)s", ":l", "?", "\\", "$$"])
+sql = st.sampled_from(["'; drop table job; --", '" or 1=1 --', "free'--", "%s", "%(x)s", ":l", "?", "\\", "$$"])
 texts = st.one_of(
     st.text(max_size=40), sql, st.just("x" * 10_000), st.just(""), st.just("   "), st.just("a\x00b"),
     st.just("\ud800"), st.just("free"), st.just("ünï©ødé ✓ 😀"), st.just("line\nbreak"),
@@ -233,7 +234,7 @@ def _lane(*args, env=None):
 def test_real_cli_errors_are_one_line(tmp_path):
     db = f"sqlite:///{tmp_path / 'l.db'}"
     cases = [
-        ([ "--db", db, "submit", "--stage", "x" * 10_000, "--est", "5"], 2),
+        (["--db", db, "submit", "--stage", "x" * 10_000, "--est", "5"], 2),
         (["--db", db, "settle", "no-such-job", "--actual", "5"], 3),
         (["--db", db, "submit", "--stage", "'; drop table job; --", "--est", "-5"], 2),
         (["--db", db, "tick", "--lane", "no such lane"], 3),
@@ -244,7 +245,7 @@ def test_real_cli_errors_are_one_line(tmp_path):
         r = _lane(*args)
         assert r.returncode == code, (args[:4], r.returncode, r.stderr[-500:])
         assert "Traceback" not in r.stderr and SECRET not in r.stderr + r.stdout
-        lines = r.stderr.strip().splitlines()
+        lines = error_lines(r.stderr)  # after the line naming the ledger, when one was resolved
         assert len(lines) == 1 and lines[0].startswith("lane: error: "), r.stderr[-500:]
     r = _lane("--db", db, "submit", "--stage", "x", "--est", "NaN")
     assert r.returncode == 2 and "Traceback" not in r.stderr and "Invalid value" in r.stderr  # typer usage error

@@ -19,6 +19,7 @@ import pytest
 from lane_plugin import Ledger
 from lane_plugin.errors import DatabaseError, LaneError
 
+from ..cli.stderr import error_lines
 from .conftest import late_figure, pg_admin
 
 SEEN: dict = {}
@@ -74,7 +75,7 @@ def _check_refused(url: str, revision: str, label: str) -> None:
     for args in (["lanes"], ["tick", "--lane", "free"], ["db", "upgrade"]):
         r = _lane("--db", url, *args)
         assert r.returncode == 8, (label, args, r.returncode, r.stderr[-600:])
-        lines = r.stderr.strip().splitlines()
+        lines = error_lines(r.stderr)  # after the line naming the ledger
         assert len(lines) == 1 and lines[0].startswith("lane: error: ") and revision in lines[0], r.stderr[-600:]
         assert "Traceback" not in r.stderr
     assert _version(url) == revision, "the refused ledger was changed"

@@ -137,7 +137,8 @@ def test_simulate_command_reads_a_lane_and_its_history(tmp_path):
     app.command("noop")(lambda: None)  # a group, so "simulate" is a subcommand
     res = CliRunner().invoke(app, ["simulate", "--from-ledger", "--days", "1", "--db", url, "--lane", "free", "--json"])
     assert res.exit_code == 0, res.output
-    doc = json.loads(res.output)
+    doc = json.loads(res.stdout)  # (stderr names the ledger it read)
+    assert res.stderr.startswith(f"lane: ledger {Ledger(url).url.display} (from --db)")
     assert doc["scenario"]["jobs"] == 4  # the settled ones
     assert doc["scenario"]["drift"] == 2.0
     assert doc["scenario"]["config"]["ceiling"] == 5_000 and doc["scenario"]["config"]["max_leased"] == 4
