@@ -14,7 +14,7 @@ or on a schedule from ``deployments/`` (every 5 minutes). Each run:
 * emits an event only for a lane whose state changed since it was last told
   (e.g. "lane free crossed 80% of its ceiling", "lane free is admitting new
   runs again"), and ``lane.tail.high`` for each lane whose parked counter
-  exceeds ``tail_alert``, for an Automation to page someone (see docs/operations.md).
+  exceeds ``tail_alert``, for an Automation to page someone (see docs/scheduled-flows.md).
 """
 
 from __future__ import annotations

@@ -127,7 +127,10 @@ class Ledger(Admitting, LearningStore):
                 when it is gone. None (the CLI): the job is pulled by whoever ticks.
 
         Raises:
-            InvalidInput, UnknownLane, NeverFits, ConflictingReplay.
+            InvalidInput: an argument is not valid (nothing is written).
+            UnknownLane: the lane (or the fallback lane) does not exist.
+            NeverFits: the job can never fit the lane, and no fallback lane takes it.
+            ConflictingReplay: ``key`` names a job submitted with other values.
         """
         stage = text("stage", stage)
         lane = text("lane", lane)

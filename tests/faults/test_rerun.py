@@ -101,7 +101,7 @@ def test_a_waiting_attempt_run_again_is_the_same_job(url):
 
 
 def test_a_rerun_with_a_persisted_result_is_a_cache_hit(ledger, prefect_server):
-    """What docs/operations.md advises against paying twice for a result Dask lost: persist results.
+    """What docs/many-machines.md advises against paying twice for a result Dask lost: persist results.
 
     Dask's rerun is ``run_task_sync`` with the same task run id and parameters (prefect_dask's client);
     with ``persist_result=True`` Prefect's default cache policy finds the first run's result, so the
