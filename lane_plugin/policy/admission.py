@@ -13,7 +13,7 @@ job's run has none, a *free* job has no run (:mod:`lane_plugin.policy.candidate`
 *finishing reserve*: what it is expected to still need, learned from the lane's
 finished runs (:func:`lane_plugin.policy.reserve.fit_runs`).
 
-Rules, in order (docs/architecture.md, "Admission"):
+Rules, in order (docs/admission.md, "The rules in full"):
 
 1. nothing while the lane is stopped (operator stop or failed preflight);
 2. ``leased < max_leased``;
