@@ -371,7 +371,7 @@ class Ledger(Admitting, LearningStore):
         if lane is not None:
             lane = text("lane", lane)
 
-            def check(cur, now):
+            def check(cur: Cursor, now: float) -> list[dict[str, Any]]:
                 read_lane(cur, lane)  # UnknownLane
                 return tenants.listing(cur, now, lane)
 
