@@ -159,9 +159,12 @@ def set_tenant(cur: Cursor, now: float, lane: str, name: str, *, create: bool, w
         sets["ceiling"] = None
     elif ceiling is not None:
         sets["ceiling"] = ceiling
-    if period is not None:
-        sets["period"] = period
-        sets["period_start"] = period_start(period, now)
+    if period is not None:  # its spent counts from the start of the new period (I3 per tenant)
+        ps = period_start(period, now)
+        sets["period"], sets["period_start"] = period, ps
+        sets["spent"] = int(cur.scalar(
+            "select coalesce(sum(s.actual), 0) from settlement s join job j on j.id = s.job_id "
+            "where s.lane = :l and j.tenant = :n and s.settled_at >= :p", {"l": lane, "n": name, "p": ps}))  # fmt: skip
     if sets:
         assign = ", ".join(f"{k} = :{k}" for k in sets)
         cur.execute(f"update tenant set {assign}, updated_at = :now where lane = :l and name = :n",

@@ -252,10 +252,12 @@ def test_0014_gives_every_job_of_before_the_default_tenant_and_downgrades(ledger
     led = Ledger(ledger_url, clock=clock)
     try:
         assert led.upgrade() == HEAD_REVISION
-        assert led.job("old")["tenant"] == "default" and led.tenants("free") == []
+        assert led.job("old")["tenant"] == "default"
+        assert [(t["tenant"], t["spent"]) for t in led.tenants("free")] == [("default", 0)]
         new = led.submit("s", 100, "free", tenant="team-a")
         assert {x.job_id for x in led.tick("free")} == {"old", new}
-        assert [t["tenant"] for t in led.tenants("free")] == ["team-a"]
+        assert [t["tenant"] for t in led.tenants("free")] == ["default", "team-a"]
+        assert led.audit() == []
     finally:
         led.close()
     _downgrade(ledger_url, "0013")

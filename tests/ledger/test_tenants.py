@@ -100,3 +100,31 @@ def test_tenant_of_a_job_and_bad_input(led):
         led.submit("s", 10, "shared", tenant="")
     with pytest.raises(InvalidInput, match="weight"):
         led.set_tenant("shared", "x", weight=0)
+
+
+def test_audit_checks_the_tenant_counters(led, clock):
+    _lane(led)
+    led.set_tenant("shared", "t", ceiling=5_000)
+    led.submit("s", 1_000, "shared", tenant="t")
+    for lease in led.tick("shared"):
+        led.settle(lease, 1_200)
+    assert led.audit() == []
+    led.db.transaction(lambda cur: cur.execute("update tenant set spent = 7 where name = 't'"))
+    assert any("I3 tenant t of lane shared: spent 7 != sum of its settlements 1200" in b for b in led.audit())
+    led.db.transaction(lambda cur: cur.execute("update tenant set spent = 1200, ceiling = 100 where name = 't'"))
+    assert any("I1 tenant t of lane shared" in b for b in led.audit())
+
+
+def test_a_period_change_counts_the_tenants_spend_from_the_new_period(led, clock):
+    _lane(led)
+    led.submit("s", 1_000, "shared", tenant="t")
+    for lease in led.tick("shared"):
+        led.settle(lease, 1_000)
+    row = led.set_tenant("shared", "t", period="daily", ceiling=10_000)
+    assert row["spent"] == 1_000 and led.audit() == []  # settled today: counted in today's period
+    clock.t += 86_400.0
+    assert {t["tenant"]: t for t in led.tenants("shared")}["t"]["spent"] == 0  # the next day counts from 0
+    led.submit("s", 500, "shared", tenant="t")
+    for lease in led.tick("shared"):
+        led.settle(lease, 400)
+    assert {t["tenant"]: t for t in led.tenants("shared")}["t"]["spent"] == 400 and led.audit() == []

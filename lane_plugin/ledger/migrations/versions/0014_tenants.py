@@ -13,7 +13,8 @@ Create Date: 2026-12-03 03:40:00
   that period, its weighted service ``served`` (tokens admitted / weight, trued up to actuals at
   settlement: the Virtual Token Counter) and whether admission last saw it backlogged.
 
-Existing rows: every job is tenant 'default'; a lane's tenants get their row at their first submit.
+Existing rows: every job is tenant 'default'; each lane with jobs gets its 'default' tenant row (weight 1,
+no budget) with what its settlements billed as ``spent``; other tenants get their row at their first submit.
 """
 
 import sqlalchemy as sa
@@ -51,6 +52,10 @@ def upgrade() -> None:
     op.create_index("ix_job_tenant_queue", "job", ["lane", "tenant", "state", "finishing", "prio", "id"], unique=False)
     op.create_index("ix_job_tenant_gated", "job", ["lane", "tenant", "finishing", "prio", "id"], unique=False,
                     sqlite_where=sa.text(_WHERE), postgresql_where=sa.text(_WHERE))  # fmt: skip
+    op.execute(
+        "insert into tenant (lane, name, spent) select l.name, 'default', coalesce((select sum(s.actual) from "
+        "settlement s where s.lane = l.name), 0) from lane l where exists (select 1 from job j where j.lane = l.name)"
+    )
 
 
 def downgrade() -> None:
