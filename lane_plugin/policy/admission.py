@@ -69,7 +69,7 @@ service-gap bound between tenants: :mod:`lane_plugin.policy.fairness`.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .candidate import FINISH, FREE, START, Candidate
 from .drift import drift_cap
@@ -113,7 +113,8 @@ class Decision:
     parked: tuple[tuple[Candidate, str, str], ...] = ()
     burst_need: int | None = None
     var: int = 0
-    by_tenant: tuple[tuple[str, int], ...] = ()
+    # (derived from ``admitted``: not compared, so a decision equals one built without it)
+    by_tenant: tuple[tuple[str, int], ...] = field(default=(), compare=False)
 
     @property
     def ids(self) -> list[str]:
