@@ -87,7 +87,8 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     )  # fmt: skip
     k = max(cfg.max_leased - sim.leased, 0) + HEAD_SLACK
     if sim.tenants is not None and sim.policy == "lane":  # several tenants: the head of each one's queue, merged fairly by admit
-        decision = admit(replace(snap, tenants=sim.tenants.states()), _tenant_heads(q, k, seen, sim.tenants.backlogged))
+        tenants = sim.tenants
+        decision = admit(replace(snap, tenants=tenants.states()), _tenant_heads(q, k, seen, tenants.waiting))
     else:
         decision = admit(snap, q.head(k, seen), ordered=True)
     if decision.admitted or decision.parked:
@@ -106,22 +107,25 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     return admitted, decision.burst_need or 0
 
 
-# Several tenants: the lane's merged head is read until every backlogged tenant has ``k`` candidates (what
-# the store reads from ix_job_tenant_queue, tenant by tenant), or this many times ``k`` entries at most.
-TENANT_SCAN = 64
+# Several tenants: the lane's merged head is read until every backlogged tenant has ``k`` candidates (or all
+# it has waiting: what the store reads from ix_job_tenant_queue, tenant by tenant), or this many times ``k``
+# entries at most (a simulator's shortcut: the store reads each tenant's own index head).
+TENANT_SCAN = 16
 
 
-def _tenant_heads(q: LaneQueue, k: int, seen: list, backlogged: set[str]) -> list:
-    got: dict[str, int] = {}
+def _tenant_heads(q: LaneQueue, k: int, seen: list, waiting: dict[str, int]) -> list:
+    want = {t: min(k, n) for t, n in waiting.items() if n > 0}
+    left = len(want)
     out = []
-    full = 0
     for i, c in enumerate(q.head(k * TENANT_SCAN, seen)):
-        n = got.get(c.tenant, 0)
-        if n < k:
+        n = want.get(c.tenant, 0)
+        if n > 0:
             out.append(c)
-            got[c.tenant] = n + 1
-            full += n + 1 == k
-        if full >= len(backlogged) or i + 1 >= k * TENANT_SCAN:
+            want[c.tenant] = n - 1
+            left -= n == 1
+            if not left:
+                break
+        if i + 1 >= k * TENANT_SCAN:
             break
     return out
 
