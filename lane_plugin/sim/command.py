@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -68,16 +69,18 @@ def _fail(msg: str) -> typer.Exit:
 
 
 def _lane_settings(url: Optional[str], name: str) -> dict:
-    """The policy fields of an existing lane, read through the ledger."""
+    """The policy fields of an existing lane, and its tenants' weights, read through the ledger."""
     from ..ledger import Ledger
 
     ledger = Ledger(url, create=False)  # a read: a typo in --db must not leave an empty ledger behind
     try:
         row = ledger.lane(name)
+        weights = tuple((t["tenant"], t["weight"]) for t in ledger.tenants(name))
     finally:
         ledger.close()
     out = {f: getattr(row, f) for f in LANE_FIELDS}
     out["period_seconds"] = PERIODS.get(row.period)
+    out["tenant_weights"] = weights
     return out
 
 
@@ -256,8 +259,9 @@ def simulate(
             service_per_output_token=service_per_output_token, sleep_seconds=sleep_seconds, sleep_every=sleep_every,
             preflight=preflight, deadline=deadline, count_slots=count_slots, horizon=horizon,
             starve_after=starve_after, chain=chain, estimator=estimator, warmup=warmup,
-            tenant_weights=tuple((n, w) for n, w, _ in tenant_spec or ()),
         )  # fmt: skip
+        if tenant_spec is not None:  # --tenants' weights, over those of the --lane's tenants
+            cfg = replace(cfg, tenant_weights=tuple((n, w) for n, w, _ in tenant_spec))
         if trace is not None:
             tr = load_trace(trace, output_allowance=output_allowance, max_tokens=max_tokens)
         elif from_ledger_:

@@ -194,7 +194,7 @@ class Sim:
         self.state[j] = WAITING
         self.n_waiting += 1
         if self.tenants is not None:
-            self.tenants.wait(j)
+            self.tenants.wait(j, self.lane_queue.prio(j) if self.lane_queue is not None else 0.0)
         if self._use_age:
             heappush(self.age, (self.waiting_since[j], j))
         if self._use_est:

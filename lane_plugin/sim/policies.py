@@ -88,7 +88,7 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     k = max(cfg.max_leased - sim.leased, 0) + HEAD_SLACK
     if sim.tenants is not None and sim.policy == "lane":  # several tenants: the head of each one's queue, merged fairly by admit
         tenants = sim.tenants
-        decision = admit(replace(snap, tenants=tenants.states()), _tenant_heads(q, k, seen, tenants.waiting))
+        decision = admit(replace(snap, tenants=tenants.states()), _tenant_heads(sim, q, k, seen))
     else:
         decision = admit(snap, q.head(k, seen), ordered=True)
     if decision.admitted or decision.parked:
@@ -107,26 +107,31 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     return admitted, decision.burst_need or 0
 
 
-# Several tenants: the lane's merged head is read until every backlogged tenant has ``k`` candidates (or all
-# it has waiting: what the store reads from ix_job_tenant_queue, tenant by tenant), or this many times ``k``
-# entries at most (a simulator's shortcut: the store reads each tenant's own index head).
-TENANT_SCAN = 16
+# Several tenants: the head of each backlogged tenant's queue, ``k`` jobs (or all it has waiting), as the store
+# reads ix_job_tenant_queue tenant by tenant. The lane's merged head is read first, at most this many times
+# ``k`` entries (it also drops the stale entries there); a tenant it is short of is read from its own queue.
+TENANT_SCAN = 4
 
 
-def _tenant_heads(q: LaneQueue, k: int, seen: list, waiting: dict[str, int]) -> list:
-    want = {t: min(k, n) for t, n in waiting.items() if n > 0}
+def _tenant_heads(sim: Sim, q: LaneQueue, k: int, seen: list) -> list:
+    book = sim.tenants
+    want = {t: min(k, n) for t, n in book.waiting.items() if n > 0}
+    got: dict[str, list] = {t: [] for t in want}
     left = len(want)
-    out = []
     for i, c in enumerate(q.head(k * TENANT_SCAN, seen)):
-        n = want.get(c.tenant, 0)
-        if n > 0:
-            out.append(c)
-            want[c.tenant] = n - 1
-            left -= n == 1
+        mine = got.get(c.tenant)
+        if mine is not None and len(mine) < want[c.tenant]:
+            mine.append(c)
+            left -= len(mine) == want[c.tenant]
             if not left:
                 break
         if i + 1 >= k * TENANT_SCAN:
             break
+    out = []
+    for t, mine in got.items():
+        if len(mine) < want[t]:  # deeper than the merged head read: the tenant's own queue
+            mine = [q.candidate(j) for j in book.head(t, want[t], WAITING, sim.state)]
+        out += mine
     return out
 
 

@@ -10,6 +10,7 @@ tenants were backlogged. Per tenant: tokens served, waits p50/p99, runs finished
 
 from __future__ import annotations
 
+import heapq
 import zlib
 from collections.abc import Sequence
 
@@ -73,13 +74,32 @@ class TenantBook:
         self.gap = 0.0  # the largest weighted-service gap between two backlogged tenants
         self.fair_tokens = {n: 0.0 for n in names}  # weighted tokens admitted while >= 2 were backlogged
         self.contended: set[str] = set()  # tenants backlogged at some tick beside another
+        # Each tenant's waiting jobs by (place in the order, index), lazy deletion: its index head, as the
+        # store's ix_job_tenant_queue (the lane policy reads it for a tenant the lane's merged head is short of).
+        self.queues: dict[str, list[tuple[float, int]]] = {n: [] for n in names}
 
     @property
     def several(self) -> bool:
         return len(self.served) > 1
 
-    def wait(self, j: int) -> None:
+    def wait(self, j: int, prio: float = 0.0) -> None:
         self.waiting[self.of[j]] += 1
+        heapq.heappush(self.queues[self.of[j]], (prio, j))
+
+    def head(self, tenant: str, n: int, waiting_state: int, state: bytearray) -> list[int]:
+        """The first ``n`` waiting jobs of ``tenant`` in the order (stale entries dropped on the way)."""
+        q, out, back = self.queues[tenant], [], []
+        seen: set[int] = set()
+        while q and len(out) < n:
+            e = heapq.heappop(q)
+            if state[e[1]] != waiting_state or e[1] in seen:
+                continue
+            seen.add(e[1])
+            out.append(e[1])
+            back.append(e)
+        for e in back:
+            heapq.heappush(q, e)
+        return out
 
     def leave(self, j: int) -> None:
         self.waiting[self.of[j]] -= 1

@@ -202,5 +202,5 @@ def from_ledger(url: str | None, days: float) -> Trace:
     trace = Trace(source=f"ledger {ledger.url}, last {days:g} days")
     for r in rows:
         trace.add(float(r["created_at"]) - t0, r["stage"], max(1, int(r["est"])), int(r["actual"] or 0), r.get("run_key"),
-                  r.get("rate_cost"))  # fmt: skip
+                  r.get("rate_cost"), tenant=r.get("tenant"))  # fmt: skip
     return trace.sort()
