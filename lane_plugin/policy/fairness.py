@@ -13,7 +13,10 @@ The rule (admission rule 7, across tenants; :func:`fair_order`):
   bound). In one tick the candidates are merged by *tags*: the ``i``-th candidate of tenant ``t`` in
   its own order gets ``S_t + (e_1 + ... + e_{i-1}) / w_t``, what ``S_t`` will be when its turn comes if
   the ones before it are admitted; ascending tags, ties by today's order. That is exactly "least
-  counter next", one admission after another;
+  counter next", one admission after another. It ranks the *due* jobs (whose place in today's order,
+  ``prio``, is at or before now: a small job at once, a job above the size-class boundary once it has
+  waited ``max_wait_seconds``) before the others, each set by tags: as in one queue, a young big job
+  waits behind the small ones, whichever tenant is least served;
 - a tenant that comes back from idle is lifted to the least counter among the tenants backlogged now
   (:func:`lift`; with none backlogged, to the largest counter of the lane): no credit is banked while
   idle, and a tenant that was served more before it went idle keeps its debt;
@@ -27,8 +30,8 @@ The rule (admission rule 7, across tenants; :func:`fair_order`):
   holds no shadow and blocks no other tenant (:func:`tenant_room`). With no tenant period, a job the
   tenant's ``spent`` alone leaves no room for is parked, saying so.
 
-**The service-gap bound.** Let ``f`` and ``g`` be backlogged throughout an interval, every job a tick
-considers in it fit when its turn came (no job passed over for room), and let ``U = max_j e_j / w_j``
+**The service-gap bound.** Let ``f`` and ``g`` be backlogged with due jobs throughout an interval, every
+job a tick considers in it fit when its turn came (no job passed over for room), and let ``U = max_j e_j / w_j``
 over the jobs admitted (``e`` the estimate, ``w`` its tenant's weight; ``U <= E``, the largest estimate,
 as ``w >= 1``). Counting in flight jobs at their estimate, ``|S_f - S_g| <= U`` after every admission
 in the interval, if it held when it began (lifting makes it hold for a tenant that returns).
@@ -103,9 +106,14 @@ def fair_order(
     tenants: Mapping[str, TenantState],
     candidates: Iterable[Candidate],
     within: Callable[[Candidate], tuple[float, str]],
+    now: float | None = None,
 ) -> list[Candidate]:
     """The candidates in fair order: merged by tags, each tenant's in its own order (``within``'s key).
 
+    With ``now``, the *due* candidates (place in the order ``<= now``: a small job at once, a job above the
+    size-class boundary once it has waited ``max_wait_seconds``) come before the others, each set merged by
+    tags: a young big job of the least-served tenant does not go before the small jobs of the others (as in
+    one queue, where it is behind every small job for ``max_wait_seconds``).
     A tenant absent from ``tenants`` has weight 1 and counter 0 (the ledger gives every tenant a row).
 
     Example:
@@ -124,23 +132,28 @@ def fair_order(
         groups.setdefault(c.tenant, []).append(c)
     if len(groups) <= 1:
         return sorted(next(iter(groups.values()), []), key=within)
-    heap: list[tuple[float, tuple[float, str], int, str]] = []
+    def later(key: tuple[float, str]) -> bool:
+        return now is not None and key[0] > now
+
+    heap: list[tuple[bool, float, tuple[float, str], int, str]] = []
     queues: dict[str, list[Candidate]] = {}
     for name, group in groups.items():
         group.sort(key=within, reverse=True)  # popped from the end: its own order
         queues[name] = group
         state = tenants.get(name, UNKNOWN_TENANT)
-        heap.append((state.served, within(group[-1]), 0, name))
+        key = within(group[-1])
+        heap.append((later(key), state.served, key, 0, name))
     heapq.heapify(heap)
     out: list[Candidate] = []
     while heap:
-        tag, _, n, name = heapq.heappop(heap)
+        _, tag, _, n, name = heapq.heappop(heap)
         queue = queues[name]
         c = queue.pop()
         out.append(c)
         if queue:
             weight = tenants.get(name, UNKNOWN_TENANT).weight
-            heapq.heappush(heap, (tag + c.est / weight, within(queue[-1]), n + 1, name))
+            key = within(queue[-1])
+            heapq.heappush(heap, (later(key), tag + c.est / weight, key, n + 1, name))
     return out
 
 

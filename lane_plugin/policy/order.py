@@ -70,4 +70,4 @@ def order(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> list[Candi
     def key(c: Candidate) -> tuple[float, str]:
         return (priority(p, c.est, c.waiting_since) if c.prio is None else c.prio, c.id)
 
-    return fair_order(snapshot.tenants, candidates, key)
+    return fair_order(snapshot.tenants, candidates, key, snapshot.now)

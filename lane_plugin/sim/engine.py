@@ -193,14 +193,14 @@ class Sim:
     def _make_waiting(self, j: int) -> None:
         self.state[j] = WAITING
         self.n_waiting += 1
-        if self.tenants is not None:
-            self.tenants.wait(j, self.lane_queue.prio(j) if self.lane_queue is not None else 0.0)
         if self._use_age:
             heappush(self.age, (self.waiting_since[j], j))
         if self._use_est:
             heappush(self.by_est, (self.est[j], j))
         if self.lane_queue is not None:
             self.lane_queue.push(j)
+        if self.tenants is not None:  # after the push: the lane queue places the job (and learns its estimate) first
+            self.tenants.wait(j, self.lane_queue.prio(j) if self.lane_queue is not None else 0.0)
 
     def _roll(self, t: float) -> None:
         cfg = self.cfg
