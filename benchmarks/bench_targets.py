@@ -37,6 +37,7 @@ from lane_plugin.sim import report as sim_report  # noqa: E402
 from lane_plugin.sim.config import SimConfig  # noqa: E402
 from lane_plugin.sim.engine import simulate  # noqa: E402
 from lane_plugin.sim.readers import load_trace  # noqa: E402
+from lane_plugin.sim.tenants import assign_by_hash, parse_tenants  # noqa: E402
 from lane_plugin.sim.traffic import generate  # noqa: E402
 
 TRACES = Path(os.environ.get("LANE_TRACES", "/work/shared/traces"))
@@ -80,18 +81,27 @@ def days_for(quick: bool) -> float:
     return 2.0 if quick else 7.0
 
 
+# --tenants NAME:WEIGHT:SHARE,...: the same scenarios with the lane shared by these tenants, each request
+# (a trace row, a generated run) given one by hashing its id (lane_plugin.sim.tenants.assign_by_hash).
+TENANTS: list[tuple[str, float, float]] = []
+
+
 def traffic(name: str, quick: bool):
     spec = SCENARIOS[name]
     if "trace" in spec:
-        return load_trace(spec["trace"])
-    days = days_for(quick)
-    return generate(round(JOBS_PER_DAY * days), days=days, **spec["generated"])
+        trace = load_trace(spec["trace"])
+    else:
+        days = days_for(quick)
+        trace = generate(round(JOBS_PER_DAY * days), days=days, **spec["generated"])
+    if TENANTS:
+        trace.tenant = list(assign_by_hash([rk or f"req-{i}" for i, rk in enumerate(trace.run_key)], TENANTS))
+    return trace
 
 
 def config(name: str, trace) -> SimConfig:
     spec = SCENARIOS[name]
     extra = {"horizon": math.ceil(trace.span)} if spec.get("horizon") else {}
-    return SimConfig(**spec["cfg"], **extra)
+    return SimConfig(**spec["cfg"], **extra, tenant_weights=tuple((n, w) for n, w, _ in TENANTS))
 
 
 def command(name: str, trace, cfg: SimConfig, quick: bool) -> str:
@@ -122,7 +132,8 @@ def run(name: str, quick: bool) -> dict:
     wall = time.perf_counter()
     results = simulate(trace, cfg)
     wall = time.perf_counter() - wall
-    print(f"\n## {name}\n$ {command(name, trace, cfg, quick)}")
+    tenants = " --tenants " + ",".join(f"{n}:{w:g}:{s:g}" for n, w, s in TENANTS) if TENANTS else ""
+    print(f"\n## {name}\n$ {command(name, trace, cfg, quick)}{tenants}")
     sim_report.print_table(trace, cfg, results, wall)
     return {"name": name, "trace": trace, "cfg": cfg, "results": {r.policy: r for r in results}, "wall": wall}
 
@@ -389,7 +400,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="A 2-day chained scenario instead of a week.")
     ap.add_argument("--no-write", action="store_true", help="Print only; do not write docs/performance_targets.md.")
+    ap.add_argument("--tenants", metavar="NAME:WEIGHT:SHARE,...",
+                    help="Share every lane between these tenants (by hashing each request's id); implies --no-write.")
     args = ap.parse_args()
+    if args.tenants:
+        TENANTS[:] = parse_tenants(args.tenants)
+        args.no_write = True
     missing = [p for p in (AZURE, MOONCAKE) if not p.exists()]
     if missing:
         sys.exit(f"bench_targets: missing trace(s) {', '.join(map(str, missing))} (set LANE_TRACES to their folder)")

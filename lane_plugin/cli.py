@@ -18,6 +18,7 @@ import typer
 from .cli_common import JSON, PLAIN, WIDE, ledger, print_json, state
 from .cli_lanes import lanes_app, status
 from .cli_tail import tail_app
+from .cli_tenants import tenants_app
 from .cli_text import hoist_db, with_value
 from .errors import LaneError
 
@@ -32,6 +33,7 @@ db_app = typer.Typer(help="The ledger's database schema.", no_args_is_help=True,
 auto_app = typer.Typer(help="Prefect Automations that page on lane events.", no_args_is_help=True, **PLAIN)
 app.add_typer(lanes_app, name="lanes")
 app.add_typer(tail_app, name="tail")
+app.add_typer(tenants_app, name="tenants")
 app.add_typer(db_app, name="db")
 app.add_typer(auto_app, name="automations")
 app.command("status")(status)
@@ -64,13 +66,16 @@ def submit(
     est_input: Optional[int] = typer.Option(
         None, help="Input tokens counted for this job (learned estimators learn actual minus this)."
     ),
+    tenant: Optional[str] = typer.Option(
+        None, help="Who the job belongs to inside the lane (shared fairly by tokens); default 'default'."
+    ),
     as_json: bool = JSON,
 ):
     """Record a job; prints only its id on stdout, so id=$(lane submit ...) works (its attempt goes to stderr)."""
     fb = True if fallback == "lane" else fallback
     led = ledger()
     jid = led.submit(stage, est, lane, rate_cost=rate_cost, est_version=est_version, run_key=run_key, key=key,
-                     wait_seconds=wait, fallback=fb, est_input=est_input)  # fmt: skip
+                     wait_seconds=wait, fallback=fb, est_input=est_input, tenant=tenant)  # fmt: skip
     job = led.job(jid)  # a known --key may name a job already retried: say which attempt it is at
     if as_json:
         print_json({"id": jid, "attempt": job["attempt"], "ref": f"{jid}:{job['attempt']}", "lane": job["lane"],

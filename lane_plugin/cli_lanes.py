@@ -238,8 +238,9 @@ def _line(r: dict) -> str:
 def _lane_view(led, s: dict, as_json: bool) -> None:
     """``lane status LANE``: its state, its numbers, its parked jobs with their reasons, its first waiting job."""
     parked = led.tail(s["lane"])
+    tenants = led.tenants(s["lane"])
     if as_json:
-        print_json({**s, **_row(s), "parked_jobs": parked})
+        print_json({**s, **_row(s), "parked_jobs": parked, "tenants": tenants})
         return
     lines = [
         _line(_row(s)),
@@ -248,6 +249,12 @@ def _lane_view(led, s: dict, as_json: bool) -> None:
         f"  leased {s['leased']}/{s['max_leased']}, burst {s['burst_tokens']:,} per {duration(s['window_seconds'])} "
         f"(used {s['window_used']:,}), fallback {s['fallback'] or '-'}",
     ]
+    if len(tenants) > 1 or any(t["ceiling"] is not None or t["weight"] != 1 for t in tenants):
+        lines.append("  tenants (shared fairly by tokens; lane tenants " + s["lane"] + " for more): " + ", ".join(
+            f"{t['tenant']} {t['waiting']} waiting, {t['reserved']:,} reserved"
+            + (f", weight {t['weight']:g}" if t["weight"] != 1 else "")
+            + (f", spent {t['spent']:,} of {t['ceiling']:,}" if t["ceiling"] is not None else "")
+            for t in tenants))  # fmt: skip
     for j in parked[:PARKED_SHOWN]:
         lines.append(
             f"  parked {duration(j['age'])} ago: job {j['job_id']} ({j['stage']}, estimate {j['est']:,}): {j['reason']}"

@@ -121,7 +121,8 @@ def job_lines(s: dict) -> list[str]:
         ...            "reason": "deadline passed while waiting"})[0]
         'job j1 (s, estimate 10) is parked in lane q: deadline passed while waiting'
     """
-    job = f"job {s['job_id']} ({s['stage']}, estimate {s['est']:,})"
+    tenant = f", tenant {s['tenant']}" if s.get("tenant") not in (None, "default") else ""
+    job = f"job {s['job_id']} ({s['stage']}, estimate {s['est']:,}{tenant})"
     if s["state"] == "leased" and s.get("lease_left") is not None:
         left = s["lease_left"]
         if s["lease_expired"]:

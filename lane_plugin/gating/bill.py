@@ -90,7 +90,7 @@ def _fmt_wait(seconds: float | None) -> float | None:
 def bill_rows(lines: list[BillLine]) -> list[dict[str, Any]]:
     """The ``lane-bill`` table: one row per stage and lane, and a total row when there are several."""
     rows = [
-        {"stage": b.stage, "lane": b.lane, "jobs": b.jobs, "estimated": b.estimated, "actual": b.actual,
+        {"stage": b.stage, "lane": b.lane, "tenant": b.tenant, "jobs": b.jobs, "estimated": b.estimated, "actual": b.actual,
          "drift": b.drift, "overage": b.overage, "billed_by_estimate": b.by_estimate,
          "wait_p50_s": _fmt_wait(b.wait_p50), "wait_max_s": _fmt_wait(b.wait_max), "unsettled": b.unsettled}
         for b in lines
@@ -99,6 +99,7 @@ def bill_rows(lines: list[BillLine]) -> list[dict[str, Any]]:
         est, act = sum(b.estimated for b in lines), sum(b.actual for b in lines)
         waits = [b.wait_max for b in lines if b.wait_max is not None]
         rows.append({"stage": "(all)", "lane": ", ".join(sorted({b.lane for b in lines})),
+                     "tenant": ", ".join(sorted({t for b in lines for t in b.tenant.split(", ") if t})),
                      "jobs": sum(b.jobs for b in lines), "estimated": est, "actual": act,
                      "drift": round(act / est, 2) if est else None, "overage": sum(b.overage for b in lines),
                      "billed_by_estimate": sum(b.by_estimate for b in lines), "wait_p50_s": None,

@@ -59,8 +59,16 @@ from ..settings import lane_settings
 from . import timeouts, tokenlog, waiting
 from .bill import note_run
 from .current import RunningGate, _current, current_gate, report_usage, track_usage
-from .estimates import check_estimate, check_rate_cost, resolve_parts, resolve_rate_cost, wait_seconds
-from .ledgers import get_ledger, next_seq, prefect_run, run_logger
+from .estimates import (
+    check_estimate,
+    check_rate_cost,
+    check_tenant,
+    resolve_parts,
+    resolve_rate_cost,
+    resolve_tenant,
+    wait_seconds,
+)
+from .ledgers import default_tenant, get_ledger, next_seq, prefect_run, run_logger
 from .renewal import Held, renewer
 from .streams import AsyncTrackedStream, TrackedStream, adrain, drain, is_async_stream, is_stream
 from .usage import READER_RETURNS, UsageMeter, check_missing_policy
@@ -90,6 +98,9 @@ class Gate:
         est_version: what ``est_version`` to record (an estimator's own by default).
         missing_usage: ``estimate`` (bill the estimate and warn) or ``fail``.
         ledger: a :class:`Ledger` or URL; default ``LANE_DATABASE_URL`` or lane.db.
+        tenant: who the job belongs to inside the lane (shared fairly by tokens between its tenants):
+            a name, or (``lane_task``) a callable of the task's arguments; default the flow run's
+            deployment name, else the flow's name, else ``default``.
         key: idempotency key; default the Prefect task run id (and a sequence number).
         attempt: default the task run's ``run_count``.
         run_key: default the Prefect flow run id.
@@ -102,11 +113,12 @@ class Gate:
     def __init__(self, stage: str, estimate: Any, lane: str = "free", *, rate_cost: Any = None, deadline: Any = None,
                  fallback: str | bool | None = None, est_version: str | None = None,
                  missing_usage: str | None = None, ledger: Ledger | str | None = None, key: str | None = None,
-                 attempt: int | None = None, run_key: str | None = None, _args: tuple[Any, ...] = (),
-                 _kwargs: dict[str, Any] | None = None) -> None:  # fmt: skip
+                 attempt: int | None = None, run_key: str | None = None, tenant: Any = None,
+                 _args: tuple[Any, ...] = (), _kwargs: dict[str, Any] | None = None) -> None:  # fmt: skip
         self.stage, self.lane = stage, lane
         self.est, version, self.est_input, self.est_var = resolve_parts(estimate, stage, _args, _kwargs)
         self.rate_cost = resolve_rate_cost(rate_cost, stage, _args, _kwargs)
+        self.tenant = resolve_tenant(tenant, _args, _kwargs)
         self.est_version = est_version or version
         self.wait_seconds = wait_seconds(deadline)
         self.fallback = fallback
@@ -233,7 +245,8 @@ class Gate:
                 self.job_id = led.submit(self.stage, self.est, self.lane, rate_cost=self.rate_cost,
                                          est_version=self.est_version, est_input=self.est_input, run_key=self.run_key,
                                          key=self.key, attempt=self.attempt, est_var=self.est_var, waiter=waiter_id(),
-                                         wait_seconds=self.wait_seconds, fallback=self.fallback, rerun=True)  # fmt: skip
+                                         wait_seconds=self.wait_seconds, fallback=self.fallback, rerun=True,
+                                         tenant=self.tenant or default_tenant(flow_run))  # fmt: skip
         except NeverFits as exc:
             run_logger().error("lane gate: %s job (%s tokens) can never be admitted: %s", self.stage, self.est, exc)
             raise
@@ -436,6 +449,7 @@ def gate(stage: str, estimate: Any, lane: str = "free", **options: Any) -> Gate:
     """
     check_estimate(estimate, of_arguments=False)
     check_rate_cost(options.get("rate_cost"), of_arguments=False)
+    check_tenant(options.get("tenant"), of_arguments=False)
     return Gate(stage, estimate, lane, **options)
 
 

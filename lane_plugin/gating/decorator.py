@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from ..errors import InvalidInput
 from ..ledger import Ledger
-from .estimates import check_estimate, check_rate_cost, wait_seconds
+from .estimates import check_estimate, check_rate_cost, check_tenant, wait_seconds
 from .usage import NO_USAGE, _NoUsage, check_missing_policy
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ R = TypeVar("R")
 def lane_task(stage: str, estimate: Any, lane: str = "free", usage: Callable[[Any], Any] | _NoUsage | None = None,
               deadline: Any = None, fallback: str | bool | None = None, estimator_version: str | None = None,
               *, rate_cost: Any = None, missing_usage: str | None = None, ledger: Ledger | str | None = None,
-              lane_tags: bool = True, **task_options: Any) -> Callable[[Callable[P, R]], LaneTask[P, R]]:  # fmt: skip
+              lane_tags: bool = True, tenant: Any = None, **task_options: Any) -> Callable[[Callable[P, R]], LaneTask[P, R]]:  # fmt: skip
     """Decorate a function into a real :class:`prefect.Task` whose runs are gated by the ledger.
 
     Args:
@@ -62,6 +62,9 @@ def lane_task(stage: str, estimate: Any, lane: str = "free", usage: Callable[[An
         missing_usage: ``estimate`` (default: bill the estimate and warn, once
             per task) or ``fail``.
         ledger: a :class:`Ledger` or URL; default ``LANE_DATABASE_URL`` or lane.db.
+        tenant: who its jobs belong to inside the lane (a string, or a callable of the task's
+            arguments returning one): the lane is shared fairly by tokens between its tenants. Default:
+            the flow run's deployment name, else the flow's name, else ``default``.
         lane_tags: tag the task ``lane:<lane>`` and ``stage:<stage>`` (default).
             Prefect looks up a tag concurrency limit for every tag of every task
             run, so each tag costs a server round trip per run; ``False`` runs
@@ -90,6 +93,7 @@ def lane_task(stage: str, estimate: Any, lane: str = "free", usage: Callable[[An
         raise InvalidInput("lane", lane, "expected a lane name")
     check_estimate(estimate)
     check_rate_cost(rate_cost)
+    check_tenant(tenant)
     reader = None if isinstance(usage, _NoUsage) else usage  # NO_USAGE: no reader, nothing read
     no_usage = usage is NO_USAGE
     if not no_usage and usage is not None and not callable(usage):
@@ -107,7 +111,7 @@ def lane_task(stage: str, estimate: Any, lane: str = "free", usage: Callable[[An
     spec = GateSpec(
         stage, estimate, lane, usage=reader, no_usage=no_usage,
         options=dict(deadline=deadline, fallback=fallback, est_version=estimator_version,
-                     missing_usage=missing_usage, ledger=ledger, rate_cost=rate_cost),
+                     missing_usage=missing_usage, ledger=ledger, rate_cost=rate_cost, tenant=tenant),
         tags=frozenset({f"lane:{lane}", f"stage:{stage}"} if lane_tags else ()),
     )  # fmt: skip
 

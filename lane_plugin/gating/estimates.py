@@ -6,7 +6,7 @@ import datetime as dt
 import time
 from typing import Any
 
-from ..checks import is_number, tokens
+from ..checks import is_number, text, tokens
 from ..errors import InvalidInput
 
 
@@ -82,6 +82,29 @@ def resolve_rate_cost(rate_cost: Any, stage: str, args: tuple = (), kwargs: dict
         return None
     value = rate_cost(*args, **dict(kwargs or {})) if callable(rate_cost) else rate_cost
     return tokens(f"rate_cost for stage {stage!r}", value)
+
+
+def resolve_tenant(tenant: Any, args: tuple = (), kwargs: dict | None = None) -> str | None:
+    """Who a job belongs to: None (the default: the flow run's deployment, else its flow), a string, or a
+    callable of the task's arguments returning one.
+
+    Example:
+        >>> resolve_tenant(lambda doc, team="search": team, ("x",)), resolve_tenant(None)
+        ('search', None)
+    """
+    if tenant is None:
+        return None
+    value = tenant(*args, **dict(kwargs or {})) if callable(tenant) else tenant
+    return text("tenant", value, limit=64)
+
+
+def check_tenant(tenant: Any, *, of_arguments: bool = True) -> None:
+    """Before any task runs: None, a tenant name, or (``lane_task`` only) a callable of the task's arguments."""
+    if tenant is None or (of_arguments and callable(tenant)):
+        return
+    if callable(tenant):
+        raise InvalidInput("tenant", tenant, "gate() runs inside a task: expected a tenant name, not a callable")
+    text("tenant", tenant, limit=64)
 
 
 def check_rate_cost(rate_cost: Any, *, of_arguments: bool = True) -> None:

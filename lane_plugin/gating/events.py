@@ -8,8 +8,8 @@ run and flow run as related resources.
 
 Job events: ``lane.job.admitted``, ``lane.job.settled``, ``lane.job.parked``,
 ``lane.job.expired``; their resource carries the job's numbers as labels
-(``lane.stage``, ``lane.estimate``, and ``lane.actual``, ``lane.overage`` once
-settled), and a related resource with the role ``lane-tokens`` whose id reads them
+(``lane.stage``, ``lane.estimate``, ``lane.tenant`` when the job's lease says it, and ``lane.actual``,
+``lane.overage`` once settled), and a related resource with the role ``lane-tokens`` whose id reads them
 (``lane.tokens: free: draft, estimate 1,200 tokens, actual 1,340``): the UI's event card shows it.
 
 Lane state events are sent only when a lane's state changes (see
@@ -94,7 +94,8 @@ def emit(event: str, about: str | dict, payload: dict | None = None, related: li
 
 
 _JOB_LABELS = (("stage", "lane.stage"), ("est", "lane.estimate"), ("actual", "lane.actual"),
-               ("overage", "lane.overage"), ("attempt", "lane.attempt"), ("job_id", "lane.job"))  # fmt: skip
+               ("overage", "lane.overage"), ("attempt", "lane.attempt"), ("job_id", "lane.job"),
+               ("tenant", "lane.tenant"))  # fmt: skip
 # Ledger events that may change a lane's state: each makes the listener look (rare: at crossings).
 _LANE_EVENTS = ("lane.lane.start-stop", "lane.lane.hard-stop", "lane.preflight.failed", "lane.lane.period-reset")
 

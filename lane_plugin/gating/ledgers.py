@@ -78,3 +78,46 @@ def next_seq(scope: tuple) -> int:
         while len(_seq) > 10_000:
             _seq.popitem(last=False)
         return n
+
+
+_tenant_of_run: OrderedDict[str, str] = OrderedDict()  # flow run id -> its default tenant (one lookup per run)
+_tenant_lock = threading.Lock()
+
+
+def default_tenant(flow_run_id: str | None) -> str:
+    """A gated job's tenant when none is given: its flow run's deployment name, else its flow's name, else
+    ``default`` (a job outside any flow run). Looked up once per flow run (a deployment's name costs one
+    API read), never failing the gate: what cannot be read falls back to the next."""
+    from ..policy.fairness import DEFAULT_TENANT
+
+    if flow_run_id is None:
+        return DEFAULT_TENANT
+    with _tenant_lock:
+        hit = _tenant_of_run.get(flow_run_id)
+    if hit is not None:
+        return hit
+    name = _deployment_or_flow(flow_run_id) or DEFAULT_TENANT
+    with _tenant_lock:
+        _tenant_of_run[flow_run_id] = name
+        while len(_tenant_of_run) > 10_000:
+            _tenant_of_run.popitem(last=False)
+    return name
+
+
+def _deployment_or_flow(flow_run_id: str) -> str | None:
+    try:
+        from prefect.client.orchestration import get_client
+        from prefect.context import FlowRunContext
+
+        ctx = FlowRunContext.get()
+        here = ctx is not None and ctx.flow_run is not None and str(ctx.flow_run.id) == flow_run_id
+        with get_client(sync_client=True) as client:
+            flow_run = ctx.flow_run if here and ctx is not None else client.read_flow_run(flow_run_id)
+            if flow_run is not None and flow_run.deployment_id is not None:
+                return str(client.read_deployment(flow_run.deployment_id).name)[:64] or None
+            if here and ctx is not None and ctx.flow is not None:
+                return str(ctx.flow.name)[:64] or None
+            return None if flow_run is None else str(client.read_flow(flow_run.flow_id).name)[:64] or None
+    except Exception as exc:  # the tenant is a label: a lookup that fails never fails the gate
+        log.debug("lane gate: no deployment or flow name for flow run %s: %s", flow_run_id, exc)
+        return None

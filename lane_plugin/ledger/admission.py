@@ -16,8 +16,8 @@ from ..errors import LaneError, LeaseLost, UnknownJob
 from ..policy import Candidate, Decision, LaneSnapshot, admit
 from ..policy.admission import HEAD_SLACK
 from ..policy.reserve import REFIT_SECONDS
-from ..policy.rules import BURST, LEASE_CAP, STOPPED
-from . import rates, runs, upkeep, waiters
+from ..policy.rules import BURST, LEASE_CAP, STOPPED, TENANT_CEILING
+from . import rates, runs, tenants, upkeep, waiters
 from .db import Cursor
 from .jobs import Lease
 from .lanes import LaneRow, lock_lane, roll_counters
@@ -37,7 +37,7 @@ class Ticked(NamedTuple):
 
 # The head of one index, (lane, state, finishing, prio, id), read as two ranges: the waiting jobs of
 # runs under way and the rest, each in priority order (finishing jobs must not hide behind starters).
-_COLS = "id, est, wait_since, run_key, stage, attempt, coalesce(rate_cost, est), prio, est_var, waiter"
+_COLS = "id, est, wait_since, run_key, stage, attempt, coalesce(rate_cost, est), prio, est_var, waiter, tenant"
 
 
 def _head_sql(only: str = "") -> str:
@@ -45,6 +45,12 @@ def _head_sql(only: str = "") -> str:
             f"order by prio, id limit :k) as other union all "
             f"select * from (select {_COLS} from job where lane = :l and state = 'new' and finishing = :t {only}"
             f"order by prio, id limit :k) as fin")  # fmt: skip
+
+
+def _per_tenant(sql: str) -> str:
+    """The same head, of one tenant (:tn): read from the head of ix_job_tenant_queue / ix_job_tenant_gated."""
+    return (sql.replace("and state = 'new' and", "and tenant = :tn and state = 'new' and")
+            .replace("indexed by ix_job_gated", "indexed by ix_job_tenant_gated"))  # fmt: skip
 
 
 HEAD_SQL = _head_sql()
@@ -59,6 +65,8 @@ GATED_HEAD_SQL = _head_sql("and (waiter is not null or id = :own) ")
 # no statistics, prefers ix_job_queue's longer prefix); INDEXED BY fails loudly, never scans, if it cannot.
 WAITERS_HEAD_SQL = _head_sql("and waiter is not null ")
 WAITERS_HEAD_SQLITE = WAITERS_HEAD_SQL.replace("from job where", "from job indexed by ix_job_gated where")
+# Per tenant (a lane with several: lane_plugin.policy.fairness), the head of each tenant's queue.
+TENANT_HEADS = {sql: _per_tenant(sql) for sql in (HEAD_SQL, GATED_HEAD_SQL, WAITERS_HEAD_SQL, WAITERS_HEAD_SQLITE)}
 
 # A hand-off with no gated job waiting returns at once (False: it runs on as a tick; tests compare the two).
 SKIP_EMPTY_HANDOFF = True
@@ -118,10 +126,13 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = HE
         head_sql = WAITERS_HEAD_SQLITE if cur.dialect == "sqlite" else WAITERS_HEAD_SQL
     head_params = {"l": lane, "k": max(free_slots, 0) + head_extra, "f": False, "t": True, "own": own}
     head = None
+    # The lane's tenants (a small table): with one (or none), the lane's own head; with several, each one's.
+    tenant_rows = tenants.of_lane(cur, lane, now)
+    several = len(tenant_rows) > 1
     if handoff:
         # Read the gated head first (one read of ix_job_gated): with none waiting the hand-off could lease
         # nothing and park nothing, and the slide and lapse below are every tick's first step anyway.
-        head = cur.all(head_sql, head_params)
+        head = _read_head(cur, head_sql, head_params, tenant_rows if several else None)
         if not head and SKIP_EMPTY_HANDOFF:
             return None
     rates.slide(cur, row, now)
@@ -132,7 +143,7 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = HE
         held = Decision((), 0, head_reason=STOPPED if row.held else LEASE_CAP)
         return Ticked([], held, row, refit_due, [])
     if head is None:
-        head = cur.all(head_sql, head_params)
+        head = _read_head(cur, head_sql, head_params, tenant_rows if several else None)
     gone_tails: list[dict] = []
     gone = waiters.gone(cur, {r[9] for r in head if r[9] is not None}, now) if any(r[9] for r in head) else set()
     if gone:  # their jobs leave admission at once, never leased to nobody
@@ -146,14 +157,19 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = HE
     fits = runs.fits_of(cur, lane, sorted({r[4] for r in head if r[3] is not None}))
     cands = [
         Candidate(r[0], r[1], r[2], r[3], r[6], r[4], fits[r[4]].after if r[3] is not None and r[4] in fits
-                  else 0, r[7], r[8])
+                  else 0, r[7], r[8], r[10])
         for r in head
     ]  # fmt: skip
+    # Several tenants: returning ones lifted, counters and budgets for the fair order (rule 11); one with a
+    # budget: that budget. One tenant with none (the common case): nothing more to read or write.
+    fair = several or any(r.ceiling is not None for r in tenant_rows.values())
+    tenant_states = tenants.states(cur, lane, tenant_rows, {r[10] for r in head} if several else set(tenant_rows),
+                                   now) if fair else {}  # fmt: skip
     snapshot = LaneSnapshot(
         policy=row.policy, spent=row.spent, reserved=row.reserved, leased=row.leased, window_used=row.window_used,
         now=now, started_runs=frozenset(remaining), finishing=row.finishing, run_remaining=remaining,
         resets=row.period != "none", reserved_var=row.reserved_var, drift=row.drift, overrun=row.drift_overrun,
-        spread=row.drift_spread,
+        spread=row.drift_spread, tenants=tenant_states,
     )  # fmt: skip
     decision = admit(snapshot, cands)
     unfit = () if handoff else decision.parked  # a hand-off only leases; parking the unfit is a tick's
@@ -188,11 +204,21 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = HE
         rates.charge(cur, lane, now + slack, charges)  # (no NOTIFY on SQLite: its waiters read their own rows)
     if decision.runs:
         runs.record(cur, row, now, decision, fits, set(remaining))
+    if fair:
+        tenants.charge(cur, lane, tenant_rows, decision.by_tenant, tenant_states, now)
     leases = [
-        Lease(c.id, lane, c.stage, c.est, rows[c.id][5], token, lease_until, c.run_key, c.rate)
+        Lease(c.id, lane, c.stage, c.est, rows[c.id][5], token, lease_until, c.run_key, c.rate, c.tenant)
         for c in decision.admitted
     ]
     return Ticked(leases, decision, row, refit_due, parked, _retry_in(cur, row, decision, now))
+
+
+def _read_head(cur: Cursor, head_sql: str, params: dict, tenant_rows: dict | None) -> list:
+    """The head of the lane's queue: of the lane's index, or (``tenant_rows``: several tenants) of each tenant's."""
+    if tenant_rows is None:
+        return cur.all(head_sql, params)
+    sql = TENANT_HEADS[head_sql]
+    return [r for name in sorted(tenant_rows) for r in cur.all(sql, {**params, "tn": name})]
 
 
 def _retry_in(cur: Cursor, row: LaneRow, decision: Decision, now: float) -> float | None:
@@ -206,7 +232,9 @@ def _retry_in(cur: Cursor, row: LaneRow, decision: Decision, now: float) -> floa
 def _give_up(cur: Cursor, row: LaneRow, job_id: str, rule: str, why: str, now: float) -> dict | None:
     """A job that cannot fit before the next reset: to its fallback lane, or parked with the reason."""
     # (a rate cost past the burst can never fit, period or not: no reset lowers it)
-    cause = "which has no period to reset its spend" if rule != BURST else "whatever its period resets"
+    cause = ("which has no period to reset its spend" if rule != BURST and rule != TENANT_CEILING
+             else "whose tenant has no period to reset its spend" if rule == TENANT_CEILING
+             else "whatever its period resets")  # fmt: skip
     tail = upkeep.give_up(cur, job_id, reason=f"cannot fit in lane {row.name!r}, {cause}: {why}", now=now)
     return None if tail is None else {**tail, "rule": rule}
 

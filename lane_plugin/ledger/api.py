@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 
 from ..checks import SHADOW_VERSION_MAX, job_ref, number, text, tokens, when
 from ..errors import InvalidInput, Replay
-from . import admission, intake, reads, runs, settlement, status, upkeep, waiters
+from ..policy.fairness import DEFAULT_TENANT, MAX_WEIGHT, MIN_WEIGHT
+from . import admission, intake, reads, runs, settlement, status, tenants, upkeep, waiters
 from .admitting import Admitting
 from .audit import audit as audit_tables
 from .bill import BillLine, run_bill
@@ -102,7 +103,7 @@ class Ledger(Admitting, LearningStore):
                deadline: float | None = None, wait_seconds: float | None = None,
                fallback: str | bool | None = None, shadows: dict[str, int] | None = None,
                est_input: int | None = None, rerun: bool = False, est_var: int = 0,
-               waiter: str | None = None) -> str:  # fmt: skip
+               waiter: str | None = None, tenant: str | None = None) -> str:  # fmt: skip
         """Record a job waiting for admission; returns its id.
 
         Args:
@@ -125,6 +126,9 @@ class Ledger(Admitting, LearningStore):
             est_var: the variance of ``actual - est`` its estimator knows; admission keeps headroom for it.
             waiter: the waiting process (a gate: :func:`waiters.waiter_id`); its job leaves admission
                 when it is gone. None (the CLI): the job is pulled by whoever ticks.
+            tenant: who the job belongs to inside its lane (a deployment, a flow, a team): the lane is
+                shared fairly by tokens between its tenants (:mod:`lane_plugin.policy.fairness`), each
+                within its budget if it has one (``lane tenants set``). Default ``"default"``.
 
         Raises:
             InvalidInput: an argument is not valid (nothing is written).
@@ -152,12 +156,14 @@ class Ledger(Admitting, LearningStore):
         job_id = uuid.uuid4().hex  # chosen before the transaction: a retried commit finds it
 
         waiter = text("waiter", waiter, limit=64, required=False)
+        tenant = DEFAULT_TENANT if tenant is None else text("tenant", tenant, limit=64)
 
         def record(cur: Cursor, now: float) -> tuple[str, str]:
             dl = now + wait_seconds if wait_seconds is not None else deadline
             out = intake.submit(cur, job_id=job_id, lane=lane, stage=stage, est=est, now=now, rate_cost=rate_cost,
                                 est_version=est_version, est_input=est_input, run_key=run_key, key=key, attempt=attempt,
-                                deadline=dl, fallback=fallback, shadows=shadows, rerun=bool(rerun), est_var=est_var)  # fmt: skip
+                                deadline=dl, fallback=fallback, shadows=shadows, rerun=bool(rerun), est_var=est_var,
+                                tenant=tenant)  # fmt: skip
             if waiter is not None:
                 waiters.claim(cur, out[0], waiter, now)
             return out
@@ -328,6 +334,49 @@ class Ledger(Admitting, LearningStore):
         for tail in parked:
             self._emit("lane.job.parked", tail["lane"], tail)
         return row
+
+    def set_tenant(self, lane: str, tenant: str, *, weight: float | None = None, ceiling: int | None = None,
+                   no_ceiling: bool = False, period: str | None = None, create: bool = True) -> dict[str, Any]:  # fmt: skip
+        """Give a tenant of ``lane`` a weight (its share when backlogged) and/or a budget.
+
+        Args:
+            lane: the lane (it must exist).
+            tenant: the tenant's name, as its jobs are submitted with.
+            weight: its share relative to the lane's other tenants, from 1 to 1000 (default 1).
+            ceiling: its budget inside the lane's: its spent plus its leased estimates never pass it.
+            no_ceiling: remove its budget.
+            period: when its spent resets: ``none``, ``daily`` or ``monthly`` (UTC).
+            create: add the tenant if the lane has none of that name (False: refuse, suggesting the closest).
+
+        Returns:
+            The tenant as :meth:`tenants` lists it.
+        """
+        from .lanes import PERIODS
+
+        lane = text("lane", lane)
+        tenant = text("tenant", tenant, limit=64)
+        if weight is not None:
+            weight = number("weight", weight, low=MIN_WEIGHT, high=MAX_WEIGHT)
+        if ceiling is not None:
+            ceiling = tokens("ceiling", ceiling)
+        if period is not None and period not in PERIODS:
+            raise InvalidInput("period", period, f"expected one of {', '.join(PERIODS)}")
+        return self._run(lambda cur, now: tenants.set_tenant(cur, now, lane, tenant, create=create, weight=weight,
+                                                             ceiling=ceiling, no_ceiling=no_ceiling, period=period))
+
+    def tenants(self, lane: str | None = None) -> list[dict[str, Any]]:
+        """The tenants of ``lane`` (or of every lane): ``weight``, ``ceiling``, ``period``, ``spent``,
+        ``reserved``, ``waiting``, ``served`` (weighted service: tokens / weight), ``tokens_1h`` and
+        ``share_1h`` (its share of the lane's tokens settled over the last hour)."""
+        if lane is not None:
+            lane = text("lane", lane)
+
+            def check(cur: Cursor, now: float) -> list[dict[str, Any]]:
+                read_lane(cur, lane)  # UnknownLane
+                return tenants.listing(cur, now, lane)
+
+            return self._run(check, write=False)
+        return self._run(lambda cur, now: tenants.listing(cur, now, None), write=False)
 
     def delete_lane(self, name: str) -> None:
         """Delete a lane no job ever used (a typo); a used lane is stopped instead (``stopped=True``)."""

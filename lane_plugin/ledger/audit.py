@@ -59,6 +59,7 @@ def audit(cur: Cursor, now: float, *, grace: float = 60.0) -> list[str]:
             bad.append(
                 f"finishing reserve of lane {lane.name}: {lane.finishing} != sum of its runs' reserves {reserve}"
             )
+    bad += _tenants(cur)
     for job_id, attempt, n in cur.all(
         "select job_id, attempt, count(*) from settlement group by job_id, attempt having count(*) > 1"
     ):
@@ -100,6 +101,27 @@ def audit(cur: Cursor, now: float, *, grace: float = 60.0) -> list[str]:
             f"lease of job {job_id} ends {ahead:.0f}s from now, further ahead than lane {lane}'s lease_seconds "
             f"({lease_seconds:g}s) allows: set on a clock that has since gone back (the next reap pulls it back)"
         )
+    return bad
+
+
+def _tenants(cur: Cursor) -> list[str]:
+    """I1 and I3 per tenant of a lane: its ``spent`` is the sum of its settlements in its period, and with a
+    ceiling, ``spent - overage + reserved`` (what admission let in) stays under it."""
+    bad: list[str] = []
+    for lane, name, spent, ceiling, since in cur.all("select lane, name, spent, ceiling, period_start from tenant"):
+        billed, overage, reserved = cur.one(
+            "select coalesce(sum(s.actual), 0), coalesce(sum(s.overage), 0), (select coalesce(sum(est), 0) from job "
+            "where lane = :l and tenant = :t and state = 'leased') from settlement s join job j on j.id = s.job_id "
+            "where s.lane = :l and j.tenant = :t and s.settled_at >= :p",
+            {"l": lane, "t": name, "p": since},
+        )  # fmt: skip
+        if spent != billed:
+            bad.append(f"I3 tenant {name} of lane {lane}: spent {spent} != sum of its settlements {billed}")
+        if ceiling is not None and spent - overage + reserved > ceiling:
+            bad.append(f"I1 tenant {name} of lane {lane}: admitted {spent - overage + reserved} (spent - overage + "
+                       f"reserved) > its ceiling {ceiling} (an overspend, or the ceiling was lowered below it)")  # fmt: skip
+        if spent < 0:
+            bad.append(f"counters of tenant {name} of lane {lane} went negative")
     return bad
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ..errors import ConflictingReplay, LaneError, NeverFits
 from ..policy import never_fits
+from ..policy.fairness import DEFAULT_TENANT
+from . import tenants
 from .db import Cursor
 from .jobs import JOB_COLS, JOB_KEYS, lock_job, run_started
 from .lanes import LaneRow, read_lane, unknown_lane
@@ -30,6 +32,7 @@ def submit(
     fallback: str | bool | None = None,
     shadows: dict[str, int] | None = None,
     rerun: bool = False,
+    tenant: str = DEFAULT_TENANT,
 ) -> tuple[str, str]:
     """Record a job (or find it by ``key``); returns ``(job_id, lane)``.
 
@@ -38,7 +41,8 @@ def submit(
     ``rerun``: the caller is about to run the work again (the gate, whose task run a Dask
     worker's death or a lost result made run again with the same ``run_count``), so a job
     already leased, settled or failed at this attempt starts the next attempt; the holder of
-    the old lease, if it is alive at all, settles late, billed as its own attempt.
+    the old lease, if it is alive at all, settles late, billed as its own attempt. ``tenant``: who the job
+    belongs to inside its lane (given a ``tenant`` row there if it has none: weight 1, no budget).
     """
     if key is not None:
         existing = cur.one(f"select {JOB_COLS}, est_version from job where key = :k", {"k": key})
@@ -76,7 +80,7 @@ def submit(
         id=job_id, lane=target.name, stage=stage, est=est, est_version=est_version, est_input=est_input, est_var=est_var, actual=0,
         state="new", attempt=attempt, lease_attempt=0, lease_until=0.0, run_key=run_key, key=key,
         deadline=deadline, fallback=fallback_lane, created_at=now, wait_since=now,
-        rate_cost=rate_cost, prio=target.priority(est, now, started), finishing=started,
+        rate_cost=rate_cost, prio=target.priority(est, now, started), finishing=started, tenant=tenant,
     )  # fmt: skip
     cur.execute(insert.format(cols=", ".join(fields), vals=", ".join(":" + k for k in fields)), fields)
     if cur.rowcount != 1:
@@ -85,6 +89,7 @@ def submit(
             if existing is not None and existing[0] != job_id:
                 return _replay_submit(cur, existing, stage=stage, est=est, attempt=attempt, now=now, rerun=rerun)
         return job_id, target.name  # this id was committed by an earlier try of this transaction
+    tenants.ensure(cur, target.name, (tenant,), now)
     for version, shadow_est in (shadows or {}).items():
         cur.execute(
             "insert into shadow_estimate (job_id, version, est) values (:j, :v, :e)",

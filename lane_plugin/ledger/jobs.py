@@ -13,10 +13,10 @@ ALL_JOB_COLUMNS = (
     "id", "lane", "stage", "est", "rate_cost", "est_version", "est_input", "est_var", "actual", "state", "attempt",
     "lease_attempt",
     "lease_until", "lease_token", "deadline", "run_key", "key", "fallback", "reason", "created_at",
-    "wait_since", "prio", "finishing", "admitted_at", "finished_at", "waiter",
+    "wait_since", "prio", "finishing", "admitted_at", "finished_at", "waiter", "tenant",
 )  # fmt: skip
 JOB_COLS = (
-    "id, lane, stage, est, attempt, run_key, state, lease_until, lease_token, lease_attempt, fallback, key, est_var"
+    "id, lane, stage, est, attempt, run_key, state, lease_until, lease_token, lease_attempt, fallback, key, est_var, tenant"
 )
 JOB_KEYS = tuple(c.strip() for c in JOB_COLS.split(","))
 
@@ -34,6 +34,7 @@ class Lease:
     lease_until: float
     run_key: str | None = None
     rate_cost: int | None = None  # what the provider's rate limiter was charged for it
+    tenant: str = "default"  # who it belongs to inside its lane
 
 
 @dataclass(frozen=True)

@@ -361,6 +361,6 @@ def delete_lane(cur: Cursor, name: str) -> None:
     users = [r[0] for r in cur.all("select name from lane where fallback = :n order by name", {"n": name})]
     if users:
         raise InvalidInput("lane", name, f"lane(s) {', '.join(users)} fall back to it")
-    for table in ("lane_run", "rate_charge", "run_profile"):
+    for table in ("lane_run", "rate_charge", "run_profile", "tenant"):
         cur.execute(f"delete from {table} where lane = :n", {"n": name})
     cur.execute("delete from lane where name = :n", {"n": name})

@@ -109,6 +109,10 @@ class Job(SQLModel, table=True):
         Index("ix_job_gated", "lane", "finishing", "prio", "id", sqlite_where=text(GATED_WAITING),
               postgresql_where=text(GATED_WAITING)),  # fmt: skip
         Index("ix_job_lane_created", "lane", "created_at"),  # the lane's latest estimates (size classes)
+        # ix_job_queue and ix_job_gated per tenant: fair admission reads the head of each tenant's queue.
+        Index("ix_job_tenant_queue", "lane", "tenant", "state", "finishing", "prio", "id"),
+        Index("ix_job_tenant_gated", "lane", "tenant", "finishing", "prio", "id", sqlite_where=text(GATED_WAITING),
+              postgresql_where=text(GATED_WAITING)),  # fmt: skip
         CheckConstraint("est > 0 and actual >= 0 and attempt >= 1", name="ck_job_numbers"),
         CheckConstraint(f"state in {JOB_STATES!r}", name="ck_job_state"),
         CheckConstraint("rate_cost is null or rate_cost > 0", name="ck_job_rate_cost"),
@@ -147,6 +151,36 @@ class Job(SQLModel, table=True):
     finished_at: Optional[float] = Field(default=None)
     # The process waiting for this gated job (waiter.id); null: submitted from the CLI, pulled by whoever ticks.
     waiter: Optional[str] = Field(default=None, max_length=64)
+    # Who the job belongs to inside its lane (lane_plugin.policy.fairness): a deployment, a flow, a team.
+    tenant: str = Field(default="default", max_length=64, sa_column_kwargs={"server_default": "default"})
+
+
+class Tenant(SQLModel, table=True):
+    """One tenant of one lane: its share when backlogged, its optional budget, and its weighted service.
+
+    ``served`` is the Virtual Token Counter (:mod:`lane_plugin.policy.fairness`): the tokens admitted
+    for it divided by ``weight``, trued up to the actuals at settlement. ``spent`` is what its jobs
+    settled in the current ``period`` (reset when it rolls); with a ``ceiling``, admission keeps its
+    ``spent`` plus the estimates of its leased jobs at or under it. ``backlogged``: whether admission
+    last saw jobs of it waiting (a tenant coming back from idle is lifted, never banks credit).
+    """
+
+    __tablename__ = "tenant"
+    __table_args__ = (
+        CheckConstraint("weight >= 1 and spent >= 0 and (ceiling is null or ceiling > 0)", name="ck_tenant_numbers"),
+        CheckConstraint("period in ('none', 'daily', 'monthly')", name="ck_tenant_period"),
+    )
+
+    lane: str = Field(primary_key=True, max_length=64)
+    name: str = Field(primary_key=True, max_length=64)
+    weight: float = Field(default=1.0, sa_column_kwargs={"server_default": "1.0"})
+    ceiling: Optional[int] = Field(default=None, sa_type=BigInteger)
+    period: str = Field(default="none", max_length=16, sa_column_kwargs={"server_default": "none"})
+    period_start: float = Field(default=0.0, sa_column_kwargs={"server_default": "0"})
+    spent: int = Field(default=0, sa_type=BigInteger, sa_column_kwargs={"server_default": "0"})
+    served: float = Field(default=0.0, sa_column_kwargs={"server_default": "0"})
+    backlogged: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
+    updated_at: float = Field(default=0.0, sa_column_kwargs={"server_default": "0"})
 
 
 class Waiter(SQLModel, table=True):

@@ -97,11 +97,11 @@ def estimator_samples(cur: Cursor, version: str, *, lane: str | None) -> list[di
 
 def history(cur: Cursor, since: float) -> list[dict]:
     rows = cur.all(
-        "select created_at, stage, est, actual, run_key, coalesce(rate_cost, est) from job "
+        "select created_at, stage, est, actual, run_key, coalesce(rate_cost, est), tenant from job "
         "where state = 'done' and created_at >= :since order by created_at, id",
         {"since": since},
     )
-    return _dicts(("created_at", "stage", "est", "actual", "run_key", "rate_cost"), rows)
+    return _dicts(("created_at", "stage", "est", "actual", "run_key", "rate_cost", "tenant"), rows)
 
 
 def query(cur: Cursor, sql: str, params: dict | None) -> tuple[list[str], list[tuple]]:

@@ -8,6 +8,7 @@ from ..errors import AmbiguousAttempt, ConflictingReplay, JobParked, NotLeased, 
 from .db import Cursor
 from .jobs import Settled, get_job, lock_job, ran_in
 from .lanes import RETURNING, LaneRow, lock_lane, period_start, roll_counters, row_of
+from . import tenants
 from .rates import drop_pending, stamp, true_up
 
 # The common case in one statement (PostgreSQL), the lane's lock included: the attempt named is the
@@ -21,7 +22,7 @@ _LIVE_SQL = (
     "with lk as (select name from lane where name = :l and period = :per and period_start >= :ps for update), "
     "j as (update job set state = :st, actual = actual + :a, finished_at = :now, lease_token = null "
     "where id = :id and lane = :l and state = 'leased' and attempt = :att and lease_attempt = :att "
-    "and exists (select 1 from lk) returning est, est_var), "
+    "and exists (select 1 from lk) returning est, est_var, tenant), "
     "c as (update rate_charge set sent = true, at = greatest(at, :now) where job_id = :id and attempt = :att "
     "and not sent and exists (select 1 from j)), "
     "s as (insert into settlement (job_id, attempt, lane, est, actual, overage, late, by_estimate, outcome, "
@@ -29,7 +30,8 @@ _LIVE_SQL = (
     "on conflict do nothing returning est, overage), "
     "u as (update lane set spent = spent + :a, reserved = reserved - s.est, reserved_var = reserved_var - j.est_var, "
     "leased = leased - 1, overage = lane.overage + s.overage, updated_at = :now from j, s where lane.name = :l "
-    f"returning s.est, s.overage, {RETURNING}) "
+    f"returning s.est, s.overage, {RETURNING}), "
+    f"t as ({tenants.SETTLE_JOINED_SQL}) "
     "select (select count(*) from lk), (select count(*) from j), u.* from (select 1) as one left join u on true"
 )
 
@@ -99,6 +101,7 @@ def settle(
         raise Replay(attempt=attempt)  # a concurrent settle of the same attempt won; roll back ours
     if lane_row.rate_basis == "actual" or not live:  # the provider counted what was really used: so does the
         true_up(cur, job_id, attempt, actual)  # window (a late attempt's charge may be in the lane it moved from)
+    tenants.settle(cur, lane, job["tenant"], actual=actual, est=est if live else 0, now=now)
     if live:
         after = cur.one(
             "update lane set spent = spent + :a, reserved = reserved - :e, reserved_var = reserved_var - :v, "
@@ -137,7 +140,8 @@ def _settle_live(cur: Cursor, job_id: str, *, actual: int, attempt: int, outcome
     final = "done" if outcome == "done" else "failed"
     t0 = time.perf_counter()
     got = cur.one(_LIVE_SQL, {"st": final, "a": actual, "now": now, "id": job_id, "l": lane, "att": attempt,
-                              "be": bool(by_estimate), "out": outcome, "per": period, "ps": ps})  # fmt: skip
+                              "be": bool(by_estimate), "out": outcome, "per": period, "ps": ps,
+                              "pd": period_start("daily", now), "pm": period_start("monthly", now)})  # fmt: skip
     if got[0] and cur.locked_at is None:  # this statement waited for the lane's lock: a lock-wait sample
         cur.locked_at = time.perf_counter()
         if cur.stats is not None:

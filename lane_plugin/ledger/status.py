@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..policy import Candidate
 from ..policy.candidate import FINISH, START, kind_of
 from ..policy.drift import DRIFT_SAMPLE, capped, drift_cap
-from ..policy.rules import blocking_rule, unfit_before_reset
+from ..policy.rules import TENANT_CEILING, blocking_rule, unfit_before_reset
 from .admission import HEAD_SQL
 from .db import Cursor
 from .jobs import get_job
@@ -228,6 +228,10 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
             finishing=row.finishing, leased=row.leased, window_used=used(cur, row, now), stopped=row.held,
             var=row.reserved_var + c.var, over=row.over(row.reserved + c.est, row.leased + 1),
         )  # fmt: skip
+    if job["state"] == "new" and unfit is None:  # its tenant's budget (rule 11): it blocks this job, no other
+        budget = tenant_budget(cur, now, row.name, job["tenant"], job["est"])
+        if budget is not None:
+            blocked_by, reason = TENANT_CEILING, budget
     if job["state"] in ("parked", "failed", "done"):  # left the queue: the reason the ledger recorded, if any
         reason = stored
     return {
@@ -242,5 +246,23 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
         "attempt": job["attempt"], "lease_until": job["lease_until"] if job["state"] == "leased" else None,
         "lease_left": job["lease_until"] - now if job["state"] == "leased" else None,
         "lease_expired": job["state"] == "leased" and job["lease_until"] < now,
-        "run_key": key, "gated": waiter is not None,
+        "run_key": key, "gated": waiter is not None, "tenant": job["tenant"],
     }  # fmt: skip
+
+
+def tenant_budget(cur: Cursor, now: float, lane: str, tenant: str, est: int) -> str | None:
+    """Why a job of ``tenant`` does not fit its tenant's budget now, or None (no budget, or room for it)."""
+    from .tenants import listing
+
+    found = [t for t in listing(cur, now, lane) if t["tenant"] == tenant and t["ceiling"] is not None]
+    if not found:
+        return None
+    t = found[0]
+    room = t["ceiling"] - t["spent"] - t["reserved"]
+    if est <= room:
+        return None
+    when = (f"until its {t['period']} period resets" if t["period"] != "none" else
+            "for good unless its ceiling is raised (lane tenants set)" if t["spent"] + est > t["ceiling"] else
+            "until its leased jobs settle")  # fmt: skip
+    return (f"tenant {tenant!r}'s budget: {max(room, 0):,} of its ceiling {t['ceiling']:,} left (spent "
+            f"{t['spent']:,}, reserved {t['reserved']:,}): it waits {when}; the lane's other tenants are not held")

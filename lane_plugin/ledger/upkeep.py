@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ..errors import NotParked, UnknownJob
 from ..policy import never_fits
-from . import leases
+from . import leases, tenants
 from .db import Cursor
 from .jobs import left_lane, lock_job
 from .lanes import LaneRow, all_lanes, lock_lane, period_start, read_lane, roll_counters
@@ -236,9 +236,11 @@ def move_to_fallback(cur: Cursor, job_id: str, *, now: float) -> str | None:
     place, params = _fresh_place(cur, row[1])
     moved = cur.all(
         f"update job set lane = :fb, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {place} "
-        "where id = :id and state = 'new' and lane = :old returning id, lease_attempt",
+        "where id = :id and state = 'new' and lane = :old returning id, lease_attempt, tenant",
         {"fb": row[1], "to": row[1], "now": now, "id": job_id, "old": row[0], **params},
     )
+    tenants.ensure(cur, row[1], (r[2] for r in moved), now)  # its tenant has a row in its new lane
+    moved = [(r[0], r[1]) for r in moved]
     left_lane(cur, row[0], moved, now)  # a late settlement of an attempt leased there is billed there
     return row[1] if moved else None
 
@@ -251,9 +253,11 @@ def fall_back_waiting(cur: Cursor, lane: str, *, now: float) -> int:
         place, params = _fresh_place(cur, fb)
         rows = cur.all(
             f"update job set lane = fallback, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {place} "
-            "where lane = :l and state = 'new' and fallback = :fb returning id, lease_attempt",
+            "where lane = :l and state = 'new' and fallback = :fb returning id, lease_attempt, tenant",
             {"l": lane, "fb": fb, "to": fb, "now": now, **params},
         )
+        tenants.ensure(cur, fb, (r[2] for r in rows), now)
+        rows = [(r[0], r[1]) for r in rows]
         left_lane(cur, lane, rows, now)
         moved += len(rows)
     return moved

@@ -10,6 +10,8 @@ The package's public names are below; everything else is imported from the modul
 - :mod:`.rules`: the rules one job is checked against (``blocking_rule``, ``unfit_before_reset``,
   :func:`never_fits`) and their reasons (``CEILING``, ``BURST``, ...);
 - :mod:`.order`: the queue order (``priority``, ``order``) and the bound on how long a job waits;
+- :mod:`.fairness`: tenants sharing a lane fairly by tokens (``fair_order``, ``lift``, ``TenantState``) and
+  the service-gap bound;
 - :mod:`.lane`: :class:`LanePolicy` (a lane's numbers) and :class:`LaneSnapshot` (its state at one instant);
 - :mod:`.candidate`: :class:`Candidate` (a waiting job) and its kind (``FINISH``, ``START``, ``FREE``, ``kind_of``);
 - :mod:`.reserve`: the finishing reserve learned from finished runs (``fit_runs``, ``REFIT_SECONDS``);

@@ -55,21 +55,28 @@ Rules, in order (docs/admission.md, "The rules in full"):
    for it, or ``rate_cost > burst_tokens``) holds no shadow: without a period
    it is parked (or moved to its fallback) with that reason at once; with a
    period it waits for the reset;
-10. a job that can never fit is refused at intake (:func:`lane_plugin.policy.rules.never_fits`).
+10. a job that can never fit is refused at intake (:func:`lane_plugin.policy.rules.never_fits`);
+11. tenants (:mod:`lane_plugin.policy.fairness`): the candidates of several tenants are merged fairly by
+    tokens in rule 7 (the Virtual Token Counter: the backlogged tenant with the least weighted service
+    first, each tenant's own jobs in rule 7's order); a tenant with a budget keeps its ``spent`` plus its
+    leased estimates plus ``est`` at or under its ceiling: a job it keeps out holds no shadow and blocks
+    no other tenant, and without a tenant period, a job its ``spent`` alone leaves no room for is parked.
 
-The order and the bound on how long a job that fits can wait: :mod:`lane_plugin.policy.order`.
+The order and the bound on how long a job that fits can wait: :mod:`lane_plugin.policy.order`; the
+service-gap bound between tenants: :mod:`lane_plugin.policy.fairness`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .candidate import FINISH, FREE, START, Candidate
 from .drift import drift_cap
+from .fairness import tenant_room, tenant_unfit_reason
 from .lane import LaneSnapshot
 from .order import order
-from .rules import BURST, LEASE_CAP, STOPPED, _rule, unfit_before_reset
+from .rules import BURST, LEASE_CAP, STOPPED, TENANT_CEILING, _rule, unfit_before_reset
 
 # Admission reads the head of its indexes: the free lease slots plus this many rows.
 HEAD_SLACK = 16
@@ -85,7 +92,8 @@ class Decision:
     an admitted job belongs to, after this tick, as ``(run_key, remaining, stage)``.
     ``burst_need``: the smallest window room (in rate tokens) a job blocked by
     the burst window needs, so a simulator can wake when the window has slid.
-    ``var``: what the admitted jobs add to the lane's ``reserved_var``.
+    ``var``: what the admitted jobs add to the lane's ``reserved_var``. ``by_tenant``: the tokens
+    admitted per tenant, as ``(tenant, tokens)`` (what their counters and budgets are charged).
 
     Example:
         >>> from lane_plugin.policy import Candidate, LanePolicy, LaneSnapshot
@@ -105,6 +113,8 @@ class Decision:
     parked: tuple[tuple[Candidate, str, str], ...] = ()
     burst_need: int | None = None
     var: int = 0
+    # (derived from ``admitted``: not compared, so a decision equals one built without it)
+    by_tenant: tuple[tuple[str, int], ...] = field(default=(), compare=False)
 
     @property
     def ids(self) -> list[str]:
@@ -165,8 +175,19 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
     # Closed: no lease slot left, or the shadow overfills the window holding the smallest room (rates >= 0);
     # the rest can only be parked or give the head's reason, and with a period nothing is parked.
     closed = leased >= cap
+    # Tenants with a budget (rule 11), and the tokens admitted per tenant in this tick.
+    budgets = {name: t for name, t in snapshot.tenants.items() if t.ceiling is not None}
+    by_tenant: dict[str, int] = {}
     for c in candidates if ordered else order(snapshot, candidates):
         key, est, c_rate, c_var = c.run_key, c.est, c.rate, c.var
+        if budgets and c.tenant in budgets:
+            budget = budgets[c.tenant]
+            if not tenant_room(budget, by_tenant.get(c.tenant, 0), est):  # no shadow: it blocks no other tenant
+                why = None if budget.resets else tenant_unfit_reason(c.tenant, budget, est)
+                if why is not None:
+                    parked.append((c, TENANT_CEILING, why))
+                head_reason = head_reason or TENANT_CEILING
+                continue
         kind = FREE if key is None else FINISH if key in started or key in was_started else START
         need = est + (c.after if kind == START else 0)
         unfit = None
@@ -214,6 +235,7 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
                 leased += 1
                 window += c_rate
                 var += c_var
+                by_tenant[c.tenant] = by_tenant.get(c.tenant, 0) + est
                 if key is not None:  # (kind != FREE)
                     finishing += c.after - (remaining[key] if key in remaining else had.get(key, 0))
                     remaining[key] = c.after
@@ -244,4 +266,5 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
         tuple(parked),
         burst_need,
         var - snapshot.reserved_var,
+        tuple(by_tenant.items()),
     )

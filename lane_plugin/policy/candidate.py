@@ -22,7 +22,8 @@ class Candidate:
     ``after`` is what its run is expected to still need once it is admitted
     (:func:`lane_plugin.policy.reserve.fit_runs`); ``prio`` its stored place in the
     order (computed by :func:`lane_plugin.policy.order.priority` when None); ``var``
-    the variance of its ``actual - est`` (``job.est_var``: its estimator's spread; 0 unknown).
+    the variance of its ``actual - est`` (``job.est_var``: its estimator's spread; 0 unknown);
+    ``tenant`` who it belongs to inside its lane (:mod:`lane_plugin.policy.fairness`).
 
     Example:
         >>> Candidate("j1", est=300, waiting_since=0.0).rate, Candidate("j2", 300, 0.0, rate_cost=800).rate
@@ -38,6 +39,7 @@ class Candidate:
     after: int = 0
     prio: float | None = None
     var: int = 0
+    tenant: str = "default"
 
     @property
     def rate(self) -> int:

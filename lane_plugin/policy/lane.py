@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .defaults import LANE_DEFAULTS
+from .fairness import TenantState
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,9 @@ class LaneSnapshot:
     reserve of the runs of the candidates (runs absent hold none); ``resets``
     whether the lane has a period (a job that does not fit now may after it);
     ``drift``, ``overrun`` and ``spread`` the lane's learned drift allowance
-    (:func:`lane_plugin.policy.drift.fit_drift`; 1.0, 0 and 0: none).
+    (:func:`lane_plugin.policy.drift.fit_drift`; 1.0, 0 and 0: none); ``tenants`` the lane's
+    tenants with jobs among the candidates (:class:`lane_plugin.policy.fairness.TenantState`: counters,
+    weights, budgets; a tenant absent has weight 1 and no budget).
 
     Example:
         >>> s = LaneSnapshot(LanePolicy(ceiling=1_000), spent=600, reserved=300, leased=2, window_used=0, now=0.0)
@@ -94,3 +97,4 @@ class LaneSnapshot:
     drift: float = 1.0
     overrun: int = 0
     spread: int = 0
+    tenants: Mapping[str, TenantState] = field(default_factory=dict)

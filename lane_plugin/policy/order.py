@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .candidate import Candidate
+from .fairness import fair_order
 from .lane import LanePolicy, LaneSnapshot
 
 
@@ -56,6 +57,9 @@ def priority(
 def order(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> list[Candidate]:
     """Admission order: ascending priority (a candidate's stored ``prio``, else :func:`priority`), ties by id.
 
+    Candidates of several tenants: each tenant's in that order, the tenants merged fairly by tokens
+    (:func:`lane_plugin.policy.fairness.fair_order`).
+
     Example:
         >>> s = LaneSnapshot(LanePolicy(ceiling=1_000, burst_tokens=500), 0, 0, 0, 0, now=0.0)
         >>> [c.id for c in order(s, [Candidate("big", 400, 0.0), Candidate("small", 10, 5.0)])]
@@ -66,4 +70,4 @@ def order(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> list[Candi
     def key(c: Candidate) -> tuple[float, str]:
         return (priority(p, c.est, c.waiting_since) if c.prio is None else c.prio, c.id)
 
-    return sorted(candidates, key=key)
+    return fair_order(snapshot.tenants, candidates, key, snapshot.now)

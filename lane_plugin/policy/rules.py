@@ -21,6 +21,8 @@ HEADROOM = "headroom"
 RESERVE = "reserve"
 START_LIMIT = "start_limit"
 BURST = "burst"
+# A job its tenant's budget keeps out (lane_plugin.policy.fairness): it holds no shadow, blocks no other tenant.
+TENANT_CEILING = "tenant_ceiling"
 # drift.capped's 5% as an integer percentage (floor(ceiling * 5 / 100)).
 _CAP_PERCENT = round(DRIFT_CAP_FRACTION * 100)
 

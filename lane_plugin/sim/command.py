@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -16,8 +17,9 @@ import typer
 from ..errors import TraceError
 from .config import PERIODS, SimConfig
 from .engine import simulate as run_policies
-from .policies import POLICIES
+from .policies import ONE_QUEUE, POLICIES
 from .readers import MAX_TOKENS, OUTPUT_ALLOWANCE, load_trace
+from .tenants import assign_by_hash, parse_tenants
 from .traffic import MIXES, from_ledger, generate
 
 LANE_FIELDS = (
@@ -67,16 +69,18 @@ def _fail(msg: str) -> typer.Exit:
 
 
 def _lane_settings(url: Optional[str], name: str) -> dict:
-    """The policy fields of an existing lane, read through the ledger."""
+    """The policy fields of an existing lane, and its tenants' weights, read through the ledger."""
     from ..ledger import Ledger
 
     ledger = Ledger(url, create=False)  # a read: a typo in --db must not leave an empty ledger behind
     try:
         row = ledger.lane(name)
+        weights = tuple((t["tenant"], t["weight"]) for t in ledger.tenants(name))
     finally:
         ledger.close()
     out = {f: getattr(row, f) for f in LANE_FIELDS}
     out["period_seconds"] = PERIODS.get(row.period)
+    out["tenant_weights"] = weights
     return out
 
 
@@ -112,6 +116,13 @@ def simulate(
     ),
     stages: int = typer.Option(3, "--stages", help="Generator: jobs per pipeline run (same run_key)."),
     median: float = typer.Option(1_000.0, "--median", help="Generator: median estimate in tokens."),
+    tenants: Optional[str] = typer.Option(
+        None, "--tenants", metavar="NAME:WEIGHT:SHARE,...",
+        help="Tenants sharing the lane, e.g. backfill:1:0.9,interactive:4:0.1: the generator draws each run's "
+        "by SHARE; a trace without a tenant column gets them by hashing each run key (else row number); "
+        "WEIGHT is the tenant's weight. Adds today's order (lane-one-queue) as a baseline row and per-tenant "
+        "figures.", show_default=False,
+    ),
     from_ledger_: bool = typer.Option(
         False, "--from-ledger", help="Replay the settled jobs of the last --days days of the ledger at --db."
     ),
@@ -242,19 +253,25 @@ def simulate(
     if "ceiling" in settings and "allowance" not in settings:
         settings["allowance"] = max(settings["ceiling"], int(settings["ceiling"] / 0.8))
     try:
+        tenant_spec = parse_tenants(tenants) if tenants is not None else None
         cfg = SimConfig(
             **settings, workers=workers, service_base=service_base, service_per_token=service_per_token,
             service_per_output_token=service_per_output_token, sleep_seconds=sleep_seconds, sleep_every=sleep_every,
             preflight=preflight, deadline=deadline, count_slots=count_slots, horizon=horizon,
             starve_after=starve_after, chain=chain, estimator=estimator, warmup=warmup,
         )  # fmt: skip
+        if tenant_spec is not None:  # --tenants' weights, over those of the --lane's tenants
+            cfg = replace(cfg, tenant_weights=tuple((n, w) for n, w, _ in tenant_spec))
         if trace is not None:
             tr = load_trace(trace, output_allowance=output_allowance, max_tokens=max_tokens)
         elif from_ledger_:
             tr = from_ledger(url, days)
         else:
             tr = generate(jobs, mix=mix, drift=drift, noise=noise, seed=seed, days=days, stages=stages,
-                          median=median)  # fmt: skip
+                          median=median, tenants=tenant_spec)  # fmt: skip
+        if tenant_spec is not None and all(t is None for t in tr.tenant):
+            assigned: list[str | None] = list(assign_by_hash([rk or str(i) for i, rk in enumerate(tr.run_key)], tenant_spec))
+            tr.tenant = assigned
         if estimator is not None:
             from .estimating import OnlineEstimator
 
@@ -264,6 +281,8 @@ def simulate(
     except Exception as exc:  # noqa: BLE001 - e.g. the ledger database cannot be read
         raise _fail(f"cannot read traffic: {exc}") from None
 
+    if len(set(tr.tenant)) > 1 and "lane" in names and ONE_QUEUE not in names:
+        names.insert(names.index("lane"), ONE_QUEUE)  # today's order, the baseline of the fair one
     from . import report as sim_report
     from .progress import ProgressBar
 

@@ -59,6 +59,7 @@ class SimConfig:
     chain: bool = True
     estimator: str | None = None
     warmup: int = 200
+    tenant_weights: tuple[tuple[str, float], ...] = ()  # (tenant, weight); a tenant not named has weight 1
 
     def __post_init__(self) -> None:
         positive = ("ceiling", "allowance", "burst_tokens", "max_leased", "max_attempts", "workers", "lease_seconds")

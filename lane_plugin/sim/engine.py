@@ -51,8 +51,9 @@ from .config import PERIODS, SimConfig, refused_at_intake
 from .estimating import OnlineEstimator, figures
 from .gcpause import paused_gc
 from .meter import OverBurst
-from .policies import POLICIES, USES_EST_HEAP, LaneQueue
+from .policies import EXTRA_POLICIES, LANE_POLICIES, POLICIES, USES_EST_HEAP, LaneQueue, policy_named
 from .results import SimResult, collect, percentile
+from .tenants import TenantBook
 from .traffic import Trace
 from .window import RateWindow
 
@@ -74,10 +75,11 @@ class Sim:
 
     def __init__(self, trace: Trace, cfg: SimConfig, policy: str, *, refused: list[bool] | None = None,
                  record: bool = False, runs: Runs | None = None, progress: Progress | None = None) -> None:
-        if policy not in POLICIES:
-            raise ValueError(f"policy={policy!r} is not one of {', '.join(POLICIES)}")
+        select = policy_named(policy)
+        if select is None:
+            raise ValueError(f"policy={policy!r} is not one of {', '.join([*POLICIES, *EXTRA_POLICIES])}")
         self.trace, self.cfg, self.policy, self.record, self.progress = trace, cfg, policy, record, progress
-        self._select = POLICIES[policy]
+        self._select = select
         n = len(trace)
         self.n = n
         # With an estimator, each job's est (and est_var, its spread) is set when it is submitted.
@@ -101,7 +103,7 @@ class Sim:
         self.age: list[tuple[float, int]] = []  # waiting jobs by (submitted, index)
         self.by_est: list[tuple[int, int]] = []  # waiting jobs by (est, index)
         self._use_age = policy in ("count", "token-fifo") or cfg.deadline is not None  # kept only where read
-        self._use_est = policy in USES_EST_HEAP and (policy != "lane" or bool(cfg.period_seconds))  # (a lane: skip)
+        self._use_est = policy in USES_EST_HEAP and (policy not in LANE_POLICIES or bool(cfg.period_seconds))  # (a lane: skip)
         self.spent = self.reserved = self.leased = 0
         # The burst window every policy obeys (rate_cost, sliding) and what it measures.
         self.window = RateWindow(cfg.window_seconds)
@@ -133,7 +135,10 @@ class Sim:
         self.series_t: list[float] = []
         self.series_spent: list[int] = []
         self.log: list[tuple] = []
-        self.lane_queue = LaneQueue(self) if policy == "lane" else None
+        self.lane_queue = LaneQueue(self) if policy in LANE_POLICIES else None
+        # Several tenants in the trace: their counters (the lane policy orders by them; every policy is measured).
+        book = TenantBook(trace.tenant, dict(cfg.tenant_weights)) if len(set(trace.tenant)) > 1 else None
+        self.tenants = book if book is not None and book.several else None
 
     # -- views the policies use -------------------------------------------------
     def job_id(self, j: int) -> str:
@@ -194,6 +199,8 @@ class Sim:
             heappush(self.by_est, (self.est[j], j))
         if self.lane_queue is not None:
             self.lane_queue.push(j)
+        if self.tenants is not None:  # after the push: the lane queue places the job (and learns its estimate) first
+            self.tenants.wait(j, self.lane_queue.prio(j) if self.lane_queue is not None else 0.0)
 
     def _roll(self, t: float) -> None:
         cfg = self.cfg
@@ -222,6 +229,8 @@ class Sim:
     def _lease(self, j: int, t: float) -> None:
         est, rc = self.est[j], self.rate[j]
         self.state[j] = LEASED
+        if self.tenants is not None:
+            self.tenants.lease(j, est)
         self.lease_no[j] += 1
         self.n_waiting -= 1
         self.leased += 1
@@ -255,6 +264,8 @@ class Sim:
             self.window.true_up(self._charges.pop(j, None), actual)
         self.spent, self.total_spent = self.spent + actual, self.total_spent + actual
         self.done += 1
+        if self.tenants is not None:
+            self.tenants.settle(j, self.est[j], actual)
         if self.lane_queue is not None:  # what the drift allowance learns from (the ledger's settlements)
             self.lane_queue.settle(self.est[j], actual)
         self.series_t.append(t)
@@ -268,6 +279,8 @@ class Sim:
     def park(self, j: int, t: float) -> None:
         """A waiting job leaves the queue for the tail (past its deadline, or a policy parks it)."""
         self.n_waiting -= 1
+        if self.tenants is not None:
+            self.tenants.leave(j)
         self._park(j, t)
 
     def _park(self, j: int, t: float) -> None:
@@ -308,12 +321,14 @@ class Sim:
     def _tick(self, t: float) -> int:
         if self.n_waiting <= 0 or self.leased >= self.cap:
             return 0  # the policy could not admit anything: the ledger's tick is a no-op
+        if self.tenants is not None:
+            self.tenants.tick()
         admitted, need = self._select(self, t)
         for j in admitted:
             self._lease(j, t)
         if self.record:
             self.log.append(("tick", t, [self.job_id(j) for j in admitted]))
-        if not admitted and self.policy == "lane" and self.stopped(t):
+        if not admitted and self.policy in LANE_POLICIES and self.stopped(t):
             self._wake_worker_at(t)  # the preflight passes again when the worker wakes
         if need:  # the window kept a job of `need` rate tokens out: tick again when it has room
             nxt = self.window.free_at(t, self.cfg.burst_tokens - need)
@@ -424,7 +439,8 @@ def simulate(trace: Trace, cfg: SimConfig, policies: list[str] | tuple[str, ...]
     Args:
         trace: the traffic (see :mod:`lane_plugin.sim.traffic`).
         cfg: the lane and the worker.
-        policies: names from :data:`lane_plugin.sim.policies.POLICIES`.
+        policies: names from :data:`lane_plugin.sim.policies.POLICIES`, or ``lane-one-queue`` (the ledger's
+            policy with the trace's tenants ignored: today's order, the baseline of the fair one).
         record: keep an event log (submit/tick/settle/expire/park) per policy.
         progress: called now and then with the running :class:`Sim` and its clock.
 
@@ -434,9 +450,9 @@ def simulate(trace: Trace, cfg: SimConfig, policies: list[str] | tuple[str, ...]
         >>> res[0].policy, res[0].over_ceiling
         ('lane', 0)
     """
-    unknown = [p for p in policies if p not in POLICIES]
+    unknown = [p for p in policies if policy_named(p) is None]
     if unknown:
-        raise ValueError(f"policy={unknown[0]!r} is not one of {', '.join(POLICIES)}")
+        raise ValueError(f"policy={unknown[0]!r} is not one of {', '.join([*POLICIES, *EXTRA_POLICIES])}")
     if not len(trace):
         raise ValueError("trace has no jobs")
     refused = refused_at_intake(trace, cfg)

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from ..policy import Candidate
 from ..policy.drift import DRIFT_SAMPLE, drift_cap, fit_drift_arrays
 from ..policy.order import priority
+from ..policy.fairness import DEFAULT_TENANT
 from ..policy.sizeclass import SIZE_CLASS_SAMPLE, size_class_boundary
 from .runs import RunBook
 
@@ -43,6 +44,7 @@ class Sim(Protocol):
     window: Any
     lane_queue: Any
     trace: Any
+    tenants: Any
 
     def candidate(self, j: int) -> Candidate: ...
 
@@ -268,4 +270,5 @@ def candidate_for(sim: Sim, j: int) -> Candidate:
     """The ``lane`` policy's view of waiting job ``j`` (its id sorts like its index)."""
     q, tr = sim.lane_queue, sim.trace
     return Candidate(sim.job_id(j), sim.est[j], sim.waiting_since[j], tr.run_key[j], sim.rate[j], tr.stage[j],
-                     q.runs.after(tr.stage[j]) if tr.run_key[j] is not None else 0, q.prio(j), sim.var[j])  # fmt: skip
+                     q.runs.after(tr.stage[j]) if tr.run_key[j] is not None else 0, q.prio(j), sim.var[j],
+                     tr.tenant[j] or DEFAULT_TENANT)  # fmt: skip

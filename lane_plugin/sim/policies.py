@@ -31,6 +31,7 @@ on it.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from heapq import heappop
 
 from ..policy import LaneSnapshot, admit
@@ -84,7 +85,12 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         finishing=book.finishing, run_remaining=book,  # type: ignore[arg-type]
         resets=resets, reserved_var=sim.reserved_var, drift=q.drift, overrun=q.overrun, spread=q.spread,
     )  # fmt: skip
-    decision = admit(snap, q.head(max(cfg.max_leased - sim.leased, 0) + HEAD_SLACK, seen), ordered=True)
+    k = max(cfg.max_leased - sim.leased, 0) + HEAD_SLACK
+    if sim.tenants is not None and sim.policy == "lane":  # several tenants: the head of each one's queue, merged fairly by admit
+        tenants = sim.tenants
+        decision = admit(replace(snap, tenants=tenants.states()), _tenant_heads(sim, q, k, seen))
+    else:
+        decision = admit(snap, q.head(k, seen), ordered=True)
     if decision.admitted or decision.parked:
         admitted = [int(c.id[1:]) for c in decision.admitted]  # sim.index_of
         parked = [sim.index_of(c) for c, _, _ in decision.parked]
@@ -99,6 +105,34 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     if now - book.profile_at >= REFIT_SECONDS:  # book.due(now)
         q.refit(now)
     return admitted, decision.burst_need or 0
+
+
+# Several tenants: the head of each backlogged tenant's queue, ``k`` jobs (or all it has waiting), as the store
+# reads ix_job_tenant_queue tenant by tenant. The lane's merged head is read first, at most this many times
+# ``k`` entries (it also drops the stale entries there); a tenant it is short of is read from its own queue.
+TENANT_SCAN = 4
+
+
+def _tenant_heads(sim: Sim, q: LaneQueue, k: int, seen: list) -> list:
+    book = sim.tenants
+    want = {t: min(k, n) for t, n in book.waiting.items() if n > 0}
+    got: dict[str, list] = {t: [] for t in want}
+    left = len(want)
+    for i, c in enumerate(q.head(k * TENANT_SCAN, seen)):
+        mine = got.get(c.tenant)
+        if mine is not None and len(mine) < want[c.tenant]:
+            mine.append(c)
+            left -= len(mine) == want[c.tenant]
+            if not left:
+                break
+        if i + 1 >= k * TENANT_SCAN:
+            break
+    out = []
+    for t, mine in got.items():
+        if len(mine) < want[t]:  # deeper than the merged head read: the tenant's own queue
+            mine = [q.candidate(j) for j in book.head(t, want[t], WAITING, sim.state)]
+        out += mine
+    return out
 
 
 def _none_unfit(sim: Sim, q: LaneQueue) -> bool:
@@ -225,4 +259,14 @@ POLICIES = {
     "smallest-first": select_smallest_first,
     "lane": select_lane,
 }
-USES_EST_HEAP = {"smallest-first", "lane"}
+# With several tenants in the trace, ``lane simulate`` adds today's order as a baseline beside ``lane``: the
+# ledger's policy with the tenants ignored (one queue, first come by priority: what a lane did before tenants).
+ONE_QUEUE = "lane-one-queue"
+LANE_POLICIES = {"lane", ONE_QUEUE}
+EXTRA_POLICIES = {ONE_QUEUE: select_lane}
+
+
+def policy_named(name: str):
+    """The select function of ``name`` (read at each call: tests may patch :data:`POLICIES`), or None."""
+    return POLICIES.get(name) or EXTRA_POLICIES.get(name)
+USES_EST_HEAP = {"smallest-first", "lane", ONE_QUEUE}

@@ -185,6 +185,7 @@ def _read_est(rows: _Rows) -> Trace:
             rate_cost=r.tokens("rate_cost", optional=True, minimum=1),
             input_tokens=r.tokens("input_tokens", optional=True),
             output_tokens=r.tokens("output_tokens", optional=True),
+            tenant=r.raw("tenant") or None,
         )
     return trace
 
@@ -222,6 +223,7 @@ def _read_calls(rows: _Rows, fmt: str, output_allowance: int, max_tokens: int) -
             t, (r.raw("stage") if fmt == "tokens" else "") or "call", est, inp + out,
             (r.raw("run_key") or None) if fmt == "tokens" else None,
             rate_cost=rate if rate is not None else inp + max_tokens, input_tokens=inp, output_tokens=out,
+            tenant=(r.raw("tenant") or None) if fmt == "tokens" else None,
         )  # fmt: skip
     if fmt in ("azure", "mooncake") and stamps:
         t0 = min(stamps)
@@ -231,7 +233,8 @@ def _read_calls(rows: _Rows, fmt: str, output_allowance: int, max_tokens: int) -
 
 def write_csv(trace: Trace, path: str | Path) -> None:
     """Write a trace in the ``est`` format (every column it has), which :func:`load_trace` reads back."""
-    extra = [c for c in ("rate_cost", "input_tokens", "output_tokens") if any(v is not None for v in getattr(trace, c))]
+    extra = [c for c in ("rate_cost", "input_tokens", "output_tokens", "tenant")
+             if any(v is not None for v in getattr(trace, c))]  # fmt: skip
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["arrival_s", "stage", "est", "actual", "run_key", *extra])

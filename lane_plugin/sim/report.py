@@ -194,9 +194,31 @@ def print_table(trace: Trace, cfg: SimConfig, results: list[SimResult], wall: fl
                 f"under-estimated, {e['overspend_share']:.1%} of tokens beyond estimates, p90 ratio "
                 f"{e['p90_ratio']:.2f}, over {e['jobs']:,} jobs after {e['warmup']} of their stage settled."
             )  # fmt: skip
+    for line in tenant_lines(results):
+        lines += wrap.wrap(line) if line else [line]
     jobs = sum(r.jobs for r in results)
     lines.append(f"simulated {jobs:,} job-runs in {wall:.2f} s: {jobs / max(wall, 1e-9):,.0f} jobs/s")
     print("\n".join(lines), file=file)
+
+
+def tenant_lines(results: list[SimResult]) -> list[str]:
+    """Per policy, per tenant: share of the tokens, waits, runs finished; and the lane's fairness (the largest
+    weighted-service gap between two backlogged tenants, Jain's index while several were backlogged)."""
+    if not any(r.tenants for r in results):
+        return []
+    out = ["", "tenants (share of tokens settled; wait p50/p99; runs finished) and fairness (largest "
+           "weighted-service gap between two backlogged tenants; Jain's index, 1 = fair):"]
+    for r in results:
+        if not r.tenants:
+            continue
+        each = "; ".join(
+            f"{name} (w {t['weight']:g}) {t['share']:.0%}, {fmt_seconds(t['wait_p50'])}/{fmt_seconds(t['wait_p99'])}, "
+            f"{t['runs_finished']:,}/{t['runs']:,}"
+            for name, t in sorted(r.tenants.items())
+        )  # fmt: skip
+        jain = "-" if r.jain is None else f"{r.jain:.3f}"
+        out.append(f"  {r.policy}: {each}; gap {fmt_tokens(round(r.fair_gap or 0))}, Jain {jain}")
+    return out
 
 
 def _thin(xs: list, ys: list, most: int = 4_000) -> tuple[list, list]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .chains import FUTURE, PARKED, REFUSED
+from .chains import DONE, FUTURE, PARKED, REFUSED
 from .traffic import Trace
 
 INF = math.inf
@@ -62,6 +62,11 @@ class SimResult:
     end_s: float = 0.0
     stalled: bool = False
     estimator: dict | None = None  # with --estimator: its figures over this policy's run (estimating.figures)
+    # Several tenants in the trace (lane_plugin.sim.tenants): per tenant tokens served, waits p50/p99 and
+    # runs finished; the largest weighted-service gap between two backlogged tenants; Jain's index.
+    tenants: dict | None = None
+    fair_gap: float | None = None
+    jain: float | None = None
     series_t: list[float] = field(default_factory=list, repr=False)
     series_spent: list[int] = field(default_factory=list, repr=False)
     waits: list[float | None] = field(default_factory=list, repr=False)
@@ -122,6 +127,7 @@ def collect(sim, end: float, wall: float) -> SimResult:
     span = max(end - sim.t0, 1e-9)
     runs = sim.runs.figures(state, admitted_at, sim.trace.actual)
     used, periods = budget_used(sim)
+    per_tenant = tenant_figures(sim, waits) if sim.tenants is not None else None
     return SimResult(
         policy=sim.policy,
         jobs=jobs,
@@ -158,8 +164,37 @@ def collect(sim, end: float, wall: float) -> SimResult:
         series_spent=sim.series_spent,
         waits=waits,
         log=sim.log,
+        tenants=per_tenant,
+        fair_gap=sim.tenants.gap if sim.tenants is not None else None,
+        jain=sim.tenants.jain() if sim.tenants is not None else None,
         **runs,
     )
+
+
+def tenant_figures(sim, waits: list[float | None]) -> dict:
+    """Per tenant: tokens served (settled), waits p50/p99 (of the jobs admitted), runs finished of runs."""
+    book, state, run_key = sim.tenants, sim.state, sim.trace.run_key
+    out: dict = {}
+    runs: dict[str, tuple[str, bool]] = {}
+    for j in range(sim.n):
+        name = book.of[j]
+        t = out.setdefault(name, {"weight": book.weights[name], "jobs": 0, "tokens": book.tokens[name], "waits": []})
+        t["jobs"] += 1
+        if waits[j] is not None and sim.admitted_at[j] >= 0:
+            t["waits"].append(waits[j])
+        rk = run_key[j]
+        if rk is not None:
+            _, ok = runs.get(rk, (name, True))
+            runs[rk] = (name, ok and state[j] == DONE)
+    for name, t in out.items():
+        w = t.pop("waits")
+        t["wait_p50"], t["wait_p99"] = percentile(w, 0.5), percentile(w, 0.99)
+        mine = [ok for n, ok in runs.values() if n == name]
+        t["runs"], t["runs_finished"] = len(mine), sum(mine)
+    total = sum(t["tokens"] for t in out.values()) or 1
+    for t in out.values():
+        t["share"] = t["tokens"] / total
+    return out
 
 
 def budget_used(sim) -> tuple[float, int]:

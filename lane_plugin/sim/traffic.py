@@ -23,7 +23,7 @@ STAGE_NAMES = ("draft", "refine", "summarize", "review", "publish")
 MAX_JOBS = 10_000_000  # generated jobs: ~0.55 kB each (125 MB RSS at 100,000), so ~6 GB and an hour here
 
 
-PER_JOB = ("arrival", "stage", "est", "actual", "run_key", "rate_cost", "input_tokens", "output_tokens")
+PER_JOB = ("arrival", "stage", "est", "actual", "run_key", "rate_cost", "input_tokens", "output_tokens", "tenant")
 
 
 @dataclass
@@ -51,6 +51,7 @@ class Trace:
     source: str = ""
     input_tokens: list[int | None] = field(default_factory=list)
     output_tokens: list[int | None] = field(default_factory=list)
+    tenant: list[str | None] = field(default_factory=list)  # who the job belongs to in its lane (None: default)
 
     def __len__(self) -> int:
         return len(self.arrival)
@@ -66,6 +67,7 @@ class Trace:
         *,
         input_tokens: int | None = None,
         output_tokens: int | None = None,
+        tenant: str | None = None,
     ) -> None:
         """Append one job (call :meth:`sort` afterwards if arrivals are unordered)."""
         self.arrival.append(float(arrival))
@@ -76,6 +78,7 @@ class Trace:
         self.rate_cost.append(None if rate_cost is None else int(rate_cost))
         self.input_tokens.append(None if input_tokens is None else int(input_tokens))
         self.output_tokens.append(None if output_tokens is None else int(output_tokens))
+        self.tenant.append(tenant)
 
     def sort(self) -> Trace:
         """Order jobs by arrival time (stable: ties keep their input order)."""
@@ -119,6 +122,7 @@ def generate(
     stage_gap: float = 30.0,
     median: float = 1000.0,
     max_est: int | None = None,
+    tenants: list[tuple[str, float, float]] | None = None,
 ) -> Trace:
     """Generate pipeline traffic: Poisson runs of ``stages`` jobs each.
 
@@ -139,6 +143,8 @@ def generate(
         stage_gap: recorded seconds between stages of one run (unchained replay only).
         median: median estimate in tokens.
         max_est: clip estimates to this (e.g. the lane's burst), or None.
+        tenants: ``[(name, weight, share)]`` (:func:`lane_plugin.sim.tenants.parse_tenants`): each run
+            belongs to one, drawn by share; the weights go to the simulation's settings.
     """
     if not 0 < jobs <= MAX_JOBS:  # an extra zero in --jobs ran the machine out of memory
         raise TraceError(f"jobs={jobs} must be > 0 and at most {MAX_JOBS:,}")
@@ -158,14 +164,17 @@ def generate(
     trace = Trace(source=f"generated: {jobs} jobs, {mix}, drift {drift}, seed {seed}, {days:g} days")
     t = 0.0
     made = 0
+    from .tenants import pick
+
     for r in range(runs):
         t += rng.expovariate(1.0 / mean_gap) if r else 0.0
+        tenant = pick(tenants, rng.random()) if tenants else None
         for k in range(min(stages, jobs - made)):
             est = max(1, int(round(_draw_est(rng, mix, median))))
             if max_est is not None:
                 est = min(est, max_est)
             actual = max(0, int(round(est * drift * rng.lognormvariate(mu, noise))))
-            trace.add(t + k * stage_gap, STAGE_NAMES[k % len(STAGE_NAMES)], est, actual, f"r{r}")
+            trace.add(t + k * stage_gap, STAGE_NAMES[k % len(STAGE_NAMES)], est, actual, f"r{r}", tenant=tenant)
             made += 1
     return trace.sort()
 
@@ -193,5 +202,5 @@ def from_ledger(url: str | None, days: float) -> Trace:
     trace = Trace(source=f"ledger {ledger.url}, last {days:g} days")
     for r in rows:
         trace.add(float(r["created_at"]) - t0, r["stage"], max(1, int(r["est"])), int(r["actual"] or 0), r.get("run_key"),
-                  r.get("rate_cost"))  # fmt: skip
+                  r.get("rate_cost"), tenant=r.get("tenant"))  # fmt: skip
     return trace.sort()

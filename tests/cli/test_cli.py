@@ -125,3 +125,27 @@ def test_rate_cost_and_rate_basis_from_the_shell(run):
     assert p.returncode == 4 and "rate cost 1001 exceeds the lane's burst of 1000" in p.stderr
     p = run("lanes", "set", "free", "--rate-basis", "tokens", check=False)
     assert p.returncode == 2 and "invalid rate_basis 'tokens'" in p.stderr
+
+
+def test_tenants_list_set_and_refuse(run):
+    """`lane tenants`: weights and budgets per tenant of a lane; bad weight, unknown lane and a typo refused."""
+    run("submit", "--stage", "s", "--est", "100", "--tenant", "interactive")
+    run("submit", "--stage", "s", "--est", "100", "--tenant", "backfill")
+    out = run("tenants", "set", "free", "interactive", "--weight", "4", "--ceiling", "2000000", "--period", "daily")
+    assert "weight 4" in out.stdout and "ceiling 2,000,000 (daily)" in out.stdout
+    rows = {t["tenant"]: t for t in json.loads(run("tenants", "free", "--json").stdout)}
+    assert (rows["interactive"]["weight"], rows["interactive"]["ceiling"], rows["interactive"]["waiting"]) == (4.0, 2_000_000, 1)
+    assert rows["backfill"]["weight"] == 1.0 and rows["backfill"]["ceiling"] is None
+    assert "interactive" in run("tenants").stdout and "tenant interactive" not in run("tenants").stdout
+    typo = run("tenants", "set", "free", "interactiv", "--weight", "2", check=False)
+    assert typo.returncode == 2 and "did you mean 'interactive'?" in typo.stderr and "--create" in typo.stderr
+    assert run("tenants", "set", "free", "nightly", "--create", "--weight", "2").returncode == 0
+    for weight in ("0", "-1", "1001", "nan"):
+        bad = run("tenants", "set", "free", "backfill", "--weight", weight, check=False)
+        assert bad.returncode == 2 and f"invalid weight" in bad.stderr, bad.stderr
+    lane = run("tenants", "set", "fre", "backfill", "--weight", "2", check=False)
+    assert lane.returncode == 3 and "unknown lane 'fre'" in lane.stderr and "did you mean 'free'?" in lane.stderr
+    assert run("tenants", "fre", check=False).returncode == 3
+    both = run("tenants", "set", "free", "backfill", "--ceiling", "5", "--no-ceiling", check=False)
+    assert both.returncode == 2 and "--no-ceiling" in both.stderr
+    assert run("audit").stdout.strip() == "ledger sound: I1-I6 hold"

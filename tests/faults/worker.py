@@ -207,5 +207,42 @@ def prefect_flow(url: str, lane: str, n: str, est: str, out: str) -> None:
             _out(out, outcome="unclear", detail=_err(exc))
 
 
+def tenant_ops(url: str, lane: str, seed: str, seconds: str, out: str, go: str) -> None:
+    """Random operations on a lane shared by three tenants, one with a budget: submit, tick, settle (at most
+    the estimate, so the budget's spent + reserved is exact), reap. Counts what it did; the parent may
+    SIGKILL it at any point (holding leases, inside a transaction)."""
+    from lane_plugin import Ledger
+
+    rng = random.Random(int(seed))
+    led = Ledger(url, retry_for=60.0)
+    led.lane(lane)  # connect and check the schema before the start signal
+    Path(out + ".ready").touch()
+    _wait_for(go)
+    held: list = []
+    done = {"submit": 0, "tick": 0, "settle": 0, "reap": 0}
+    errors: list[str] = []
+    end = time.monotonic() + float(seconds)
+    while time.monotonic() < end:
+        try:
+            op = rng.random()
+            if op < 0.4:
+                led.submit("t", rng.randint(50, 300), lane, tenant=rng.choice(["capped", "capped", "other", "third"]))
+                done["submit"] += 1
+            elif op < 0.7:
+                held += led.tick(lane)
+                done["tick"] += 1
+            elif op < 0.97 and held:
+                lease = held.pop(rng.randrange(len(held)))
+                led.settle(lease, rng.randint(lease.est // 2, lease.est))
+                done["settle"] += 1
+            else:
+                led.reap()
+                done["reap"] += 1
+        except Exception as exc:  # lost leases after a reap are expected; anything else is reported
+            errors.append(_err(exc))
+        _out(out, **done) if sum(done.values()) % 50 == 0 else None
+    _out(out, **done, errors=errors[:20])
+
+
 if __name__ == "__main__":
     globals()[sys.argv[1]](*sys.argv[2:])

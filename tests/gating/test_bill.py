@@ -61,6 +61,7 @@ def test_a_completed_run_carries_its_bill_linked_to_it_without_user_code(ledger)
     d, c = rows["draft"], rows["critique"]
     assert (d["lane"], d["jobs"], d["estimated"], d["actual"], d["overage"]) == ("free", 3, 300, 330, 30)
     assert d["drift"] == 1.1 and d["billed_by_estimate"] == 0 and d["unsettled"] == 0
+    assert d["tenant"] == c["tenant"] == rows["(all)"]["tenant"] == "pipeline"  # the flow's name (no deployment)
     assert (c["jobs"], c["estimated"], c["actual"], c["billed_by_estimate"]) == (1, 200, 200, 1)
     assert d["wait_p50_s"] is not None and d["wait_max_s"] >= d["wait_p50_s"] >= 0
     total = rows["(all)"]

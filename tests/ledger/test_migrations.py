@@ -213,7 +213,7 @@ def test_0013_indexes_the_waiting_gated_jobs_of_a_ledger_at_0012_and_downgrades(
 
     led = Ledger(ledger_url, clock=clock)
     try:
-        assert led.upgrade() == HEAD_REVISION == "0013"
+        assert led.upgrade() == HEAD_REVISION
         assert "ix_job_gated" in indexes(led)
         assert (gated(led, "free"), gated(led, "paid")) == (True, False)
     finally:
@@ -233,3 +233,36 @@ def test_0013_indexes_the_waiting_gated_jobs_of_a_ledger_at_0012_and_downgrades(
         assert "ix_job_gated" in indexes(led)
     finally:
         led.close()
+
+
+def test_0014_gives_every_job_of_before_the_default_tenant_and_downgrades(ledger_url, clock):
+    """A ledger at 0013 with work waiting: its jobs are tenant 'default' (no row yet: weight 1, no budget),
+    admission leases them as before, and new tenants share the lane; the downgrade drops it all."""
+    from lane_plugin.ledger.db import Database
+    from lane_plugin.ledger.schema import upgrade
+    from lane_plugin.ledger.url import parse_url
+
+    db = Database(parse_url(ledger_url))
+    upgrade(db, "0013")
+    db._checked = True
+    db.transaction(lambda cur: cur.execute(
+        "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, created_at, "
+        "wait_since) values ('old', 'free', 's', 100, 0, 'new', 1, 0, 0, :t, :t)", {"t": clock.t}))  # fmt: skip
+    db.close()
+    led = Ledger(ledger_url, clock=clock)
+    try:
+        assert led.upgrade() == HEAD_REVISION
+        assert led.job("old")["tenant"] == "default"
+        assert [(t["tenant"], t["spent"]) for t in led.tenants("free")] == [("default", 0)]
+        new = led.submit("s", 100, "free", tenant="team-a")
+        assert {x.job_id for x in led.tick("free")} == {"old", new}
+        assert [t["tenant"] for t in led.tenants("free")] == ["default", "team-a"]
+        assert led.audit() == []
+    finally:
+        led.close()
+    _downgrade(ledger_url, "0013")
+    probe = Database(parse_url(ledger_url))
+    try:
+        assert probe.revision() == "0013"
+    finally:
+        probe.close()

@@ -1,0 +1,98 @@
+"""``lane tenants [LANE]`` and ``lane tenants set LANE TENANT``: who shares a lane, their weights and budgets.
+
+A lane's tenants share it fairly by tokens (:mod:`lane_plugin.policy.fairness`): the backlogged tenant with
+the least weighted service goes next. A weight is a share when backlogged; a ceiling is a budget inside
+the lane's (its spent plus its leased estimates never pass it).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+from typer.core import TyperGroup
+
+from .cli_common import JSON, PLAIN, WIDE, ledger, print_json, print_table
+
+
+class _LaneOrCommand(TyperGroup):
+    """``lane tenants [LANE]`` beside ``lane tenants set ...``: a first word naming a subcommand is that
+    subcommand (the optional LANE would otherwise swallow it), anything else is the LANE."""
+
+    def parse_args(self, ctx, args):  # type: ignore[no-untyped-def]
+        if args and args[0] in self.commands:
+            params = self.params
+            self.params = [p for p in params if p.name != "lane"]
+            try:
+                rest = super().parse_args(ctx, args)
+            finally:
+                self.params = params
+            ctx.params.setdefault("lane", None)
+            return rest
+        ctx.allow_interspersed_args = True  # no subcommand: `lane tenants free --json` as `lane tenants --json free`
+        return super().parse_args(ctx, args)
+
+
+tenants_app = typer.Typer(
+    cls=_LaneOrCommand,
+    help="Show a lane's tenants (weight, budget, spent, reserved, waiting, share of the last hour), or set one's "
+    "weight or budget.",
+    invoke_without_command=True,
+    **PLAIN,
+)
+TENANT_COLUMNS = ["lane", "tenant", "weight", "ceiling", "period", "spent", "reserved", "waiting", "share 1h"]
+
+
+@tenants_app.callback()
+def tenants(
+    ctx: typer.Context,
+    lane: Optional[str] = typer.Argument(None, help="Only this lane's tenants (default: every lane's)."),
+    as_json: bool = JSON,
+    wide: bool = WIDE,
+):
+    """Each tenant: weight, ceiling (and its period), spent, reserved, waiting, and its share of the lane's
+    tokens settled over the last hour."""
+    if ctx.invoked_subcommand:
+        return
+    rows = ledger(create=False).tenants(lane)
+    if as_json:
+        print_json(rows)
+        return
+    table = [
+        [
+            t["lane"], t["tenant"], f"{t['weight']:g}", "-" if t["ceiling"] is None else f"{t['ceiling']:,}",
+            t["period"], f"{t['spent']:,}", f"{t['reserved']:,}", t["waiting"],
+            "-" if t["share_1h"] is None else f"{t['share_1h']:.0%}",
+        ]
+        for t in rows
+    ]  # fmt: skip
+    print_table("tenants", TENANT_COLUMNS, table, wide=wide, right={"weight", "ceiling", "spent", "reserved",
+                                                                    "waiting", "share 1h"})  # fmt: skip
+
+
+@tenants_app.command("set")
+def tenants_set(
+    lane: str = typer.Argument(..., help="The lane (it must exist)."),
+    tenant: str = typer.Argument(..., help="The tenant (a name its jobs are not submitted with is refused unless --create)."),
+    create: bool = typer.Option(False, "--create", help="Add the tenant if the lane has none of that name yet."),
+    weight: Optional[float] = typer.Option(None, help="Its share when backlogged, relative to the others (1 to 1000; default 1)."),
+    ceiling: Optional[int] = typer.Option(None, help="Its budget inside the lane's: spent + reserved never pass it."),
+    no_ceiling: bool = typer.Option(False, "--no-ceiling", help="Remove its budget."),
+    period: Optional[str] = typer.Option(None, help="When its spent resets: none, daily or monthly (UTC)."),
+    as_json: bool = JSON,
+):  # fmt: skip
+    """Give a tenant a weight or a budget, e.g. lane tenants set free interactive --weight 4."""
+    from .errors import InvalidInput
+
+    if no_ceiling and ceiling is not None:
+        raise InvalidInput("ceiling", ceiling, "--ceiling and --no-ceiling contradict each other")
+    t = ledger().set_tenant(lane, tenant, weight=weight, ceiling=ceiling, no_ceiling=no_ceiling, period=period,
+                            create=create)  # fmt: skip
+    if as_json:
+        print_json(t)
+        return
+    budget = "no ceiling" if t["ceiling"] is None else f"ceiling {t['ceiling']:,} ({t['period']}), spent {t['spent']:,}"
+    typer.echo(f"tenant {t['tenant']} of lane {t['lane']}: weight {t['weight']:g}, {budget}")
+
+
+__all__ = ["tenants_app"]

@@ -1,0 +1,206 @@
+"""Tenants of a lane in the store: their rows, their counters, and the head of each one's queue.
+
+The rule is :mod:`lane_plugin.policy.fairness`'s; this module reads and writes what it needs inside the
+admission transaction (under the lane's lock): the lane's tenant rows (a small table, one row per tenant
+of the lane), the head of each tenant's queue (``ix_job_tenant_queue`` / ``ix_job_tenant_gated``), the
+estimates of the lane's leased jobs per tenant (at most ``max_leased`` rows) when a tenant has a budget,
+and, after the decision, each tenant's weighted service and budget re-check. Settlement trues a tenant's
+counter up to the actual and adds it to the tenant's ``spent``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..errors import LaneError
+from ..policy.fairness import TenantState, lift
+from .db import Cursor
+from .lanes import period_start
+
+_TENANT_COLS = "name, weight, served, ceiling, period, period_start, spent, backlogged"
+
+
+@dataclass
+class TenantRow:
+    """A ``tenant`` row as admission reads it (``spent`` as of now: a rolled period counts from 0)."""
+
+    name: str
+    weight: float
+    served: float
+    ceiling: int | None
+    period: str
+    period_start: float
+    spent: int
+    backlogged: bool
+
+    def state(self, reserved: int = 0) -> TenantState:
+        return TenantState(self.weight, self.served, self.ceiling, self.spent, reserved, self.period != "none")
+
+
+def ensure(cur: Cursor, lane: str, names: Iterable[str], now: float) -> None:
+    """Give each tenant a row in ``lane`` (weight 1, no budget) if it has none."""
+    for name in sorted(set(names)):
+        cur.execute("insert into tenant (lane, name, updated_at) values (:l, :n, :now) on conflict do nothing",
+                    {"l": lane, "n": name, "now": now})  # fmt: skip
+
+
+def of_lane(cur: Cursor, lane: str, now: float) -> dict[str, TenantRow]:
+    """The lane's tenants by name; a budget period that rolled over is reset (the lane is locked)."""
+    out: dict[str, TenantRow] = {}
+    for r in cur.all(f"select {_TENANT_COLS} from tenant where lane = :l", {"l": lane}):
+        row = TenantRow(r[0], float(r[1]), float(r[2]), r[3], r[4], float(r[5]), int(r[6]), bool(r[7]))
+        ps = period_start(row.period, now)
+        if row.period != "none" and ps > row.period_start:
+            cur.execute("update tenant set spent = 0, period_start = :ps where lane = :l and name = :n",
+                        {"ps": ps, "l": lane, "n": row.name})  # fmt: skip
+            row.spent, row.period_start = 0, ps
+        out[row.name] = row
+    return out
+
+
+def reserved_of(cur: Cursor, lane: str) -> dict[str, int]:
+    """The estimates of the lane's leased jobs per tenant (at most ``max_leased`` rows, by ix_job_queue)."""
+    rows = cur.all("select tenant, sum(est) from job where lane = :l and state = 'leased' group by tenant", {"l": lane})
+    return {t: int(s or 0) for t, s in rows}
+
+
+def states(cur: Cursor, lane: str, rows: dict[str, TenantRow], backlogged: set[str], now: float) -> dict[str, TenantState]:
+    """The tenants as the policy sees them: returning tenants lifted, backlog flags written, budgets with
+    their leased estimates. Writes only the rows that change."""
+    served = {n: r.served for n, r in rows.items()}
+    was = {n for n, r in rows.items() if r.backlogged}
+    for name, floor in lift(served, was, backlogged).items():
+        cur.execute("update tenant set served = :s where lane = :l and name = :n", {"s": floor, "l": lane, "n": name})
+        rows[name].served = floor
+    for name, row in rows.items():
+        if row.backlogged != (name in backlogged):
+            cur.execute("update tenant set backlogged = :b where lane = :l and name = :n",
+                        {"b": name in backlogged, "l": lane, "n": name})  # fmt: skip
+            row.backlogged = name in backlogged
+    reserved = reserved_of(cur, lane) if any(r.ceiling is not None for r in rows.values()) else {}
+    return {n: r.state(reserved.get(n, 0)) for n, r in rows.items()}
+
+
+def charge(cur: Cursor, lane: str, rows: dict[str, TenantRow], by_tenant: Iterable[tuple[str, int]],
+           reserved_before: dict[str, TenantState], now: float) -> None:  # fmt: skip
+    """After a decision: each tenant's weighted service grows by its admitted tokens / weight; a budget is
+    re-checked by the UPDATE itself (a bug in the policy fails the transaction, never overspends a tenant)."""
+    for name, tokens in by_tenant:
+        row = rows.get(name)
+        if row is None:
+            continue  # a tenant with no row (a job of before migration 0014): weight 1, no budget, not counted
+        state = reserved_before.get(name)
+        cur.execute(
+            "update tenant set served = served + :d, updated_at = :now where lane = :l and name = :n "
+            "and (ceiling is null or spent + :r + :t <= ceiling)",
+            {"d": tokens / row.weight, "now": now, "l": lane, "n": name, "t": tokens,
+             "r": state.reserved if state is not None else 0},
+        )  # fmt: skip
+        if cur.rowcount != 1:
+            raise LaneError(f"admission re-check failed in lane {lane!r}: the policy chose past tenant {name!r}'s ceiling")
+
+
+# Settlement: the tenant's spent (in its period, rolled here as at admission) and its counter trued up to the actual.
+_SETTLE_SQL = (
+    "update tenant set spent = case when period = 'none' or period_start >= "
+    "(case period when 'daily' then :pd else :pm end) then spent + :a else :a end, "
+    "period_start = case period when 'none' then period_start when 'daily' then :pd else :pm end, "
+    "served = served + (:a - :e) / weight where lane = :l and name = :n"
+)
+
+
+# The same in PostgreSQL's one-statement settlement (lane_plugin.ledger.settlement), from its ``j`` (the job's
+# UPDATE ... RETURNING est, est_var, tenant): only if that settled the live lease.
+SETTLE_JOINED_SQL = (
+    _SETTLE_SQL.replace("(:a - :e)", "(:a - j.est)").replace("where lane = :l and name = :n",
+                                                              "from j where tenant.lane = :l and tenant.name = j.tenant")
+)
+
+
+def settle_params(lane: str, tenant: str, actual: int, est: int, now: float) -> dict:
+    return {"pd": period_start("daily", now), "pm": period_start("monthly", now), "a": actual, "e": est,
+            "l": lane, "n": tenant}  # fmt: skip
+
+
+def settle(cur: Cursor, lane: str, tenant: str, *, actual: int, est: int, now: float) -> None:
+    """A settlement of a job of ``tenant`` billed in ``lane``: its spent grows, its counter is trued up."""
+    cur.execute(_SETTLE_SQL, settle_params(lane, tenant, actual, est, now))
+
+
+# -- configuring and listing (``lane tenants``) -----------------------------------------------------------
+
+
+def set_tenant(cur: Cursor, now: float, lane: str, name: str, *, create: bool, weight: float | None,
+               ceiling: int | None, no_ceiling: bool, period: str | None) -> dict:  # fmt: skip
+    """Change (or, with ``create``, add) a tenant of ``lane``; returns its row as :func:`listing` gives it.
+
+    A name the lane has never seen (no row, no job) is refused unless ``create``, suggesting the closest
+    one it has: a typo would otherwise give a weight to a tenant nobody submits as.
+    """
+    import difflib
+
+    from ..errors import InvalidInput
+    from .lanes import lock_lane
+
+    lock_lane(cur, lane)  # UnknownLane; and a budget changes under the lane's lock, as admission reads it
+    known = [r[0] for r in cur.all("select name from tenant where lane = :l order by name", {"l": lane})]
+    if name not in known:
+        if not create:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise InvalidInput("tenant", name, f"lane {lane!r} has no such tenant ({hint}--create adds it; "
+                               f"lane tenants {lane} lists them)")  # fmt: skip
+        ensure(cur, lane, (name,), now)
+    sets: dict = {}
+    if weight is not None:
+        sets["weight"] = float(weight)
+    if no_ceiling:
+        sets["ceiling"] = None
+    elif ceiling is not None:
+        sets["ceiling"] = ceiling
+    if period is not None:  # its spent counts from the start of the new period (I3 per tenant)
+        ps = period_start(period, now)
+        sets["period"], sets["period_start"] = period, ps
+        sets["spent"] = int(cur.scalar(
+            "select coalesce(sum(s.actual), 0) from settlement s join job j on j.id = s.job_id "
+            "where s.lane = :l and j.tenant = :n and s.settled_at >= :p", {"l": lane, "n": name, "p": ps}))  # fmt: skip
+    if sets:
+        assign = ", ".join(f"{k} = :{k}" for k in sets)
+        cur.execute(f"update tenant set {assign}, updated_at = :now where lane = :l and name = :n",
+                    {**sets, "now": now, "l": lane, "n": name})  # fmt: skip
+    return next(t for t in listing(cur, now, lane) if t["tenant"] == name)
+
+
+def listing(cur: Cursor, now: float, lane: str | None = None) -> list[dict]:
+    """Every tenant (of ``lane``): weight, budget, spent, reserved, waiting, counter, and its share of the
+    lane's tokens settled over the last hour (``share_1h``, 0 to 1; None: the lane settled none)."""
+    where, params = ("where lane = :l", {"l": lane}) if lane else ("", {})
+    rows = cur.all(f"select lane, {_TENANT_COLS} from tenant {where} order by lane, name", params)
+    lanes = sorted({r[0] for r in rows})
+    reserved: dict[tuple[str, str], int] = {}
+    waiting: dict[tuple[str, str], int] = {}
+    hour: dict[tuple[str, str], int] = {}
+    for ln in lanes:
+        for t, s in reserved_of(cur, ln).items():
+            reserved[ln, t] = s
+        for t, n in cur.all("select tenant, count(*) from job where lane = :l and state = 'new' group by tenant",
+                            {"l": ln}):  # fmt: skip
+            waiting[ln, t] = int(n)
+        for t, s in cur.all("select j.tenant, sum(s.actual) from settlement s join job j on j.id = s.job_id "
+                            "where s.lane = :l and s.settled_at > :since group by j.tenant",
+                            {"l": ln, "since": now - 3600.0}):  # fmt: skip
+            hour[ln, t] = int(s or 0)
+    out = []
+    for r in rows:
+        ln, name = r[0], r[1]
+        ps = period_start(r[5], now)
+        spent = 0 if r[5] != "none" and ps > float(r[6]) else int(r[7])  # a period that rolled counts from 0
+        lane_hour = sum(v for (x, _), v in hour.items() if x == ln)
+        out.append({
+            "lane": ln, "tenant": name, "weight": float(r[2]), "ceiling": r[4], "period": r[5], "spent": spent,
+            "reserved": reserved.get((ln, name), 0), "waiting": waiting.get((ln, name), 0), "served": float(r[3]),
+            "backlogged": bool(r[8]), "tokens_1h": hour.get((ln, name), 0),
+            "share_1h": hour.get((ln, name), 0) / lane_hour if lane_hour else None,
+        })  # fmt: skip
+    return out

@@ -1,0 +1,130 @@
+"""Tenants of one lane (issue 23): fair order by tokens (VTC), tenant budgets, on SQLite and PostgreSQL."""
+
+import pytest
+
+from lane_plugin.errors import InvalidInput
+
+
+def _lane(led, **settings):
+    return led.set_lane("shared", **{"allowance": 10**9, "ceiling": 10**9, "burst_tokens": 10**8, "max_leased": 4, **settings})
+
+
+def _drain(led, clock, lane="shared", limit=10_000):
+    """Tick and settle (each lease at its estimate) until nothing is left; the leases in order."""
+    order = []
+    while len(order) < limit:
+        leases = led.tick(lane)
+        if not leases:
+            break
+        for lease in leases:
+            order.append(lease)
+            clock.t += 1.0
+            led.settle(lease, lease.est)
+    return order
+
+
+def test_interactive_is_not_stuck_behind_a_backfill(led, clock):
+    """The issue's case: 4 lease slots, 400 backfill jobs of 1,000 tokens, then 5 interactive ones 5 s later:
+    all 5 are leased within the first 20 leases (first come, first served leased them at 401-405)."""
+    _lane(led)
+    for i in range(400):
+        led.submit("summarize", 1_000, "shared", tenant="backfill")
+    first = led.tick("shared")  # the backfill alone: it gets the whole lane (work-conserving)
+    assert [x.tenant for x in first] == ["backfill"] * 4
+    clock.t += 5.0
+    interactive = {led.submit("answer", 1_000, "shared", tenant="interactive") for _ in range(5)}
+    order = list(first)
+    for lease in first:
+        led.settle(lease, lease.est)
+    order += _drain(led, clock, limit=40)
+    positions = [i + 1 for i, lease in enumerate(order) if lease.job_id in interactive]
+    assert len(positions) == 5 and max(positions) <= 20, positions
+    assert led.job(order[positions[0] - 1].job_id)["tenant"] == "interactive"
+    assert led.audit() == []
+
+
+def test_weights_split_the_lane_by_tokens(led, clock):
+    """Weights 3:1, both backlogged: over 80 admissions of equal jobs, 60/20 within a job or two."""
+    _lane(led)
+    led.set_tenant("shared", "big", weight=3)
+    for i in range(100):
+        led.submit("s", 500, "shared", tenant="big")
+        led.submit("s", 500, "shared", tenant="small")
+    order = _drain(led, clock, limit=80)[:80]
+    big = sum(1 for x in order if x.tenant == "big")
+    assert 58 <= big <= 62, big
+
+
+def test_a_returning_tenant_banks_no_credit(led, clock):
+    """A tenant idle while another was served starts at the least counter of those backlogged, not at 0."""
+    _lane(led, max_leased=1)
+    for _ in range(10):
+        led.submit("s", 1_000, "shared", tenant="a")
+    _drain(led, clock)  # a served 10,000 tokens alone
+    for _ in range(6):
+        led.submit("s", 1_000, "shared", tenant="a")
+    led.tick("shared")  # a is backlogged again (its counter the lane's least)
+    for _ in range(6):
+        led.submit("s", 1_000, "shared", tenant="b")
+    rest = _drain(led, clock)
+    # b came back lifted to a's counter: they alternate, b is not served 10 jobs in a row first.
+    assert [x.tenant for x in rest[:4]].count("b") <= 3
+    served = {t["tenant"]: t["served"] for t in led.tenants("shared")}
+    assert abs(served["a"] - served["b"]) <= 1_000, served
+
+
+def test_a_tenant_ceiling_is_never_passed_and_blocks_no_one_else(led, clock):
+    _lane(led)
+    led.set_tenant("shared", "capped", ceiling=2_500)
+    capped = [led.submit("s", 1_000, "shared", tenant="capped") for _ in range(4)]
+    free = [led.submit("s", 1_000, "shared", tenant="other") for _ in range(4)]
+    leased = led.tick("shared")
+    assert sum(1 for x in leased if x.tenant == "capped") == 2  # 2,000 of 2,500: a third would pass it
+    for lease in leased:
+        led.settle(lease, lease.est)
+    rest = _drain(led, clock)
+    assert {x.job_id for x in rest + leased if x.tenant == "other"} == set(free)
+    spent = {t["tenant"]: t for t in led.tenants("shared")}["capped"]
+    assert spent["spent"] <= 2_500 and spent["reserved"] == 0
+    # no period: what its spent leaves no room for is parked, saying so
+    jobs = [led.job(j) for j in capped]
+    assert sorted(j["state"] for j in jobs) == ["done", "done", "parked", "parked"]
+    assert all("tenant 'capped'" in j["reason"] for j in jobs if j["state"] == "parked"), jobs
+    assert led.audit() == []
+
+
+def test_tenant_of_a_job_and_bad_input(led):
+    _lane(led)
+    assert led.job(led.submit("s", 10, "shared"))["tenant"] == "default"
+    with pytest.raises(InvalidInput, match="tenant"):
+        led.submit("s", 10, "shared", tenant="")
+    with pytest.raises(InvalidInput, match="weight"):
+        led.set_tenant("shared", "x", weight=0)
+
+
+def test_audit_checks_the_tenant_counters(led, clock):
+    _lane(led)
+    led.set_tenant("shared", "t", ceiling=5_000)
+    led.submit("s", 1_000, "shared", tenant="t")
+    for lease in led.tick("shared"):
+        led.settle(lease, 1_200)
+    assert led.audit() == []
+    led.db.transaction(lambda cur: cur.execute("update tenant set spent = 7 where name = 't'"))
+    assert any("I3 tenant t of lane shared: spent 7 != sum of its settlements 1200" in b for b in led.audit())
+    led.db.transaction(lambda cur: cur.execute("update tenant set spent = 1200, ceiling = 100 where name = 't'"))
+    assert any("I1 tenant t of lane shared" in b for b in led.audit())
+
+
+def test_a_period_change_counts_the_tenants_spend_from_the_new_period(led, clock):
+    _lane(led)
+    led.submit("s", 1_000, "shared", tenant="t")
+    for lease in led.tick("shared"):
+        led.settle(lease, 1_000)
+    row = led.set_tenant("shared", "t", period="daily", ceiling=10_000)
+    assert row["spent"] == 1_000 and led.audit() == []  # settled today: counted in today's period
+    clock.t += 86_400.0
+    assert {t["tenant"]: t for t in led.tenants("shared")}["t"]["spent"] == 0  # the next day counts from 0
+    led.submit("s", 500, "shared", tenant="t")
+    for lease in led.tick("shared"):
+        led.settle(lease, 400)
+    assert {t["tenant"]: t for t in led.tenants("shared")}["t"]["spent"] == 400 and led.audit() == []

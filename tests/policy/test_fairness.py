@@ -1,0 +1,126 @@
+"""Fair order by tokens between the tenants of one lane (issue 23): the pure policy, on random traffic.
+
+Two tenants both backlogged with jobs of random sizes; each step the lane admits what its free lease
+slots allow (admit, the very code the ledger runs), then settles its oldest lease at a random actual
+(under-runs and overruns), truing the tenant's counter up. The shares of tokens over any 150
+admissions are within 5 points of the weights', and the weighted-service gap never passes the bound
+lane_plugin.policy.fairness states: ``2 * (largest estimate + its overrun)``. Shares are of the tokens
+really spent (the counters are trued up to them): what fairness in tokens means.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lane_plugin.policy import Candidate, LanePolicy, LaneSnapshot, admit
+from lane_plugin.policy.fairness import TenantState, fair_order, lift
+from lane_plugin.policy.rules import TENANT_CEILING
+
+HEAD = 8  # candidates read per tenant per tick (the head of each tenant's index)
+
+
+def _run(weights: dict[str, float], seed: int, lo: int, hi: int, over: float, steps: int, slots: int = 2):
+    rng = random.Random(seed)
+    policy = LanePolicy(ceiling=10**12, burst_tokens=10**9, max_leased=slots, max_wait_seconds=600)
+    queues = {t: deque(Candidate(f"{t}{i}", rng.randint(lo, hi), float(i), tenant=t) for i in range(steps + HEAD))
+              for t in weights}  # fmt: skip
+    served = {t: 0.0 for t in weights}
+    flight: deque[tuple[int, str, int]] = deque()
+    admitted: list[tuple[str, int]] = []  # (tenant, actual tokens) in admission order
+    largest = overrun = gap = 0.0
+    while len(admitted) < steps:
+        tenants = {t: TenantState(weight=w, served=served[t]) for t, w in weights.items()}
+        snap = LaneSnapshot(policy, spent=0, reserved=0, leased=len(flight), window_used=0, now=0.0, tenants=tenants)
+        heads = [c for q in queues.values() for c in list(q)[:HEAD]]
+        decision = admit(snap, heads)
+        for c in decision.admitted:
+            if len(flight) + 1 == slots and len(decision.admitted) == 1:  # one admission: least counter first
+                assert served[c.tenant] <= min(served.values()) + 1e-9
+            queues[c.tenant].popleft()
+            served[c.tenant] += c.est / weights[c.tenant]
+            flight.append((len(admitted), c.tenant, c.est))
+            admitted.append((c.tenant, c.est))
+            largest = max(largest, c.est)
+        gap = max(gap, max(served.values()) - min(served.values()))
+        n, tenant, est = flight.popleft()  # the oldest lease settles: an under-run or an overrun
+        actual = round(est * (1 + rng.uniform(-0.5, over)))
+        admitted[n] = (tenant, actual)
+        overrun = max(overrun, actual - est)
+        served[tenant] += (actual - est) / weights[tenant]
+        gap = max(gap, max(served.values()) - min(served.values()))
+    return admitted, gap, largest, overrun
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    lo=st.integers(50, 800),
+    spread=st.integers(1, 6),
+    over=st.floats(0.0, 1.0),
+    weights=st.sampled_from([(1.0, 1.0), (3.0, 1.0), (1.0, 3.0)]),
+)
+def test_two_backlogged_tenants_share_by_weight_within_the_bound(seed, lo, spread, over, weights):
+    w = {"a": weights[0], "b": weights[1]}
+    admitted, gap, largest, overrun = _run(w, seed, lo, lo * spread, over, steps=450)
+    target = w["a"] / (w["a"] + w["b"])
+    for start in range(0, len(admitted) - 150 + 1, 10):  # any 150 admissions (every 10th start)
+        window = admitted[start : start + 150]
+        share = sum(e for t, e in window if t == "a") / sum(e for _, e in window)
+        assert abs(share - target) <= 0.05, (start, share, target)
+    assert gap <= 2 * (largest + overrun), (gap, largest, overrun)
+
+
+def test_one_tenant_is_todays_order_and_a_tenant_alone_gets_the_whole_lane():
+    policy = LanePolicy(ceiling=10_000, burst_tokens=10_000, max_leased=3)
+    cs = [Candidate("big", 900, 0.0, tenant="x"), Candidate("small", 10, 5.0, tenant="x")]
+    snap = LaneSnapshot(policy, 0, 0, 0, 0, now=0.0, tenants={"x": TenantState(served=1e9)})
+    assert admit(snap, cs).ids == admit(LaneSnapshot(policy, 0, 0, 0, 0, now=0.0), cs).ids == ["small", "big"]
+
+
+def test_a_tenant_budget_holds_no_shadow_and_parks_only_without_a_period():
+    policy = LanePolicy(ceiling=10_000, burst_tokens=10_000, max_leased=4)
+    cs = [Candidate("c1", 600, 0.0, tenant="capped"), Candidate("c2", 600, 1.0, tenant="capped"),
+          Candidate("o1", 600, 2.0, tenant="other")]  # fmt: skip
+    capped = TenantState(ceiling=1_000, spent=100)
+    d = admit(LaneSnapshot(policy, 0, 0, 0, 0, now=0.0, tenants={"capped": capped}), cs)
+    assert d.ids == ["c1", "o1"] and d.shadow is None and d.head_reason == TENANT_CEILING
+    assert [c.id for c, _, _ in d.parked] == [] and dict(d.by_tenant) == {"capped": 600, "other": 600}
+    spent = TenantState(ceiling=1_000, spent=500)  # 500 left: a 600 job can never fit without a reset
+    d = admit(LaneSnapshot(policy, 0, 0, 0, 0, now=0.0, tenants={"capped": spent}), cs)
+    assert d.ids == ["o1"] and [(c.id, rule) for c, rule, _ in d.parked] == [("c1", TENANT_CEILING), ("c2", TENANT_CEILING)]
+    daily = TenantState(ceiling=1_000, spent=500, resets=True)
+    d = admit(LaneSnapshot(policy, 0, 0, 0, 0, now=0.0, tenants={"capped": daily}), cs)
+    assert d.ids == ["o1"] and d.parked == ()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(1, 5_000)), min_size=1, max_size=40),
+       st.dictionaries(st.sampled_from("abc"), st.floats(0, 1e6), min_size=3, max_size=3))
+def test_the_fair_order_keeps_each_tenants_own_order(jobs, served):
+    cs = [Candidate(f"{t}{i:03d}", e, float(i), tenant=t) for i, (t, e) in enumerate(jobs)]
+    out = fair_order({t: TenantState(served=s) for t, s in served.items()}, cs, lambda c: (c.waiting_since, c.id))
+    assert sorted(c.id for c in out) == sorted(c.id for c in cs)
+    for t in "abc":
+        assert [c.id for c in out if c.tenant == t] == [c.id for c in cs if c.tenant == t]
+    first = min(served[c.tenant] for c in cs)
+    assert served[out[0].tenant] == first  # the least counter among the backlogged goes first
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from("abcd"), st.floats(0, 1e6), min_size=1, max_size=4), st.data())
+def test_lifting_banks_no_credit_and_never_lowers_a_counter(served, data):
+    names = sorted(served)
+    was = set(data.draw(st.lists(st.sampled_from(names), unique=True)))
+    now = set(data.draw(st.lists(st.sampled_from(names), unique=True, min_size=1)))
+    lifted = lift(served, was, now)
+    staying = now & was
+    for t, v in lifted.items():
+        assert t in now - was and v > served[t]
+        assert v == (min(served[s] for s in staying) if staying else max(served.values()))
+    after = {**served, **lifted}
+    if staying:
+        assert all(after[t] >= min(served[s] for s in staying) for t in now - was)
