@@ -18,11 +18,13 @@ waiters' watcher ticks the lane at that moment (:mod:`.wakeups`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 
 from ..errors import InvalidInput
-from ..policy.limits import NO_TOKENS_LIMIT, OUTPUT_TOKENS, TOKENS, Limit, LimitUse, spec_of
+from ..policy.limits import NO_TOKENS_LIMIT, OUTPUT_TOKENS, TOKENS, Limit, LimitUse, format_limit, spec_of
 from ..policy.window import window_expiry
+from . import rates
 from .db import Cursor
 from .lanes import LaneRow, lock_lane
 
@@ -143,7 +145,7 @@ def set_limits(cur: Cursor, now: float, name: str, changes: Mapping[str, Limit |
                         {"a": lim.amount, "w": lim.window_seconds, "l": name, "u": unit})  # fmt: skip
             if cur.rowcount != 1:
                 cur.execute("insert into lane_limit (lane, unit, amount, window_seconds, used, window_start) "
-                            "values (:l, :u, :a, :w, 0, :now)",
+                            "values (:l, :u, :a, :w, 0, 0)",
                             {"l": name, "u": unit, "a": lim.amount, "w": lim.window_seconds, "now": now})  # fmt: skip
     cur.execute("update lane set limit_spec = :s, updated_at = :now where name = :n",
                 {"s": spec_of(current.items()), "now": now, "n": name})  # fmt: skip
@@ -199,3 +201,47 @@ def true_up_remaining(cur: Cursor, lane: str, unit: str, provider_used: int, now
                     {"j": job_id, "u": unit, "l": lane, "at": now, "c": missing, "s": True})  # fmt: skip
         cur.execute("update lane_limit set used = used + :c where lane = :l and unit = :u",
                     {"c": missing, "l": lane, "u": unit})  # fmt: skip
+
+
+def _clock(t: float) -> str:
+    """A ledger time as people read it in ``lane status``: ``12:03:41`` (UTC)."""
+    return time.strftime("%H:%M:%S", time.gmtime(t))
+
+
+def limit_status(cur: Cursor, row: LaneRow, now: float) -> list[dict]:
+    """Each of the lane's limits (``tokens`` first) with what its window holds at ``now`` and, when it is full
+    (no room for one more unit), when it next has room: read without writing (status)."""
+    out = []
+    for unit, lim in row.policy.all_limits:
+        if unit == TOKENS:
+            held = rates.used(cur, row, now)
+        else:
+            held = int(cur.scalar("select coalesce(sum(cost), 0) from limit_charge where lane = :l and unit = :u "
+                                  "and (at > :cut or not sent)",
+                                  {"l": row.name, "u": unit, "cut": now - lim.window_seconds}))  # fmt: skip
+        until = None
+        if held >= lim.amount:
+            at = cur.scalar("select min(at) from (select at, sum(cost) over (order by at, job_id, attempt rows "
+                            f"unbounded preceding) as freed from {'rate_charge' if unit == TOKENS else 'limit_charge'} "
+                            f"where lane = :l {'' if unit == TOKENS else 'and unit = :u '}and sent and at > :cut) "
+                            "as w where freed >= :x",
+                            {"l": row.name, "u": unit, "cut": now - lim.window_seconds, "x": held - lim.amount + 1})  # fmt: skip
+            until = None if at is None else window_expiry(float(at), lim.window_seconds)
+        out.append({"unit": unit, "amount": lim.amount, "window_seconds": lim.window_seconds, "used": held,
+                    "limit": format_limit((unit, lim)), "full_until": until})  # fmt: skip
+    return out
+
+
+def held_back(row: LaneRow, uses: list[dict], now: float) -> str | None:
+    """What holds the lane back, in words: the provider's pause, else the full limits (with when each has room).
+
+    Example:
+        >>> held_back(type("R", (), {"paused_until": None})(), [{"limit": "requests 500/60s", "full_until": 0.0}], 0)
+        'requests 500/60s full until 00:00:00'
+    """
+    if row.paused_until is not None and row.paused_until > now:
+        return f"paused by the provider until {_clock(row.paused_until)}" + (
+            f" after {row.paused_reason}" if row.paused_reason else "")
+    full = [f"{u['limit']} full until {_clock(u['full_until'])}" if u["full_until"] is not None
+            else f"{u['limit']} full" for u in uses if u["used"] >= u["amount"]]  # fmt: skip
+    return "; ".join(full) or None
