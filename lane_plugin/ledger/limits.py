@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from ..errors import InvalidInput
 from ..policy.limits import NO_TOKENS_LIMIT, OUTPUT_TOKENS, TOKENS, Limit, LimitUse, format_limit, spec_of
 from ..policy.window import window_expiry
-from . import rates
+from . import rates, waiters
 from .db import Cursor
 from .lanes import LaneRow, lock_lane
 
@@ -167,6 +167,9 @@ def pause(cur: Cursor, lane: str, *, until: float, reason: str, now: float, job_
         return row.paused_until
     cur.execute("update lane set paused_until = :u, paused_reason = :r, updated_at = :now where name = :l",
                 {"u": until, "r": reason, "now": now, "l": lane})  # fmt: skip
+    # Every listening process ticks the lane at commit (PostgreSQL): the tick finds it paused and wakes it
+    # at the reopen, and no one ticking in between leases into the closed window.
+    waiters.notify(cur, lane, "room")
     return until
 
 
