@@ -6,7 +6,7 @@ every process until the provider's reset (:meth:`lane_plugin.Ledger.pause`). :fu
 finds the response on the exception (``.response``, as every one of these carries it) and reads, the
 longest that applies:
 
-- ``retry-after-ms`` (milliseconds) and ``retry-after`` (seconds, or an HTTP date);
+- ``retry-after-ms`` (milliseconds), else ``retry-after`` (seconds, or an HTTP date);
 - ``x-ratelimit-reset-requests`` / ``x-ratelimit-reset-tokens`` (OpenAI: ``"6m0s"``, ``"1s"``, ``"20ms"``)
   of the limits that ran out (``x-ratelimit-remaining-*`` 0; both when it does not say);
 - ``anthropic-ratelimit-*-reset`` (an RFC 3339 time) of the limits that ran out.
@@ -113,7 +113,10 @@ def wait_from_headers(headers: Mapping[str, str], now: float | None = None) -> t
             found.append((float(headers["retry-after-ms"]) / 1000.0, "retry-after-ms"))
         except ValueError:
             pass
-    if "retry-after" in headers and (s := _retry_after(headers["retry-after"], now)) is not None:
+    # retry-after-ms says the same more precisely (OpenAI rounds retry-after up to whole seconds)
+    if "retry-after" in headers and "retry-after-ms" not in headers and (
+        s := _retry_after(headers["retry-after"], now)
+    ) is not None:
         found.append((s, "retry-after"))
     out_of = [k[len("x-ratelimit-remaining-"):] for k, v in headers.items()
               if k.startswith("x-ratelimit-remaining-") and v.strip() in ("0", "0.0")]  # fmt: skip

@@ -60,7 +60,7 @@ def test_a_429_in_a_gated_body_pauses_the_lane_bills_nothing_and_the_retry_waits
     closed_from, closed_to = rejected[0].t, rejected[0].t + 2.0
     sent_in_closed = [r for r in recs if r.status == 200 and closed_from < r.t < closed_to - 0.05]
     lane = {s["lane"]: s for s in ledger.lanes()}["p"]
-    rows = {r["rate_limited"]: r for r in (ledger.job(j["id"]) for j in ledger.rows("select id from job")[1])}
+    rows = {r["rate_limited"]: r for r in (ledger.job(j[0]) for j in ledger.rows("select id from job")[1])}
     assert 1 in rows and rows[1]["actual"] > 0  # the retry that succeeded billed; the 429 attempt billed 0
     settled = ledger.rows("select actual, outcome from settlement where job_id = :j order by attempt",
                           {"j": rows[1]["id"]})[1]  # fmt: skip
