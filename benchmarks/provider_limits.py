@@ -12,7 +12,8 @@ binding limit (the least time the provider allows the workload: total units / li
    ``rate_cost = prompt + max_tokens``. Target: 0 x 429, <= 1.15x the binding bound.
 3. **Anthropic style** (input and output tokens per window, output counted as generated; outputs from
    the trace): ``input_tokens`` and ``output_tokens`` limits, ``rate_cost={"input": prompt, "output":
-   the stage's learned allowance}`` (the mean output the trace shows, as a learned estimator learns it),
+   the stage's learned allowance}`` (the trace's mean output plus two standard deviations: what a learned
+   estimator learns, with the spread its headroom keeps),
    trued up to the generated output at settlement. Target: 0 x 429, <= 1.2x the binding bound.
 4. **Shared key**: a client outside the lane spends about 40% of the tokens limit at random moments. With
    ``track_limits``: <= 3 responses 429 per 100 calls and <= 1.3x the bound of what is left (60% of the
@@ -210,7 +211,9 @@ def run(args, url_for) -> str:
     total_out = sum(generated(*w) for w in work)
     otpm = max(64, int(total_out * WINDOW / req_bound))
     itpm = max(max(p for *_, p, _m in work), int(total_in * WINDOW / (0.8 * req_bound)))
-    allowance = min(64, round(statistics.mean(min(o, 64) for o in outputs)))
+    capped = [min(o, 64) for o in outputs]
+    # what a learned estimator learns of the stage: its mean output, and its spread (headroom keeps 2 sd)
+    allowance = min(64, round(statistics.mean(capped) + 2 * statistics.pstdev(capped)))
     bound3 = max(total_in / itpm, total_out / otpm) * WINDOW
     with ProviderEmulator(tpm=10**9, rpm=None, itpm=itpm, otpm=otpm, **common) as emu:
         url = url_for("anth")
@@ -252,7 +255,8 @@ def run(args, url_for) -> str:
         f"- 1: RPM {RPM} per {WINDOW:g} s, tokens unlimited: requests bound {req_bound:.1f} s.",
         f"- 2: RPM {RPM} and TPM {tpm:,} per {WINDOW:g} s ({total_rate:,} rate tokens): bound {bound2:.1f} s.",
         f"- 3: input {itpm:,} and output {otpm:,} tokens per {WINDOW:g} s ({total_in:,} input, {total_out:,} "
-        f"output generated; learned output allowance {allowance}): bound {bound3:.1f} s.",
+        f"output generated; learned output allowance {allowance}: the trace's mean output plus 2 sd, as the headroom "
+        f"rule keeps for a learned stage's spread): bound {bound3:.1f} s.",
         f"- 4: TPM {tpm4:,} per {WINDOW:g} s, about 40% spent outside the lane: bound of what is left "
         f"{bound4:.1f} s.", "",
         "```", header, "-" * len(header), *rows, "```", "",

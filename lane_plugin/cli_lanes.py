@@ -205,11 +205,14 @@ def lanes_set(
 
 
 def _limits_text(row) -> str:
-    """``limits tokens 30000/60s, requests 500/60s`` (or ``no limits``) of a lane row."""
-    from .policy.limits import format_limit
+    """``burst 30,000 per 1m, limits requests 500/60s, output_tokens 8000/60s`` of a lane row (the tokens
+    limit is the burst window)."""
+    from .policy.limits import NO_TOKENS_LIMIT, format_limit
 
-    lims = [format_limit(x) for x in row.policy.all_limits]
-    return "limits " + ", ".join(lims) if lims else "no limits"
+    burst = (f"burst {row.burst_tokens:,} per {duration(row.window_seconds)}" if row.burst_tokens < NO_TOKENS_LIMIT
+             else "no tokens limit")  # fmt: skip
+    others = [format_limit(x) for x in row.policy.limits]
+    return burst + (", limits " + ", ".join(others) if others else "")
 
 
 @lanes_app.command("delete")

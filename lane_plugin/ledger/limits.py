@@ -89,8 +89,9 @@ def drop_pending(cur: Cursor, job_ids: list[str]) -> None:
                     {"c": cost, "l": lane, "u": unit})  # fmt: skip
 
 
-def true_up_output(cur: Cursor, job_id: str, attempt: int, actual: int) -> None:
-    """The attempt's ``output_tokens`` charge, if still in the window, becomes what it generated.
+def true_up_output(cur: Cursor, job_id: str, attempt: int, actual: int, now: float) -> None:
+    """The attempt's ``output_tokens`` charge, if still in the window, becomes what it generated, counted from
+    ``now`` (the settlement: the provider counts output as it is generated, so until a window after the call).
 
     What it generated: ``actual - rate_input`` (the job's input units; 0 where unknown, so cautious).
     """
@@ -102,10 +103,11 @@ def true_up_output(cur: Cursor, job_id: str, attempt: int, actual: int) -> None:
         return
     old, lane, rate_input = r
     new = max(0, int(actual) - int(rate_input))
+    cur.execute("update limit_charge set cost = :c, at = case when at < :now then :now else at end "
+                "where job_id = :j and attempt = :a and unit = :u",
+                {"c": new, "now": now, "j": job_id, "a": attempt, "u": OUTPUT_TOKENS})  # fmt: skip
     if new == old:
         return
-    cur.execute("update limit_charge set cost = :c where job_id = :j and attempt = :a and unit = :u",
-                {"c": new, "j": job_id, "a": attempt, "u": OUTPUT_TOKENS})  # fmt: skip
     cur.execute("update lane_limit set used = used + :d where lane = :l and unit = :u",
                 {"d": new - old, "l": lane, "u": OUTPUT_TOKENS})  # fmt: skip
 

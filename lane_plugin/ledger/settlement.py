@@ -109,7 +109,7 @@ def settle(
     if lane_row.rate_basis == "actual" or not live:  # the provider counted what was really used: so does the
         true_up(cur, job_id, attempt, actual)  # window (a late attempt's charge may be in the lane it moved from)
     if _limits_output(lane_row) or not live:  # output_tokens counted as generated (lane_plugin.ledger.limits)
-        true_up_output(cur, job_id, attempt, actual)
+        true_up_output(cur, job_id, attempt, actual, now)
     if live:
         after = cur.one(
             "update lane set spent = spent + :a, reserved = reserved - :e, reserved_var = reserved_var - :v, "
@@ -163,7 +163,7 @@ def _settle_live(cur: Cursor, job_id: str, *, actual: int, attempt: int, outcome
         true_up(cur, job_id, attempt, actual)
         after = lock_lane(cur, lane)  # (held already: a fresh read of the window)
     if _limits_output(after):
-        true_up_output(cur, job_id, attempt, actual)
+        true_up_output(cur, job_id, attempt, actual, now)
     return Settled(job_id, attempt, lane, est, actual, overage, False, outcome, by_estimate=bool(by_estimate)), after
 
 

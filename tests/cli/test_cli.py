@@ -134,7 +134,7 @@ def test_rate_cost_and_rate_basis_from_the_shell(run):
 def test_limits_are_set_shown_and_dropped_from_the_cli(run):
     out = run("lanes", "set", "free", "--limit", "requests=500/60s", "--limit", "tokens=30000/1m",
               "--limit", "output_tokens=8000/60s").stdout
-    assert "limits tokens 30000/60s, requests 500/60s, output_tokens 8000/60s" in out
+    assert "burst 30,000 per 1m, limits requests 500/60s, output_tokens 8000/60s" in out
     free = next(x for x in json.loads(run("lanes", "--json").stdout) if x["lane"] == "free")
     assert free["limits"] == ["tokens 30000/60s", "requests 500/60s", "output_tokens 8000/60s"]
     assert free["burst_tokens"] == 30000 and free["window_seconds"] == 60.0

@@ -143,3 +143,16 @@ def test_the_providers_count_trues_the_window_up(led, clock):
     assert led.tick("l") == []
     clock.t += 60.0
     assert len(led.tick("l")) == 2
+
+
+def test_the_output_charge_counts_from_the_settlement_as_the_provider_counts_output_as_generated(led, clock):
+    _lane(led, limits=["output_tokens=500/60s"])
+    a = led.submit("s", 400, "l", rate_cost={"input": 100, "output": 300})
+    (lease,) = led.tick("l")
+    clock.t += 50.0
+    led.settle(lease, 400)  # generated 300, counted from now: until 110 s after the admission
+    b = led.submit("s", 400, "l", rate_cost={"input": 100, "output": 300})
+    clock.t += 11.0  # 61 s after the admission, 11 s after the settlement
+    assert led.tick("l") == []
+    clock.t += 49.0
+    assert [x.job_id for x in led.tick("l")] == [b] and led.job(a)["state"] == "done"
