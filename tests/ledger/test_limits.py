@@ -47,6 +47,7 @@ def test_input_and_output_limits_count_the_split_and_output_is_trued_up_to_the_a
     (second,) = led.tick("l")
     assert {leases[0].job_id, second.job_id} == {a, b}
     assert led.job(a)["rate_input"] == 400 and led.job(a)["rate_output"] == 300
+    assert led.audit() == []  # every limit's window is the sum of its charges
 
 
 def test_the_split_comes_from_est_input_when_no_dict_states_it(led):
@@ -143,6 +144,7 @@ def test_the_providers_count_trues_the_window_up(led, clock):
     assert led.tick("l") == []
     clock.t += 60.0
     assert len(led.tick("l")) == 2
+    assert led.audit() == []
 
 
 def test_the_output_charge_counts_from_the_settlement_as_the_provider_counts_output_as_generated(led, clock):
@@ -156,3 +158,4 @@ def test_the_output_charge_counts_from_the_settlement_as_the_provider_counts_out
     assert led.tick("l") == []
     clock.t += 49.0
     assert [x.job_id for x in led.tick("l")] == [b] and led.job(a)["state"] == "done"
+    assert led.audit() == []
