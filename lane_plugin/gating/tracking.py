@@ -6,12 +6,15 @@ response (``x-ratelimit-limit-*`` / ``x-ratelimit-remaining-*``; Anthropic's
 ``anthropic-ratelimit-*-limit`` / ``-remaining``). :func:`track_limits` adds an httpx response hook to
 the client that trues the lane's windows up to that count (:meth:`lane_plugin.Ledger.provider_used`:
 never down), and closes the lane on a 429 the SDK would retry on its own
-(:meth:`lane_plugin.Ledger.pause`), so every worker waits for the reset, not only this one.
+(:meth:`lane_plugin.Ledger.pause`), so every worker waits for the reset, not only this one. A request the
+client is about to send while the lane is paused (its lease was granted before the pause) waits for the
+reopen first: no request of a tracked client goes into a closed window.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from ..ledger import Ledger
@@ -57,15 +60,31 @@ def track_limits(client: Any, lane: str = "free", *, ledger: Ledger | str | None
         except Exception as exc:  # the caller's request must never fail for the lane's bookkeeping
             log.warning("track_limits: lane %s not trued up: %s", lane, exc)
 
+    def closed_for(_request: Any) -> float:
+        try:
+            return _ledger(ledger).paused_for(lane)
+        except Exception as exc:  # never fail the request for the lane's bookkeeping
+            log.warning("track_limits: could not read lane %s's pause: %s", lane, exc)
+            return 0.0
+
+    def before(request: Any) -> None:
+        if (wait := closed_for(request)) > 0:
+            time.sleep(wait)
+
     if type(http).__name__.startswith("Async"):
+        import asyncio
 
         async def hook(response: Any) -> None:
-            import asyncio
-
             await asyncio.to_thread(seen, response)
 
+        async def abefore(request: Any) -> None:
+            if (wait := await asyncio.to_thread(closed_for, request)) > 0:
+                await asyncio.sleep(wait)
+
+        http.event_hooks["request"].append(abefore)
         http.event_hooks["response"].append(hook)
     else:
+        http.event_hooks["request"].append(before)
         http.event_hooks["response"].append(seen)
     return client
 

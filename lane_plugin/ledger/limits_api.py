@@ -109,6 +109,16 @@ class ProviderLimits:
                                          "reason": reason, "job_id": job_id})  # fmt: skip
         return until
 
+    def paused_for(self, lane: str) -> float:
+        """Seconds until ``lane`` reopens after a provider's pause (0.0: it is open); one read."""
+        lane = text("lane", lane)
+
+        def run(cur: Cursor, now: float) -> float:
+            until = cur.scalar("select paused_until from lane where name = :l", {"l": lane})
+            return 0.0 if until is None else max(0.0, float(until) - now)
+
+        return self._run(run, write=False)
+
     def provider_used(self, lane: str, used: Mapping[str, int]) -> None:
         """The provider's own count of what its limits hold now (``{unit: used}``, its limit less its
         ``x-ratelimit-remaining-*``): each of the lane's windows holds at least that (use outside the lane

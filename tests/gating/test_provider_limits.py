@@ -4,6 +4,8 @@ over HTTP against the emulator."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import openai
 import pytest
@@ -93,3 +95,13 @@ def test_track_limits_trues_the_window_up_to_the_providers_count_and_pauses_on_a
             tracked.chat.completions.create(model="m", max_tokens=5, messages=_msgs(5))
         lane = {s["lane"]: s for s in ledger.lanes()}["t"]
         assert lane["paused_until"] is not None and "track_limits" in lane["paused_reason"]
+        # a request of the tracked client while the lane is paused waits for the reopen before it is sent
+        ledger.set_lane("t", limits=["requests=none"])
+        emu.reset()
+        left = ledger.paused_for("t")
+        assert left > 0.5  # the pause is in force (a minute: the emulator's request window)
+        ledger._run(lambda cur, now: cur.execute("update lane set paused_until = :u where name = 't'",
+                                                 {"u": now + 1.0}))  # fmt: skip
+        t0 = time.monotonic()
+        tracked.chat.completions.create(model="m", max_tokens=5, messages=_msgs(5))
+        assert time.monotonic() - t0 >= 0.9 and len(emu.records) == 1
