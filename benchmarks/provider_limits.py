@@ -64,7 +64,7 @@ def _flow(fns: dict[str, Any], work, workers: int, name: str) -> dict:
         prev: dict[int, Any] = {}
         futures = []
         for stage in STAGES:
-            for d, s, p, m in (w for w in work if w[1] == stage):
+            for d, _stage, p, m in (w for w in work if w[1] == stage):
                 f = fns[stage].submit(d, p, m, wait_for=[prev[d]] if d in prev else None)
                 prev[d] = f
                 futures.append(f)
@@ -246,7 +246,7 @@ def run(args, url_for) -> str:
               f"{'closed':>7}  target")  # fmt: skip
     lines = [
         "## Provider limits (issue 24): requests, tokens, input and output, a 429 heard by every worker", "",
-        f"Command: `python benchmarks/bench_provider.py --limits`", "",
+        "Command: `python benchmarks/bench_provider.py --limits`", "",
         f"Prefect {prefect.__version__} ephemeral server, openai {openai.__version__}, anthropic "
         f"{anthropic.__version__}, SQLite ledgers; thread pool of {args.workers}; total "
         f"{time.perf_counter() - t_start:.0f} s. Workload: {DOCS} documents x {len(STAGES)} stages = {calls} calls, "

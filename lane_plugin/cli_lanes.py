@@ -7,7 +7,7 @@ work, or attempts that failed in the last hour: never ``ok``), or ``ok``.
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
@@ -117,7 +117,7 @@ def lanes_set(
     start_fraction: Optional[float] = typer.Option(
         None, help="Flat stop: share of the ceiling jobs that start a run may use (0.8: the article's)."
     ),
-    limit: Optional[List[str]] = typer.Option(
+    limit: Optional[list[str]] = typer.Option(
         None, "--limit", metavar="UNIT=AMOUNT/WINDOW",
         help="A sliding-window limit as the provider states it, repeatable: requests=500/60s, tokens=30000/60s "
         "(the burst window), input_tokens=..., output_tokens=8000/60s; UNIT=none drops one.",

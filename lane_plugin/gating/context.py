@@ -58,10 +58,10 @@ from ..ledger.wakeups import Waiting
 from ..settings import lane_settings
 from . import timeouts, tokenlog, waiting
 from .bill import note_run
-from .ratelimits import rate_limit_info
 from .current import RunningGate, _current, current_gate, report_usage, track_usage
 from .estimates import check_estimate, check_rate_cost, resolve_parts, resolve_rate_cost, wait_seconds
 from .ledgers import get_ledger, next_seq, prefect_run, run_logger
+from .ratelimits import rate_limit_info
 from .renewal import Held, renewer
 from .streams import AsyncTrackedStream, TrackedStream, adrain, drain, is_async_stream, is_stream
 from .usage import READER_RETURNS, UsageMeter, check_missing_policy

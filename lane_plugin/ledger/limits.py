@@ -35,7 +35,7 @@ def slide(cur: Cursor, row: LaneRow, now: float) -> tuple[LimitUse, ...]:
         return ()
     stated = dict(row.limits)
     out = []
-    for unit, amount, window, used, start in cur.all(
+    for unit, _amount, window, used, start in cur.all(
         "select unit, amount, window_seconds, used, window_start from lane_limit where lane = :l", {"l": row.name}
     ):
         if unit not in stated:
