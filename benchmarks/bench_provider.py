@@ -3,6 +3,7 @@
     python benchmarks/bench_provider.py --quick        # 60 calls, an 8 s window: under about 2 minutes
     python benchmarks/bench_provider.py                # 300 calls, OpenAI's 60 s window: about 15 minutes
     python benchmarks/bench_provider.py --calls 120 --tpm 60000 --window 20 --ways AC --json
+    python benchmarks/bench_provider.py --limits       # issue 24's variants (provider_limits.py): about 6 minutes
 
 A local OpenAI-compatible emulator (``lane_plugin.testing.ProviderEmulator``)
 counts TPM as OpenAI does: a sliding window charged ``prompt + max_tokens`` at
@@ -208,6 +209,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ways", default="ABC", help="which ways to run, e.g. AC (default ABC)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the text report")
     p.add_argument("--verbose", action="store_true", help="show Prefect's logs (failed tasks log tracebacks)")
+    p.add_argument("--limits", action="store_true", help="run issue 24's variants instead (provider_limits.py): "
+                   "RPM-bound, requests + tokens, Anthropic style, a shared key; writes docs/performance_provider_limits.md")
     args = p.parse_args(argv)
     args.calls = args.calls or (60 if args.quick else 300)
     args.window = args.window or (8.0 if args.quick else 60.0)
@@ -275,8 +278,17 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-provider-"))
     os.environ["PREFECT_HOME"] = str(tmp / "prefect")  # a fresh ephemeral server
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")  # a loaded machine starts slowly
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING" if args.verbose else "CRITICAL")
     url = f"sqlite:///{tmp / 'lane.db'}"
+    if args.limits:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        import provider_limits
+
+        section = provider_limits.run(args, lambda name: f"sqlite:///{tmp / (name + '.db')}")
+        (ROOT / "docs" / "performance_provider_limits.md").write_text(section)
+        print(section)
+        return 0
     work = workload(args.calls, args.trace, args.max_tokens, args.seed)
     biggest = max(p + m for _, p, m in work)
     if args.tpm is None:

@@ -96,6 +96,17 @@ BENCHMARKS = [
         "(issue 11): @lane_task 0 x 429, wall <= 1.15x the rate bound, ledger spent = provider billed.",
     ),
     (
+        "Provider limits: requests, tokens, input and output, a 429 heard by every worker",
+        "bench_provider.py",
+        ["--limits"],
+        ["--limits"],
+        "performance_provider_limits.md",
+        "issue 24's variants through real SDKs over HTTP: RPM-bound (beside plain tasks with SDK retries), requests "
+        "and tokens both binding, Anthropic style input and output tokens per window, a key shared with a client "
+        "outside the lane with and without track_limits. Targets: 0 x 429 within 1.2x / 1.15x / 1.2x the binding "
+        "bound; shared key <= 3 x 429 per 100 calls within 1.3x, and no request sent into a closed window.",
+    ),
+    (
         "Parking 100,000 overdue jobs",
         "bench_park.py",
         [],
@@ -168,8 +179,11 @@ SITE = DOCS / "performance"  # the site's performance pages, written from the se
 PAGE_LINES = 380  # a page longer than this is split at its ### headings (the docs keep every page under 400)
 
 
-def slug(script: str) -> str:
-    """A benchmark's page name: ``bench_pipeline_drift.py`` -> ``pipeline-drift``."""
+def slug(script: str, section: str | None = None) -> str:
+    """A benchmark's page name: ``bench_pipeline_drift.py`` -> ``pipeline-drift``; one that writes a section, the
+    section's (``performance_provider_limits.md`` -> ``provider-limits``: one script may make two pages)."""
+    if section:
+        return Path(section).stem.removeprefix("performance_").replace("_", "-")
     return Path(script).stem.removeprefix("bench_").replace("_", "-")
 
 
@@ -216,7 +230,8 @@ def render_pages(stamp: str, quick: bool = False) -> dict[str, str]:
     for title, script, full, quick_args, section, shows in BENCHMARKS:
         shown = "python benchmarks/" + script + "".join(" " + a for a in (quick_args if quick else full))
         parts = split_at_subheadings(section_text(script, section, shown))
-        names = [f"{slug(script)}.md"] + [f"{slug(script)}-{n}.md" for n in range(2, len(parts) + 1)]
+        page = slug(script, section)
+        names = [f"{page}.md"] + [f"{page}-{n}.md" for n in range(2, len(parts) + 1)]
         for n, (name, part) in enumerate(zip(names, parts), 1):
             if len(parts) == 1:
                 heading, lead = title, shows

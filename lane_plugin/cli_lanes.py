@@ -30,6 +30,7 @@ LANE_COLUMNS = [
     "leased",
     "waiting",
     "parked",
+    "limits",
     "status",
 ]
 PARKED_SHOWN = 5  # lane status LANE lists this many parked jobs, then says how many more
@@ -58,6 +59,8 @@ def lane_status_cell(s: dict) -> str:
 
     if flags := _flags(s):
         return "; ".join(flags)
+    if s.get("paused_until") is not None:
+        return s["held_back"]
     if blocked := blocked_state(s):
         return blocked
     trouble = [f"{s['parked']} parked"] if s["parked"] else []
@@ -92,12 +95,15 @@ def lanes(ctx: typer.Context, as_json: bool = JSON, wide: bool = WIDE):
             f"{s['leased']}/{s['max_leased']}",
             s["waiting"],
             s["parked"],
+            ", ".join(s["limits"]) or "-",
             lane_status_cell(s),
         ]
         for s in status
     ]
     numbers = set(LANE_COLUMNS[1:-1])
-    print_table("lanes", LANE_COLUMNS, rows, wide=wide, right=numbers, optional=["remaining", "reserved", "overage"])
+    numbers.discard("limits")
+    print_table("lanes", LANE_COLUMNS, rows, wide=wide, right=numbers,
+                optional=["remaining", "reserved", "overage", "limits"])  # fmt: skip
     if drift := drift_rows(status):  # only lanes that learned an allowance: a table of its own, not 6 more columns
         print_table(DRIFT_TITLE, DRIFT_COLUMNS, drift, wide=wide, right=set(DRIFT_COLUMNS[1:]))
 
@@ -111,6 +117,11 @@ def lanes_set(
     start_fraction: Optional[float] = typer.Option(
         None, help="Flat stop: share of the ceiling jobs that start a run may use (0.8: the article's)."
     ),
+    limit: Optional[list[str]] = typer.Option(
+        None, "--limit", metavar="UNIT=AMOUNT/WINDOW",
+        help="A sliding-window limit as the provider states it, repeatable: requests=500/60s, tokens=30000/60s "
+        "(the burst window), input_tokens=..., output_tokens=8000/60s; UNIT=none drops one.",
+    ),  # fmt: skip
     burst_tokens: Optional[int] = typer.Option(None, help="Rate tokens admitted in any sliding window."),
     window_seconds: Optional[float] = typer.Option(None, help="Sliding burst window length."),
     rate_basis: Optional[str] = typer.Option(
@@ -168,7 +179,10 @@ def lanes_set(
         if v is not None
     }
     from .errors import UnknownLane
+    from .ledger.limits_api import check_limits
 
+    if limit:
+        settings["limits"] = check_limits(limit)  # a bad one is named before the ledger is opened
     try:
         row = ledger().set_lane(name, create=create, force=force, **settings)
     except UnknownLane as exc:
@@ -180,12 +194,25 @@ def lanes_set(
     if as_json:
         from dataclasses import asdict
 
-        print_json(asdict(row))
+        from .policy.limits import format_limit
+
+        print_json({**asdict(row), "limits": [format_limit(x) for x in row.policy.all_limits]})
         return
     typer.echo(
-        f"lane {row.name}: ceiling {row.ceiling:,}, burst {row.burst_tokens:,} per {duration(row.window_seconds)}, "
+        f"lane {row.name}: ceiling {row.ceiling:,}, {_limits_text(row)}, "
         f"max leased {row.max_leased}, lease {duration(row.lease_seconds)}, fallback {row.fallback or '-'}"
     )
+
+
+def _limits_text(row) -> str:
+    """``burst 30,000 per 1m, limits requests 500/60s, output_tokens 8000/60s`` of a lane row (the tokens
+    limit is the burst window)."""
+    from .policy.limits import NO_TOKENS_LIMIT, format_limit
+
+    burst = (f"burst {row.burst_tokens:,} per {duration(row.window_seconds)}" if row.burst_tokens < NO_TOKENS_LIMIT
+             else "no tokens limit")  # fmt: skip
+    others = [format_limit(x) for x in row.policy.limits]
+    return burst + (", limits " + ", ".join(others) if others else "")
 
 
 @lanes_app.command("delete")
@@ -224,14 +251,18 @@ def _row(s: dict) -> dict:
         "blocked_by": s["blocked_by"],
         "reason": s["blocked_reason"],
         "head_job": s["head_job"],
+        "limits": s["limits"],
+        "held_back": s["held_back"],
+        "paused_until": s["paused_until"],
     }
 
 
 def _line(r: dict) -> str:
     state = f"{r['state']} ({r['attention']})" if r["state"] == "attention" else r["state"]
+    held = f"; held back: {r['held_back']}" if r.get("held_back") else ""
     return (
         f"lane {r['lane']}: {state}, {r['pct_of_ceiling']:.1f}% of ceiling committed, {r['remaining']:,} "
-        f"remaining, {r['waiting']} waiting, {r['parked']} parked"
+        f"remaining, {r['waiting']} waiting, {r['parked']} parked{held}"
     )
 
 
@@ -249,6 +280,8 @@ def _lane_view(led, s: dict, as_json: bool) -> None:
         f"  leased {s['leased']}/{s['max_leased']}, burst {s['burst_tokens']:,} per {duration(s['window_seconds'])} "
         f"(used {s['window_used']:,}), fallback {s['fallback'] or '-'}",
     ]
+    if s["limit_use"]:
+        lines.append("  limits: " + ", ".join(f"{u['limit']} (used {u['used']:,})" for u in s["limit_use"]))
     if len(tenants) > 1 or any(t["ceiling"] is not None or t["weight"] != 1 for t in tenants):
         lines.append("  tenants (shared fairly by tokens; lane tenants " + s["lane"] + " for more): " + ", ".join(
             f"{t['tenant']} {t['waiting']} waiting, {t['reserved']:,} reserved"

@@ -92,7 +92,8 @@ def bill_rows(lines: list[BillLine]) -> list[dict[str, Any]]:
     rows = [
         {"stage": b.stage, "lane": b.lane, "tenant": b.tenant, "jobs": b.jobs, "estimated": b.estimated, "actual": b.actual,
          "drift": b.drift, "overage": b.overage, "billed_by_estimate": b.by_estimate,
-         "wait_p50_s": _fmt_wait(b.wait_p50), "wait_max_s": _fmt_wait(b.wait_max), "unsettled": b.unsettled}
+         "wait_p50_s": _fmt_wait(b.wait_p50), "wait_max_s": _fmt_wait(b.wait_max), "unsettled": b.unsettled,
+         "rate_limited_429": b.rate_limited}
         for b in lines
     ]  # fmt: skip
     if len(lines) > 1:
@@ -104,7 +105,8 @@ def bill_rows(lines: list[BillLine]) -> list[dict[str, Any]]:
                      "drift": round(act / est, 2) if est else None, "overage": sum(b.overage for b in lines),
                      "billed_by_estimate": sum(b.by_estimate for b in lines), "wait_p50_s": None,
                      "wait_max_s": _fmt_wait(max(waits)) if waits else None,
-                     "unsettled": sum(b.unsettled for b in lines)})  # fmt: skip
+                     "unsettled": sum(b.unsettled for b in lines),
+                     "rate_limited_429": sum(b.rate_limited for b in lines)})  # fmt: skip
     return rows
 
 
@@ -125,6 +127,11 @@ def bill_summary(lines: list[BillLine], ledger_url: str, state_name: str) -> str
     by_est = sum(b.by_estimate for b in lines)
     if by_est:
         parts.append(f"{by_est} attempt(s) billed by estimate because no usage was found")
+    limited = {b.stage: 0 for b in lines}
+    for b in lines:
+        limited[b.stage] += b.rate_limited
+    if any(limited.values()):
+        parts.append("provider 429s met: " + ", ".join(f"{s} {n}" for s, n in limited.items() if n))
     unsettled = sum(b.unsettled for b in lines)
     if unsettled:
         parts.append(f"{unsettled} job(s) never billed (parked or still waiting)")

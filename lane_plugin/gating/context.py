@@ -69,6 +69,7 @@ from .estimates import (
     wait_seconds,
 )
 from .ledgers import default_tenant, get_ledger, next_seq, prefect_run, run_logger
+from .ratelimits import rate_limit_info
 from .renewal import Held, renewer
 from .streams import AsyncTrackedStream, TrackedStream, adrain, drain, is_async_stream, is_stream
 from .usage import READER_RETURNS, UsageMeter, check_missing_policy
@@ -362,11 +363,11 @@ class Gate:
     # -- exit -----------------------------------------------------------------------
     def __exit__(self, exc_type: type[BaseException] | None, *exc_and_traceback: object) -> None:
         with self._shield, timeouts.shield():  # a timeout (deferred, or landing now) is raised after the settlement
-            self._exit(exc_type)
+            self._exit(exc_type, exc_and_traceback[0] if exc_and_traceback else None)
             if self._shielded and exc_type is None and timeouts.task_timed_out():
                 timeouts.raise_timeout()  # the body overran timeout_seconds: the task run ends timed out, as in Prefect
 
-    def _exit(self, exc_type: type[BaseException] | None) -> None:
+    def _exit(self, exc_type: type[BaseException] | None, exc: object = None) -> None:
         if self._token is not None:
             _current.reset(self._token)
             self._token = None
@@ -387,6 +388,8 @@ class Gate:
             self._settle(led, held, self.est, "failed", by_estimate=True)
             return
         if exc_type is not None:  # what was reported; known short after a refused count (warned): as on success
+            if isinstance(exc, BaseException):
+                self._heard_provider(led, exc)  # a 429: the lane closes for everyone before the attempt settles
             short = self.meter.malformed
             self._settle(led, held, max(self.est, self.used) if short else self.used, "failed", by_estimate=short)
             return
@@ -419,6 +422,24 @@ class Gate:
             once = " (said once per task; declare usage=NO_USAGE if it uses no tokens)" if first else ""
             (log.warning if first else log.debug)(msg, self.stage, self.job_id, why, bill, once)
         self._settle(led, held, bill, "done", by_estimate=True)
+
+    def _heard_provider(self, led: Ledger, exc: BaseException) -> None:
+        """A provider's rate-limit error ended the body: close the lane until the provider's reset, for every
+        process (:meth:`Ledger.pause`); the attempt then bills what was reported (nothing for a rejected
+        request), and Prefect's retry waits for the lane to reopen like any admission."""
+        said = rate_limit_info(exc)
+        if said is None:
+            return
+        lane = self.lease.lane if self.lease is not None else self.lane
+        try:
+            until = led.pause(lane, said.seconds, reason=f"a 429 on job {self.job_id} ({self.stage}): {said.what}",
+                              job_id=self.job_id)  # fmt: skip
+        except Exception as pause_error:  # never let the pause hide the body's own error
+            run_logger().warning("lane gate: could not pause lane %s after a 429: %s", lane, pause_error)
+            return
+        run_logger().warning("lane gate: %s job %s met the provider's rate limit (%s): lane %s paused for %.3gs "
+                             "(until %s) for every worker", self.stage, self.job_id, said.what, lane, said.seconds,
+                             time.strftime("%H:%M:%S", time.gmtime(until)))  # fmt: skip
 
     async def __aexit__(self, *exc_info: Any) -> None:
         self.__exit__(*exc_info)

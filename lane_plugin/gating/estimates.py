@@ -71,17 +71,34 @@ def _is_breakdown(value: Any) -> bool:
     return all(hasattr(value, a) for a in ("total", "input_tokens", "version")) and not isinstance(value, (int, float))
 
 
-def resolve_rate_cost(rate_cost: Any, stage: str, args: tuple = (), kwargs: dict | None = None) -> int | None:
-    """What the provider's rate limiter counts: None (the estimate), an int, or a callable of the task's arguments.
+def resolve_rate_cost(
+    rate_cost: Any, stage: str, args: tuple = (), kwargs: dict | None = None
+) -> int | dict[str, int] | None:
+    """What the provider's rate limiter counts: None (the estimate), an int, a split ``{"input": ..., "output":
+    ...}`` (for a lane's ``input_tokens`` / ``output_tokens`` limits), or a callable of the task's arguments
+    returning one of those.
 
     Example:
         >>> resolve_rate_cost(lambda doc, max_tokens=512: len(doc) // 4 + max_tokens, "draft", ("x" * 400,))
         612
+        >>> resolve_rate_cost({"input": 600, "output": 300}, "draft")
+        {'input': 600, 'output': 300}
     """
     if rate_cost is None:
         return None
-    value = rate_cost(*args, **dict(kwargs or {})) if callable(rate_cost) else rate_cost
+    value = rate_cost(*args, **dict(kwargs or {})) if callable(rate_cost) and not isinstance(rate_cost, dict) else rate_cost
+    if isinstance(value, dict):
+        return _split(f"rate_cost for stage {stage!r}", value)
     return tokens(f"rate_cost for stage {stage!r}", value)
+
+
+def _split(field: str, value: dict) -> dict[str, int]:
+    if set(value) != {"input", "output"}:
+        raise InvalidInput(field, value, 'expected {"input": TOKENS, "output": TOKENS}')
+    out = {k: tokens(f"{field} {k}", value[k], low=0) for k in ("input", "output")}
+    if out["input"] + out["output"] < 1:
+        raise InvalidInput(field, value, "input + output must be at least 1")
+    return out
 
 
 def resolve_tenant(tenant: Any, args: tuple = (), kwargs: dict | None = None) -> str | None:
@@ -112,6 +129,9 @@ def check_rate_cost(rate_cost: Any, *, of_arguments: bool = True) -> None:
 
     ``of_arguments=False`` is ``gate()``, which runs inside a task and has no arguments to call it with.
     """
+    if isinstance(rate_cost, dict):
+        _split("rate_cost", rate_cost)
+        return
     _check_tokens_or_callable("rate_cost", rate_cost, of_arguments, none_ok=True)
 
 

@@ -20,7 +20,8 @@ crossed 80% of its ceiling". Their resource has the label ``lane.state``
 (``finishing-only``, ``ceiling-spent``, ``stopped``, ``preflight-failed``,
 ``ok``) for Automations to match (``expect: ["lane.*"]``, ``match:
 {"lane.state": "finishing-only"}``). Also: ``lane.lane.period-reset``,
-``lane.tail.high`` and ``lane.drift.high``.
+``lane.tail.high``, ``lane.drift.high`` and ``lane.paused`` (a provider's 429 closed the lane until ``until``:
+:meth:`Ledger.pause`).
 
 Example:
     >>> state_title({"lane": "free", "state": "finishing-only", "start_fraction": 0.8})

@@ -16,8 +16,8 @@ from ..errors import LaneError, LeaseLost, UnknownJob
 from ..policy import Candidate, Decision, LaneSnapshot, admit
 from ..policy.admission import HEAD_SLACK
 from ..policy.reserve import REFIT_SECONDS
-from ..policy.rules import BURST, LEASE_CAP, STOPPED, TENANT_CEILING
-from . import rates, runs, tenants, upkeep, waiters
+from ..policy.rules import BURST, LEASE_CAP, PAUSED, STOPPED, TENANT_CEILING
+from . import limits, rates, runs, tenants, upkeep, waiters
 from .db import Cursor
 from .jobs import Lease
 from .lanes import LaneRow, lock_lane, roll_counters
@@ -37,7 +37,8 @@ class Ticked(NamedTuple):
 
 # The head of one index, (lane, state, finishing, prio, id), read as two ranges: the waiting jobs of
 # runs under way and the rest, each in priority order (finishing jobs must not hide behind starters).
-_COLS = "id, est, wait_since, run_key, stage, attempt, coalesce(rate_cost, est), prio, est_var, waiter, tenant"
+_COLS = ("id, est, wait_since, run_key, stage, attempt, coalesce(rate_cost, est), prio, est_var, waiter, tenant, "
+         "rate_input, rate_output")
 
 
 def _head_sql(only: str = "") -> str:
@@ -136,12 +137,15 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = HE
         if not head and SKIP_EMPTY_HANDOFF:
             return None
     rates.slide(cur, row, now)
+    uses = limits.slide(cur, row, now) if row.limit_spec else ()
     if row.finishing:  # only a reserve can lapse; refit lapses quiet runs itself before it reads them
         runs.lapse(cur, row, now)
     refit_due = now - row.profile_at >= REFIT_SECONDS
     if row.held or free_slots <= 0:
         held = Decision((), 0, head_reason=STOPPED if row.held else LEASE_CAP)
         return Ticked([], held, row, refit_due, [])
+    if row.paused_until is not None and now < row.paused_until:  # the provider's word (rule 1b)
+        return Ticked([], Decision((), 0, head_reason=PAUSED), row, refit_due, [], row.paused_until - now)
     if head is None:
         head = _read_head(cur, head_sql, head_params, tenant_rows if several else None)
     gone_tails: list[dict] = []
@@ -157,7 +161,7 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = HE
     fits = runs.fits_of(cur, lane, sorted({r[4] for r in head if r[3] is not None}))
     cands = [
         Candidate(r[0], r[1], r[2], r[3], r[6], r[4], fits[r[4]].after if r[3] is not None and r[4] in fits
-                  else 0, r[7], r[8], r[10])
+                  else 0, r[7], r[8], r[10], r[11], r[12])
         for r in head
     ]  # fmt: skip
     # Several tenants: returning ones lifted, counters and budgets for the fair order (rule 11); one with a
@@ -169,13 +173,13 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = HE
         policy=row.policy, spent=row.spent, reserved=row.reserved, leased=row.leased, window_used=row.window_used,
         now=now, started_runs=frozenset(remaining), finishing=row.finishing, run_remaining=remaining,
         resets=row.period != "none", reserved_var=row.reserved_var, drift=row.drift, overrun=row.drift_overrun,
-        spread=row.drift_spread, tenants=tenant_states,
+        spread=row.drift_spread, tenants=tenant_states, limits=uses, paused_until=row.paused_until,
     )  # fmt: skip
     decision = admit(snapshot, cands)
     unfit = () if handoff else decision.parked  # a hand-off only leases; parking the unfit is a tick's
     parked = gone_tails + [t for t in (_give_up(cur, row, c.id, rule, why, now) for c, rule, why in unfit) if t]
     if not decision.admitted:
-        return Ticked([], decision, row, refit_due, parked, _retry_in(cur, row, decision, now))
+        return Ticked([], decision, row, refit_due, parked, _retry_in(cur, row, decision, now, uses))
     n, tokens = len(decision.admitted), decision.tokens
     lease_until = now + row.lease_seconds
     charges = [(c.id, rows[c.id][5], c.rate, rows[c.id][9] in (None, holder)) for c in decision.admitted]
@@ -202,6 +206,9 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = HE
             if cur.rowcount != 1:
                 raise LaneError(f"admission in lane {lane!r} lost a race it cannot lose (lock not held?)")
         rates.charge(cur, lane, now + slack, charges)  # (no NOTIFY on SQLite: its waiters read their own rows)
+    if uses:
+        limits.charge(cur, lane, now + slack, [(c.id, rows[c.id][5], c.units, rows[c.id][9] in (None, holder))
+                                               for c in decision.admitted], decision.units)  # fmt: skip
     if decision.runs:
         runs.record(cur, row, now, decision, fits, set(remaining))
     if fair:
@@ -210,7 +217,7 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = HE
         Lease(c.id, lane, c.stage, c.est, rows[c.id][5], token, lease_until, c.run_key, c.rate, c.tenant)
         for c in decision.admitted
     ]
-    return Ticked(leases, decision, row, refit_due, parked, _retry_in(cur, row, decision, now))
+    return Ticked(leases, decision, row, refit_due, parked, _retry_in(cur, row, decision, now, uses))
 
 
 def _read_head(cur: Cursor, head_sql: str, params: dict, tenant_rows: dict | None) -> list:
@@ -221,12 +228,19 @@ def _read_head(cur: Cursor, head_sql: str, params: dict, tenant_rows: dict | Non
     return [r for name in sorted(tenant_rows) for r in cur.all(sql, {**params, "tn": name})]
 
 
-def _retry_in(cur: Cursor, row: LaneRow, decision: Decision, now: float) -> float | None:
-    """Seconds from ``now`` until the window has slid far enough for the job the burst window blocked."""
-    if decision.burst_need is None:
-        return None
-    at = rates.free_at(cur, row, row.window_used + decision.rate, decision.burst_need)
-    return None if at is None else max(0.0, at - now)
+def _retry_in(cur: Cursor, row: LaneRow, decision: Decision, now: float, uses: tuple = ()) -> float | None:
+    """Seconds from ``now`` until a window (the burst window's, or a limit's) has slid far enough for the
+    job it blocked (the soonest of them: the tick then asks again)."""
+    times = []
+    if decision.burst_need is not None:
+        times.append(rates.free_at(cur, row, row.window_used + decision.rate, decision.burst_need))
+    if decision.limit_need:
+        added, by_unit = dict(decision.units), {u.unit: u for u in uses}
+        for unit, need in decision.limit_need:
+            use = by_unit[unit]
+            times.append(limits.free_at(cur, row.name, use, use.used + added.get(unit, 0), need))
+    known = [t for t in times if t is not None]
+    return None if not known else max(0.0, min(known) - now)
 
 
 def _give_up(cur: Cursor, row: LaneRow, job_id: str, rule: str, why: str, now: float) -> dict | None:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from ..checks import SHADOW_VERSION_MAX, job_ref, number, text, tokens, when
 from ..errors import InvalidInput, Replay
 from ..policy.fairness import DEFAULT_TENANT, MAX_WEIGHT, MIN_WEIGHT
-from . import admission, intake, reads, runs, settlement, status, tenants, upkeep, waiters
+from . import admission, intake, limits, reads, runs, settlement, status, tenants, upkeep, waiters
 from .admitting import Admitting
 from .audit import audit as audit_tables
 from .bill import BillLine, run_bill
@@ -26,6 +26,7 @@ from .db import Cursor, Database
 from .jobs import Lease, Settled
 from .lanes import LaneRow, clear_drift, delete_lane, read_lane, write_lane_settings
 from .learning import LearningStore
+from .limits_api import ProviderLimits, check_limits, split_rate_cost
 from .preflight import PreflightCache
 from .url import parse_url
 
@@ -33,7 +34,7 @@ Listener = Callable[[str, str, dict[str, Any]], None]
 T = TypeVar("T")
 
 
-class Ledger(Admitting, LearningStore):
+class Ledger(Admitting, LearningStore, ProviderLimits):
     """A token ledger in one database: lanes, jobs, leases and settlements.
 
     Args:
@@ -98,7 +99,7 @@ class Ledger(Admitting, LearningStore):
         return self.db.revision()
 
     # -- intake ------------------------------------------------------------------
-    def submit(self, stage: str, est: int, lane: str = "free", *, rate_cost: int | None = None,
+    def submit(self, stage: str, est: int, lane: str = "free", *, rate_cost: int | dict[str, int] | None = None,
                est_version: str | None = None, run_key: str | None = None, key: str | None = None, attempt: int = 1,
                deadline: float | None = None, wait_seconds: float | None = None,
                fallback: str | bool | None = None, shadows: dict[str, int] | None = None,
@@ -112,7 +113,9 @@ class Ledger(Admitting, LearningStore):
                 until the job settles to its actual bill.
             lane: the lane to wait in.
             rate_cost: what the provider's rate limiter counts (e.g. prompt + max_tokens, as
-                OpenAI counts TPM; default ``est``): the lane's sliding burst window counts it.
+                OpenAI counts TPM; default ``est``): the lane's sliding burst window counts it. A dict
+                ``{"input": ..., "output": ...}`` splits it for the lane's ``input_tokens`` and
+                ``output_tokens`` limits (its sum is the rate cost); otherwise ``est_input`` splits it.
             est_version: the estimator (name and version) that produced ``est``.
             run_key: the pipeline run this job belongs to (the Prefect flow run id).
             key: idempotency key; the same key again returns the same job.
@@ -139,9 +142,9 @@ class Ledger(Admitting, LearningStore):
         stage = text("stage", stage)
         lane = text("lane", lane)
         est = tokens("est", est)
-        rate_cost = None if rate_cost is None else tokens("rate_cost", rate_cost)
         est_version = text("est_version", est_version, required=False)
         est_input = None if est_input is None else tokens("est_input", est_input, low=0)
+        rate_cost, rate_input, rate_output = split_rate_cost(rate_cost, est, est_input)
         est_var = tokens("est_var", est_var, low=0)
         run_key = text("run_key", run_key, required=False)
         key = text("key", key, required=False)
@@ -163,7 +166,7 @@ class Ledger(Admitting, LearningStore):
             out = intake.submit(cur, job_id=job_id, lane=lane, stage=stage, est=est, now=now, rate_cost=rate_cost,
                                 est_version=est_version, est_input=est_input, run_key=run_key, key=key, attempt=attempt,
                                 deadline=dl, fallback=fallback, shadows=shadows, rerun=bool(rerun), est_var=est_var,
-                                tenant=tenant)  # fmt: skip
+                                tenant=tenant, rate_input=rate_input, rate_output=rate_output)  # fmt: skip
             if waiter is not None:
                 waiters.claim(cur, out[0], waiter, now)
             return out
@@ -320,14 +323,19 @@ class Ledger(Admitting, LearningStore):
 
         A ceiling lowered under what the lane has already admitted this period is refused
         (:class:`~lane_plugin.errors.InvalidInput`, nothing written) unless ``force=True``.
+        ``limits``: ``{unit: "500/60s" | Limit | None}`` or ``["requests=500/60s", ...]``, the lane's
+        sliding-window limits to set or drop (:mod:`lane_plugin.policy.limits`; ``tokens`` is the burst window).
         """
         name = text("lane", name, limit=64)
+        lane_limits = check_limits(settings.pop("limits", None))
 
         def apply(cur: Cursor, now: float) -> tuple[LaneRow, list[dict[str, Any]]]:
             row = write_lane_settings(cur, now, name, settings, create, force=bool(force))
             # a lowered burst or ceiling (an allowance moves a default ceiling) can leave a waiting job no way
             # to fit: it leaves now, not never
-            narrows = {"burst_tokens", "ceiling", "allowance"} & settings.keys()
+            if lane_limits:
+                row = limits.set_limits(cur, now, name, lane_limits)
+            narrows = {"burst_tokens", "ceiling", "allowance"} & settings.keys() or lane_limits
             return row, upkeep.give_up_never_fitting(cur, row, now=now) if narrows else []
 
         row, parked = self._run(apply)

@@ -59,6 +59,12 @@ def audit(cur: Cursor, now: float, *, grace: float = 60.0) -> list[str]:
             bad.append(
                 f"finishing reserve of lane {lane.name}: {lane.finishing} != sum of its runs' reserves {reserve}"
             )
+    for lane_name, unit, used, charged in cur.all(
+        "select l.lane, l.unit, l.used, coalesce((select sum(c.cost) from limit_charge c where c.lane = l.lane "
+        "and c.unit = l.unit), 0) from lane_limit l"
+    ):
+        if used != charged:  # each limit's window is kept as the burst window is (lane_plugin.ledger.limits)
+            bad.append(f"{unit} window of lane {lane_name}: used {used} != sum of its charges {charged}")
     bad += _tenants(cur)
     for job_id, attempt, n in cur.all(
         "select job_id, attempt, count(*) from settlement group by job_id, attempt having count(*) > 1"

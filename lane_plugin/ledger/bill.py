@@ -27,7 +27,8 @@ class BillLine:
     ``overage`` what they billed beyond their estimates; ``by_estimate`` counts
     attempts billed their estimate because no usage was found. Waits are from
     intake to first admission, in seconds, of the jobs that were admitted. ``tenant``: who the
-    jobs belong to in the lane (:mod:`lane_plugin.policy.fairness`).
+    jobs belong to in the lane (:mod:`lane_plugin.policy.fairness`). ``rate_limited`` counts the
+    provider rate-limit errors (429s) the jobs' attempts met.
     """
 
     stage: str
@@ -42,6 +43,7 @@ class BillLine:
     wait_p50: float | None
     wait_max: float | None
     tenant: str = ""  # the tenant(s) of these jobs in their lane, comma-separated (usually one)
+    rate_limited: int = 0
 
     @property
     def drift(self) -> float | None:
@@ -72,7 +74,7 @@ def run_bill(cur: Cursor, run_key: str) -> list[BillLine]:
     marks = ", ".join(":" + k for k in params if k != "r")
     # ix_job_run is (lane, run_key): naming the lanes lets both databases use it.
     rows = cur.all(
-        "select j.id, j.stage, j.lane, j.est, j.created_at, j.admitted_at, j.tenant, "
+        "select j.id, j.stage, j.lane, j.est, j.created_at, j.admitted_at, j.tenant, j.rate_limited, "
         "s.lane, s.actual, s.overage, s.by_estimate, s.late from job j left join settlement s on s.job_id = j.id "
         f"where j.lane in ({marks}) and j.run_key = :r",
         params,
@@ -83,11 +85,11 @@ def run_bill(cur: Cursor, run_key: str) -> list[BillLine]:
         return groups.setdefault((stage, lane), {"jobs": {}, "actual": 0, "overage": 0, "by_estimate": 0, "late": 0,
                                                  "tenants": set()})  # fmt: skip
 
-    for jid, stage, lane, est, created, admitted, tenant, s_lane, actual, overage, by_est, late in rows:
+    for jid, stage, lane, est, created, admitted, tenant, limited, s_lane, actual, overage, by_est, late in rows:
         wait = None if admitted is None else max(0.0, admitted - created)
         here = group(stage, lane)
         here["tenants"].add(tenant)
-        job = here["jobs"].setdefault(jid, {"est": est, "billed": False, "wait": wait})
+        job = here["jobs"].setdefault(jid, {"est": est, "billed": False, "wait": wait, "limited": limited or 0})
         if s_lane is not None:
             job["billed"] = True
             g = group(stage, s_lane)
@@ -104,5 +106,6 @@ def run_bill(cur: Cursor, run_key: str) -> list[BillLine]:
             estimated=sum(j["est"] for j in js if j["billed"]), actual=g["actual"], overage=g["overage"],
             by_estimate=g["by_estimate"], late=g["late"], wait_p50=_median(waits),
             wait_max=max(waits) if waits else None, tenant=", ".join(sorted(g["tenants"])),
+            rate_limited=sum(j["limited"] for j in js),
         ))  # fmt: skip
     return out

@@ -33,12 +33,15 @@ def submit(
     shadows: dict[str, int] | None = None,
     rerun: bool = False,
     tenant: str = DEFAULT_TENANT,
+    rate_input: int | None = None,
+    rate_output: int | None = None,
 ) -> tuple[str, str]:
     """Record a job (or find it by ``key``); returns ``(job_id, lane)``.
 
     A known ``key`` with the same stage and estimate is the same job: a higher
     ``attempt`` reopens it (a retry), the same one returns it untouched, unless
-    ``rerun``: the caller is about to run the work again (the gate, whose task run a Dask
+    ``rate_input`` / ``rate_output``: the job's units for the lane's ``input_tokens`` / ``output_tokens``
+    limits (None: unknown; its rate cost counts against each). ``rerun``: the caller is about to run the work again (the gate, whose task run a Dask
     worker's death or a lost result made run again with the same ``run_count``), so a job
     already leased, settled or failed at this attempt starts the next attempt; the holder of
     the old lease, if it is alive at all, settles late, billed as its own attempt. ``tenant``: who the job
@@ -56,13 +59,14 @@ def submit(
     started = run_key is not None and run_started(cur, lane, run_key)
     rate_cost = est if rate_cost is None else rate_cost
     why = never_fits(row.policy, est, starts_run=run_key is not None and not started, rate_cost=rate_cost,
-                     var=est_var)  # fmt: skip
+                     var=est_var, input_cost=rate_input, output_cost=rate_output)  # fmt: skip
     if why is not None:
         if fallback_lane is None:
             raise NeverFits(f"job refused at intake in lane {lane!r}: {why}", lane=lane, est=est)
         target = read_lane(cur, fallback_lane)
         started = run_key is not None and run_started(cur, target.name, run_key)
-        why_fb = never_fits(target.policy, est, starts_run=run_key is not None, rate_cost=rate_cost, var=est_var)
+        why_fb = never_fits(target.policy, est, starts_run=run_key is not None, rate_cost=rate_cost, var=est_var,
+                            input_cost=rate_input, output_cost=rate_output)  # fmt: skip
         if why_fb is not None:
             raise NeverFits(
                 f"job refused at intake: lane {lane!r}: {why}; fallback lane {fallback_lane!r}: {why_fb}",
@@ -81,6 +85,7 @@ def submit(
         state="new", attempt=attempt, lease_attempt=0, lease_until=0.0, run_key=run_key, key=key,
         deadline=deadline, fallback=fallback_lane, created_at=now, wait_since=now,
         rate_cost=rate_cost, prio=target.priority(est, now, started), finishing=started, tenant=tenant,
+        rate_input=rate_input, rate_output=rate_output,
     )  # fmt: skip
     cur.execute(insert.format(cols=", ".join(fields), vals=", ".join(":" + k for k in fields)), fields)
     if cur.rowcount != 1:

@@ -13,7 +13,8 @@ ALL_JOB_COLUMNS = (
     "id", "lane", "stage", "est", "rate_cost", "est_version", "est_input", "est_var", "actual", "state", "attempt",
     "lease_attempt",
     "lease_until", "lease_token", "deadline", "run_key", "key", "fallback", "reason", "created_at",
-    "wait_since", "prio", "finishing", "admitted_at", "finished_at", "waiter", "tenant",
+    "wait_since", "prio", "finishing", "admitted_at", "finished_at", "waiter", "tenant", "rate_input", "rate_output",
+    "rate_limited",
 )  # fmt: skip
 JOB_COLS = (
     "id, lane, stage, est, attempt, run_key, state, lease_until, lease_token, lease_attempt, fallback, key, est_var, tenant"

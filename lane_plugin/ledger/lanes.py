@@ -11,6 +11,7 @@ from ..errors import InvalidInput, LaneError, UnknownLane
 from ..policy import LANE_DEFAULTS, LanePolicy, order
 from ..policy.defaults import RATE_BASES
 from ..policy.drift import over_charge
+from ..policy.limits import Limit, limits_of_spec
 from . import leases
 from .db import Cursor
 from .preflight import validate_spec
@@ -23,7 +24,8 @@ POLICY_FIELDS = (
 COUNTER_FIELDS = (
     "spent", "reserved", "overage", "leased", "window_start", "window_used", "period_start",
     "preflight_ok", "preflight_error", "preflight_at", "updated_at", "finishing", "profile_at", "reserved_var",
-    "size_boundary", "drift", "drift_overrun", "drift_spread", "drift_cleared_at",
+    "size_boundary", "drift", "drift_overrun", "drift_spread", "drift_cleared_at", "paused_until", "paused_reason",
+    "limit_spec",
 )  # fmt: skip
 # Settings that move a waiting job's place in the order (lane_plugin.policy.LanePolicy.age_factor).
 ORDER_FIELDS = ("ceiling", "burst_tokens", "max_wait_seconds")
@@ -33,6 +35,7 @@ NEW_LANE = dict(
     LANE_DEFAULTS, spent=0, reserved=0, overage=0, leased=0, window_start=0.0, window_used=0,
     period_start=0.0, preflight_ok=True, finishing=0, profile_at=0.0, reserved_var=0,
     size_boundary=None, drift=1.0, drift_overrun=0, drift_spread=0, drift_cleared_at=None,
+    paused_until=None, paused_reason=None, limit_spec=None,
 )  # fmt: skip
 
 
@@ -75,6 +78,15 @@ class LaneRow:
     drift_overrun: int
     drift_spread: int
     drift_cleared_at: float | None
+    paused_until: float | None = None
+    paused_reason: str | None = None
+    # The lane's limits over requests, input_tokens, output_tokens ("requests=500/60s output_tokens=8000/60s").
+    limit_spec: str | None = None
+
+    @property
+    def limits(self) -> tuple[tuple[str, Limit], ...]:
+        """The lane's limits other than ``tokens`` (:attr:`lane_plugin.policy.LanePolicy.limits`), from ``limit_spec``."""
+        return limits_of_spec(self.limit_spec)
 
     @property
     def policy(self) -> LanePolicy:

@@ -90,6 +90,11 @@ class Lane(SQLModel, table=True):
     preflight_at: Optional[float] = Field(default=None)
     updated_at: float = Field(default=0.0)
     reported_state: Optional[str] = Field(default=None, max_length=32)
+    # A provider's 429 closed the lane until then (admission leases nothing before), and why.
+    paused_until: Optional[float] = Field(default=None)
+    paused_reason: Optional[str] = Field(default=None)
+    # Its limits over requests, input_tokens, output_tokens (policy.limits.spec_of); counters in lane_limit.
+    limit_spec: Optional[str] = Field(default=None)
 
 
 class Job(SQLModel, table=True):
@@ -153,6 +158,11 @@ class Job(SQLModel, table=True):
     waiter: Optional[str] = Field(default=None, max_length=64)
     # Who the job belongs to inside its lane (lane_plugin.policy.fairness): a deployment, a flow, a team.
     tenant: str = Field(default="default", max_length=64, sa_column_kwargs={"server_default": "default"})
+    # The job's units for the input_tokens / output_tokens limits (null: unknown, its rate cost counts).
+    rate_input: Optional[int] = Field(default=None, sa_type=BigInteger)
+    rate_output: Optional[int] = Field(default=None, sa_type=BigInteger)
+    # Provider rate-limit errors (429) its attempts met: the run bill counts them per stage.
+    rate_limited: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
 
 
 class Tenant(SQLModel, table=True):
@@ -303,6 +313,36 @@ class RateCharge(SQLModel, table=True):
     at: float  # counted from here: the grant (+ send slack), moved to the pick-up
     cost: int = _big()
     sent: bool = Field(default=True, sa_column_kwargs={"server_default": sa.true()})  # false: handed, not picked up
+
+
+class LaneLimit(SQLModel, table=True):
+    """One of a lane's limits over ``requests``, ``input_tokens`` or ``output_tokens`` (policy.limits), with
+    its sliding window's counter, kept as ``lane.window_used`` is for the ``tokens`` limit."""
+
+    __tablename__ = "lane_limit"
+    __table_args__ = (CheckConstraint("amount > 0 and window_seconds > 0 and used >= 0", name="ck_lane_limit"),)
+
+    lane: str = Field(primary_key=True, max_length=64)
+    unit: str = Field(primary_key=True, max_length=16)
+    amount: int = _big()
+    window_seconds: float
+    used: int = _big(default=0)  # the cost of the limit_charge rows of this unit still in its window
+    window_start: float = Field(default=0.0)  # charges at or before this were pruned from the window
+
+
+class LimitCharge(SQLModel, table=True):
+    """What one admission counted against one of its lane's limits, while it is in that limit's window."""
+
+    __tablename__ = "limit_charge"
+    __table_args__ = (Index("ix_limit_charge_lane_unit_at", "lane", "unit", "at"),)
+
+    job_id: str = Field(primary_key=True, max_length=64)
+    attempt: int = Field(primary_key=True)
+    unit: str = Field(primary_key=True, max_length=16)
+    lane: str = Field(max_length=64)
+    at: float
+    cost: int = _big()
+    sent: bool = Field(default=True, sa_column_kwargs={"server_default": sa.true()})
 
 
 class RunProfile(SQLModel, table=True):

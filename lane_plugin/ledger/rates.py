@@ -136,6 +136,10 @@ def stamp(cur: Cursor, job_id: str, attempt: int, now: float, *, pending_only: b
     cur.execute("update rate_charge set at = case when at < :now then :now else at end, sent = :t "
                 f"where job_id = :j and attempt = :a and {which}",
                 {"now": now, "j": job_id, "a": attempt, "t": True})  # fmt: skip
+    # the attempt's charges against the lane's other limits (lane_plugin.ledger.limits) move with it
+    cur.execute(f"update limit_charge set at = case when at < :now then :now else at end, sent = :t "
+                f"where job_id = :j and attempt = :a and {which}",
+                {"now": now, "j": job_id, "a": attempt, "t": True})  # fmt: skip
 
 
 def drop_pending(cur: Cursor, job_ids: list[str]) -> None:
@@ -149,6 +153,9 @@ def drop_pending(cur: Cursor, job_ids: list[str]) -> None:
             freed[lane] = freed.get(lane, 0) + cost
     for lane, cost in sorted(freed.items()):
         cur.execute("update lane set window_used = window_used - :c where name = :l", {"c": cost, "l": lane})
+    from .limits import drop_pending as drop_limit_pending  # (limits imports this module's neighbours)
+
+    drop_limit_pending(cur, job_ids)
 
 
 def stamp_sent(cur: Cursor, job_id: str, attempt: int, now: float, send_slack: float | None) -> None:

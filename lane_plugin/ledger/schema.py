@@ -18,7 +18,7 @@ from ..errors import UnknownRevision
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 # Bump together with a new file in lane_plugin/ledger/migrations/versions.
-HEAD_REVISION = "0014"
+HEAD_REVISION = "0015"
 _PG_LOCK_ID = 0x1A4E_0001
 
 

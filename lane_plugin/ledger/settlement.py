@@ -5,11 +5,18 @@ from __future__ import annotations
 import time
 
 from ..errors import AmbiguousAttempt, ConflictingReplay, JobParked, NotLeased, Replay
+from ..policy.limits import OUTPUT_TOKENS
 from .db import Cursor
 from .jobs import Settled, get_job, lock_job, ran_in
 from .lanes import RETURNING, LaneRow, lock_lane, period_start, roll_counters, row_of
 from . import tenants
+from .limits import true_up_output
 from .rates import drop_pending, stamp, true_up
+
+
+def _limits_output(row: LaneRow) -> bool:
+    """Does the lane limit ``output_tokens`` (its charges are trued up to what was generated)?"""
+    return OUTPUT_TOKENS in dict(row.limits)
 
 # The common case in one statement (PostgreSQL), the lane's lock included: the attempt named is the
 # job's live lease. ``lk`` locks the lane row first (an uncorrelated EXISTS is a one-time filter,
@@ -24,6 +31,8 @@ _LIVE_SQL = (
     "where id = :id and lane = :l and state = 'leased' and attempt = :att and lease_attempt = :att "
     "and exists (select 1 from lk) returning est, est_var, tenant), "
     "c as (update rate_charge set sent = true, at = greatest(at, :now) where job_id = :id and attempt = :att "
+    "and not sent and exists (select 1 from j)), "
+    "cl as (update limit_charge set sent = true, at = greatest(at, :now) where job_id = :id and attempt = :att "
     "and not sent and exists (select 1 from j)), "
     "s as (insert into settlement (job_id, attempt, lane, est, actual, overage, late, by_estimate, outcome, "
     "settled_at) select :id, :att, :l, est, :a, greatest(:a - est, 0), false, :be, :out, :now from j "
@@ -102,6 +111,8 @@ def settle(
     if lane_row.rate_basis == "actual" or not live:  # the provider counted what was really used: so does the
         true_up(cur, job_id, attempt, actual)  # window (a late attempt's charge may be in the lane it moved from)
     tenants.settle(cur, lane, job["tenant"], actual=actual, est=est if live else 0, now=now)
+    if _limits_output(lane_row) or not live:  # output_tokens counted as generated (lane_plugin.ledger.limits)
+        true_up_output(cur, job_id, attempt, actual, now)
     if live:
         after = cur.one(
             "update lane set spent = spent + :a, reserved = reserved - :e, reserved_var = reserved_var - :v, "
@@ -155,6 +166,8 @@ def _settle_live(cur: Cursor, job_id: str, *, actual: int, attempt: int, outcome
     if after.rate_basis == "actual":  # the provider counted what was really used: so does the window
         true_up(cur, job_id, attempt, actual)
         after = lock_lane(cur, lane)  # (held already: a fresh read of the window)
+    if _limits_output(after):
+        true_up_output(cur, job_id, attempt, actual, now)
     return Settled(job_id, attempt, lane, est, actual, overage, False, outcome, by_estimate=bool(by_estimate)), after
 
 

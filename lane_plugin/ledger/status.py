@@ -5,11 +5,13 @@ from __future__ import annotations
 from ..policy import Candidate
 from ..policy.candidate import FINISH, START, kind_of
 from ..policy.drift import DRIFT_SAMPLE, capped, drift_cap
-from ..policy.rules import TENANT_CEILING, blocking_rule, unfit_before_reset
+from ..policy.limits import units_of
+from ..policy.rules import LIMIT_PREFIX, PAUSED, TENANT_CEILING, blocking_rule, unfit_before_reset
 from .admission import HEAD_SQL
 from .db import Cursor
 from .jobs import get_job
 from .lanes import LaneRow, all_lanes, as_of, read_lane
+from .limits import held_back, limit_status
 from .rates import used
 from .runs import fits_of, runs_of
 
@@ -107,6 +109,7 @@ def lane_status(cur: Cursor, now: float) -> list[dict]:
         committed = row.spent + row.reserved
         waiting = counts.get((row.name, "new"), 0)
         head = head_status(cur, now, row.name) if waiting else None
+        uses = limit_status(cur, row, now)
         out.append(
             {
                 "lane": row.name,
@@ -136,6 +139,12 @@ def lane_status(cur: Cursor, now: float) -> list[dict]:
                 "burst_tokens": row.burst_tokens,
                 "window_seconds": row.window_seconds,
                 "window_used": used(cur, row, now),
+                # Every limit (tokens is the burst window) with what its window holds, and the provider's pause.
+                "limits": [u["limit"] for u in uses],
+                "limit_use": uses,
+                "paused_until": row.paused_until if row.paused_until is not None and row.paused_until > now else None,
+                "paused_reason": row.paused_reason if row.paused_until is not None and row.paused_until > now else None,
+                "held_back": held_back(row, uses, now),
                 "rate_basis": row.rate_basis,
                 "start_fraction": row.start_fraction,
                 "lease_seconds": row.lease_seconds,
@@ -198,6 +207,17 @@ def _when(row: LaneRow, c: Candidate, kind: str, need: int) -> str:
     )
 
 
+def _limit_block(cur: Cursor, row: LaneRow, now: float, c: Candidate, job: dict) -> tuple[str | None, str | None]:
+    """The provider's pause (rule 1b) or the first full limit (rule 6b) keeping the job out, in words; or nothing."""
+    if row.paused_until is not None and row.paused_until > now:
+        return PAUSED, held_back(row, [], now)
+    units = units_of(c.rate, job.get("rate_input"), job.get("rate_output"))
+    for u in limit_status(cur, row, now):
+        if u["unit"] != "tokens" and u["used"] + units[u["unit"]] > u["amount"]:
+            return LIMIT_PREFIX + u["unit"], held_back(row, [{**u, "used": max(u["used"], u["amount"])}], now)
+    return None, None
+
+
 def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
     """Where a waiting job stands: its place in admission order and the lane's room (Ledger.wait_status)."""
     job = get_job(cur, job_id)
@@ -232,6 +252,8 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
         budget = tenant_budget(cur, now, row.name, job["tenant"], job["est"])
         if budget is not None:
             blocked_by, reason = TENANT_CEILING, budget
+    if blocked_by is None and job["state"] == "new" and (row.paused_until or row.limit_spec):
+        blocked_by, reason = _limit_block(cur, row, now, c, job)
     if job["state"] in ("parked", "failed", "done"):  # left the queue: the reason the ledger recorded, if any
         reason = stored
     return {

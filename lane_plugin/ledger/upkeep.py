@@ -186,12 +186,14 @@ def give_up_never_fitting(cur: Cursor, row: LaneRow, *, now: float) -> list[dict
     the settings' own transaction (the lane locked). Returns the tails of those parked.
     """
     pol = row.policy
-    found = cur.all("select id, est, rate_cost from job where lane = :l and state = 'new' and "
-                    "(coalesce(rate_cost, est) > :burst or est > :ceiling) order by id",
-                    {"l": row.name, "burst": pol.burst_tokens, "ceiling": pol.ceiling})  # fmt: skip
+    # With limits over other units, every waiting job of the lane is read (a settings change, not admission).
+    narrow = "" if pol.limits else "and (coalesce(rate_cost, est) > :burst or est > :ceiling) "
+    found = cur.all("select id, est, rate_cost, rate_input, rate_output from job where lane = :l and state = 'new' "
+                    f"{narrow}order by id", {"l": row.name, "burst": pol.burst_tokens, "ceiling": pol.ceiling})  # fmt: skip
     tails = []
-    for job_id, est, rate_cost in found:
-        why = never_fits(pol, est, starts_run=False, rate_cost=rate_cost)
+    for job_id, est, rate_cost, rate_input, rate_output in found:
+        why = never_fits(pol, est, starts_run=False, rate_cost=rate_cost, input_cost=rate_input,
+                         output_cost=rate_output)  # fmt: skip
         tail = (
             None
             if why is None

@@ -113,6 +113,8 @@ def rows_sent(cur: Cursor, job_ids: list[str], now: float, send_slack: float | N
             f"with r as (select {', '.join(ROW_KEYS)} from job where id in ({ids})), "
             f"s as (update rate_charge c set at = greatest(c.at, {at}), sent = true from r join lane l on l.name = r.lane "
             f"where r.state = 'leased' and c.job_id = r.id and c.attempt = r.attempt and (c.at < {at} or not c.sent)) "
+            f", sl as (update limit_charge c set at = greatest(c.at, {at}), sent = true from r join lane l on l.name = r.lane "
+            f"where r.state = 'leased' and c.job_id = r.id and c.attempt = r.attempt and (c.at < {at} or not c.sent)) "
             "select * from r",
             {**part, "now": now, **params})
     return out

@@ -15,7 +15,8 @@ finished runs (:func:`lane_plugin.policy.reserve.fit_runs`).
 
 Rules, in order (docs/admission.md, "The rules in full"):
 
-1. nothing while the lane is stopped (operator stop or failed preflight);
+1. nothing while the lane is stopped (operator stop or failed preflight); 1b. nothing while the
+   provider paused it (a 429's ``retry-after``: ``now < paused_until``), the provider's word wins;
 2. ``leased < max_leased``;
 3. ``spent + reserved + est <= ceiling`` for every job (the hard ceiling), and
    ``+ headroom`` with ``headroom = ceil(headroom_sigmas * sqrt(var))``, ``var``
@@ -38,7 +39,9 @@ Rules, in order (docs/admission.md, "The rules in full"):
 6. sliding burst window: the rate tokens admitted in ``(now - window_seconds,
    now]`` plus ``rate_cost`` stay ``<= burst_tokens``. Checked at every
    admission, this bounds every span of ``window_seconds`` (the fullest span
-   ends at an admission, which counted exactly that span);
+   ends at an admission, which counted exactly that span); 6b. the same for each of the lane's other
+   limits, over ``requests``, ``input_tokens`` and ``output_tokens`` (:mod:`lane_plugin.policy.limits`,
+   with the statement and the proof), each window on its own;
 7. order: one continuous priority, ascending ``prio = wait_since + est *
    age_factor`` with ``age_factor = max_wait_seconds / min(ceiling,
    burst_tokens)`` seconds per token; equivalently ``key = est + k * wait_since``
@@ -52,7 +55,7 @@ Rules, in order (docs/admission.md, "The rules in full"):
    starting or free head's shadow (that head waits for runs under way to
    finish; holding back their stages would deadlock);
 9. a job that cannot fit before the next reset (``spent`` alone leaves no room
-   for it, or ``rate_cost > burst_tokens``) holds no shadow: without a period
+   for it, or ``rate_cost > burst_tokens``, or its units exceed a limit's amount) holds no shadow: without a period
    it is parked (or moved to its fallback) with that reason at once; with a
    period it waits for the reset;
 10. a job that can never fit is refused at intake (:func:`lane_plugin.policy.rules.never_fits`);
@@ -75,8 +78,9 @@ from .candidate import FINISH, FREE, START, Candidate
 from .drift import drift_cap
 from .fairness import tenant_room, tenant_unfit_reason
 from .lane import LaneSnapshot
+from .limits import blocking_limit
 from .order import order
-from .rules import BURST, LEASE_CAP, STOPPED, TENANT_CEILING, _rule, unfit_before_reset
+from .rules import BURST, LEASE_CAP, LIMIT_PREFIX, PAUSED, STOPPED, TENANT_CEILING, _rule, unfit_before_reset
 
 # Admission reads the head of its indexes: the free lease slots plus this many rows.
 HEAD_SLACK = 16
@@ -92,8 +96,10 @@ class Decision:
     an admitted job belongs to, after this tick, as ``(run_key, remaining, stage)``.
     ``burst_need``: the smallest window room (in rate tokens) a job blocked by
     the burst window needs, so a simulator can wake when the window has slid.
-    ``var``: what the admitted jobs add to the lane's ``reserved_var``. ``by_tenant``: the tokens
-    admitted per tenant, as ``(tenant, tokens)`` (what their counters and budgets are charged).
+    ``var``: what the admitted jobs add to the lane's ``reserved_var``.
+    ``limit_need``: for each limit (rule 6b) that blocked a job, the smallest room (in its unit) one needs.
+    ``by_tenant``: the tokens admitted per tenant, as ``(tenant, tokens)`` (what their counters and
+    budgets are charged).
 
     Example:
         >>> from lane_plugin.policy import Candidate, LanePolicy, LaneSnapshot
@@ -113,6 +119,8 @@ class Decision:
     parked: tuple[tuple[Candidate, str, str], ...] = ()
     burst_need: int | None = None
     var: int = 0
+    limit_need: tuple[tuple[str, int], ...] = ()
+    units: tuple[tuple[str, int], ...] = ()
     # (derived from ``admitted``: not compared, so a decision equals one built without it)
     by_tenant: tuple[tuple[str, int], ...] = field(default=(), compare=False)
 
@@ -147,6 +155,12 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
     p = snapshot.policy
     if snapshot.stopped:
         return Decision((), 0, head_reason=STOPPED)
+    if snapshot.paused_until is not None and snapshot.now < snapshot.paused_until:
+        return Decision((), 0, head_reason=PAUSED)
+    limits = snapshot.limits
+    lim_used = {u.unit: 0 for u in limits}  # what this tick admits, per unit
+    lim_need: dict[str, int] = {}
+    sh_units: dict[str, int] = {}
     committed, finishing = snapshot.spent + snapshot.reserved, snapshot.finishing
     leased, window, var = snapshot.leased, snapshot.window_used, snapshot.reserved_var
     # Runs started and reserves changed in this tick, over the snapshot's (which may be large: not copied).
@@ -194,7 +208,9 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
         own = p.headroom(c_var) if c_var else 0
         if drifts:
             own += min(overrun + spread - (-extra * est // 10_000), dcap, max(0, ceiling - est))
-        if need + own > left or c_rate > burst or (kind == START and est > start_left):
+        units = c.units if limits else None
+        too_big = units is not None and any(units[u.unit] > u.limit.amount for u in limits)
+        if too_big or need + own > left or c_rate > burst or (kind == START and est > start_left):
             # Exactly unfit_before_reset's rules without their reasons: with a period and the head's
             # reason known, nothing is parked and no reason read, so the reason is not written.
             if resets and head_reason is not None:
@@ -227,6 +243,13 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
                 var + c_var + (sh_var if held else 0),
                 over,
             )
+            if rule is None and units is not None:
+                held_units = {k: lim_used[k] + (sh_units.get(k, 0) if shadow is not None else 0) for k in lim_used}
+                blocked = blocking_limit(limits, units, held_units)
+                if blocked is not None:
+                    rule = LIMIT_PREFIX + blocked
+                    room = units[blocked] + (sh_units.get(blocked, 0) if shadow is not None else 0)
+                    lim_need[blocked] = min(lim_need.get(blocked, room), room)
             if rule is None:
                 admitted.append(c)
                 tokens += est
@@ -236,6 +259,9 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
                 window += c_rate
                 var += c_var
                 by_tenant[c.tenant] = by_tenant.get(c.tenant, 0) + est
+                if units is not None:
+                    for k in lim_used:
+                        lim_used[k] += units[k]
                 if key is not None:  # (kind != FREE)
                     finishing += c.after - (remaining[key] if key in remaining else had.get(key, 0))
                     remaining[key] = c.after
@@ -250,6 +276,7 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
                 if shadow is None and rule != LEASE_CAP:
                     shadow, sh_kind, sh_est, sh_rate, sh_slot, sh_var = c, kind, est, c_rate, 1, c_var
                     sh_extra = need - est if kind != FINISH else 0
+                    sh_units = dict(units) if units is not None else {}
                 closed = leased + sh_slot >= cap or (
                     shadow is not None and window + sh_rate > burst and burst_need is not None and burst_need <= sh_rate
                 )
@@ -266,5 +293,7 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
         tuple(parked),
         burst_need,
         var - snapshot.reserved_var,
+        tuple(sorted(lim_need.items())),
+        tuple(lim_used.items()),
         tuple(by_tenant.items()),
     )

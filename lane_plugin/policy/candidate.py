@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Container
 from dataclasses import dataclass
 
+from .limits import units_of
+
 # Kinds of job. Stable strings: the CLI prints them and tests compare them.
 FINISH, START, FREE = "finishing", "starting", "free"
 
@@ -24,6 +26,8 @@ class Candidate:
     order (computed by :func:`lane_plugin.policy.order.priority` when None); ``var``
     the variance of its ``actual - est`` (``job.est_var``: its estimator's spread; 0 unknown);
     ``tenant`` who it belongs to inside its lane (:mod:`lane_plugin.policy.fairness`).
+    ``input_cost`` and ``output_cost`` its input tokens and output allowance for the limits over
+    ``input_tokens`` and ``output_tokens`` (None: unknown, its whole rate cost counts against each).
 
     Example:
         >>> Candidate("j1", est=300, waiting_since=0.0).rate, Candidate("j2", 300, 0.0, rate_cost=800).rate
@@ -40,11 +44,18 @@ class Candidate:
     prio: float | None = None
     var: int = 0
     tenant: str = "default"
+    input_cost: int | None = None
+    output_cost: int | None = None
 
     @property
     def rate(self) -> int:
         """What the job charges the provider's rate limiter: ``rate_cost``, else its estimate."""
         return self.est if self.rate_cost is None else self.rate_cost
+
+    @property
+    def units(self) -> dict[str, int]:
+        """What the job counts against each limit unit (:func:`lane_plugin.policy.limits.units_of`)."""
+        return units_of(self.rate, self.input_cost, self.output_cost)
 
 
 def kind_of(c: Candidate, started: Container[str]) -> str:

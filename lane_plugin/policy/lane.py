@@ -9,11 +9,15 @@ from typing import Any
 
 from .defaults import LANE_DEFAULTS
 from .fairness import TenantState
+from .limits import NO_TOKENS_LIMIT, TOKENS, Limit, LimitUse
 
 
 @dataclass(frozen=True)
 class LanePolicy:
     """The numbers admission obeys for one lane.
+
+    ``limits``: the lane's sliding windows over ``requests``, ``input_tokens`` and ``output_tokens``
+    (:mod:`lane_plugin.policy.limits`); the ``tokens`` window is ``burst_tokens`` / ``window_seconds``.
 
     Example:
         >>> p = LanePolicy(ceiling=10_000, burst_tokens=1_000, max_wait_seconds=600, start_fraction=0.8)
@@ -29,11 +33,24 @@ class LanePolicy:
     max_wait_seconds: float = LANE_DEFAULTS["max_wait_seconds"]
     lease_seconds: float = LANE_DEFAULTS["lease_seconds"]
     headroom_sigmas: float = LANE_DEFAULTS["headroom_sigmas"]
+    limits: tuple[tuple[str, Limit], ...] = ()
 
     @classmethod
     def of(cls, source: Any) -> LanePolicy:
         """The policy of anything carrying these fields by name (a lane row, simulator settings)."""
-        return cls(**{f: getattr(source, f) for f in cls.__dataclass_fields__})
+        return cls(**{f: getattr(source, f) for f in cls.__dataclass_fields__ if f != "limits"},
+                   limits=tuple(getattr(source, "limits", ())))
+
+    @property
+    def all_limits(self) -> tuple[tuple[str, Limit], ...]:
+        """Every limit of the lane, ``tokens`` (the burst window, unless dropped) first, then :attr:`limits`.
+
+        Example:
+            >>> LanePolicy(ceiling=10, burst_tokens=500, window_seconds=60.0).all_limits
+            (('tokens', Limit(amount=500, window_seconds=60.0)),)
+        """
+        tokens = () if self.burst_tokens >= NO_TOKENS_LIMIT else ((TOKENS, Limit(self.burst_tokens, self.window_seconds)),)
+        return tokens + tuple(self.limits)
 
     @property
     def start_limit(self) -> int:
@@ -74,7 +91,9 @@ class LaneSnapshot:
     ``drift``, ``overrun`` and ``spread`` the lane's learned drift allowance
     (:func:`lane_plugin.policy.drift.fit_drift`; 1.0, 0 and 0: none); ``tenants`` the lane's
     tenants with jobs among the candidates (:class:`lane_plugin.policy.fairness.TenantState`: counters,
-    weights, budgets; a tenant absent has weight 1 and no budget).
+    weights, budgets; a tenant absent has weight 1 and no budget); ``limits`` the lane's windows
+    over ``requests``, ``input_tokens`` and ``output_tokens`` with what each holds (rule 6b);
+    ``paused_until`` when a provider's 429 closed the lane until (rule 1b: nothing before).
 
     Example:
         >>> s = LaneSnapshot(LanePolicy(ceiling=1_000), spent=600, reserved=300, leased=2, window_used=0, now=0.0)
@@ -98,3 +117,5 @@ class LaneSnapshot:
     overrun: int = 0
     spread: int = 0
     tenants: Mapping[str, TenantState] = field(default_factory=dict)
+    limits: tuple[LimitUse, ...] = ()
+    paused_until: float | None = None

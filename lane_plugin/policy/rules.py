@@ -11,6 +11,7 @@ from __future__ import annotations
 from .candidate import FINISH, START, Candidate
 from .drift import DRIFT_CAP_FRACTION, capped, drift_cap, over_charge
 from .lane import LanePolicy
+from .limits import format_limit, never_passes, units_of
 
 # Reasons a job is not admitted, in rule order.
 STOPPED = "stopped"
@@ -23,6 +24,10 @@ START_LIMIT = "start_limit"
 BURST = "burst"
 # A job its tenant's budget keeps out (lane_plugin.policy.fairness): it holds no shadow, blocks no other tenant.
 TENANT_CEILING = "tenant_ceiling"
+# Rule 1b: a provider's 429 closed the lane until its retry-after (lane.paused_until).
+PAUSED = "paused"
+# Rule 6b: "limit:requests", "limit:input_tokens", ...: the limit over that unit is full (policy.limits).
+LIMIT_PREFIX = "limit:"
 # drift.capped's 5% as an integer percentage (floor(ceiling * 5 / 100)).
 _CAP_PERCENT = round(DRIFT_CAP_FRACTION * 100)
 
@@ -129,6 +134,11 @@ def unfit_before_reset(
     own = policy.headroom(c.var)
     learned = over_charge(drift, overrun, spread, c.est, 1)
     over = capped(learned, policy.ceiling, c.est)
+    if policy.limits:
+        units = c.units
+        for unit, lim in policy.limits:
+            if units[unit] > lim.amount:
+                return LIMIT_PREFIX + unit, f"{unit} {units[unit]} exceeds the limit {format_limit((unit, lim))}"
     if c.rate > policy.burst_tokens:
         return BURST, (
             f"rate cost {c.rate} exceeds the lane's burst of {policy.burst_tokens} tokens "
@@ -171,12 +181,14 @@ def unfit_before_reset(
 
 
 def never_fits(
-    policy: LanePolicy, est: int, *, starts_run: bool = True, rate_cost: int | None = None, var: int = 0
+    policy: LanePolicy, est: int, *, starts_run: bool = True, rate_cost: int | None = None, var: int = 0,
+    input_cost: int | None = None, output_cost: int | None = None,
 ) -> str | None:
     """Why a job could never be admitted in this lane, or None (rule 10).
 
     Checked at intake so that such a job is refused (or routed to a fallback
-    lane) at once instead of waiting for ever.
+    lane) at once instead of waiting for ever. ``input_cost`` / ``output_cost``: its units for the
+    lane's limits (:func:`lane_plugin.policy.limits.never_passes`).
 
     Example:
         >>> p = LanePolicy(ceiling=1_000, burst_tokens=500)
@@ -184,6 +196,10 @@ def never_fits(
         (True, "estimate 600 exceeds the lane's burst of 500 tokens per window")
     """
     rate_cost = est if rate_cost is None else rate_cost
+    if policy.limits:
+        why = never_passes(policy.limits, units_of(rate_cost, input_cost, output_cost))
+        if why is not None:
+            return why
     if rate_cost > policy.burst_tokens:
         what = "estimate" if rate_cost == est else "rate cost"
         return f"{what} {rate_cost} exceeds the lane's burst of {policy.burst_tokens} tokens per window"

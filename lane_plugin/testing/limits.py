@@ -132,9 +132,11 @@ class Record:
         max_tokens: the request's completion cap.
         completion_tokens: tokens generated (0 when refused).
         finish_reason: ``stop`` or ``length`` (None when refused).
-        limit: what refused it: ``tokens``, ``requests``, ``daily`` or ``too_large`` (None when admitted).
+        limit: what refused it: ``tokens``, ``requests``, ``input_tokens``, ``output_tokens``, ``daily`` or
+            ``too_large`` (None when admitted).
         stream: whether the response was streamed.
         t_done: when the response was complete.
+        api: ``openai`` (chat completions) or ``anthropic`` (messages).
     """
 
     t: float
@@ -147,6 +149,7 @@ class Record:
     limit: str | None = None
     stream: bool = False
     t_done: float | None = None
+    api: str = "openai"
 
     @property
     def billed(self) -> int:
@@ -192,10 +195,14 @@ class Limits:
     """
 
     def __init__(self, tpm: int, rpm: int | None, daily_tokens: int | None, window_seconds: float,
-                 day_seconds: float, t0: float = 0.0):  # fmt: skip
+                 day_seconds: float, t0: float = 0.0, itpm: int | None = None, otpm: int | None = None):  # fmt: skip
         if tpm <= 0 or window_seconds <= 0 or day_seconds <= 0:
             raise ValueError("tpm, window_seconds and day_seconds must be positive")
         self.tpm, self.rpm, self.daily_tokens = tpm, rpm, daily_tokens
+        # Anthropic's: input tokens per window counted at request time, output tokens as generated.
+        self.itpm, self.otpm = itpm, otpm
+        self._input: deque[tuple[float, int]] = deque()
+        self._output: deque[tuple[float, int]] = deque()
         self.window, self.day_seconds, self.t0 = window_seconds, day_seconds, t0
         self._tokens: deque[tuple[float, int]] = deque()  # admitted (t, rate tokens) within the window
         self._requests: deque[float] = deque()
@@ -206,6 +213,9 @@ class Limits:
             self._tokens.popleft()
         while self._requests and self._requests[0] <= now - self.window:
             self._requests.popleft()
+        for q in (self._input, self._output):
+            while q and q[0][0] <= now - self.window:
+                q.popleft()
         day = int((now - self.t0) // self.day_seconds)
         if day != self._day:
             self._day, self.billed_today = day, 0
@@ -226,6 +236,13 @@ class Limits:
             return "too_large", None
         if self.rpm is not None and len(self._requests) >= self.rpm:
             return "requests", self._requests[0] + self.window - now
+        if self.itpm is not None:
+            if prompt_tokens > self.itpm:
+                return "too_large", None
+            if (wait := _room_at(self._input, prompt_tokens, self.itpm, self.window, now)) is not None:
+                return "input_tokens", wait
+        if self.otpm is not None and (wait := _room_at(self._output, 1, self.otpm, self.window, now)) is not None:
+            return "output_tokens", wait  # no room left for one more generated token
         used = sum(c for _, c in self._tokens)
         if used + rate_tokens > self.tpm:
             for t, c in self._tokens:
@@ -236,10 +253,42 @@ class Limits:
             return "daily", self.t0 + (self._day + 1) * self.day_seconds - now
         return None, None
 
-    def charge(self, now: float, rate_tokens: int) -> None:
+    def charge(self, now: float, rate_tokens: int, prompt_tokens: int = 0) -> None:
         """Charge an admitted request to the windows."""
         self._tokens.append((now, rate_tokens))
         self._requests.append(now)
+        if self.itpm is not None:
+            self._input.append((now, prompt_tokens))
+
+    def generated(self, now: float, tokens: int) -> None:
+        """Count output tokens against the output window as they are generated (Anthropic's OTPM)."""
+        if self.otpm is not None and tokens:
+            self._output.append((now, tokens))
+
+    def anthropic_headers(self, now: float, clock_offset: float) -> dict[str, str]:
+        """Anthropic's ``anthropic-ratelimit-*`` headers at ``now``; resets as RFC 3339 times (``clock_offset``
+        turns the emulator's clock into epoch seconds)."""
+        import datetime as dt
+
+        self._expire(now)
+
+        def at(q_end: float) -> str:
+            t = dt.datetime.fromtimestamp(q_end + clock_offset, tz=dt.timezone.utc)
+            return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+        out: dict[str, str] = {}
+        if self.rpm is not None:
+            out["anthropic-ratelimit-requests-limit"] = str(self.rpm)
+            out["anthropic-ratelimit-requests-remaining"] = str(max(0, self.rpm - len(self._requests)))
+            out["anthropic-ratelimit-requests-reset"] = at(self._requests[0] + self.window if self._requests else now)
+        for name, q, lim in (("input-tokens", self._input, self.itpm), ("output-tokens", self._output, self.otpm)):
+            if lim is None:
+                continue
+            used = sum(c for _, c in q)
+            out[f"anthropic-ratelimit-{name}-limit"] = str(lim)
+            out[f"anthropic-ratelimit-{name}-remaining"] = str(max(0, lim - used))
+            out[f"anthropic-ratelimit-{name}-reset"] = at(q[0][0] + self.window if q else now)
+        return out
 
     def bill(self, now: float, tokens: int) -> None:
         """Count billed tokens against the day's quota."""
@@ -266,3 +315,15 @@ class Limits:
                 self._requests[-1] + self.window - now if self._requests else 0
             )
         return out
+
+
+def _room_at(q: deque[tuple[float, int]], need: int, limit: int, window: float, now: float) -> float | None:
+    """Seconds until the window ``q`` has room for ``need`` more under ``limit``; None if it has it now."""
+    used = sum(c for _, c in q)
+    if used + need <= limit:
+        return None
+    for t, c in q:
+        used -= c
+        if used + need <= limit:
+            return t + window - now
+    return window

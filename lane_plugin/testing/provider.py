@@ -63,9 +63,19 @@ class ProviderEmulator:
         clock: the time source (tests inject one); seconds, monotonic.
         sleep: how latency is spent (tests may pass a no-op).
         host: the interface to bind; the port is chosen free.
+        itpm: Anthropic's input tokens per window (counted at request time); None: no such limit.
+        otpm: Anthropic's output tokens per window, counted as generated (a request is refused while the
+            window has no room for one more); None: no such limit.
+
+    ``POST /v1/messages`` answers as Anthropic's Messages API (``x-api-key``, ``max_tokens`` required,
+    ``anthropic-ratelimit-*`` headers with RFC 3339 resets, 429 ``rate_limit_error`` with ``retry-after``),
+    counted against the same windows. :meth:`spend_outside` spends part of the limits as another client on
+    the same key would (a shared key), and the emulator counts the requests that arrive while a 429 it
+    sent still says to wait (``sent_into_closed``).
     """
 
     def __init__(self, tpm: int = 90_000, rpm: int | None = 3_500, daily_tokens: int | None = None, *,
+                 itpm: int | None = None, otpm: int | None = None,
                  window_seconds: float = 60.0, day_seconds: float = 86_400.0, trace: str = "azure-code",
                  output_lengths: list[int] | None = None, seed: int = 0, latency_base: float = 0.0,
                  latency_per_token: float = 0.0, default_max_tokens: int = 1024, model: str = "emu-1",
@@ -75,6 +85,7 @@ class ProviderEmulator:
         if not self.outputs or min(self.outputs) < 0:
             raise ValueError("output lengths must be a non-empty list of non-negative ints")
         self.tpm, self.rpm, self.daily_tokens, self.window_seconds = tpm, rpm, daily_tokens, window_seconds
+        self.itpm, self.otpm = itpm, otpm
         self.day_seconds, self.seed, self.model = day_seconds, seed, model
         self.latency_base, self.latency_per_token = latency_base, latency_per_token
         self.default_max_tokens, self.host = default_max_tokens, host
@@ -91,8 +102,11 @@ class ProviderEmulator:
         with self._lock:
             self.t0 = self.clock()
             self.limits = Limits(self.tpm, self.rpm, self.daily_tokens, self.window_seconds, self.day_seconds,
-                                 t0=self.t0)  # fmt: skip
+                                 t0=self.t0, itpm=self.itpm, otpm=self.otpm)  # fmt: skip
             self._records: list[Record] = []
+            self.closed_until = -math.inf  # the latest reset a 429 told a client to wait for
+            self.sent_into_closed = 0  # requests that arrived before it (the client did not wait)
+            self.outside_ok = self.outside_refused = 0
 
     def start(self) -> ProviderEmulator:
         """Bind a free port and serve in a daemon thread."""
@@ -163,31 +177,56 @@ class ProviderEmulator:
             "max_window_tokens": self.max_window_tokens(), "tpm": self.tpm, "window_seconds": self.window_seconds,
             "truncated": sum(r.finish_reason == "length" for r in ok),
             "first_t": recs[0].t if recs else None, "last_done": max((r.t_done or r.t for r in recs), default=None),
+            "sent_into_closed": self.sent_into_closed, "outside_ok": self.outside_ok,
+            "outside_refused": self.outside_refused,
         }  # fmt: skip
 
+    def spend_outside(self, prompt_tokens: int, max_tokens: int = 0, completion_tokens: int | None = None) -> bool:
+        """A request from another client on the same key (not recorded as the lane's): charged to the windows
+        as any request, if the limits let it through; True if they did. Output counts as generated at once."""
+        with self._lock:
+            now = self.clock()
+            limit, _ = self.limits.check(now, prompt_tokens + max_tokens, prompt_tokens)
+            if limit is not None:
+                self.outside_refused += 1
+                return False
+            self.limits.charge(now, prompt_tokens + max_tokens, prompt_tokens)
+            self.limits.generated(now, max_tokens if completion_tokens is None else completion_tokens)
+            self.outside_ok += 1
+            return True
+
     # -- the request path ------------------------------------------------------------
-    def admit(self, body: dict, stream: bool) -> tuple[Record, dict[str, str], float | None]:
+    def admit(self, body: dict, stream: bool, api: str = "openai") -> tuple[Record, dict[str, str], float | None]:
         """Count a request against the limits and record it: the record (200 or 429), headers, retry-after."""
         messages = body.get("messages")
-        prompt = count_tokens(messages)
+        prompt = count_tokens(messages) + count_tokens([{"content": body.get("system") or ""}])
         cap = body.get("max_completion_tokens") or body.get("max_tokens") or self.default_max_tokens
         with self._lock:
             now = self.clock()
-            rec = Record(t=now - self.t0, status=429, prompt_tokens=prompt, max_tokens=int(cap), stream=stream)
+            if now < self.closed_until:
+                self.sent_into_closed += 1
+            rec = Record(t=now - self.t0, status=429, prompt_tokens=prompt, max_tokens=int(cap), stream=stream,
+                         api=api)  # fmt: skip
             limit, retry = self.limits.check(now, prompt + rec.max_tokens, prompt)
             if limit is None:
                 rec.status, rec.rate_tokens = 200, prompt + rec.max_tokens
-                self.limits.charge(now, rec.rate_tokens)
+                self.limits.charge(now, rec.rate_tokens, prompt)
                 full = draw_length(self.outputs, self.seed, body)
                 rec.completion_tokens = min(full, rec.max_tokens)
                 rec.finish_reason = "length" if full > rec.max_tokens else "stop"
             else:
                 rec.limit, rec.t_done = limit, now - self.t0
-            headers = self.limits.headers(now)
+                if retry is not None:
+                    self.closed_until = max(self.closed_until, now + retry)
+            if api == "anthropic":
+                headers = self.limits.anthropic_headers(now, time.time() - now)
+            else:
+                headers = self.limits.headers(now)
             self._records.append(rec)
         if limit is not None and retry is not None:
             headers["retry-after"] = str(max(1, math.ceil(retry)))
-            headers["retry-after-ms"] = str(max(1, math.ceil(retry * 1000)))
+            if api == "openai":  # (Anthropic sends whole seconds only)
+                headers["retry-after-ms"] = str(max(1, math.ceil(retry * 1000)))
         return rec, headers, retry
 
     def finish(self, rec: Record) -> None:
@@ -196,11 +235,14 @@ class ProviderEmulator:
             now = self.clock()
             rec.t_done = now - self.t0
             self.limits.bill(now, rec.billed)
+            self.limits.generated(now, rec.completion_tokens)
 
     def refusal(self, rec: Record, model: str, retry: float | None) -> dict:
         """The OpenAI-shaped error body of a 429."""
         lim, requested = self.limits, rec.prompt_tokens + rec.max_tokens
-        if rec.limit == "too_large":
+        if rec.limit in ("input_tokens", "output_tokens"):
+            message = f"Rate limit reached for {model} on {rec.limit.replace('_', ' ')} per window."
+        elif rec.limit == "too_large":
             message = (f"Request too large for {model} in organization org-emulator on tokens per min (TPM): "
                        f"Limit {lim.tpm}, Requested {requested}.")  # fmt: skip
         else:
@@ -253,6 +295,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
+        if self.path.split("?")[0].rstrip("/") == "/v1/messages":
+            from .anthropic import handle_messages
+
+            return handle_messages(self, raw)
         if self.path.split("?")[0].rstrip("/") != "/v1/chat/completions":
             return self._error(404, f"Unknown request URL: POST {self.path}.", code="unknown_url")
         if not (self.headers.get("authorization") or "").startswith("Bearer "):

@@ -46,6 +46,10 @@ def test_the_articles_loop_submit_tick_settle_report(run):
         (["settle", "nojob", "--actual", "-5"], 2, "invalid actual -5"),
         (["lanes", "set", "free", "--ceiling", "0"], 2, "invalid ceiling 0"),
         (["lanes", "set", "free", "--period", "weekly"], 2, "invalid period 'weekly'"),
+        (["lanes", "set", "free", "--limit", "requests=500"], 2, "limit 'requests=500'"),
+        (["lanes", "set", "free", "--limit", "rpm=5/60s"], 2, "unknown unit 'rpm'"),
+        (["lanes", "set", "free", "--limit", "requests=0/60s"], 2, "must be a positive integer"),
+        (["lanes", "set", "free", "--limit", "requests"], 2, "expected UNIT=AMOUNT/WINDOW"),
         (["--db", "mysql://u:hunter2@h/db", "lanes"], 2, "unsupported scheme"),
         (["--db", "postgresql+psycopg://u:hunter2@127.0.0.1:1/db", "lanes"], 8, "cannot connect"),
     ],
@@ -149,3 +153,16 @@ def test_tenants_list_set_and_refuse(run):
     both = run("tenants", "set", "free", "backfill", "--ceiling", "5", "--no-ceiling", check=False)
     assert both.returncode == 2 and "--no-ceiling" in both.stderr
     assert run("audit").stdout.strip() == "ledger sound: I1-I6 hold"
+def test_limits_are_set_shown_and_dropped_from_the_cli(run):
+    out = run("lanes", "set", "free", "--limit", "requests=500/60s", "--limit", "tokens=30000/1m",
+              "--limit", "output_tokens=8000/60s").stdout
+    assert "burst 30,000 per 1m, limits requests 500/60s, output_tokens 8000/60s" in out
+    free = next(x for x in json.loads(run("lanes", "--json").stdout) if x["lane"] == "free")
+    assert free["limits"] == ["tokens 30000/60s", "requests 500/60s", "output_tokens 8000/60s"]
+    assert free["burst_tokens"] == 30000 and free["window_seconds"] == 60.0
+    assert "requests 500/60s" in run("lanes", "--wide").stdout
+    run("lanes", "set", "free", "--limit", "requests=none")
+    free = next(x for x in json.loads(run("lanes", "--json").stdout) if x["lane"] == "free")
+    assert free["limits"] == ["tokens 30000/60s", "output_tokens 8000/60s"]
+    status = run("status", "free").stdout
+    assert "limits: tokens 30000/60s (used 0), output_tokens 8000/60s (used 0)" in status

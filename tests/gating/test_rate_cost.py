@@ -66,3 +66,26 @@ def test_gate_takes_an_int_rate_cost(ledger):
         g.report(250)
     [row] = job_rows(ledger)
     assert (row["est"], row["rate_cost"], row["actual"]) == (300, 1_300, 250)
+
+
+def test_rate_cost_splits_input_and_output_for_a_lanes_limits(ledger):
+    ledger.set_lane("io", allowance=10**6, ceiling=10**6, burst_tokens=5_000, window_seconds=60.0,
+                    limits=["input_tokens=4000/60s", "output_tokens=1000/60s"])  # fmt: skip
+
+    @lane_task(stage="chat", estimate=lambda prompt, max_tokens: len(prompt) // 4 + max_tokens, lane="io",
+               rate_cost=lambda prompt, max_tokens: {"input": len(prompt) // 4, "output": max_tokens})  # fmt: skip
+    def chat(prompt: str, max_tokens: int):
+        return {"usage": {"input_tokens": len(prompt) // 4, "output_tokens": 40}}
+
+    @flow
+    def f():
+        return chat("x" * 400, 500)
+
+    f()
+    (row,) = job_rows(ledger)
+    assert (row["rate_cost"], row["rate_input"], row["rate_output"]) == (600, 100, 500)
+    use = {u["unit"]: u["used"] for u in {s["lane"]: s for s in ledger.lanes()}["io"]["limit_use"]}
+    assert use == {"tokens": 600, "input_tokens": 100, "output_tokens": 40}  # output trued up to what it generated
+    with pytest.raises(InvalidInput, match="rate_cost"):
+        lane_task(stage="s", estimate=10, rate_cost={"input": 5})
+    assert ledger.audit() == []

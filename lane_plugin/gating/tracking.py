@@ -1,0 +1,97 @@
+"""``track_limits(client)``: an openai or anthropic client whose every response tells the lane the provider's count.
+
+A key shared with traffic outside the lane (another app, a notebook) makes the lane's windows
+optimistic: it counts only what it admitted. The provider counts everything and says so on every
+response (``x-ratelimit-limit-*`` / ``x-ratelimit-remaining-*``; Anthropic's
+``anthropic-ratelimit-*-limit`` / ``-remaining``). :func:`track_limits` adds an httpx response hook to
+the client that trues the lane's windows up to that count (:meth:`lane_plugin.Ledger.provider_used`:
+never down), and closes the lane on a 429 the SDK would retry on its own
+(:meth:`lane_plugin.Ledger.pause`), so every worker waits for the reset, not only this one. A request the
+client is about to send while the lane is paused (its lease was granted before the pause) waits for the
+reopen first: no request of a tracked client goes into a closed window.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from ..ledger import Ledger
+from .ratelimits import DEFAULT_PAUSE, MAX_PAUSE, remaining_of, wait_from_headers
+
+log = logging.getLogger("lane_plugin.track_limits")
+
+
+def _http_client(client: Any) -> Any:
+    """The httpx client under an openai/anthropic SDK client (``._client``), or an httpx client itself."""
+    inner = getattr(client, "_client", client)
+    if not hasattr(inner, "event_hooks"):
+        raise TypeError(f"track_limits needs an openai/anthropic client or an httpx client, got {type(client).__name__}")
+    return inner
+
+
+def track_limits(client: Any, lane: str = "free", *, ledger: Ledger | str | None = None) -> Any:
+    """Make ``client``'s responses true ``lane``'s limits up to the provider's own count; returns ``client``.
+
+    Args:
+        client: an ``openai.OpenAI`` / ``AsyncOpenAI`` / ``anthropic.Anthropic`` / ``AsyncAnthropic`` client, or
+            an ``httpx.Client`` / ``AsyncClient``.
+        lane: the lane whose windows the key's limits are.
+        ledger: the ledger (default: the gate's, ``LANE_DATABASE_URL``).
+
+    Example:
+        >>> client = track_limits(openai.OpenAI(max_retries=0), lane="free")   # doctest: +SKIP
+    """
+    http = _http_client(client)
+
+    def seen(response: Any) -> None:
+        try:
+            headers = {str(k).lower(): str(v) for k, v in response.headers.items()}
+            led = _ledger(ledger)
+            if response.status_code == 429:
+                said = wait_from_headers(headers)
+                seconds = min(max(said[0] if said else DEFAULT_PAUSE, 0.001), MAX_PAUSE)
+                what = f"{said[1]} {headers.get(said[1], '')}".strip() if said else "no reset header"
+                led.pause(lane, seconds, reason=f"a 429 seen by track_limits ({what})")
+            used = remaining_of(headers)
+            if used:
+                led.provider_used(lane, used)
+        except Exception as exc:  # the caller's request must never fail for the lane's bookkeeping
+            log.warning("track_limits: lane %s not trued up: %s", lane, exc)
+
+    def closed_for(_request: Any) -> float:
+        try:
+            return _ledger(ledger).paused_for(lane)
+        except Exception as exc:  # never fail the request for the lane's bookkeeping
+            log.warning("track_limits: could not read lane %s's pause: %s", lane, exc)
+            return 0.0
+
+    def before(request: Any) -> None:
+        if (wait := closed_for(request)) > 0:
+            time.sleep(wait)
+
+    if type(http).__name__.startswith("Async"):
+        import asyncio
+
+        async def hook(response: Any) -> None:
+            await asyncio.to_thread(seen, response)
+
+        async def abefore(request: Any) -> None:
+            if (wait := await asyncio.to_thread(closed_for, request)) > 0:
+                await asyncio.sleep(wait)
+
+        http.event_hooks["request"].append(abefore)
+        http.event_hooks["response"].append(hook)
+    else:
+        http.event_hooks["request"].append(before)
+        http.event_hooks["response"].append(seen)
+    return client
+
+
+def _ledger(ledger: Ledger | str | None) -> Ledger:
+    if isinstance(ledger, Ledger):
+        return ledger
+    from .ledgers import get_ledger
+
+    return get_ledger(ledger)

@@ -1,0 +1,252 @@
+"""A lane's limits over requests, input and output tokens, and the provider's pause, in the ledger.
+
+Each limit (:mod:`lane_plugin.policy.limits`) keeps its window as :mod:`.rates` keeps the ``tokens`` one:
+every admission writes one ``limit_charge`` row per limit ``(job, attempt, unit, lane, at, cost)`` and
+adds ``cost`` to the limit's ``lane_limit.used``; a tick first prunes the rows at or before ``now -
+window_seconds`` of that limit (an index range read on ``(lane, unit, at)`` of only the rows leaving)
+and subtracts them. A pending charge (a lease handed to a waiter that has not picked it up) is never
+pruned, and the pick-up moves it to the moment its request goes out, as the ``tokens`` charge.
+
+Which limits a lane has is on its row (``lane.limit_spec``): a lane without any reads no ``lane_limit``
+row at admission. ``output_tokens`` is charged the job's output allowance and trued up to what was
+generated at settlement (:func:`true_up_output`).
+
+A provider's 429 (:mod:`lane_plugin.gating.ratelimits`) closes the lane for every process: :func:`pause`
+writes ``lane.paused_until`` in one transaction; admission leases nothing before it (rule 1b), and the
+waiters' watcher ticks the lane at that moment (:mod:`.wakeups`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+
+from ..errors import InvalidInput
+from ..policy.limits import NO_TOKENS_LIMIT, OUTPUT_TOKENS, TOKENS, Limit, LimitUse, format_limit, spec_of
+from ..policy.window import window_expiry
+from . import rates, waiters
+from .db import Cursor
+from .lanes import LaneRow, lock_lane
+
+
+def slide(cur: Cursor, row: LaneRow, now: float) -> tuple[LimitUse, ...]:
+    """Prune every limit's charges that left its window (lane row locked); the limits with what they hold."""
+    if not row.limit_spec:
+        return ()
+    stated = dict(row.limits)
+    out = []
+    for unit, _amount, window, used, start in cur.all(
+        "select unit, amount, window_seconds, used, window_start from lane_limit where lane = :l", {"l": row.name}
+    ):
+        if unit not in stated:
+            continue
+        cut = now - window
+        if cut > start and used:
+            gone = cur.all("delete from limit_charge where lane = :l and unit = :u and at <= :cut and sent "
+                           "returning cost", {"l": row.name, "u": unit, "cut": cut})  # fmt: skip
+            freed = sum(r[0] for r in gone)
+            cur.execute("update lane_limit set used = used - :f, window_start = :cut where lane = :l and unit = :u",
+                        {"f": freed, "cut": cut, "l": row.name, "u": unit})  # fmt: skip
+            used -= freed
+        out.append(LimitUse(unit, stated[unit], int(used)))
+    order = {u: i for i, (u, _) in enumerate(row.limits)}
+    return tuple(sorted(out, key=lambda u: order[u.unit]))
+
+
+def charge(cur: Cursor, lane: str, at: float, charges: list[tuple[str, int, Mapping[str, int], bool]],
+           totals: Iterable[tuple[str, int]]) -> None:  # fmt: skip
+    """Record ``(job_id, attempt, units, sent)`` admitted now against each limit, and add ``totals`` to them."""
+    totals = [(u, n) for u, n in totals]
+    rows = [{"j": j, "a": a, "u": u, "l": lane, "at": at, "c": units[u], "s": s}
+            for j, a, units, s in charges for u, _ in totals]  # fmt: skip
+    if rows:
+        cur.executemany("insert into limit_charge (job_id, attempt, unit, lane, at, cost, sent) "
+                        "values (:j, :a, :u, :l, :at, :c, :s)", rows)  # fmt: skip
+    for unit, n in totals:
+        if n:
+            cur.execute("update lane_limit set used = used + :n where lane = :l and unit = :u",
+                        {"n": n, "l": lane, "u": unit})  # fmt: skip
+
+
+def stamp(cur: Cursor, job_id: str, attempt: int, now: float, *, pending_only: bool = False) -> None:
+    """:func:`lane_plugin.ledger.rates.stamp` for the attempt's limit charges."""
+    which = "not sent" if pending_only else "(at < :now or not sent)"
+    cur.execute("update limit_charge set at = case when at < :now then :now else at end, sent = :t "
+                f"where job_id = :j and attempt = :a and {which}",
+                {"now": now, "j": job_id, "a": attempt, "t": True})  # fmt: skip
+
+
+def drop_pending(cur: Cursor, job_ids: list[str]) -> None:
+    """:func:`lane_plugin.ledger.rates.drop_pending` for the limit charges (their lanes are locked)."""
+    freed: dict[tuple[str, str], int] = {}
+    for i in range(0, len(job_ids), 500):
+        part = {f"j{k}": j for k, j in enumerate(job_ids[i:i + 500])}
+        for lane, unit, cost in cur.all(f"delete from limit_charge where job_id in ({', '.join(':' + k for k in part)}) "
+                                        "and not sent returning lane, unit, cost", part):  # fmt: skip
+            freed[(lane, unit)] = freed.get((lane, unit), 0) + cost
+    for (lane, unit), cost in sorted(freed.items()):
+        cur.execute("update lane_limit set used = used - :c where lane = :l and unit = :u",
+                    {"c": cost, "l": lane, "u": unit})  # fmt: skip
+
+
+def true_up_output(cur: Cursor, job_id: str, attempt: int, actual: int, now: float) -> None:
+    """The attempt's ``output_tokens`` charge, if still in the window, becomes what it generated, counted from
+    ``now`` (the settlement: the provider counts output as it is generated, so until a window after the call).
+
+    What it generated: ``actual - rate_input`` (the job's input units; 0 where unknown, so cautious).
+    """
+    r = cur.one(
+        "select c.cost, c.lane, coalesce(j.rate_input, 0) from limit_charge c join job j on j.id = c.job_id "
+        "where c.job_id = :j and c.attempt = :a and c.unit = :u", {"j": job_id, "a": attempt, "u": OUTPUT_TOKENS},
+    )  # fmt: skip
+    if r is None:
+        return
+    old, lane, rate_input = r
+    new = max(0, int(actual) - int(rate_input))
+    cur.execute("update limit_charge set cost = :c, at = case when at < :now then :now else at end "
+                "where job_id = :j and attempt = :a and unit = :u",
+                {"c": new, "now": now, "j": job_id, "a": attempt, "u": OUTPUT_TOKENS})  # fmt: skip
+    if new == old:
+        return
+    cur.execute("update lane_limit set used = used + :d where lane = :l and unit = :u",
+                {"d": new - old, "l": lane, "u": OUTPUT_TOKENS})  # fmt: skip
+
+
+def free_at(cur: Cursor, lane: str, use: LimitUse, used: int, need: int) -> float | None:
+    """The first ledger time at which the limit's window holds at most ``amount - need``
+    (:func:`lane_plugin.ledger.rates.free_at` for one limit); None: it has the room or never will."""
+    excess = used + need - use.limit.amount
+    if excess <= 0 or need > use.limit.amount:
+        return None
+    at = cur.scalar(
+        "select min(at) from (select at, sum(cost) over (order by at, job_id, attempt rows unbounded preceding) "
+        "as freed from limit_charge where lane = :l and unit = :u and sent) as w where freed >= :x",
+        {"l": lane, "u": use.unit, "x": excess},
+    )
+    return None if at is None else window_expiry(float(at), use.limit.window_seconds)
+
+
+def set_limits(cur: Cursor, now: float, name: str, changes: Mapping[str, Limit | None]) -> LaneRow:
+    """Set or drop (None) limits of lane ``name`` (locked here). ``tokens`` is the burst window
+    (``burst_tokens`` / ``window_seconds``; dropped: no rate cost reaches it); the others are
+    ``lane_limit`` rows, their windows kept when only the amount changes and emptied when dropped."""
+    row = lock_lane(cur, name)
+    current = dict(row.limits)
+    for unit, lim in changes.items():
+        if unit == TOKENS:
+            burst, window = (NO_TOKENS_LIMIT, row.window_seconds) if lim is None else (lim.amount, lim.window_seconds)
+            cur.execute("update lane set burst_tokens = :b, window_seconds = :w, updated_at = :now where name = :n",
+                        {"b": burst, "w": window, "now": now, "n": name})  # fmt: skip
+        elif lim is None:
+            current.pop(unit, None)
+            cur.execute("delete from limit_charge where lane = :l and unit = :u", {"l": name, "u": unit})
+            cur.execute("delete from lane_limit where lane = :l and unit = :u", {"l": name, "u": unit})
+        else:
+            current[unit] = lim
+            cur.execute("update lane_limit set amount = :a, window_seconds = :w where lane = :l and unit = :u",
+                        {"a": lim.amount, "w": lim.window_seconds, "l": name, "u": unit})  # fmt: skip
+            if cur.rowcount != 1:
+                cur.execute("insert into lane_limit (lane, unit, amount, window_seconds, used, window_start) "
+                            "values (:l, :u, :a, :w, 0, 0)",
+                            {"l": name, "u": unit, "a": lim.amount, "w": lim.window_seconds, "now": now})  # fmt: skip
+    cur.execute("update lane set limit_spec = :s, updated_at = :now where name = :n",
+                {"s": spec_of(current.items()), "now": now, "n": name})  # fmt: skip
+    return lock_lane(cur, name)
+
+
+def pause(cur: Cursor, lane: str, *, until: float, reason: str, now: float, job_id: str | None = None) -> float:
+    """Close ``lane`` until ``until`` for every process (a provider's 429); returns when it reopens.
+
+    A later pause than the one in force replaces it; an earlier one changes nothing (the provider's
+    longest word wins). ``job_id``: the job whose attempt met the 429 (its ``rate_limited`` counts it).
+    """
+    if until <= now:
+        raise InvalidInput("paused_until", until, f"must be after now ({now})")
+    row = lock_lane(cur, lane)
+    if job_id is not None:
+        cur.execute("update job set rate_limited = rate_limited + 1 where id = :id", {"id": job_id})
+    if row.paused_until is not None and row.paused_until >= until:
+        return row.paused_until
+    cur.execute("update lane set paused_until = :u, paused_reason = :r, updated_at = :now where name = :l",
+                {"u": until, "r": reason, "now": now, "l": lane})  # fmt: skip
+    # Every listening process ticks the lane at commit (PostgreSQL): the tick finds it paused and wakes it
+    # at the reopen, and no one ticking in between leases into the closed window.
+    waiters.notify(cur, lane, "room")
+    return until
+
+
+def true_up_remaining(cur: Cursor, lane: str, unit: str, provider_used: int, now: float) -> None:
+    """The provider says ``provider_used`` units of its limit are spent now (its limit less what remains):
+    the lane's window holds at least that (use outside the lane counts), as a charge of the difference at ``now``.
+
+    Never lowers a window (the provider's count may lag this lane's own admissions). ``tokens``: the burst
+    window's ``rate_charge``; the others: ``limit_charge``. The charge's job id names the source.
+    """
+    row = lock_lane(cur, lane)
+    if unit == TOKENS:
+        amount, used = row.burst_tokens, row.window_used
+    else:
+        r = cur.one("select amount, used from lane_limit where lane = :l and unit = :u", {"l": lane, "u": unit})
+        if r is None:
+            return
+        amount, used = r
+    missing = int(provider_used) - int(used)
+    if missing <= 0 or amount >= NO_TOKENS_LIMIT:
+        return
+    job_id = f"provider:{now!r}"
+    if unit == TOKENS:
+        cur.execute("insert into rate_charge (job_id, attempt, lane, at, cost, sent) values (:j, 0, :l, :at, :c, :s) "
+                    "on conflict (job_id, attempt) do update set cost = rate_charge.cost + excluded.cost",
+                    {"j": job_id, "l": lane, "at": now, "c": missing, "s": True})  # fmt: skip
+        cur.execute("update lane set window_used = window_used + :c where name = :l", {"c": missing, "l": lane})
+    else:
+        cur.execute("insert into limit_charge (job_id, attempt, unit, lane, at, cost, sent) "
+                    "values (:j, 0, :u, :l, :at, :c, :s) on conflict (job_id, attempt, unit) "
+                    "do update set cost = limit_charge.cost + excluded.cost",
+                    {"j": job_id, "u": unit, "l": lane, "at": now, "c": missing, "s": True})  # fmt: skip
+        cur.execute("update lane_limit set used = used + :c where lane = :l and unit = :u",
+                    {"c": missing, "l": lane, "u": unit})  # fmt: skip
+
+
+def _clock(t: float) -> str:
+    """A ledger time as people read it in ``lane status``: ``12:03:41`` (UTC)."""
+    return time.strftime("%H:%M:%S", time.gmtime(t))
+
+
+def limit_status(cur: Cursor, row: LaneRow, now: float) -> list[dict]:
+    """Each of the lane's limits (``tokens`` first) with what its window holds at ``now`` and, when it is full
+    (no room for one more unit), when it next has room: read without writing (status)."""
+    out = []
+    for unit, lim in row.policy.all_limits:
+        if unit == TOKENS:
+            held = rates.used(cur, row, now)
+        else:
+            held = int(cur.scalar("select coalesce(sum(cost), 0) from limit_charge where lane = :l and unit = :u "
+                                  "and (at > :cut or not sent)",
+                                  {"l": row.name, "u": unit, "cut": now - lim.window_seconds}))  # fmt: skip
+        until = None
+        if held >= lim.amount:
+            at = cur.scalar("select min(at) from (select at, sum(cost) over (order by at, job_id, attempt rows "
+                            f"unbounded preceding) as freed from {'rate_charge' if unit == TOKENS else 'limit_charge'} "
+                            f"where lane = :l {'' if unit == TOKENS else 'and unit = :u '}and sent and at > :cut) "
+                            "as w where freed >= :x",
+                            {"l": row.name, "u": unit, "cut": now - lim.window_seconds, "x": held - lim.amount + 1})  # fmt: skip
+            until = None if at is None else window_expiry(float(at), lim.window_seconds)
+        out.append({"unit": unit, "amount": lim.amount, "window_seconds": lim.window_seconds, "used": held,
+                    "limit": format_limit((unit, lim)), "full_until": until})  # fmt: skip
+    return out
+
+
+def held_back(row: LaneRow, uses: list[dict], now: float) -> str | None:
+    """What holds the lane back, in words: the provider's pause, else the full limits (with when each has room).
+
+    Example:
+        >>> held_back(type("R", (), {"paused_until": None})(), [{"limit": "requests 500/60s", "full_until": 0.0}], 0)
+        'requests 500/60s full until 00:00:00'
+    """
+    if row.paused_until is not None and row.paused_until > now:
+        return f"paused by the provider until {_clock(row.paused_until)}" + (
+            f" after {row.paused_reason}" if row.paused_reason else "")
+    full = [f"{u['limit']} full until {_clock(u['full_until'])}" if u["full_until"] is not None
+            else f"{u['limit']} full" for u in uses if u["used"] >= u["amount"]]  # fmt: skip
+    return "; ".join(full) or None

@@ -1,0 +1,137 @@
+"""The ledger's calls for provider limits: a 429's pause and the provider's own count (:class:`ProviderLimits`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from ..checks import number, text, tokens
+from ..errors import InvalidInput
+from ..policy.limits import UNITS, Limit, LimitSyntaxError, format_limit, parse_limit
+from . import limits
+from .db import Cursor
+
+T = TypeVar("T")
+# A provider's pause longer than this is taken for a mistake (a reset time read in the wrong unit).
+MAX_PAUSE_SECONDS = 86_400.0
+
+
+def check_limits(value: Mapping[str, Any] | Iterable[str] | None) -> dict[str, Limit | None]:
+    """``{unit: Limit | "500/60s" | None}`` or ``["requests=500/60s", "tokens=none"]`` as ``{unit: Limit | None}``.
+
+    Raises:
+        InvalidInput: naming the limit and the value.
+
+    Example:
+        >>> check_limits(["requests=500/60s", "output_tokens=none"])
+        {'requests': Limit(amount=500, window_seconds=60.0), 'output_tokens': None}
+    """
+    if value is None:
+        return {}
+    items = value.items() if isinstance(value, Mapping) else None
+    out: dict[str, Limit | None] = {}
+    try:
+        if items is None:
+            if isinstance(value, str):
+                value = [value]
+            for spec in value:
+                unit, lim = parse_limit(str(spec))
+                out[unit] = lim
+            return out
+        for unit, lim in items:
+            if lim is None or isinstance(lim, Limit):
+                if unit not in UNITS:
+                    raise LimitSyntaxError(f"limit {unit!r}: unknown unit (expected one of {', '.join(UNITS)})")
+                if lim is not None and (lim.amount <= 0 or lim.window_seconds <= 0):
+                    raise LimitSyntaxError(f"limit {format_limit((unit, lim))}: amount and window must be positive")
+                out[unit] = lim
+            else:
+                out[unit] = parse_limit(f"{unit}={lim}")[1]
+    except LimitSyntaxError as e:
+        raise InvalidInput("limit", str(value), str(e)) from None
+    return out
+
+
+def split_rate_cost(rate_cost: Any, est: int, est_input: int | None) -> tuple[int | None, int | None, int | None]:
+    """``(rate_cost, rate_input, rate_output)`` of a job for :meth:`Ledger.submit`.
+
+    ``rate_cost`` an int (or None: ``est``) is split by ``est_input`` when known (the input tokens counted;
+    the rest is the output allowance, as a learned estimate is input plus the stage's allowance); a dict
+    ``{"input": I, "output": O}`` states the split (rate cost ``I + O``).
+
+    Example:
+        >>> split_rate_cost({"input": 600, "output": 300}, 900, None), split_rate_cost(None, 900, 700)
+        ((900, 600, 300), (None, 700, 200))
+    """
+    if isinstance(rate_cost, Mapping):
+        extra = set(rate_cost) - {"input", "output"}
+        if extra or not {"input", "output"} <= set(rate_cost):
+            raise InvalidInput("rate_cost", dict(rate_cost), 'expected {"input": TOKENS, "output": TOKENS}')
+        i = tokens("rate_cost input", rate_cost["input"], low=0)
+        o = tokens("rate_cost output", rate_cost["output"], low=0)
+        if i + o < 1:
+            raise InvalidInput("rate_cost", dict(rate_cost), "input + output must be at least 1")
+        return i + o, i, o
+    cost = None if rate_cost is None else tokens("rate_cost", rate_cost)
+    base = est if cost is None else cost
+    if est_input is not None and est_input <= base:
+        return cost, est_input, base - est_input
+    return cost, None, None
+
+
+class ProviderLimits:
+    """A mixin of :class:`~lane_plugin.Ledger`: what the provider says about its limits, written to the ledger."""
+
+    _run: Callable[..., Any]
+    _emit: Callable[[str, str, dict[str, Any]], None]
+
+    def pause(self, lane: str, seconds: float, *, reason: str, job_id: str | None = None) -> float:
+        """Close ``lane`` for ``seconds`` for every process (a provider's 429 said so); returns when it reopens.
+
+        One transaction: ``lane.paused_until`` (a later pause in force is kept: the longest word wins), and
+        the job's ``rate_limited`` count (the run bill's 429s). Admission leases nothing before it; each
+        process that ticks the lane meanwhile wakes at that moment (:mod:`lane_plugin.ledger.wakeups`).
+        Emits ``lane.paused``.
+        """
+        lane = text("lane", lane)
+        seconds = number("seconds", seconds, low=0.001, high=MAX_PAUSE_SECONDS)
+        reason = text("reason", reason, limit=500)
+        job_id = text("job id", job_id, required=False)
+
+        def run(cur: Cursor, now: float) -> tuple[float, float]:
+            return limits.pause(cur, lane, until=now + seconds, reason=reason, now=now, job_id=job_id), now
+
+        until, now = self._run(run)
+        wakeups = getattr(self, "wakeups", None)
+        if wakeups is not None:  # this process's waiters tick the lane the moment it reopens
+            wakeups.tick_at(lane, max(0.0, until - now))
+        self._emit("lane.paused", lane, {"lane": lane, "until": until, "seconds": round(until - now, 3),
+                                         "reason": reason, "job_id": job_id})  # fmt: skip
+        return until
+
+    def paused_for(self, lane: str) -> float:
+        """Seconds until ``lane`` reopens after a provider's pause (0.0: it is open); one read."""
+        lane = text("lane", lane)
+
+        def run(cur: Cursor, now: float) -> float:
+            until = cur.scalar("select paused_until from lane where name = :l", {"l": lane})
+            return 0.0 if until is None else max(0.0, float(until) - now)
+
+        return self._run(run, write=False)
+
+    def provider_used(self, lane: str, used: Mapping[str, int]) -> None:
+        """The provider's own count of what its limits hold now (``{unit: used}``, its limit less its
+        ``x-ratelimit-remaining-*``): each of the lane's windows holds at least that (use outside the lane
+        counts), never less than it holds (:func:`lane_plugin.ledger.limits.true_up_remaining`)."""
+        lane = text("lane", lane)
+        clean = {}
+        for unit, n in used.items():
+            if unit not in UNITS:
+                raise InvalidInput("unit", unit, f"expected one of {', '.join(UNITS)}")
+            clean[unit] = tokens(f"{unit} used", n, low=0)
+
+        def run(cur: Cursor, now: float) -> None:
+            for unit, n in clean.items():
+                limits.true_up_remaining(cur, lane, unit, n, now)
+
+        self._run(run)

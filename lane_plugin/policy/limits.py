@@ -1,0 +1,179 @@
+"""A lane's limits as its provider states them: sliding windows over requests and tokens (rule 6b); pure.
+
+A provider states several limits at once (OpenAI: requests and tokens per minute; Anthropic:
+requests, input tokens and output tokens per minute). A lane holds one sliding window per
+:data:`UNITS` unit it limits, each ``amount`` per ``window_seconds``:
+
+- ``requests``: every admission counts 1;
+- ``tokens``: the job's rate cost (``rate_cost``, else its estimate): the burst window of rule 6,
+  stored as the lane's ``burst_tokens`` / ``window_seconds``;
+- ``input_tokens``: the job's input (prompt) tokens;
+- ``output_tokens``: the job's output allowance at request time (trued up to what was generated at
+  settlement, as ``rate_basis = 'actual'`` trues up ``tokens``).
+
+Rule 6b, the statement: for every limit ``(unit, amount, window)`` the units admitted in
+``(now - window, now]`` plus the job's units stay ``<= amount``. The proof is rule 6's: checked at
+every admission, the count of any span of ``window`` seconds is largest when it ends at an
+admission (counts only grow at admissions), and that admission counted exactly that span, so no
+span of ``window`` seconds ever holds more than ``amount`` units, for each limit on its own. A job
+whose units exceed a limit's ``amount`` can never pass it (no window is emptier than empty): it is
+refused at intake (:func:`never_passes`).
+
+Example:
+    >>> lim = parse_limit("requests=500/60s")
+    >>> lim, format_limit(lim)
+    (('requests', Limit(amount=500, window_seconds=60.0)), 'requests 500/60s')
+    >>> blocking_limit((LimitUse("requests", Limit(2, 10.0), used=2),), {"requests": 1})
+    'requests'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+REQUESTS, TOKENS, INPUT_TOKENS, OUTPUT_TOKENS = "requests", "tokens", "input_tokens", "output_tokens"
+UNITS = (REQUESTS, TOKENS, INPUT_TOKENS, OUTPUT_TOKENS)
+# Units with a window of their own (tokens is the lane's burst window: burst_tokens / window_seconds).
+EXTRA_UNITS = (REQUESTS, INPUT_TOKENS, OUTPUT_TOKENS)
+# burst_tokens of a lane whose tokens limit is dropped (--limit tokens=none): no job's rate cost reaches it.
+NO_TOKENS_LIMIT = 2**53
+_SPEC = re.compile(r"^\s*(\d[\d_]*)\s*/\s*(\d+(?:\.\d+)?)?\s*(ms|s|m|min|h|d)?\s*$")
+_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86_400.0}
+
+
+@dataclass(frozen=True)
+class Limit:
+    """``amount`` units per sliding ``window_seconds``."""
+
+    amount: int
+    window_seconds: float
+
+
+@dataclass(frozen=True)
+class LimitUse:
+    """One limit of a lane at one instant: ``used`` units admitted in its window (pending ones included)."""
+
+    unit: str
+    limit: Limit
+    used: int = 0
+
+
+class LimitSyntaxError(ValueError):
+    """A ``--limit`` value that does not read as ``UNIT=AMOUNT/WINDOW`` or ``UNIT=none``."""
+
+
+def parse_limit(text: str) -> tuple[str, Limit | None]:
+    """``"requests=500/60s"`` -> ``("requests", Limit(500, 60.0))``; ``"requests=none"`` -> ``("requests", None)``.
+
+    The window is a number and a unit (``ms``, ``s``, ``m``/``min``, ``h``, ``d``; a bare unit means 1 of
+    it: ``500/m``); the amount a positive integer (``30_000`` allowed).
+
+    Raises:
+        LimitSyntaxError: naming the value and what was expected.
+
+    Example:
+        >>> parse_limit("tokens=30000/m"), parse_limit("output_tokens=none")
+        (('tokens', Limit(amount=30000, window_seconds=60.0)), ('output_tokens', None))
+        >>> parse_limit("rpm=5/1s")
+        Traceback (most recent call last):
+        ...
+        lane_plugin.policy.limits.LimitSyntaxError: limit 'rpm=5/1s': unknown unit 'rpm' (expected one of ...)
+    """
+    unit, sep, spec = text.partition("=")
+    unit = unit.strip()
+    if not sep:
+        raise LimitSyntaxError(f"limit {text!r}: expected UNIT=AMOUNT/WINDOW (e.g. requests=500/60s) or UNIT=none")
+    if unit not in UNITS:
+        raise LimitSyntaxError(f"limit {text!r}: unknown unit {unit!r} (expected one of {', '.join(UNITS)})")
+    if spec.strip().lower() == "none":
+        return unit, None
+    m = _SPEC.match(spec)
+    if m is None or (m.group(2) is None and m.group(3) is None):
+        raise LimitSyntaxError(
+            f"limit {text!r}: expected AMOUNT/WINDOW after '=', e.g. 500/60s, 30000/1m or 8000/m (or none)"
+        )
+    amount = int(m.group(1).replace("_", ""))
+    window = float(m.group(2) or 1) * _SECONDS[m.group(3) or "s"]
+    if amount <= 0:
+        raise LimitSyntaxError(f"limit {text!r}: the amount must be a positive integer, got {amount}")
+    if window <= 0:
+        raise LimitSyntaxError(f"limit {text!r}: the window must be longer than 0 seconds")
+    return unit, Limit(amount, window)
+
+
+def format_limit(limit: tuple[str, Limit]) -> str:
+    """``("requests", Limit(500, 60.0))`` -> ``"requests 500/60s"`` (how ``lane lanes`` and ``lane status`` say it)."""
+    unit, lim = limit
+    return f"{unit} {lim.amount}/{lim.window_seconds:g}s"
+
+
+def spec_of(limits: Iterable[tuple[str, Limit]]) -> str | None:
+    """The lane row's ``limit_spec`` text of ``limits`` (None: none), in :data:`UNITS` order; read by :func:`limits_of_spec`.
+
+    Example:
+        >>> spec_of([("output_tokens", Limit(8000, 60.0)), ("requests", Limit(500, 60.0))])
+        'requests=500/60.0s output_tokens=8000/60.0s'
+        >>> limits_of_spec(_) == (("requests", Limit(500, 60.0)), ("output_tokens", Limit(8000, 60.0)))
+        True
+    """
+    by_unit = dict(limits)
+    parts = [f"{u}={by_unit[u].amount}/{by_unit[u].window_seconds!r}s" for u in UNITS if u in by_unit]
+    return " ".join(parts) or None
+
+
+def limits_of_spec(spec: str | None) -> tuple[tuple[str, Limit], ...]:
+    """The limits a ``limit_spec`` states (:func:`spec_of`), in :data:`UNITS` order."""
+    if not spec:
+        return ()
+    out = []
+    for part in spec.split():
+        unit, lim = parse_limit(part)
+        if lim is not None:
+            out.append((unit, lim))
+    return tuple(out)
+
+
+def units_of(rate: int, input_tokens: int | None, output_tokens: int | None) -> dict[str, int]:
+    """What one request counts against each unit.
+
+    ``rate`` is the job's rate cost (``tokens``). A job whose input/output split is unknown counts its
+    whole rate cost against both (cautious: no split could count more against either).
+
+    Example:
+        >>> units_of(900, 600, 300), units_of(900, None, None)["output_tokens"]
+        ({'requests': 1, 'tokens': 900, 'input_tokens': 600, 'output_tokens': 300}, 900)
+    """
+    return {
+        REQUESTS: 1,
+        TOKENS: rate,
+        INPUT_TOKENS: rate if input_tokens is None else input_tokens,
+        OUTPUT_TOKENS: rate if output_tokens is None else output_tokens,
+    }
+
+
+def blocking_limit(limits: Iterable[LimitUse], units: Mapping[str, int], held: Mapping[str, int] | None = None) -> str | None:
+    """The unit of the first limit the job's ``units`` would overfill (rule 6b), or None.
+
+    ``held``: units a shadow reservation keeps in the windows (rule 8) on top of what they hold.
+    """
+    for use in limits:
+        extra = held.get(use.unit, 0) if held else 0
+        if use.used + extra + units.get(use.unit, 0) > use.limit.amount:
+            return use.unit
+    return None
+
+
+def never_passes(limits: Iterable[tuple[str, Limit]], units: Mapping[str, int]) -> str | None:
+    """Why a job can never pass one of ``limits`` (its units alone exceed the amount), or None (rule 10).
+
+    Example:
+        >>> never_passes([("output_tokens", Limit(8000, 60.0))], {"output_tokens": 9000})
+        'output_tokens 9000 exceeds the limit output_tokens 8000/60s'
+    """
+    for unit, lim in limits:
+        need = units.get(unit, 0)
+        if need > lim.amount:
+            return f"{unit} {need} exceeds the limit {format_limit((unit, lim))}"
+    return None

@@ -1,0 +1,107 @@
+"""The provider's word wins (issue 24): a 429 met in a gated body closes the lane for every worker until
+the provider's reset, the attempt bills nothing, and Prefect's retry comes after the pause. Real openai SDK
+over HTTP against the emulator."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import openai
+import pytest
+from prefect import flow
+
+from lane_plugin import gate, lane_task, track_limits
+from lane_plugin.gating.ratelimits import rate_limit_info
+from lane_plugin.testing import ProviderEmulator
+
+pytestmark = [pytest.mark.usefixtures("prefect_server"), pytest.mark.timeout(180)]
+
+
+def _msgs(n: int) -> list[dict]:
+    return [{"role": "user", "content": "word" * n}]
+
+
+def test_the_providers_errors_are_recognised_with_their_reset_without_importing_an_sdk():
+    req = httpx.Request("POST", "http://x/v1/chat/completions")
+    resp = httpx.Response(429, headers={"x-ratelimit-reset-requests": "6m0s", "x-ratelimit-remaining-requests": "0",
+                                        "x-ratelimit-reset-tokens": "20ms", "retry-after": "1"}, request=req)  # fmt: skip
+    said = rate_limit_info(httpx.HTTPStatusError("429", request=req, response=resp))
+    assert said is not None and said.seconds == 360.0 and said.source == "x-ratelimit-reset-requests"
+    rl = openai.RateLimitError("slow down", response=httpx.Response(429, headers={"retry-after-ms": "1500"},
+                                                                     request=req), body=None)  # fmt: skip
+    assert rate_limit_info(rl).seconds == 1.5
+    future = "2099-01-01T00:00:00Z"
+    anth = httpx.Response(429, headers={"anthropic-ratelimit-output-tokens-remaining": "0",
+                                        "anthropic-ratelimit-output-tokens-reset": future,
+                                        "anthropic-ratelimit-requests-reset": "2000-01-01T00:00:00Z"}, request=req)
+    said = rate_limit_info(httpx.HTTPStatusError("429", request=req, response=anth), now=4_070_908_790.0)
+    assert said.source == "anthropic-ratelimit-output-tokens-reset" and said.seconds == pytest.approx(10.0)
+    assert rate_limit_info(httpx.HTTPStatusError("500", request=req, response=httpx.Response(500, request=req))) is None
+    assert rate_limit_info(ValueError("no")) is None
+
+
+def test_a_429_in_a_gated_body_pauses_the_lane_bills_nothing_and_the_retry_waits_for_the_reopen(ledger):
+    ledger.set_lane("p", allowance=10**6, ceiling=10**6, burst_tokens=10**5, window_seconds=2.0, max_leased=10)
+    with ProviderEmulator(tpm=10**6, rpm=1, window_seconds=2.0, output_lengths=[5]) as emu:
+        client = openai.OpenAI(base_url=emu.base_url, api_key="k", max_retries=0)
+
+        @lane_task(stage="ask", estimate=60, lane="p", retries=1, retry_delay_seconds=0)
+        def ask(i: int):
+            return client.chat.completions.create(model="m", max_tokens=10, messages=_msgs(40 + i))
+
+        @flow
+        def two():
+            return [ask.submit(i) for i in range(2)]
+
+        futures = two()
+        [f.result() for f in futures] if isinstance(futures, list) else None
+        recs = emu.records
+    rejected = [r for r in recs if r.status == 429]
+    assert len(rejected) == 1  # one met the request limit; the pause kept the other from sending into it
+    closed_from, closed_to = rejected[0].t, rejected[0].t + 2.0
+    sent_in_closed = [r for r in recs if r.status == 200 and closed_from < r.t < closed_to - 0.05]
+    lane = {s["lane"]: s for s in ledger.lanes()}["p"]
+    rows = {r["rate_limited"]: r for r in (ledger.job(j[0]) for j in ledger.rows("select id from job")[1])}
+    assert 1 in rows and rows[1]["actual"] > 0  # the retry that succeeded billed; the 429 attempt billed 0
+    settled = ledger.rows("select actual, outcome from settlement where job_id = :j order by attempt",
+                          {"j": rows[1]["id"]})[1]  # fmt: skip
+    assert settled[0] == (0, "failed") and settled[1][1] == "done"
+    assert sent_in_closed == [] and len([r for r in recs if r.status == 200]) == 2
+    assert lane["paused_until"] is None  # reopened
+
+
+def test_track_limits_trues_the_window_up_to_the_providers_count_and_pauses_on_a_429(ledger):
+    ledger.set_lane("t", allowance=10**6, ceiling=10**6, burst_tokens=10**5, window_seconds=60.0,
+                    limits=["requests=10/60s"])  # fmt: skip
+    with ProviderEmulator(tpm=10**6, rpm=10, window_seconds=60.0, output_lengths=[5]) as emu:
+        outside = openai.OpenAI(base_url=emu.base_url, api_key="k", max_retries=0)
+        for _ in range(6):  # another app on the same key
+            outside.chat.completions.create(model="m", max_tokens=5, messages=_msgs(5))
+        tracked = track_limits(openai.OpenAI(base_url=emu.base_url, api_key="k", max_retries=0), lane="t",
+                               ledger=ledger)  # fmt: skip
+
+        @flow
+        def one():
+            with gate(stage="s", estimate=20, lane="t") as g:
+                g.report(tracked.chat.completions.create(model="m", max_tokens=5, messages=_msgs(5)))
+
+        one()
+        use = {u["unit"]: u for u in {s["lane"]: s for s in ledger.lanes()}["t"]["limit_use"]}
+        assert use["requests"]["used"] == 7  # 6 outside + 1 of its own, as the provider counted them
+        for _ in range(3):
+            outside.chat.completions.create(model="m", max_tokens=5, messages=_msgs(5))
+        with pytest.raises(openai.RateLimitError):
+            tracked.chat.completions.create(model="m", max_tokens=5, messages=_msgs(5))
+        lane = {s["lane"]: s for s in ledger.lanes()}["t"]
+        assert lane["paused_until"] is not None and "track_limits" in lane["paused_reason"]
+        # a request of the tracked client while the lane is paused waits for the reopen before it is sent
+        ledger.set_lane("t", limits=["requests=none"])
+        emu.reset()
+        left = ledger.paused_for("t")
+        assert left > 0.5  # the pause is in force (a minute: the emulator's request window)
+        ledger._run(lambda cur, now: cur.execute("update lane set paused_until = :u where name = 't'",
+                                                 {"u": now + 1.0}))  # fmt: skip
+        t0 = time.monotonic()
+        tracked.chat.completions.create(model="m", max_tokens=5, messages=_msgs(5))
+        assert time.monotonic() - t0 >= 0.9 and len(emu.records) == 1

@@ -1,0 +1,161 @@
+"""A lane's limits over requests, input and output tokens, a provider's pause, and intake refusal (issue 24).
+
+Every test runs on SQLite and PostgreSQL (the ``led`` fixture) with the injected clock.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from lane_plugin.errors import InvalidInput, NeverFits
+from lane_plugin.policy.limits import Limit
+
+
+def _lane(led, name="l", **kw):
+    settings = dict(allowance=10**9, ceiling=10**9, burst_tokens=10**6, window_seconds=10.0, max_leased=50,
+                    lease_seconds=600)  # fmt: skip
+    settings.update(kw)
+    return led.set_lane(name, **settings)
+
+
+def _ids(leases):
+    return sorted(lease.job_id for lease in leases)
+
+
+def test_the_requests_limit_admits_that_many_per_window_and_no_more(led, clock):
+    _lane(led, limits=["requests=3/10s"])
+    jobs = [led.submit("s", 10, "l") for _ in range(5)]
+    first = led.tick("l")
+    assert len(first) == 3  # tokens and leases leave room for 5: the requests limit binds
+    for lease in first:
+        led.settle(lease, 10)
+    clock.t += 5.0
+    assert led.tick("l") == []  # settled, but still in the window
+    clock.t += 5.0  # (10 s after the admissions: they leave the window)
+    assert len(led.tick("l")) == 2
+    assert {led.job(j)["state"] for j in jobs} == {"done", "leased"}
+    assert led.audit() == []
+
+
+def test_input_and_output_limits_count_the_split_and_output_is_trued_up_to_the_actual(led, clock):
+    _lane(led, limits={"input_tokens": "1000/60s", "output_tokens": "500/60s"})
+    a = led.submit("s", 700, "l", rate_cost={"input": 400, "output": 300})
+    b = led.submit("s", 700, "l", rate_cost={"input": 400, "output": 300})
+    leases = led.tick("l")
+    assert len(leases) == 1  # 300 + 300 output would pass 500; inputs (800) would fit
+    led.settle(leases[0], 450)  # generated 50 (450 - 400 input): the output window now holds 50
+    (second,) = led.tick("l")
+    assert {leases[0].job_id, second.job_id} == {a, b}
+    assert led.job(a)["rate_input"] == 400 and led.job(a)["rate_output"] == 300
+    assert led.audit() == []  # every limit's window is the sum of its charges
+
+
+def test_the_split_comes_from_est_input_when_no_dict_states_it(led):
+    _lane(led, limits=["output_tokens=500/60s"])
+    j = led.submit("s", 900, "l", est_input=600)
+    row = led.job(j)
+    assert (row["rate_input"], row["rate_output"]) == (600, 300)
+    assert len(led.tick("l")) == 1
+
+
+def test_a_job_that_can_never_pass_a_limit_is_refused_at_intake(led):
+    _lane(led, limits=["output_tokens=500/60s"])
+    with pytest.raises(NeverFits, match="output_tokens 600 exceeds the limit output_tokens 500/60s"):
+        led.submit("s", 700, "l", rate_cost={"input": 100, "output": 600})
+    # an unknown split counts the whole rate cost against the output limit, cautiously
+    with pytest.raises(NeverFits, match="output_tokens 700 exceeds"):
+        led.submit("s", 700, "l")
+
+
+def test_lowering_a_limit_parks_a_waiting_job_it_leaves_no_way_to_fit(led):
+    _lane(led, limits=["requests=5/60s"], period="daily")
+    j = led.submit("s", 700, "l", rate_cost={"input": 100, "output": 600})
+    led.set_lane("l", limits=["output_tokens=500/60s"])
+    assert led.job(j)["state"] == "parked"
+    assert "output_tokens 600 exceeds the limit" in led.tail("l")[0]["reason"]
+
+
+def test_limits_are_set_shown_and_dropped(led):
+    row = _lane(led, limits=["requests=500/60s", "tokens=30000/60s", "output_tokens=8000/60s"])
+    assert dict(row.policy.all_limits) == {
+        "tokens": Limit(30000, 60.0), "requests": Limit(500, 60.0), "output_tokens": Limit(8000, 60.0)}
+    assert (row.burst_tokens, row.window_seconds) == (30000, 60.0)  # tokens is the burst window
+    (lane,) = [x for x in led.lanes() if x["lane"] == "l"]
+    assert lane["limits"] == ["tokens 30000/60s", "requests 500/60s", "output_tokens 8000/60s"]
+    row = led.set_lane("l", limits=["requests=none", "tokens=none"])
+    assert dict(row.policy.all_limits) == {"output_tokens": Limit(8000, 60.0)}
+    assert led.submit("s", 10**5, "l", rate_cost={"input": 10**5 - 1, "output": 1})  # no tokens limit now
+
+
+def test_bad_limit_syntax_names_the_value(led):
+    _lane(led)
+    with pytest.raises(InvalidInput, match="requests=500"):
+        led.set_lane("l", limits=["requests=500"])
+    with pytest.raises(InvalidInput, match="unknown unit 'rpm'"):
+        led.set_lane("l", limits=["rpm=5/60s"])
+
+
+def test_a_pause_closes_the_lane_until_then_and_it_reopens_on_time(led, clock):
+    _lane(led)
+    j = led.submit("s", 10, "l")
+    events = []
+    led.listeners.append(lambda e, lane, p: events.append((e, p)))
+    until = led.pause("l", 12.5, reason="429 from the provider", job_id=j)
+    assert until == clock.t + 12.5
+    assert led.tick("l") == []  # the provider's word wins: nothing is leased into a closed lane
+    assert led.job(j)["rate_limited"] == 1
+    assert events and events[0][0] == "lane.paused" and events[0][1]["until"] == until
+    assert led.pause("l", 2.0, reason="a shorter one") == until  # the longest word wins
+    clock.t += 12.4
+    assert led.tick("l") == []
+    clock.t += 0.1
+    assert _ids(led.tick("l")) == [j]
+
+
+def test_a_paused_tick_asks_to_be_woken_at_the_reopen(led, clock):
+    from lane_plugin.ledger import admission
+
+    _lane(led)
+    led.submit("s", 10, "l")
+    led.pause("l", 3.0, reason="429")
+    ticked = led._run(lambda cur, now: admission.tick(cur, "l", now=now, token="t"))
+    assert ticked.decision.head_reason == "paused" and ticked.retry_in == pytest.approx(3.0)
+
+
+def test_a_limit_blocked_tick_asks_to_be_woken_when_its_window_slides(led, clock):
+    from lane_plugin.ledger import admission
+
+    _lane(led, limits=["requests=1/10s"])
+    led.submit("s", 10, "l")
+    led.submit("s", 10, "l")
+    assert len(led.tick("l")) == 1
+    clock.t += 4.0
+    ticked = led._run(lambda cur, now: admission.tick(cur, "l", now=now, token="t"))
+    assert ticked.decision.head_reason == "limit:requests" and ticked.retry_in == pytest.approx(6.0)
+
+
+def test_the_providers_count_trues_the_window_up(led, clock):
+    _lane(led, limits=["requests=10/60s"])
+    for _ in range(3):
+        led.submit("s", 10, "l")
+    led.provider_used("l", {"requests": 9})  # 9 of 10 spent outside the lane
+    assert len(led.tick("l")) == 1
+    led.provider_used("l", {"requests": 2})  # a lower count never lowers the window
+    assert led.tick("l") == []
+    clock.t += 60.0
+    assert len(led.tick("l")) == 2
+    assert led.audit() == []
+
+
+def test_the_output_charge_counts_from_the_settlement_as_the_provider_counts_output_as_generated(led, clock):
+    _lane(led, limits=["output_tokens=500/60s"])
+    a = led.submit("s", 400, "l", rate_cost={"input": 100, "output": 300})
+    (lease,) = led.tick("l")
+    clock.t += 50.0
+    led.settle(lease, 400)  # generated 300, counted from now: until 110 s after the admission
+    b = led.submit("s", 400, "l", rate_cost={"input": 100, "output": 300})
+    clock.t += 11.0  # 61 s after the admission, 11 s after the settlement
+    assert led.tick("l") == []
+    clock.t += 49.0
+    assert [x.job_id for x in led.tick("l")] == [b] and led.job(a)["state"] == "done"
+    assert led.audit() == []
