@@ -1,0 +1,161 @@
+"""SIGTERM stops a gated process within its grace, with its leases given back.
+
+A task stuck in its body (a hung call, a lock nobody will release) keeps a non-daemon thread alive, and
+Python waits for such threads at exit: a handler that unwinds the main thread (Prefect's
+``TerminationSignal`` bridge, an application's ``sys.exit``) then leaves a process that ignores SIGTERM,
+its leases renewed for ever. So the first time the gate is used in a process's main thread
+(:func:`install`, called by :func:`~lane_plugin.gating.get_ledger` and ``lane_task``), a SIGTERM handler
+is installed in front of the one already there. On SIGTERM it:
+
+1. starts a daemon thread that ends the process with ``os._exit(128 + SIGTERM)`` if it is still alive
+   ``LANE_SIGTERM_GRACE_SECONDS`` (default 8) after the signal;
+2. gives back every lease the process's renewer holds, from a second daemon thread, for at most half the
+   grace (an unreachable ledger cannot hold the exit up): the renewal stops and each attempt is settled
+   ``failed`` at its estimate, ``by_estimate``, as a body stopped by a timeout or a cancellation is, in one
+   short transaction per lease; its reserve and ``max_leased`` slot are free at once;
+3. hands the signal on to the handler it replaced: Python's default (the process ends by SIGTERM), or a
+   Python handler, which is called.
+
+It is never installed over Prefect's own bridge (``prefect.utilities.engine.capture_sigterm`` checks that
+its handler is the one installed to acknowledge a cancellation), nor over ``SIG_IGN`` or a handler set
+from C; a later use of the gate tries again. Prefect's flow engine installs its bridge over this one for
+the length of a flow run and, on SIGTERM, restores it and sends the signal again once the run is marked
+crashed, so both run. A second SIGTERM goes straight to the replaced handler.
+``LANE_SIGTERM_GRACE_SECONDS=0`` installs nothing.
+
+Python runs a signal handler in the main thread between bytecodes: a main thread blocked in C code that
+never returns (not a sleep, a join or a lock, which signals interrupt) delays it until it does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+from ..settings import lane_settings
+
+log = logging.getLogger("lane_plugin.termination")
+_installed_in: int | None = None  # the pid whose main thread installed the handler
+_previous: Any = None  # the handler it replaced
+_grace_seconds = 8.0  # read at install: the handler must take no lock the interrupted main thread may hold
+_handling = False
+_install_lock = threading.Lock()
+
+
+def install() -> bool:
+    """Install the SIGTERM handler once per process, from its main thread; True if it is installed.
+
+    Cheap after the first call. Does nothing (returns False, to be tried again on a later call) outside
+    the main thread, while Prefect's SIGTERM bridge is installed, over ``SIG_IGN`` or a handler set from
+    C, and when ``LANE_SIGTERM_GRACE_SECONDS`` is 0.
+    """
+    global _installed_in, _previous, _grace_seconds
+    pid = os.getpid()
+    if _installed_in == pid:
+        return True
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    grace = float(lane_settings().sigterm_grace_seconds)
+    if not hasattr(signal, "SIGTERM") or grace <= 0:
+        return False
+    if not _install_lock.acquire(blocking=False):  # another call is installing it (a signal handler's gate?)
+        return False
+    try:
+        current = signal.getsignal(signal.SIGTERM)
+        if current is None or current == signal.SIG_IGN or _is_prefect_bridge(current):
+            return False
+        if current is _on_sigterm:  # inherited across a fork: keep what it replaced
+            _installed_in = pid
+            return True
+        _previous, _grace_seconds = current, grace
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        _installed_in = pid
+        return True
+    except ValueError:  # not the main interpreter's main thread after all
+        return False
+    finally:
+        _install_lock.release()
+
+
+def _is_prefect_bridge(handler: Any) -> bool:
+    return getattr(handler, "__module__", "") == "prefect.utilities.engine" and getattr(
+        handler, "__name__", ""
+    ) == "_prefect_sigterm_handler"
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    global _handling
+    if not _handling:
+        _handling = True
+        grace = _grace_seconds
+        threading.Thread(target=_exit_after, args=(grace, signum), name="lane-sigterm-grace", daemon=True).start()
+        releaser = threading.Thread(target=give_back_leases, name="lane-sigterm-release", daemon=True)
+        releaser.start()
+        releaser.join(grace / 2)
+    _hand_on(signum, frame)
+
+
+def _hand_on(signum: int, frame: FrameType | None) -> None:
+    previous = _previous
+    if callable(previous):
+        previous(signum, frame)
+        return
+    # SIG_DFL: end the process by the signal, as it would have without this handler
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _exit_after(grace: float, signum: int) -> None:
+    time.sleep(grace)
+    # os.write, not logging: a thread stopped while holding a logging handler's lock must not hold up the exit
+    msg = f"lane: the process did not exit within {grace:g}s of SIGTERM (LANE_SIGTERM_GRACE_SECONDS); forcing it\n"
+    try:
+        os.write(2, msg.encode())
+    except OSError:
+        pass
+    os._exit(128 + signum)
+
+
+def give_back_leases() -> int:
+    """Settle every lease this process's renewer keeps alive, at its estimate; returns how many were settled.
+
+    Runs without taking the renewer's lock (a thread interrupted while holding it must not hold this up):
+    each lease's renewal is stopped by pushing its next renewal out of reach, then the attempt is settled
+    ``failed`` at its estimate, ``by_estimate``. A lease that cannot be settled (ledger unreachable, already
+    settled) is logged and left to expire; it is no longer renewed.
+    """
+    from .renewal import renewer
+
+    held = _snapshot(renewer())
+    done = 0
+    for h in held:
+        h.renew_at = float("inf")
+    for h in held:
+        lease: Any = h.lease
+        try:
+            h.ledger.settle(lease.job_id, int(lease.est), attempt=lease.attempt,  # type: ignore[attr-defined]
+                            outcome="failed", by_estimate=True)  # fmt: skip
+            done += 1
+            log.warning("lane: SIGTERM: gave back the lease of %s job %s (attempt %d), billed its estimate of %d",
+                        lease.stage, lease.job_id, lease.attempt, lease.est)  # fmt: skip
+        except Exception as exc:
+            log.error("lane: SIGTERM: could not give back the lease of job %s (%s: %s); it expires unrenewed",
+                      lease.job_id, type(exc).__name__, exc)  # fmt: skip
+    return done
+
+
+def _snapshot(r: Any) -> list[Any]:
+    for _ in range(100):
+        try:
+            return list(r._held)
+        except RuntimeError:  # the set changed size while being copied: copy again
+            continue
+    return []
+
+
+__all__ = ["give_back_leases", "install"]

@@ -1,0 +1,120 @@
+"""Issue 22 item 3: a hung gated worker stops on SIGTERM within its grace, its leases given back.
+
+A real process (``sigterm_worker.py``) holds 3 leases in gated threads that never leave their bodies (an
+hour's sleep, or a lock a thread holds for ever). Each test proves the fault first: the process is alive
+and the ledger shows its 3 leases held (3 x 100 reserved). Then SIGTERM: it must be gone within 10 s,
+every lease settled ``failed`` at its estimate (``by_estimate``) and the lane's ``reserved`` back to 0.
+The control runs the same worker without the handler (``LANE_SIGTERM_GRACE_SECONDS=0``) behind a handler
+that unwinds the main thread: still alive after 3 s, its leases still held (the fault the handler fixes).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from lane_plugin import Ledger
+
+from .conftest import HERE, assert_audit_clean, figure, make_lane
+
+WORKER = HERE / "sigterm_worker.py"
+N, EST = 3, 100
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request):
+    return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+
+
+def _spawn(stuck: str, previous: str, url: str, grace: str | None = None) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(HERE.parents[1]), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("LANE_SIGTERM_GRACE_SECONDS", None)
+    if grace is not None:
+        env["LANE_SIGTERM_GRACE_SECONDS"] = grace
+    return subprocess.Popen([sys.executable, str(WORKER), stuck, previous, url, "s", str(N)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def _held(led: Ledger, proc: subprocess.Popen) -> None:
+    """Wait until the worker holds its N leases and is stuck in their bodies; fail if it exits."""
+    end = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, f"the worker exited early ({proc.returncode}): {proc.communicate()}"
+        _, rows = led.rows("select count(*) from job where key like 'stuck-%' and state = 'leased'")
+        if rows[0][0] == N:
+            break
+        assert time.monotonic() < end, "the worker never held its leases"
+        time.sleep(0.1)
+    time.sleep(0.5)  # into the bodies: the lease is picked up before the body runs
+    assert proc.poll() is None
+    assert led.lane("s").reserved == N * EST
+
+
+def _given_back(led: Ledger) -> None:
+    _, jobs = led.rows("select state from job where key like 'stuck-%'")
+    assert sorted(s for (s,) in jobs) == ["failed"] * N
+    _, rows = led.rows("select actual, by_estimate, outcome from settlement")
+    assert sorted((a, bool(b), o) for a, b, o in rows) == [(EST, True, "failed")] * N
+    assert led.lane("s").reserved == 0
+    assert_audit_clean(led)
+
+
+def _stop(proc: subprocess.Popen) -> tuple[int, float, str]:
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"the worker was still alive 10 s after SIGTERM; its stderr:\n{err[-3000:]}")
+    return proc.returncode, time.monotonic() - t0, err
+
+
+@pytest.mark.parametrize("stuck", ["sleep", "lock"])
+def test_sigterm_gives_the_leases_back_then_dies_by_it(url, stuck):
+    led = Ledger(url)
+    make_lane(led, "s", ceiling=10_000, lease_seconds=30.0)
+    proc = _spawn(stuck, "default", url)
+    _held(led, proc)
+    code, took, err = _stop(proc)
+    assert code == -signal.SIGTERM, err[-3000:]  # the default action, handed on once the leases were back
+    figure(f"SIGTERM ({url.split(':')[0]}, body stuck in {stuck}): exited in {took:.2f} s, {N} leases given back")
+    _given_back(led)
+
+
+@pytest.mark.parametrize("stuck", ["sleep", "lock"])
+def test_sigterm_past_a_handler_that_unwinds_ends_at_the_grace(url, stuck):
+    """``sys.exit`` in the process's own handler: Python then waits for the stuck threads at exit, for ever."""
+    led = Ledger(url)
+    make_lane(led, "s", ceiling=10_000, lease_seconds=30.0)
+    proc = _spawn(stuck, "exit", url)  # the default grace, 8 s
+    _held(led, proc)
+    code, took, err = _stop(proc)
+    assert code == 128 + signal.SIGTERM, err[-3000:]
+    assert "did not exit within 8s of SIGTERM" in err
+    assert 7.5 < took < 10.0
+    figure(f"SIGTERM past sys.exit ({url.split(':')[0]}, {stuck}): forced out after {took:.2f} s (grace 8 s)")
+    _given_back(led)
+
+
+def test_without_the_handler_a_stuck_worker_ignores_sigterm_and_keeps_its_leases(sqlite_url):
+    led = Ledger(sqlite_url)
+    make_lane(led, "s", ceiling=10_000, lease_seconds=30.0)
+    proc = _spawn("sleep", "exit", sqlite_url, grace="0")
+    try:
+        _held(led, proc)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(3.0)
+        assert proc.poll() is None, "the fault is gone: the worker exited without the gate's handler"
+        _, rows = led.rows("select count(*) from job where key like 'stuck-%' and state = 'leased'")
+        assert rows[0][0] == N and led.lane("s").reserved == N * EST
+    finally:
+        proc.kill()
+        proc.communicate()
