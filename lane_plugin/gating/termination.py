@@ -43,8 +43,12 @@ log = logging.getLogger("lane_plugin.termination")
 _installed_in: int | None = None  # the pid whose main thread installed the handler
 _previous: Any = None  # the handler it replaced
 _grace_seconds = 8.0  # read at install: the handler must take no lock the interrupted main thread may hold
-_handling = False
+_handling = False  # the handler ran once: a second SIGTERM goes straight on
 _install_lock = threading.Lock()
+_begun = threading.Lock()  # taken once, by whichever sees SIGTERM first: the handler or the watcher
+_releaser: threading.Thread | None = None
+_signal_at = 0.0
+_wakeup_write: int | None = None  # the write end of the watcher's pipe (signal.set_wakeup_fd)
 
 
 def install() -> bool:
@@ -69,11 +73,11 @@ def install() -> bool:
         current = signal.getsignal(signal.SIGTERM)
         if current is None or current == signal.SIG_IGN or _is_prefect_bridge(current):
             return False
-        if current is _on_sigterm:  # inherited across a fork: keep what it replaced
-            _installed_in = pid
-            return True
-        _previous, _grace_seconds = current, grace
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        if current is not _on_sigterm:  # (a forked child inherits it: it keeps what it replaced)
+            _previous = current
+            signal.signal(signal.SIGTERM, _on_sigterm)
+        _grace_seconds = grace
+        _watch_wakeups()
         _installed_in = pid
         return True
     except ValueError:  # not the main interpreter's main thread after all
@@ -88,15 +92,69 @@ def _is_prefect_bridge(handler: Any) -> bool:
     ) == "_prefect_sigterm_handler"
 
 
+def _watch_wakeups() -> None:
+    """See SIGTERM the moment it arrives, whichever Python handler is installed then.
+
+    Prefect's flow engine puts its own handler in front of this module's for a flow run, and its
+    ``TerminationSignal`` unwinds the run through the task runner, which joins the task threads: a body
+    that never returns holds it there, before Prefect hands the signal back. Python's C-level handler
+    writes each signal's number to the wakeup fd whatever Python handler runs it, so a thread reading it
+    starts the grace clock and gives the leases back meanwhile. Only when no one else uses the wakeup fd
+    (an asyncio loop's signal handlers do): then the handler alone sees SIGTERM.
+    """
+    global _wakeup_write
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    try:
+        old = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        os.close(read)
+        os.close(write)
+        return
+    if old not in (-1, _wakeup_write):  # someone else's (an inherited one of ours is dead: no reader)
+        signal.set_wakeup_fd(old)
+        os.close(read)
+        os.close(write)
+        return
+    _wakeup_write = write
+    threading.Thread(target=_read_wakeups, args=(read,), name="lane-sigterm-watch", daemon=True).start()
+
+
+def _read_wakeups(fd: int) -> None:
+    while True:
+        try:
+            data = os.read(fd, 512)
+        except OSError:
+            return
+        if not data:
+            return
+        if int(signal.SIGTERM) in data:
+            _begin(int(signal.SIGTERM))
+
+
+def _begin(signum: int) -> None:
+    """SIGTERM seen (by the handler or the watcher, once): start the grace clock and give the leases back."""
+    global _releaser, _signal_at
+    if not _begun.acquire(blocking=False):
+        return
+    _signal_at = time.monotonic()
+    threading.Thread(target=_exit_after, args=(_grace_seconds, signum), name="lane-sigterm-grace",
+                     daemon=True).start()  # fmt: skip
+    releaser = threading.Thread(target=give_back_leases, name="lane-sigterm-release", daemon=True)
+    releaser.start()
+    _releaser = releaser
+
+
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     global _handling
     if not _handling:
         _handling = True
-        grace = _grace_seconds
-        threading.Thread(target=_exit_after, args=(grace, signum), name="lane-sigterm-grace", daemon=True).start()
-        releaser = threading.Thread(target=give_back_leases, name="lane-sigterm-release", daemon=True)
-        releaser.start()
-        releaser.join(grace / 2)
+        _begin(signum)
+        end = time.monotonic() + 1.0
+        while _releaser is None and time.monotonic() < end:  # the watcher is starting it
+            time.sleep(0.005)
+        if _releaser is not None:  # the leases get at most half the grace from the signal
+            _releaser.join(max(0.0, _signal_at + _grace_seconds / 2 - time.monotonic()))
     _hand_on(signum, frame)
 
 

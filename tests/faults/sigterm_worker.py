@@ -11,17 +11,48 @@ gate's then sits. N threads each gate a job keyed ``stuck-<i>`` and never leave 
 
 The main thread joins the gated threads (``sleep``) or waits for the lock (``lock``). Each body prints
 ``in <i>`` once it holds its lease.
+
+``STUCK=flow`` runs a Prefect flow instead (``PREFECT_API_URL`` names the server): N ``lane_task`` tasks
+submitted to its thread pool, each sleeping for an hour, the flow waiting for their results under
+Prefect's own SIGTERM bridge. It prints ``flow-run <id>`` first.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import signal
 import sys
 import threading
 import time
 
 
+def run_flow(url: str, lane: str, n: int) -> None:
+    from prefect import flow
+    from prefect.runtime import flow_run
+
+    from lane_plugin import lane_task
+
+    @lane_task(stage="stuck", estimate=100, lane=lane, ledger=url)
+    def stuck(i: int) -> int:
+        print(f"in {i}", flush=True)
+        time.sleep(3600)
+        return i
+
+    @flow(name="hung")
+    def hung() -> None:
+        print(f"flow-run {flow_run.id}", flush=True)
+        futures = [stuck.submit(i) for i in range(n)]
+        for f in futures:
+            f.result()
+
+    hung()
+
+
 def main(stuck: str, previous: str, url: str, lane: str, n: str) -> None:
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's dump of every stack if it is stuck
+    if stuck == "flow":
+        run_flow(url, lane, int(n))
+        return
     from lane_plugin import gate
     from lane_plugin.gating import get_ledger
 

@@ -35,8 +35,8 @@ def url(request):
     return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
 
 
-def _spawn(stuck: str, previous: str, url: str, grace: str | None = None) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(HERE.parents[1]), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+def _spawn(stuck: str, previous: str, url: str, grace: str | None = None, **more: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(HERE.parents[1]), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", **more}
     env.pop("LANE_SIGTERM_GRACE_SECONDS", None)
     if grace is not None:
         env["LANE_SIGTERM_GRACE_SECONDS"] = grace
@@ -44,12 +44,12 @@ def _spawn(stuck: str, previous: str, url: str, grace: str | None = None) -> sub
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
-def _held(led: Ledger, proc: subprocess.Popen) -> None:
+def _held(led: Ledger, proc: subprocess.Popen, key: str = "stuck-%") -> None:
     """Wait until the worker holds its N leases and is stuck in their bodies; fail if it exits."""
-    end = time.monotonic() + 60
+    end = time.monotonic() + 90
     while True:
         assert proc.poll() is None, f"the worker exited early ({proc.returncode}): {proc.communicate()}"
-        _, rows = led.rows("select count(*) from job where key like 'stuck-%' and state = 'leased'")
+        _, rows = led.rows("select count(*) from job where key like :k and state = 'leased'", {"k": key})
         if rows[0][0] == N:
             break
         assert time.monotonic() < end, "the worker never held its leases"
@@ -59,8 +59,8 @@ def _held(led: Ledger, proc: subprocess.Popen) -> None:
     assert led.lane("s").reserved == N * EST
 
 
-def _given_back(led: Ledger) -> None:
-    _, jobs = led.rows("select state from job where key like 'stuck-%'")
+def _given_back(led: Ledger, key: str = "stuck-%") -> None:
+    _, jobs = led.rows("select state from job where key like :k", {"k": key})
     assert sorted(s for (s,) in jobs) == ["failed"] * N
     _, rows = led.rows("select actual, by_estimate, outcome from settlement")
     assert sorted((a, bool(b), o) for a, b, o in rows) == [(EST, True, "failed")] * N
@@ -69,14 +69,17 @@ def _given_back(led: Ledger) -> None:
 
 
 def _stop(proc: subprocess.Popen) -> tuple[int, float, str]:
+    """SIGTERM; returns the exit code, the seconds it took and stderr (stdout is kept in ``proc.out``)."""
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     try:
-        _, err = proc.communicate(timeout=10)
+        proc.out, err = proc.communicate(timeout=10)  # type: ignore[attr-defined]
     except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)  # every thread's stack, to stderr
+        time.sleep(1.0)
         proc.kill()
         _, err = proc.communicate()
-        pytest.fail(f"the worker was still alive 10 s after SIGTERM; its stderr:\n{err[-3000:]}")
+        pytest.fail(f"the worker was still alive 10 s after SIGTERM; its stderr:\n{err[-12000:]}")
     return proc.returncode, time.monotonic() - t0, err
 
 
@@ -155,3 +158,28 @@ def test_without_the_handler_a_stuck_worker_ignores_sigterm_and_keeps_its_leases
     finally:
         proc.kill()
         proc.communicate()
+
+
+def test_sigterm_to_a_prefect_flow_run_with_stuck_tasks(url, prefect_server):
+    """Prefect's bridge is in front for the run, and its ``TerminationSignal`` unwinds the run through the
+    task runner, which joins the stuck task threads for ever: the wakeup fd's watcher sees SIGTERM anyway,
+    gives the leases back at once and ends the process at the grace."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    led = Ledger(url)
+    make_lane(led, "s", ceiling=10_000, lease_seconds=30.0)
+    proc = _spawn("flow", "default", url, grace="3", PREFECT_API_URL=str(PREFECT_API_URL.value()),
+                  PREFECT_LOGGING_LEVEL="ERROR")  # fmt: skip
+    _held(led, proc, key="prefect-task-run:%")
+    code, took, err = _stop(proc)
+    assert code == 128 + signal.SIGTERM, err[-3000:]
+    assert "did not exit within 3s of SIGTERM" in err and 2.5 < took < 10.0
+    assert err.count("SIGTERM: gave back the lease") == N  # before the forced exit: stderr is in order
+    run_id = next(line.split()[1] for line in proc.out.splitlines() if line.startswith("flow-run "))  # type: ignore[attr-defined]
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(run_id).state
+    assert state is not None
+    figure(f"SIGTERM to a Prefect flow run, 3 tasks stuck ({url.split(':')[0]}): leases given back, forced out "
+           f"after {took:.2f} s (grace 3 s); the run left {state.type.value} by Prefect's engine")  # fmt: skip
+    _given_back(led, key="prefect-task-run:%")

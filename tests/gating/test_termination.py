@@ -8,8 +8,10 @@ installs its bridge over it for a run (so a cancellation is acknowledged) and pu
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -22,12 +24,17 @@ from lane_plugin.gating import termination
 def fresh(monkeypatch) -> Iterator[None]:
     """SIGTERM at Python's default and the module as in a new process; both put back afterwards."""
     before = signal.getsignal(signal.SIGTERM)
-    monkeypatch.setattr(termination, "_installed_in", None)
-    monkeypatch.setattr(termination, "_previous", None)
+    wakeup_before = signal.set_wakeup_fd(-1)
+    for name, value in (("_installed_in", None), ("_previous", None), ("_handling", False), ("_releaser", None),
+                        ("_begun", threading.Lock()), ("_wakeup_write", None)):  # fmt: skip
+        monkeypatch.setattr(termination, name, value)
     monkeypatch.delenv("LANE_SIGTERM_GRACE_SECONDS", raising=False)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     yield
     signal.signal(signal.SIGTERM, before)
+    signal.set_wakeup_fd(wakeup_before)
+    if termination._wakeup_write is not None:
+        os.close(termination._wakeup_write)  # its watcher reads the end of the pipe and stops
 
 
 def test_installed_once_in_front_of_the_default(fresh):
@@ -37,6 +44,34 @@ def test_installed_once_in_front_of_the_default(fresh):
     assert termination._grace_seconds == 8.0
     assert termination.install() is True  # once: what it replaced stays the default
     assert termination._previous == signal.SIG_DFL
+
+
+def test_the_watcher_sees_sigterm_behind_another_handler(fresh, monkeypatch):
+    """Prefect's bridge in front of the gate's: the wakeup fd's watcher still starts the grace and the release."""
+    started = []
+    monkeypatch.setattr(termination, "_exit_after", lambda grace, signum: started.append(signum))
+    assert termination.install() is True
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)  # someone else's handler, in front
+    signal.raise_signal(signal.SIGTERM)
+    end = time.monotonic() + 5
+    while not started and time.monotonic() < end:
+        time.sleep(0.01)
+    assert started == [signal.SIGTERM]
+    assert termination._releaser is not None
+
+
+def test_a_wakeup_fd_in_use_is_left_alone(fresh):
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    signal.set_wakeup_fd(write)
+    try:
+        assert termination.install() is True  # the handler still goes in
+        assert signal.set_wakeup_fd(write) == write  # the event loop's (say) fd is still the one
+        assert termination._wakeup_write is None
+    finally:
+        signal.set_wakeup_fd(-1)
+        os.close(read)
+        os.close(write)
 
 
 def test_not_from_another_thread(fresh):
