@@ -5,26 +5,30 @@ Python waits for such threads at exit: a handler that unwinds the main thread (P
 ``TerminationSignal`` bridge, an application's ``sys.exit``) then leaves a process that ignores SIGTERM,
 its leases renewed for ever. So the first time the gate is used in a process's main thread
 (:func:`install`, called by :func:`~lane_plugin.gating.get_ledger` and ``lane_task``), a SIGTERM handler
-is installed in front of the one already there. On SIGTERM it:
+is installed in front of the one already there, and a thread watches Python's signal wakeup fd. The first
+of the two to see SIGTERM:
 
 1. starts a daemon thread that ends the process with ``os._exit(128 + SIGTERM)`` if it is still alive
    ``LANE_SIGTERM_GRACE_SECONDS`` (default 8) after the signal;
-2. gives back every lease the process's renewer holds, from a second daemon thread, for at most half the
-   grace (an unreachable ledger cannot hold the exit up): the renewal stops and each attempt is settled
-   ``failed`` at its estimate, ``by_estimate``, as a body stopped by a timeout or a cancellation is, in one
-   short transaction per lease; its reserve and ``max_leased`` slot are free at once;
-3. hands the signal on to the handler it replaced: Python's default (the process ends by SIGTERM), or a
-   Python handler, which is called.
+2. gives back every lease the process's renewer holds, from a second daemon thread: the renewal stops and
+   each attempt is settled ``failed`` at its estimate, ``by_estimate``, as a body stopped by a timeout or a
+   cancellation is, in one short transaction per lease; its reserve and ``max_leased`` slot are free at once.
 
-It is never installed over Prefect's own bridge (``prefect.utilities.engine.capture_sigterm`` checks that
-its handler is the one installed to acknowledge a cancellation), nor over ``SIG_IGN`` or a handler set
-from C; a later use of the gate tries again. Prefect's flow engine installs its bridge over this one for
-the length of a flow run and, on SIGTERM, restores it and sends the signal again once the run is marked
-crashed, so both run. A second SIGTERM goes straight to the replaced handler.
-``LANE_SIGTERM_GRACE_SECONDS=0`` installs nothing.
+The handler then waits for the leases at most half the grace from the signal (an unreachable ledger cannot
+hold the exit up) and hands the signal on to the handler it replaced: Python's default (the process ends by
+SIGTERM), or a Python handler, which is called. A second SIGTERM goes straight on.
+
+It is never installed over Prefect's own bridge (``prefect.utilities.engine.capture_sigterm`` checks that its
+handler is the one installed to acknowledge a cancellation), nor over ``SIG_IGN`` or a handler set from C; a
+later use of the gate tries again. Prefect's flow engine installs its bridge over this handler for a flow
+run; its ``TerminationSignal`` unwinds the run through the task runner, which joins the task threads, so with
+a task stuck it never gets to hand the signal back: the watcher is what sees SIGTERM then (Python's C-level
+handler writes every signal to the wakeup fd, whichever Python handler runs it). The watcher is set up only
+if nobody uses the wakeup fd (an asyncio loop with signal handlers in the main thread does; one set later
+replaces it): without it the handler alone sees SIGTERM. ``LANE_SIGTERM_GRACE_SECONDS=0`` installs nothing.
 
 Python runs a signal handler in the main thread between bytecodes: a main thread blocked in C code that
-never returns (not a sleep, a join or a lock, which signals interrupt) delays it until it does.
+never returns (not a sleep, a join or a lock, which signals interrupt) delays the handler, not the watcher.
 """
 
 from __future__ import annotations
