@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from types import FrameType
@@ -47,10 +48,8 @@ log = logging.getLogger("lane_plugin.termination")
 _installed_in: int | None = None  # the pid whose main thread installed the handler
 _previous: Any = None  # the handler it replaced
 _grace_seconds = 8.0  # read at install: the handler must take no lock the interrupted main thread may hold
-_handling = False  # the handler ran once: a second SIGTERM goes straight on
 _install_lock = threading.Lock()
 _begun = threading.Lock()  # taken once, by whichever sees SIGTERM first: the handler or the watcher
-_releaser: threading.Thread | None = None
 _signal_at = 0.0
 _wakeup_write: int | None = None  # the write end of the watcher's pipe (signal.set_wakeup_fd)
 
@@ -133,47 +132,69 @@ def _read_wakeups(fd: int) -> None:
         if not data:
             return
         if int(signal.SIGTERM) in data:
-            _begin(int(signal.SIGTERM))
+            _arm(int(signal.SIGTERM))
 
 
-def _begin(signum: int) -> None:
-    """SIGTERM seen (by the handler or the watcher, once): start the grace clock and give the leases back."""
-    global _releaser, _signal_at
+def _arm(signum: int) -> None:
+    """SIGTERM seen (by the handler or the watcher): start the watchdog, unless it is running already."""
+    global _signal_at
     if not _begun.acquire(blocking=False):
         return
     _signal_at = time.monotonic()
-    threading.Thread(target=_exit_after, args=(_grace_seconds, signum), name="lane-sigterm-grace",
+    threading.Thread(target=_watchdog, args=(signum, _signal_at, _grace_seconds), name="lane-sigterm-grace",
                      daemon=True).start()  # fmt: skip
-    releaser = threading.Thread(target=give_back_leases, name="lane-sigterm-release", daemon=True)
-    releaser.start()
-    _releaser = releaser
+
+
+def _watchdog(signum: int, t0: float, grace: float) -> None:
+    """Once the process is on its way out (see :func:`_exiting`), give back the leases still held (after a
+    second: a gate the exception reaches settles its own); still on its way out at the grace, end it.
+    A SIGTERM the process's handler chose to survive leaves it alone."""
+    given = False
+    while True:
+        now = time.monotonic()
+        exiting = _exiting()
+        if exiting and not given and now >= t0 + min(1.0, grace / 4):
+            give_back_leases()
+            given = True
+        if now >= t0 + grace:
+            if exiting:
+                _force_exit(grace, signum)
+            _begun.release()  # it lives on: a later SIGTERM is watched again
+            return
+        time.sleep(0.05)
+
+
+def _exiting() -> bool:
+    """Is the process on its way out: its main thread finished (Python waits for the others at exit), or
+    unwinding an exception no ``except Exception`` stops (``TerminationSignal``, ``SystemExit``, ^C)?"""
+    main = threading.main_thread()
+    if not main.is_alive():
+        return True
+    current = getattr(sys, "_current_exceptions", None)
+    if current is None or main.ident is None:  # Python 3.10: only the handler's own path ends the process
+        return False
+    exc = current().get(main.ident)
+    if isinstance(exc, tuple):  # Python 3.11: (type, value, traceback)
+        exc = exc[1]
+    return isinstance(exc, BaseException) and not isinstance(exc, Exception)
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    global _handling
-    if not _handling:
-        _handling = True
-        _begin(signum)
-        end = time.monotonic() + 1.0
-        while _releaser is None and time.monotonic() < end:  # the watcher is starting it
-            time.sleep(0.005)
-        if _releaser is not None:  # the leases get at most half the grace from the signal
-            _releaser.join(max(0.0, _signal_at + _grace_seconds / 2 - time.monotonic()))
-    _hand_on(signum, frame)
-
-
-def _hand_on(signum: int, frame: FrameType | None) -> None:
     previous = _previous
-    if callable(previous):
+    if callable(previous):  # the process's own handler decides; the watchdog follows what it does
+        _arm(signum)
         previous(signum, frame)
         return
-    # SIG_DFL: end the process by the signal, as it would have without this handler
+    # Python's default: the process ends now, so its leases are given back first (for half the grace at most)
+    _arm(signum)
+    releaser = threading.Thread(target=give_back_leases, name="lane-sigterm-release", daemon=True)
+    releaser.start()
+    releaser.join(max(0.0, _signal_at + _grace_seconds / 2 - time.monotonic()))
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
 
-def _exit_after(grace: float, signum: int) -> None:
-    time.sleep(grace)
+def _force_exit(grace: float, signum: int) -> None:
     # os.write, not logging: a thread stopped while holding a logging handler's lock must not hold up the exit
     msg = f"lane: the process did not exit within {grace:g}s of SIGTERM (LANE_SIGTERM_GRACE_SECONDS); forcing it\n"
     try:
@@ -193,7 +214,7 @@ def give_back_leases() -> int:
     """
     from .renewal import renewer
 
-    held = _snapshot(renewer())
+    held = [h for h in _snapshot(renewer()) if h.renew_at != float("inf")]  # not given back already
     done = 0
     for h in held:
         h.renew_at = float("inf")

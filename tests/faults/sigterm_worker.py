@@ -1,9 +1,9 @@
 """A gated worker that hangs, for the SIGTERM tests: ``python sigterm_worker.py STUCK PREVIOUS URL LANE N``.
 
 The main thread first opens the ledger through :func:`lane_plugin.gating.get_ledger` (as ``lane_task``'s
-decoration does at import), which installs the gate's SIGTERM handler, unless ``PREVIOUS`` is ``exit`` and
-the process installs its own handler first (``sys.exit(0)``, as many services do), in front of which the
-gate's then sits. N threads each gate a job keyed ``stuck-<i>`` and never leave its body:
+decoration does at import), which installs the gate's SIGTERM handler in front of Python's default
+(``PREVIOUS=default``) or of a handler the process installs first: ``exit`` (``sys.exit(0)``, as many
+services do) or ``ignore`` (a handler that does nothing). N threads each gate a job keyed ``stuck-<i>`` and never leave its body:
 
 - ``STUCK=sleep``: the body sleeps for an hour;
 - ``STUCK=lock``: a thread takes a lock and never lets it go; every body, and then the main thread, waits
@@ -58,6 +58,8 @@ def main(stuck: str, previous: str, url: str, lane: str, n: str) -> None:
 
     if previous == "exit":
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    elif previous == "ignore":  # a process that chooses to live on through SIGTERM
+        signal.signal(signal.SIGTERM, lambda *_: None)
     get_ledger(url)
     held = threading.Lock()
     taken = threading.Event()

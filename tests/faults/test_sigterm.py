@@ -111,6 +111,23 @@ def test_sigterm_past_a_handler_that_unwinds_ends_at_the_grace(url, stuck):
     _given_back(led)
 
 
+def test_a_handler_that_lives_on_through_sigterm_is_respected(sqlite_url):
+    """The process's own handler does nothing: it is not ended at the grace and keeps its leases."""
+    led = Ledger(sqlite_url)
+    make_lane(led, "s", ceiling=10_000, lease_seconds=30.0)
+    proc = _spawn("sleep", "ignore", sqlite_url, grace="2")
+    try:
+        _held(led, proc)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(3.5)
+        assert proc.poll() is None, f"ended although its handler chose to live on: {proc.communicate()}"
+        _, rows = led.rows("select count(*) from job where key like 'stuck-%' and state = 'leased'")
+        assert rows[0][0] == N and led.lane("s").reserved == N * EST
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
 @contextlib.contextmanager
 def _ledger_locked(url: str) -> Iterator[None]:
     """Every ledger write blocks: SQLite's file locked exclusively, or PostgreSQL's job table."""

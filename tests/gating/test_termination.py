@@ -25,8 +25,8 @@ def fresh(monkeypatch) -> Iterator[None]:
     """SIGTERM at Python's default and the module as in a new process; both put back afterwards."""
     before = signal.getsignal(signal.SIGTERM)
     wakeup_before = signal.set_wakeup_fd(-1)
-    for name, value in (("_installed_in", None), ("_previous", None), ("_handling", False), ("_releaser", None),
-                        ("_begun", threading.Lock()), ("_wakeup_write", None)):  # fmt: skip
+    for name, value in (("_installed_in", None), ("_previous", None), ("_begun", threading.Lock()),
+                        ("_wakeup_write", None)):  # fmt: skip
         monkeypatch.setattr(termination, name, value)
     monkeypatch.delenv("LANE_SIGTERM_GRACE_SECONDS", raising=False)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -47,17 +47,47 @@ def test_installed_once_in_front_of_the_default(fresh):
 
 
 def test_the_watcher_sees_sigterm_behind_another_handler(fresh, monkeypatch):
-    """Prefect's bridge in front of the gate's: the wakeup fd's watcher still starts the grace and the release."""
+    """Prefect's bridge in front of the gate's handler: the wakeup fd's watcher still starts the watchdog."""
     started = []
-    monkeypatch.setattr(termination, "_exit_after", lambda grace, signum: started.append(signum))
+    monkeypatch.setattr(termination, "_watchdog", lambda signum, t0, grace: started.append((signum, grace)))
     assert termination.install() is True
     signal.signal(signal.SIGTERM, lambda signum, frame: None)  # someone else's handler, in front
     signal.raise_signal(signal.SIGTERM)
     end = time.monotonic() + 5
     while not started and time.monotonic() < end:
         time.sleep(0.01)
-    assert started == [signal.SIGTERM]
-    assert termination._releaser is not None
+    assert started == [(signal.SIGTERM, 8.0)]
+
+
+def test_the_watchdog_leaves_a_process_that_lives_on_alone(fresh, monkeypatch):
+    """The main thread is not on its way out at the grace: no lease given back, no exit, watched again."""
+    called = []
+    monkeypatch.setattr(termination, "give_back_leases", lambda: called.append("give back"))
+    monkeypatch.setattr(termination, "_force_exit", lambda grace, signum: called.append("exit"))
+    assert termination._begun.acquire(blocking=False)
+    termination._watchdog(signal.SIGTERM, time.monotonic(), 0.3)
+    assert called == []
+    assert termination._begun.acquire(blocking=False)  # released for the next SIGTERM
+
+
+def test_the_watchdog_sees_the_main_thread_unwinding(fresh):
+    """Asked from another thread while the main thread unwinds a SystemExit through a ``finally``."""
+    seen = []
+    checked = threading.Event()
+
+    def look():
+        time.sleep(0.2)
+        seen.append(termination._exiting())
+        checked.set()
+
+    threading.Thread(target=look).start()
+    with pytest.raises(SystemExit):
+        try:
+            raise SystemExit(0)
+        finally:
+            checked.wait(5)
+    assert seen == [True]
+    assert termination._exiting() is False
 
 
 def test_a_wakeup_fd_in_use_is_left_alone(fresh):
@@ -119,8 +149,7 @@ def test_a_handler_it_replaced_is_called(fresh, monkeypatch):
     """No leases held: the signal goes straight on to the process's own handler."""
     seen = []
     signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
-    monkeypatch.setattr(termination, "_handling", False)
-    monkeypatch.setattr(termination, "_exit_after", lambda grace, signum: None)  # not this test process
+    monkeypatch.setattr(termination, "_watchdog", lambda signum, t0, grace: None)  # not this test process
     assert termination.install() is True
     signal.raise_signal(signal.SIGTERM)
     assert seen == [signal.SIGTERM]
