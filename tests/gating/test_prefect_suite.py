@@ -153,7 +153,7 @@ def test_prefects_task_tests_pass_through_lane_task(tmp_path, mode):
     passed = sum(o == "passed" for o in outcomes.values())
     assert passed >= 520, f"only {passed} passed: was the suite collected whole? {tmp_path}"
 
-    again = run_suite(tmp_path, "no-lane-tags", sorted(TAG_ASSERTIONS), lane_tags=False)
+    again = run_suite(tmp_path, "no-lane-tags", sorted(TAG_ASSERTIONS), lane_tags=False, mode=mode)
     assert {t: again.get(t) for t in TAG_ASSERTIONS} == dict.fromkeys(TAG_ASSERTIONS, "passed")
     counts = {k: sum(o == k for o in outcomes.values()) for k in ("passed", "xfailed", "skipped")}
     slowest = max(times, key=lambda t: times[t])
