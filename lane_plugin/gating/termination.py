@@ -1,31 +1,35 @@
 """SIGTERM stops a gated process within its grace, with its leases given back.
 
 A task stuck in its body (a hung call, a lock nobody will release) keeps a non-daemon thread alive, and
-Python waits for such threads at exit: a handler that unwinds the main thread (Prefect's
+Python (and Prefect's task runner) waits for such threads: a handler that unwinds the main thread (Prefect's
 ``TerminationSignal`` bridge, an application's ``sys.exit``) then leaves a process that ignores SIGTERM,
 its leases renewed for ever. So the first time the gate is used in a process's main thread
 (:func:`install`, called by :func:`~lane_plugin.gating.get_ledger` and ``lane_task``), a SIGTERM handler
-is installed in front of the one already there, and a thread watches Python's signal wakeup fd. The first
-of the two to see SIGTERM:
+is installed in front of the one already there, and a thread watches Python's signal wakeup fd (Python's
+C-level handler writes every signal to it, whichever Python handler is installed then).
 
-1. starts a daemon thread that ends the process with ``os._exit(128 + SIGTERM)`` if it is still alive
-   ``LANE_SIGTERM_GRACE_SECONDS`` (default 8) after the signal;
-2. gives back every lease the process's renewer holds, from a second daemon thread: the renewal stops and
-   each attempt is settled ``failed`` at its estimate, ``by_estimate``, as a body stopped by a timeout or a
-   cancellation is, in one short transaction per lease; its reserve and ``max_leased`` slot are free at once.
-
-The handler then waits for the leases at most half the grace from the signal (an unreachable ledger cannot
-hold the exit up) and hands the signal on to the handler it replaced: Python's default (the process ends by
-SIGTERM), or a Python handler, which is called. A second SIGTERM goes straight on.
+On SIGTERM, with Python's default behind the gate's handler, the process is meant to end now: the handler
+gives back every lease the process's renewer holds (from a daemon thread, for at most half the grace: an
+unreachable ledger cannot hold the exit up), then ends the process by SIGTERM. Each lease is given back by
+stopping its renewal and settling the attempt ``failed`` at its estimate, ``by_estimate``, as a body stopped
+by a timeout or a cancellation is, one short transaction a lease: its reserve and ``max_leased`` slot are
+free at once. With a Python handler behind it, or Prefect's bridge in front of it, that handler decides, and
+a watchdog (started by the handler or the watcher, whichever sees the signal first) follows what the process
+does: once it is on its way out (its main thread finished and Python is waiting for the others, or the main
+thread is unwinding an exception no ``except Exception`` stops: ``TerminationSignal``, ``SystemExit``, ^C)
+for a second, the leases still held are given back; still on its way out ``LANE_SIGTERM_GRACE_SECONDS``
+(default 8) after the signal, the process is ended with ``os._exit(128 + SIGTERM)``. A process whose
+handler chose to live on is left alone.
 
 It is never installed over Prefect's own bridge (``prefect.utilities.engine.capture_sigterm`` checks that its
 handler is the one installed to acknowledge a cancellation), nor over ``SIG_IGN`` or a handler set from C; a
 later use of the gate tries again. Prefect's flow engine installs its bridge over this handler for a flow
 run; its ``TerminationSignal`` unwinds the run through the task runner, which joins the task threads, so with
-a task stuck it never gets to hand the signal back: the watcher is what sees SIGTERM then (Python's C-level
-handler writes every signal to the wakeup fd, whichever Python handler runs it). The watcher is set up only
-if nobody uses the wakeup fd (an asyncio loop with signal handlers in the main thread does; one set later
-replaces it): without it the handler alone sees SIGTERM. ``LANE_SIGTERM_GRACE_SECONDS=0`` installs nothing.
+a task stuck it never gets to hand the signal back: the watcher is what sees SIGTERM then. The watcher is set
+up only if nobody uses the wakeup fd (an asyncio loop with signal handlers in the main thread does; one set
+later replaces it): without it the handler alone sees SIGTERM. On Python 3.10 (no
+``sys._current_exceptions``) only a finished main thread counts as on its way out.
+``LANE_SIGTERM_GRACE_SECONDS=0`` installs nothing.
 
 Python runs a signal handler in the main thread between bytecodes: a main thread blocked in C code that
 never returns (not a sleep, a join or a lock, which signals interrupt) delays the handler, not the watcher.
