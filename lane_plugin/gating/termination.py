@@ -56,14 +56,15 @@ _install_lock = threading.Lock()
 _begun = threading.Lock()  # taken once, by whichever sees SIGTERM first: the handler or the watcher
 _signal_at = 0.0
 _wakeup_write: int | None = None  # the write end of the watcher's pipe (signal.set_wakeup_fd)
+_watching_in: int | None = None  # the pid whose watcher was set up (or found the wakeup fd taken)
 
 
 def install() -> bool:
     """Install the SIGTERM handler once per process, from its main thread; True if it is installed.
 
     Cheap after the first call. Does nothing (returns False, to be tried again on a later call) outside
-    the main thread, while Prefect's SIGTERM bridge is installed, over ``SIG_IGN`` or a handler set from
-    C, and when ``LANE_SIGTERM_GRACE_SECONDS`` is 0.
+    the main thread, over ``SIG_IGN`` or a handler set from C, and when ``LANE_SIGTERM_GRACE_SECONDS`` is 0;
+    while Prefect's SIGTERM bridge is installed it sets up only the watcher.
     """
     global _installed_in, _previous, _grace_seconds
     pid = os.getpid()
@@ -78,12 +79,15 @@ def install() -> bool:
         return False
     try:
         current = signal.getsignal(signal.SIGTERM)
-        if current is None or current == signal.SIG_IGN or _is_prefect_bridge(current):
+        if current is None or current == signal.SIG_IGN:
+            return False
+        _grace_seconds = grace
+        if _is_prefect_bridge(current):  # a flow run is under way: watch now, put the handler in later
+            _watch_wakeups()
             return False
         if current is not _on_sigterm:  # (a forked child inherits it: it keeps what it replaced)
             _previous = current
             signal.signal(signal.SIGTERM, _on_sigterm)
-        _grace_seconds = grace
         _watch_wakeups()
         _installed_in = pid
         return True
@@ -109,7 +113,10 @@ def _watch_wakeups() -> None:
     starts the grace clock and gives the leases back meanwhile. Only when no one else uses the wakeup fd
     (an asyncio loop's signal handlers do): then the handler alone sees SIGTERM.
     """
-    global _wakeup_write
+    global _wakeup_write, _watching_in
+    if _watching_in == os.getpid():
+        return
+    _watching_in = os.getpid()
     read, write = os.pipe()
     os.set_blocking(write, False)
     try:

@@ -26,7 +26,7 @@ def fresh(monkeypatch) -> Iterator[None]:
     before = signal.getsignal(signal.SIGTERM)
     wakeup_before = signal.set_wakeup_fd(-1)
     for name, value in (("_installed_in", None), ("_previous", None), ("_begun", threading.Lock()),
-                        ("_wakeup_write", None)):  # fmt: skip
+                        ("_wakeup_write", None), ("_watching_in", None)):  # fmt: skip
         monkeypatch.setattr(termination, name, value)
     monkeypatch.delenv("LANE_SIGTERM_GRACE_SECONDS", raising=False)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -120,6 +120,7 @@ def test_not_over_prefects_bridge_nor_sig_ign(fresh, there):
     signal.signal(signal.SIGTERM, handler)
     assert termination.install() is False
     assert signal.getsignal(signal.SIGTERM) is handler
+    assert (termination._wakeup_write is not None) == (there == "prefect")  # a flow run under way: watched
 
 
 def test_grace_zero_installs_nothing(fresh, monkeypatch):
