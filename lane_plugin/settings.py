@@ -1,21 +1,25 @@
 """Every ``LANE_*`` setting, read in one place (pydantic-settings).
 
-===========================  =====================================================
-``LANE_DATABASE_URL``        where the ledger lives: ``sqlite:///PATH``,
-                             ``postgresql+psycopg://...`` or a block,
-                             ``block:lane-ledger/prod`` (default: ``lane.db`` under
-                             ``PREFECT_HOME``, usually ``~/.prefect/lane.db``)
-``LANE_MISSING_USAGE``       ``estimate`` (bill the estimate and warn) or ``fail``
-                             when a gated body reports no token usage
-``LANE_TRACES_DIR``          where ``lane simulate`` and the provider emulator look
-                             for trace files by name
-``LANE_SEND_SLACK_SECONDS``  how long after a gated task picks its lease up its
-                             request may take to reach the provider (default 0.5 s,
-                             at most 5% of the lane's window; a value set is used as is):
-                             the burst window counts the rate charge from then, so
-                             a provider's own sliding window never sees a charge
-                             the lane already let go of
-===========================  =====================================================
+==============================  =====================================================
+``LANE_DATABASE_URL``           where the ledger lives: ``sqlite:///PATH``,
+                                ``postgresql+psycopg://...`` or a block,
+                                ``block:lane-ledger/prod`` (default: ``lane.db`` under
+                                ``PREFECT_HOME``, usually ``~/.prefect/lane.db``)
+``LANE_MISSING_USAGE``          ``estimate`` (bill the estimate and warn) or ``fail``
+                                when a gated body reports no token usage
+``LANE_TRACES_DIR``             where ``lane simulate`` and the provider emulator look
+                                for trace files by name
+``LANE_SEND_SLACK_SECONDS``     how long after a gated task picks its lease up its
+                                request may take to reach the provider (default 0.5 s,
+                                at most 5% of the lane's window; a value set is used as is):
+                                the burst window counts the rate charge from then, so
+                                a provider's own sliding window never sees a charge
+                                the lane already let go of
+``LANE_SIGTERM_GRACE_SECONDS``  how long a gated process may take to exit after SIGTERM
+                                before it is ended with ``os._exit(143)`` (default 8;
+                                0: no handler); its leases are given back first
+                                (:mod:`lane_plugin.gating.termination`)
+==============================  =====================================================
 
 Read afresh whenever a ``LANE_*`` variable changed (a process may change its
 environment, e.g. ``flows/pipeline.py --db``); otherwise the last reading is
@@ -51,6 +55,7 @@ class LaneSettings(BaseSettings):
     missing_usage: Literal["estimate", "fail"] = Field(default="estimate")
     traces_dir: Optional[Path] = Field(default=None)
     send_slack_seconds: Optional[float] = Field(default=None, ge=0.0, le=60.0)  # None: 0.5 s, <= 5% of the window
+    sigterm_grace_seconds: float = Field(default=8.0, ge=0.0, le=3600.0)  # 0: no SIGTERM handler
 
 
 _cache: dict = {}

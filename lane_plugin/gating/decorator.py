@@ -116,8 +116,10 @@ def lane_task(stage: str, estimate: Any, lane: str = "free", usage: Callable[[An
     )  # fmt: skip
 
     def decorate(fn: Callable[P, R]) -> LaneTask[P, R]:
+        from . import termination
         from .task import LaneTask, adopt
 
+        termination.install()  # usually at import, in the main thread, before Prefect's flow engine runs
         opts = dict(task_options)
         tags = set(opts.pop("tags", None) or ()) | spec.tags
         if tags:

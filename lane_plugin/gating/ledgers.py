@@ -9,6 +9,7 @@ from collections import OrderedDict
 from ..ledger import Ledger
 from ..ledger.url import resolve_url
 from ..settings import lane_settings
+from . import termination
 from .events import PrefectListener
 
 log = logging.getLogger("lane_plugin.gate")
@@ -32,6 +33,7 @@ def get_ledger(ledger: Ledger | str | None = None) -> Ledger:
         >>> get_ledger("sqlite:////tmp/lanes.db") is get_ledger("sqlite:////tmp/lanes.db")   # doctest: +SKIP
         True
     """
+    termination.install()  # SIGTERM gives this process's leases back and ends it within its grace
     if isinstance(ledger, Ledger):
         if not any(isinstance(x, PrefectListener) for x in ledger.listeners):
             ledger.listeners.append(PrefectListener(ledger))

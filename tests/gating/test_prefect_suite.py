@@ -12,7 +12,13 @@ They take several minutes (a uvicorn API server, ~550 tests), so they run only w
     pip install -e '.[dev,prefect-suite]'
     LANE_PREFECT_SUITE=1 python -m pytest tests/gating/test_prefect_suite.py
 
-``LANE_PREFECT_SUITE_JOBS=2`` spreads them over pytest-xdist workers when it is installed.
+It runs in two modes (issue 22 item 5): ``per-worker`` spreads the tests over pytest-xdist workers
+(``LANE_PREFECT_SUITE_JOBS``, default 2), each with a fresh ledger; ``one-process`` runs every test of both
+files in ONE pytest process against ONE ledger, as a worker that runs task after task does, with a
+30-second limit a test body (pytest-timeout's thread method, ``timeout_func_only``: fixtures such as the
+API server's start are not counted; a test past it dumps every thread's stack and ends the run, so a
+stall names its test; ``faulthandler_timeout`` dumps them 10 s earlier). A lock or a
+transaction leaked by one test then stalls or fails the tests after it, which fresh ledgers per worker hide.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -27,6 +34,12 @@ import pytest
 
 SUITE = Path(__file__).resolve().parent / "prefect_suite"
 FILES = ["tests/test_tasks.py", "tests/test_task_engine.py"]
+ONE_PROCESS_TEST_LIMIT = 30  # seconds a test may take in the one-process mode (issue 22: "no test takes over 30 s")
+MODES = {
+    "per-worker": lambda: ["-n", os.environ.get("LANE_PREFECT_SUITE_JOBS", "2")],
+    "one-process": lambda: ["-n", "0", "--timeout", str(ONE_PROCESS_TEST_LIMIT), "--timeout-method", "thread",
+                            "-o", "timeout_func_only=true", "-o", f"faulthandler_timeout={ONE_PROCESS_TEST_LIMIT - 10}"],
+}  # fmt: skip
 
 _TAGS = (
     "asserts the task run's exact tags; a lane task adds `lane:free` and `stage:<stage>` by default "
@@ -82,8 +95,12 @@ def _nodeid(classname: str, name: str) -> str:
     return f"{classname}::{name}"
 
 
-def run_suite(tmp_path: Path, name: str, args: list[str], lane_tags: bool) -> dict[str, str]:
-    """Run the vendored suite; returns each test's outcome: passed, failed, skipped or xfailed (a strict xpass is a failure)."""
+def run_suite(tmp_path: Path, name: str, args: list[str], lane_tags: bool, mode: str = "per-worker",
+              times: dict[str, float] | None = None) -> dict[str, str]:  # fmt: skip
+    """Run the vendored suite; returns each test's outcome: passed, failed, skipped or xfailed (a strict xpass is a failure).
+
+    ``times``, if given, receives each test's duration in seconds (JUnit's, call plus setup and teardown).
+    """
     try:
         import pytest_asyncio  # noqa: F401  (Prefect's tests are async)
     except ImportError:
@@ -93,14 +110,14 @@ def run_suite(tmp_path: Path, name: str, args: list[str], lane_tags: bool) -> di
            "LANE_SUITE_LANE_TAGS": "1" if lane_tags else "0", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # fmt: skip
     env.pop("LANE_DATABASE_URL", None)
-    jobs = os.environ.get("LANE_PREFECT_SUITE_JOBS", "0")
-    xdist = ["-n", jobs] if jobs != "0" else []
     cmd = [sys.executable, "-m", "pytest", "-c", str(SUITE / "pytest.ini"), "--rootdir", str(SUITE),
-           "-q", "--junitxml", str(xml), *xdist, *args]  # fmt: skip
+           "-q", "--durations", "10", "--junitxml", str(xml), *MODES[mode](), *args]  # fmt: skip
     out = subprocess.run(cmd, cwd=SUITE, env=env, capture_output=True, text=True)
     log = tmp_path / f"{name}.log"
     log.write_text(out.stdout + out.stderr)
-    assert xml.exists(), f"the suite did not run (exit {out.returncode}):\n{(out.stdout + out.stderr)[-4000:]}"
+    text = out.stdout + out.stderr
+    stalled = text[text.find("Timeout (") :] if "Timeout (" in text else text[-4000:]
+    assert xml.exists(), f"the suite did not finish (exit {out.returncode}; log {log}):\n{stalled[:12000]}"
     outcomes = {}
     for case in ET.parse(xml).iter("testcase"):
         nodeid = _nodeid(case.get("classname", ""), case.get("name", ""))
@@ -112,12 +129,21 @@ def run_suite(tmp_path: Path, name: str, args: list[str], lane_tags: bool) -> di
             outcomes[nodeid] = "xfailed" if kind == "pytest.xfail" else "skipped"
         else:
             outcomes[nodeid] = "passed"
+        if times is not None:
+            times[nodeid] = float(case.get("time") or 0.0)
     assert out.returncode in (0, 1), f"pytest exit {out.returncode}; log: {log}\n{out.stdout[-3000:]}"
     return outcomes
 
 
-def test_prefects_task_tests_pass_through_lane_task(tmp_path):
-    outcomes = run_suite(tmp_path, "swapped", FILES, lane_tags=True)
+@pytest.mark.parametrize("mode", list(MODES))
+def test_prefects_task_tests_pass_through_lane_task(tmp_path, mode):
+    times: dict[str, float] = {}
+    t0 = time.monotonic()
+    outcomes = run_suite(tmp_path, "swapped", FILES, lane_tags=True, mode=mode, times=times)
+    wall = time.monotonic() - t0
+    if mode == "one-process":
+        ledgers = sorted((tmp_path / "ledger-swapped").glob("lane-*.db"))
+        assert len(ledgers) == 1, f"one process, one ledger: {ledgers}"
     failed = sorted(t for t, o in outcomes.items() if o == "failed")
     assert failed == [], f"{len(failed)} of Prefect's task tests fail through lane_task:\n" + "\n".join(failed)
     xfailed = {t for t, o in outcomes.items() if o == "xfailed"}
@@ -126,9 +152,12 @@ def test_prefects_task_tests_pass_through_lane_task(tmp_path):
     passed = sum(o == "passed" for o in outcomes.values())
     assert passed >= 520, f"only {passed} passed: was the suite collected whole? {tmp_path}"
 
-    again = run_suite(tmp_path, "no-lane-tags", sorted(TAG_ASSERTIONS), lane_tags=False)
+    # 17 tests: one process (one API server) whatever the mode
+    again = run_suite(tmp_path, "no-lane-tags", sorted(TAG_ASSERTIONS), lane_tags=False, mode="one-process")
     assert {t: again.get(t) for t in TAG_ASSERTIONS} == dict.fromkeys(TAG_ASSERTIONS, "passed")
     counts = {k: sum(o == k for o in outcomes.values()) for k in ("passed", "xfailed", "skipped")}
+    slowest = max(times, key=lambda t: times[t])
+    print(f"Prefect's task tests through lane_task ({mode}): {wall:.0f} s; slowest {slowest} {times[slowest]:.1f} s")
     print(f"Prefect's task tests through lane_task: {counts['passed']} passed, {counts['xfailed']} xfailed "
           f"({len(TAG_ASSERTIONS)} tag assertions, all passing again with lane_tags=False), "
           f"{counts['skipped']} skipped, 0 failed")  # fmt: skip

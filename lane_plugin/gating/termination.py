@@ -1,0 +1,255 @@
+"""SIGTERM stops a gated process within its grace, with its leases given back.
+
+A task stuck in its body (a hung call, a lock nobody will release) keeps a non-daemon thread alive, and
+Python (and Prefect's task runner) waits for such threads: a handler that unwinds the main thread (Prefect's
+``TerminationSignal`` bridge, an application's ``sys.exit``) then leaves a process that ignores SIGTERM,
+its leases renewed for ever. So the first time the gate is used in a process's main thread
+(:func:`install`, called by :func:`~lane_plugin.gating.get_ledger` and ``lane_task``), a SIGTERM handler
+is installed in front of the one already there, and a thread watches Python's signal wakeup fd (Python's
+C-level handler writes every signal to it, whichever Python handler is installed then).
+
+On SIGTERM, with Python's default behind the gate's handler, the process is meant to end now: the handler
+gives back every lease the process's renewer holds (from a daemon thread, for at most half the grace: an
+unreachable ledger cannot hold the exit up), then ends the process by SIGTERM. Each lease is given back by
+stopping its renewal and settling the attempt ``failed`` at its estimate, ``by_estimate``, as a body stopped
+by a timeout or a cancellation is, one short transaction a lease: its reserve and ``max_leased`` slot are
+free at once. With a Python handler behind it, or Prefect's bridge in front of it, that handler decides, and
+a watchdog (started by the handler or the watcher, whichever sees the signal first) follows what the process
+does: once it is on its way out (its main thread finished and Python is waiting for the others, or the main
+thread is unwinding an exception no ``except Exception`` stops: ``TerminationSignal``, ``SystemExit``, ^C)
+for a second, the leases still held are given back; still on its way out ``LANE_SIGTERM_GRACE_SECONDS``
+(default 8) after the signal, the process is ended with ``os._exit(128 + SIGTERM)``. A process whose
+handler chose to live on is left alone.
+
+It is never installed over Prefect's own bridge (``prefect.utilities.engine.capture_sigterm`` checks that its
+handler is the one installed to acknowledge a cancellation), nor over ``SIG_IGN`` or a handler set from C; a
+later use of the gate tries again. Prefect's flow engine installs its bridge over this handler for a flow
+run; its ``TerminationSignal`` unwinds the run through the task runner, which joins the task threads, so with
+a task stuck it never gets to hand the signal back: the watcher is what sees SIGTERM then. The watcher is set
+up only if nobody uses the wakeup fd (an asyncio loop with signal handlers in the main thread does; one set
+later replaces it): without it the handler alone sees SIGTERM. On Python 3.10 (no
+``sys._current_exceptions``) only a finished main thread counts as on its way out.
+``LANE_SIGTERM_GRACE_SECONDS=0`` installs nothing.
+
+Python runs a signal handler in the main thread between bytecodes: a main thread blocked in C code that
+never returns (not a sleep, a join or a lock, which signals interrupt) delays the handler, not the watcher.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+from ..settings import lane_settings
+
+log = logging.getLogger("lane_plugin.termination")
+_installed_in: int | None = None  # the pid whose main thread installed the handler
+_previous: Any = None  # the handler it replaced
+_grace_seconds = 8.0  # read at install: the handler must take no lock the interrupted main thread may hold
+_install_lock = threading.Lock()
+_begun = threading.Lock()  # taken once, by whichever sees SIGTERM first: the handler or the watcher
+_signal_at = 0.0
+_wakeup_write: int | None = None  # the write end of the watcher's pipe (signal.set_wakeup_fd)
+_watching_in: int | None = None  # the pid whose watcher was set up (or found the wakeup fd taken)
+
+
+def install() -> bool:
+    """Install the SIGTERM handler once per process, from its main thread; True if it is installed.
+
+    Cheap after the first call. Does nothing (returns False, to be tried again on a later call) outside
+    the main thread, over ``SIG_IGN`` or a handler set from C, and when ``LANE_SIGTERM_GRACE_SECONDS`` is 0;
+    while Prefect's SIGTERM bridge is installed it sets up only the watcher.
+    """
+    global _installed_in, _previous, _grace_seconds
+    pid = os.getpid()
+    if _installed_in == pid:
+        return True
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    grace = float(lane_settings().sigterm_grace_seconds)
+    if not hasattr(signal, "SIGTERM") or grace <= 0:
+        return False
+    if not _install_lock.acquire(blocking=False):  # another call is installing it (a signal handler's gate?)
+        return False
+    try:
+        current = signal.getsignal(signal.SIGTERM)
+        if current is None or current == signal.SIG_IGN:
+            return False
+        _grace_seconds = grace
+        if _is_prefect_bridge(current):  # a flow run is under way: watch now, put the handler in later
+            _watch_wakeups()
+            return False
+        if current is not _on_sigterm:  # (a forked child inherits it: it keeps what it replaced)
+            _previous = current
+            signal.signal(signal.SIGTERM, _on_sigterm)
+        _watch_wakeups()
+        _installed_in = pid
+        return True
+    except ValueError:  # not the main interpreter's main thread after all
+        return False
+    finally:
+        _install_lock.release()
+
+
+def _is_prefect_bridge(handler: Any) -> bool:
+    return getattr(handler, "__module__", "") == "prefect.utilities.engine" and getattr(
+        handler, "__name__", ""
+    ) == "_prefect_sigterm_handler"
+
+
+def _watch_wakeups() -> None:
+    """See SIGTERM the moment it arrives, whichever Python handler is installed then.
+
+    Prefect's flow engine puts its own handler in front of this module's for a flow run, and its
+    ``TerminationSignal`` unwinds the run through the task runner, which joins the task threads: a body
+    that never returns holds it there, before Prefect hands the signal back. Python's C-level handler
+    writes each signal's number to the wakeup fd whatever Python handler runs it, so a thread reading it
+    starts the grace clock and gives the leases back meanwhile. Only when no one else uses the wakeup fd
+    (an asyncio loop's signal handlers do): then the handler alone sees SIGTERM.
+    """
+    global _wakeup_write, _watching_in
+    if _watching_in == os.getpid():
+        return
+    _watching_in = os.getpid()
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    try:
+        old = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        os.close(read)
+        os.close(write)
+        return
+    if old not in (-1, _wakeup_write):  # someone else's (an inherited one of ours is dead: no reader)
+        signal.set_wakeup_fd(old)
+        os.close(read)
+        os.close(write)
+        return
+    _wakeup_write = write
+    threading.Thread(target=_read_wakeups, args=(read,), name="lane-sigterm-watch", daemon=True).start()
+
+
+def _read_wakeups(fd: int) -> None:
+    while True:
+        try:
+            data = os.read(fd, 512)
+        except OSError:
+            return
+        if not data:
+            return
+        if int(signal.SIGTERM) in data:
+            _arm(int(signal.SIGTERM))
+
+
+def _arm(signum: int) -> None:
+    """SIGTERM seen (by the handler or the watcher): start the watchdog, unless it is running already."""
+    global _signal_at
+    if not _begun.acquire(blocking=False):
+        return
+    _signal_at = time.monotonic()
+    threading.Thread(target=_watchdog, args=(signum, _signal_at, _grace_seconds), name="lane-sigterm-grace",
+                     daemon=True).start()  # fmt: skip
+
+
+def _watchdog(signum: int, t0: float, grace: float) -> None:
+    """Once the process is on its way out (see :func:`_exiting`), give back the leases still held (after a
+    second: a gate the exception reaches settles its own); still on its way out at the grace, end it.
+    A SIGTERM the process's handler chose to survive leaves it alone."""
+    given = False
+    while True:
+        now = time.monotonic()
+        exiting = _exiting()
+        if exiting and not given and now >= t0 + min(1.0, grace / 4):
+            give_back_leases()
+            given = True
+        if now >= t0 + grace:
+            if exiting:
+                _force_exit(grace, signum)
+            _begun.release()  # it lives on: a later SIGTERM is watched again
+            return
+        time.sleep(0.05)
+
+
+def _exiting() -> bool:
+    """Is the process on its way out: its main thread finished (Python waits for the others at exit), or
+    unwinding an exception no ``except Exception`` stops (``TerminationSignal``, ``SystemExit``, ^C)?"""
+    main = threading.main_thread()
+    if not main.is_alive():
+        return True
+    current = getattr(sys, "_current_exceptions", None)
+    if current is None or main.ident is None:  # Python 3.10: only the handler's own path ends the process
+        return False
+    exc = current().get(main.ident)
+    if isinstance(exc, tuple):  # Python 3.11: (type, value, traceback)
+        exc = exc[1]
+    return isinstance(exc, BaseException) and not isinstance(exc, Exception)
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    previous = _previous
+    if callable(previous):  # the process's own handler decides; the watchdog follows what it does
+        _arm(signum)
+        previous(signum, frame)
+        return
+    # Python's default: the process ends now, so its leases are given back first (for half the grace at most)
+    _arm(signum)
+    releaser = threading.Thread(target=give_back_leases, name="lane-sigterm-release", daemon=True)
+    releaser.start()
+    releaser.join(max(0.0, _signal_at + _grace_seconds / 2 - time.monotonic()))
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _force_exit(grace: float, signum: int) -> None:
+    # os.write, not logging: a thread stopped while holding a logging handler's lock must not hold up the exit
+    msg = f"lane: the process did not exit within {grace:g}s of SIGTERM (LANE_SIGTERM_GRACE_SECONDS); forcing it\n"
+    try:
+        os.write(2, msg.encode())
+    except OSError:
+        pass
+    os._exit(128 + signum)
+
+
+def give_back_leases() -> int:
+    """Settle every lease this process's renewer keeps alive, at its estimate; returns how many were settled.
+
+    Runs without taking the renewer's lock (a thread interrupted while holding it must not hold this up):
+    each lease's renewal is stopped by pushing its next renewal out of reach, then the attempt is settled
+    ``failed`` at its estimate, ``by_estimate``. A lease that cannot be settled (ledger unreachable, already
+    settled) is logged and left to expire; it is no longer renewed.
+    """
+    from .renewal import renewer
+
+    held = [h for h in _snapshot(renewer()) if h.renew_at != float("inf")]  # not given back already
+    done = 0
+    for h in held:
+        h.renew_at = float("inf")
+    for h in held:
+        lease: Any = h.lease
+        try:
+            h.ledger.settle(lease.job_id, int(lease.est), attempt=lease.attempt,  # type: ignore[attr-defined]
+                            outcome="failed", by_estimate=True)  # fmt: skip
+            done += 1
+            log.warning("lane: SIGTERM: gave back the lease of %s job %s (attempt %d), billed its estimate of %d",
+                        lease.stage, lease.job_id, lease.attempt, lease.est)  # fmt: skip
+        except Exception as exc:
+            log.error("lane: SIGTERM: could not give back the lease of job %s (%s: %s); it expires unrenewed",
+                      lease.job_id, type(exc).__name__, exc)  # fmt: skip
+    return done
+
+
+def _snapshot(r: Any) -> list[Any]:
+    for _ in range(100):
+        try:
+            return list(r._held)
+        except RuntimeError:  # the set changed size while being copied: copy again
+            continue
+    return []
+
+
+__all__ = ["give_back_leases", "install"]
