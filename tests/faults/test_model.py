@@ -467,7 +467,7 @@ class LedgerMachine(RuleBasedStateMachine):
 
 
 LedgerMachine.TestCase.settings = settings(
-    max_examples=2000 if FULL else 200, stateful_step_count=50, deadline=None,
+    max_examples=2000 if FULL else 100, stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )  # fmt: skip
 
