@@ -19,15 +19,7 @@ from .provider import WORDS
 
 
 def _send(handler: Any, status: int, body: dict, headers: dict[str, str] | None = None) -> None:
-    data = json.dumps(body).encode()
-    handler.send_response(status)
-    handler.send_header("content-type", "application/json")
-    handler.send_header("content-length", str(len(data)))
-    handler.send_header("request-id", f"req_{handler.emulator.next_id()}")
-    for k, v in (headers or {}).items():
-        handler.send_header(k, v)
-    handler.end_headers()
-    handler.wfile.write(data)
+    handler._send_json(status, body, headers, id_header="request-id")
 
 
 def _error(handler: Any, status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> None:

@@ -272,12 +272,14 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - the stdlib's name
         pass
 
-    def _send_json(self, status: int, body: dict, headers: dict[str, str] | None = None) -> None:
+    def _send_json(self, status: int, body: dict, headers: dict[str, str] | None = None,
+                   id_header: str = "x-request-id") -> None:  # fmt: skip
+        """One JSON response; ``id_header`` names the request id as the provider does (Anthropic: ``request-id``)."""
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
-        self.send_header("x-request-id", f"req_{self.emulator.next_id()}")
+        self.send_header(id_header, f"req_{self.emulator.next_id()}")
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         self.end_headers()
