@@ -67,6 +67,7 @@ from .usage import READER_RETURNS, UsageMeter, check_missing_policy
 
 LOG_FIRST = 1.0  # a waiting job first logs where it stands after this long
 LOG_EVERY = 10.0  # ... and then at least this often
+WATCHDOG_CHECK = 1.0  # a waiter asks the watchdog whether its wake-up watcher lives at least this often
 ASYNC_CHECK = 0.01  # an async waiter looks at its wake-up event this often (no database read)
 _missing_said: set[Any] = set()  # the missing-usage warning is said once per task (or per gate() stage)
 
@@ -294,11 +295,12 @@ class Gate:
             # Prefect delivers a sync task's timeout in a worker thread by injecting an exception at the
             # next bytecode after a blocking call returns: it would throw away the LLM response (and its
             # usage) the call just brought back. Defer it until this attempt is settled; it is raised then.
-            self._shield.enter_context(timeouts.shield())
+            # The shield is let go while a nested Prefect timeout scope is open in the body (it would deadlock).
+            self._shield.enter_context(timeouts.BodyShield())
             self._shielded = True
         lease = self.lease
         assert lease is not None, "a gate is admitted once it holds a lease"
-        self._held = renewer().hold(led, lease, run_logger())
+        self._held = renewer().hold(led, lease, run_logger(), owner=self)
         tokenlog.admitted(run_logger(), led, stage=self.stage, lane=lease.lane, est=self.est, waited=waited,
                           attempt=lease.attempt, job_id=lease.job_id, asked=self.lane)  # fmt: skip
         if not self._stepwise:
@@ -320,7 +322,8 @@ class Gate:
             w = led.wakeups.register(self._job, self.lane)
             state = {"t0": time.monotonic(), "next_log": time.monotonic() + LOG_FIRST, "first": True}
             while (sleep := self._poll(led, state, w)) is not None:
-                w.event.wait(sleep)
+                led.wakeups.check_alive()  # the watchdog: a stuck watcher fails the task, never hangs it
+                w.event.wait(min(sleep, WATCHDOG_CHECK))
             self._admitted(led, time.monotonic() - state["t0"])  # a timeout landing here: abandon gives the lease back
         except BaseException as exc:
             waiting.abandon(led, self, exc)
@@ -335,7 +338,8 @@ class Gate:
         state = {"t0": time.monotonic(), "next_log": time.monotonic() + LOG_FIRST, "first": True}
         try:
             while (sleep := self._poll(led, state, w)) is not None:
-                end = time.monotonic() + sleep
+                led.wakeups.check_alive()
+                end = time.monotonic() + min(sleep, WATCHDOG_CHECK)
                 while not w.event.is_set() and time.monotonic() < end:  # the event is set by another thread
                     await asyncio.sleep(min(ASYNC_CHECK, max(0.0, end - time.monotonic())))
             self._admitted(led, time.monotonic() - state["t0"])
