@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import LeaseLost
-from ..ledger.wakeups import WATCHDOG_SECONDS
+from ..ledger.wakeups import STALL_SECONDS
 from ..ledger.watchdog import stuck
 
 log = logging.getLogger("lane_plugin.renewer")
@@ -61,19 +61,19 @@ class Held:
 class Renewer:
     """Renews every held lease from one daemon thread (started on first use).
 
-    Nothing a gated thread does here holds a Python-level lock an exception raised into it (Prefect's
-    timeout, at any bytecode) could leave held: ``_held`` is changed by single set operations, the thread is
-    woken through a :class:`queue.SimpleQueue`, and the start lock (a C lock, taken only to start the thread)
-    is given up on after :data:`~lane_plugin.ledger.wakeups.WATCHDOG_SECONDS` with
-    :class:`~lane_plugin.errors.WatchdogTimeout` (logged once at ERROR, naming its holder).
+    Nothing a gated thread does here holds a lock an exception raised into it (Prefect's timeout, at any
+    bytecode) could leave held: ``_held`` is changed by single set operations, the thread is woken through a
+    :class:`queue.SimpleQueue`, and it is started without a lock (the one named in ``_thread`` runs).
+    The watchdog: :meth:`hold` fails with :class:`~lane_plugin.errors.WatchdogTimeout` (logged once at
+    ERROR, naming the thread) when the renewer has not cycled for
+    :data:`~lane_plugin.ledger.wakeups.STALL_SECONDS`.
     """
 
     def __init__(self):
         self._held: set[Held] = set()
         self._nudge: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self._start_lock = threading.Lock()
-        self._starter = ""
+        self.beat = time.monotonic()  # the thread's last cycle (the watchdog's liveness proof)
         self._lease_seconds: dict[tuple[int, str], tuple[float, float]] = {}
         self._wake_at = 0.0  # when the thread wakes next (monotonic)
 
@@ -97,30 +97,27 @@ class Renewer:
         thread = self._thread
         if thread is None or not thread.is_alive():
             self._start()
+        elif time.monotonic() - self.beat > STALL_SECONDS + 10.0:  # its cycle waits 5 s at most between renewals
+            raise stuck("the lease renewer", thread.name, since=self.beat)
         self._held.add(held)
         if held.renew_at < self._wake_at:
             self._nudge.put(None)  # due before the thread next wakes (short leases only)
         return held
 
     def _start(self) -> None:
-        if not self._start_lock.acquire(timeout=WATCHDOG_SECONDS):
-            raise stuck("the lease renewer's start lock", self._starter)
-        try:
-            self._starter = threading.current_thread().name
-            if self._thread is None or not self._thread.is_alive():
-                thread = threading.Thread(target=self._run, name="lane-lease-renewer", daemon=True)
-                thread.start()
-                self._thread = thread
-        finally:
-            self._start_lock.release()
+        # No lock (see the class): the thread named in _thread runs; another started at the same time exits.
+        thread = threading.Thread(target=self._run, name="lane-lease-renewer", daemon=True)
+        self._thread = thread
+        thread.start()
 
     def release(self, held: Held) -> None:
         """Stop renewing (the body finished); idempotent."""
         self._held.discard(held)
 
     def _run(self) -> None:
-        while True:
-            now = time.monotonic()
+        me = threading.current_thread()
+        while self._thread is me:
+            self.beat = now = time.monotonic()
             held = list(self._held)  # one C call: gated threads add and discard meanwhile
             due = [h for h in held if h.renew_at <= now]
             if not due:

@@ -50,7 +50,6 @@ _IDLE_EXIT = 5.0  # the watcher exits after this long with nothing waiting
 # The database away: the watcher tries again after 0.2 s, doubling up to this (a restart is waited out
 # without a warning five times a second), and warns once per distinct error until it is back.
 RETRY_MAX_SECONDS = 2.0
-WATCHDOG_SECONDS = 5.0  # a lock not taken this long: logged and the task failed
 STALL_SECONDS = 150.0  # a watcher not cycling this long (past a locked database's 30 s busy wait and 60 s retry)
 
 
@@ -111,20 +110,19 @@ class Waiting:
 class Wakeups:
     """This process's waiting jobs on one ledger, and the watcher thread that wakes them.
 
-    No Python-level lock is shared with the gated threads (any of which an exception raised asynchronously
-    can stop at any bytecode): ``_jobs`` is changed by single dict operations, and reticks and timed ticks
-    reach the watcher through a :class:`queue.SimpleQueue` it alone reads. The one lock, ``_start_lock`` (a
-    C lock), only orders starting the watcher with its idle exit; a thread that cannot take it within
-    :data:`WATCHDOG_SECONDS` logs the holder once at ERROR and fails with
-    :class:`~lane_plugin.errors.WatchdogTimeout` instead of waiting for ever.
+    No lock is shared with the gated threads (an exception raised asynchronously can stop any of them at
+    any bytecode, even between a ``with`` block's last line and the lock's release): ``_jobs`` is changed
+    by single dict operations, reticks and timed ticks reach the watcher through a
+    :class:`queue.SimpleQueue` it alone reads, and the watcher is started without a lock (the one named in
+    ``_thread`` runs). The watchdog (:meth:`check_alive`) proves liveness: a watcher that has not cycled
+    for :data:`STALL_SECONDS` fails its waiters with :class:`~lane_plugin.errors.WatchdogTimeout`, logged
+    once at ERROR naming it.
     """
 
     def __init__(self, ledger):
         self.ledger = ledger
         self._jobs: dict[str, Waiting] = {}
         self._thread: threading.Thread | None = None
-        self._start_lock = threading.Lock()
-        self._starter = ""  # the thread that last took _start_lock (named by the watchdog)
         self._inbox: queue.SimpleQueue[tuple[str, str, float]] = queue.SimpleQueue()  # (kind, lane, when)
         self._retick: set[str] = set()  # the watcher's own (filled from _inbox)
         self._timers: dict[str, float] = {}  # lane -> when (monotonic) the burst window has room again
@@ -141,17 +139,14 @@ class Wakeups:
         return w
 
     def _start_watcher(self) -> None:
-        if not self._start_lock.acquire(timeout=WATCHDOG_SECONDS):
-            raise watchdog_timeout("the wake-up watcher's start lock", self._starter)
-        try:
-            self._starter = threading.current_thread().name
-            if self._thread is None or not self._thread.is_alive():
-                thread = threading.Thread(target=self._run, name="lane-wakeups", daemon=True)
-                self.beat = time.monotonic()
-                thread.start()
-                self._thread = thread
-        finally:
-            self._start_lock.release()
+        # No lock: the watcher named in _thread is the one that runs; one that finds another named exits. Two
+        # registers starting one each at once leave one running; a start interrupted inside Thread.start()
+        # (whose Event could then never be set) leaves a thread that is not alive, and the next waiter starts
+        # another.
+        thread = threading.Thread(target=self._run, name="lane-wakeups", daemon=True)
+        self.beat = time.monotonic()
+        self._thread = thread
+        thread.start()
 
     def unregister(self, job_id: str | None) -> None:  # None: the intake wrote no job (nothing registered)
         self._jobs.pop(job_id, None)  # type: ignore[arg-type]
@@ -210,11 +205,14 @@ class Wakeups:
                 return
 
     def _exit_idle(self) -> bool:
-        with self._start_lock:  # a register now either is seen here or finds no watcher and starts one
-            if self._jobs:
-                return False
+        me = threading.current_thread()
+        if self._thread is me:
             self._thread = None
+        if not self._jobs:  # a register from here on finds no watcher and starts one
             return True
+        if self._thread is None:  # registered meanwhile, and no other watcher started: stay
+            self._thread = me
+        return self._thread is not me
 
     def _run(self) -> None:
         pg = self.ledger.db.dialect == "postgresql"
@@ -223,8 +221,11 @@ class Wakeups:
         idle_since = None
         failures, said = 0, None
         try:
+            me = threading.current_thread()
             while True:
                 now = self.beat = time.monotonic()
+                if self._thread is not me:  # another watcher was started meanwhile: it carries on
+                    return
                 self._drain()
                 if not self._jobs:
                     idle_since = idle_since or now
@@ -373,4 +374,4 @@ class _Listener:
             pass
 
 
-__all__ = ["POLL_SQLITE", "SAFETY_SECONDS", "WATCHDOG_SECONDS", "Latch", "Waiting", "Wakeups"]
+__all__ = ["POLL_SQLITE", "SAFETY_SECONDS", "STALL_SECONDS", "Latch", "Waiting", "Wakeups"]
