@@ -13,13 +13,16 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import logging
 import queue
+import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import FrameType
 
 from ..errors import LeaseLost
 from ..ledger.wakeups import STALL_SECONDS
@@ -27,6 +30,7 @@ from ..ledger.watchdog import stuck
 
 log = logging.getLogger("lane_plugin.renewer")
 MIN_INTERVAL = 0.05
+_SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 
 
 @dataclass(eq=False)
@@ -48,14 +52,23 @@ class Held:
     lease_until: float = field(default=0.0)
     owner: Callable[[], object] | None = None
     thread: threading.Thread | None = None
+    frame: FrameType | None = None  # the plain (not generator, not coroutine) frame running the gated block
 
     def holder_gone(self) -> bool:
         if self.thread is not None and not self.thread.is_alive():
             return True
-        if self.owner is None:
-            return False
-        gate = self.owner()
-        return gate is None or getattr(gate, "_held", None) is not self
+        if self.owner is not None:
+            gate = self.owner()
+            if gate is None or getattr(gate, "_held", None) is not self:
+                return True
+        if self.frame is not None and self.thread is not None and self.thread.ident is not None:
+            # an exception raised into the thread as __exit__ began (before its first line) skips the settlement:
+            # the block's frame has then left the thread's stack, and nobody will ever release this lease
+            f = sys._current_frames().get(self.thread.ident)
+            while f is not None and f is not self.frame:
+                f = f.f_back
+            return f is None
+        return False
 
 
 class Renewer:
@@ -85,15 +98,19 @@ class Renewer:
             self._lease_seconds[key] = cached
         return max(MIN_INTERVAL, cached[0] / 3.0)
 
-    def hold(self, ledger, lease, logger=None, owner: object | None = None) -> Held:
+    def hold(self, ledger, lease, logger=None, owner: object | None = None, frame: FrameType | None = None) -> Held:
         """Start keeping ``lease`` alive; returns the handle to :meth:`release`.
 
-        ``owner``: the gate that keeps the handle as its ``_held`` (renewed only while it does).
+        ``owner``: the gate that keeps the handle as its ``_held`` (renewed only while it does); ``frame``: the
+        frame running its block (renewed only while it is on its thread's stack; not a generator's or a
+        coroutine's, which leave the stack between steps).
         """
         interval = self._interval(ledger, lease.lane)
+        if frame is not None and frame.f_code.co_flags & _SUSPENDABLE:
+            frame = None
         held = Held(ledger, lease, logger or log, interval, time.monotonic() + interval, lease_until=lease.lease_until,
-                    owner=weakref.ref(owner) if owner is not None else None,
-                    thread=threading.current_thread())  # fmt: skip
+                    owner=weakref.ref(owner) if owner is not None else None, thread=threading.current_thread(),
+                    frame=frame)  # fmt: skip
         thread = self._thread
         if thread is None or not thread.is_alive():
             self._start()

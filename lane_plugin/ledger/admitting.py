@@ -16,7 +16,7 @@ from .db import Busy
 from .jobs import Lease
 from .lanes import LaneRow, lock_lane, read_lane
 
-STALE_TICK_SECONDS = 0.5  # a tick claim this old was left by an interrupted thread (a tick takes ms; the try-lock 50 ms): taken over
+STALE_TICK_SECONDS = 0.2  # a tick claim this old was left by an interrupted thread (a tick takes ms; the try-lock 50 ms): taken over
 
 
 class Admitting:
