@@ -112,13 +112,13 @@ class Renewer:
                     owner=weakref.ref(owner) if owner is not None else None, thread=threading.current_thread(),
                     frame=frame)  # fmt: skip
         thread = self._thread
+        if thread is not None and thread.is_alive() and time.monotonic() - self.beat > STALL_SECONDS + 10.0:
+            raise stuck("the lease renewer", thread.name, since=self.beat)  # its cycle waits 5 s at most
+        self._held.add(held)  # before a start: the new thread's first look sees it
         if thread is None or not thread.is_alive():
             self._start()
-        elif time.monotonic() - self.beat > STALL_SECONDS + 10.0:  # its cycle waits 5 s at most between renewals
-            raise stuck("the lease renewer", thread.name, since=self.beat)
-        self._held.add(held)
-        if held.renew_at < self._wake_at:
-            self._nudge.put(None)  # due before the thread next wakes (short leases only)
+        elif held.renew_at < self._wake_at or not self._wake_at:
+            self._nudge.put(None)  # due before the thread next wakes (short leases only), or it is between waits
         return held
 
     def _start(self) -> None:
