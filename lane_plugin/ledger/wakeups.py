@@ -38,8 +38,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .watchdog import stuck as watchdog_timeout
 from . import waiters
+from .watchdog import stuck as watchdog_timeout
 
 log = logging.getLogger("lane_plugin.wakeups")
 POLL_SQLITE = 0.1  # SQLite: how often the watcher reads its waiting jobs' rows
