@@ -171,3 +171,9 @@ class Replay(LaneError):
     Raised inside the ledger's settlement transaction to roll it back; the
     ledger answers the caller with the first settlement, never with this.
     """
+
+
+class WatchdogTimeout(LaneError):
+    """A lane gate's background machinery (the wake-up watcher or the lease renewer) did not answer within
+    its watchdog's time: the task fails rather than wait for ever."""
+

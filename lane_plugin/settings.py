@@ -36,7 +36,6 @@ Example:
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -59,24 +58,21 @@ class LaneSettings(BaseSettings):
 
 
 _cache: dict = {}
-_lock = threading.Lock()
 
 
 def lane_settings() -> LaneSettings:
     """The current settings; a bad value raises :class:`InvalidInput` naming the variable."""
     key = tuple(sorted((k, v) for k, v in os.environ.items() if k[:5].upper() == "LANE_"))
-    with _lock:
-        hit = _cache.get("settings")
-        if hit is not None and hit[0] == key:
-            return hit[1]
+    hit = _cache.get("settings")  # single dict operations: no lock an interrupted thread could keep
+    if hit is not None and hit[0] == key:
+        return hit[1]
     try:
         settings = LaneSettings()
     except ValidationError as exc:
         err = exc.errors()[0]
         name = "LANE_" + str(err["loc"][0]).upper() if err.get("loc") else "LANE_*"
         raise InvalidInput(name, err.get("input"), err.get("msg", "invalid")) from None
-    with _lock:
-        _cache["settings"] = (key, settings)
+    _cache["settings"] = (key, settings)
     return settings
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from typing import Any
 
 from ..ledger import BillLine, Ledger
@@ -37,7 +36,6 @@ KEY = "lane-bill"
 HOOK_LISTS = ("on_completion_hooks", "on_failure_hooks", "on_crashed_hooks", "on_cancellation_hooks")
 log = logging.getLogger("lane_plugin.bill")
 _runs: dict[str, dict[int, Ledger]] = {}  # flow run id -> the ledgers its gated jobs used
-_lock = threading.Lock()
 
 
 def note_run(flow_run_id: str | None, ledger: Ledger) -> bool:
@@ -48,12 +46,10 @@ def note_run(flow_run_id: str | None, ledger: Ledger) -> bool:
     """
     if not flow_run_id:
         return False
-    with _lock:
-        used = _runs.get(flow_run_id)
-        first = used is None
-        if first:
-            used = _runs[flow_run_id] = {}
-        used.setdefault(id(ledger), ledger)
+    new: dict = {}
+    used = _runs.setdefault(flow_run_id, new)  # single dict operations: no lock an interrupted thread could keep
+    first = used is new
+    used.setdefault(id(ledger), ledger)
     if first:
         _hook_flow(flow_run_id, ledger)
     return first
@@ -68,11 +64,10 @@ def _hook_flow(flow_run_id: str, ledger: Ledger) -> None:
     if ctx is None or ctx.flow is None or ctx.flow_run is None or str(ctx.flow_run.id) != flow_run_id:
         log.debug("flow run %s is not running in this process: no lane-bill hook", flow_run_id)
         return
-    with _lock:
-        for name in HOOK_LISTS:
-            hooks = getattr(ctx.flow, name, None)
-            if isinstance(hooks, list) and lane_bill not in hooks:
-                hooks.append(lane_bill)
+    for name in HOOK_LISTS:  # first sight of the run only (one thread): no lock
+        hooks = getattr(ctx.flow, name, None)
+        if isinstance(hooks, list) and lane_bill not in hooks:
+            hooks.append(lane_bill)
     try:
         from prefect.logging.loggers import flow_run_logger
 
@@ -163,8 +158,7 @@ def publish(flow_run_id: str, state_name: str, ledger: Ledger, logger=None) -> l
 def lane_bill(flow, flow_run, state) -> None:
     """Prefect flow state hook: publish this flow run's ``lane-bill`` (registered by the gate)."""
     run_id = str(flow_run.id)
-    with _lock:
-        used = _runs.pop(run_id, None)
+    used = _runs.pop(run_id, None)
     if not used:
         return
     try:

@@ -47,6 +47,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -76,6 +77,7 @@ from .usage import READER_RETURNS, UsageMeter, check_missing_policy
 
 LOG_FIRST = 1.0  # a waiting job first logs where it stands after this long
 LOG_EVERY = 10.0  # ... and then at least this often
+WATCHDOG_CHECK = 1.0  # a waiter asks the watchdog whether its wake-up watcher lives at least this often
 ASYNC_CHECK = 0.01  # an async waiter looks at its wake-up event this often (no database read)
 _missing_said: set[Any] = set()  # the missing-usage warning is said once per task (or per gate() stage)
 
@@ -308,15 +310,25 @@ class Gate:
             # Prefect delivers a sync task's timeout in a worker thread by injecting an exception at the
             # next bytecode after a blocking call returns: it would throw away the LLM response (and its
             # usage) the call just brought back. Defer it until this attempt is settled; it is raised then.
-            self._shield.enter_context(timeouts.shield())
+            # The shield is let go while a nested Prefect timeout scope is open in the body (it would deadlock).
+            self._shield.enter_context(timeouts.BodyShield())
             self._shielded = True
         lease = self.lease
         assert lease is not None, "a gate is admitted once it holds a lease"
-        self._held = renewer().hold(led, lease, run_logger())
+        self._held = renewer().hold(led, lease, run_logger(), owner=self, frame=self._block_frame())
         tokenlog.admitted(run_logger(), led, stage=self.stage, lane=lease.lane, est=self.est, waited=waited,
                           attempt=lease.attempt, job_id=lease.job_id, asked=self.lane)  # fmt: skip
         if not self._stepwise:
             self._token = _current.set(self)
+
+    def _block_frame(self) -> Any:
+        """The frame whose ``with`` this gate is (the caller of ``__enter__``), for the renewer's liveness check."""
+        f: Any = sys._getframe(1)
+        while f is not None and f.f_code.co_filename == __file__:
+            f = f.f_back
+        if f is None or f.f_code.co_name in ("__enter__", "enter_context") or f.f_code.co_filename == contextlib.__file__:
+            return None  # entered by a wrapper that returns (an ExitStack): no frame stands for the block
+        return f
 
     @contextlib.contextmanager
     def current(self) -> Iterator[Gate]:
@@ -329,36 +341,44 @@ class Gate:
 
     def __enter__(self) -> Gate:
         led = get_ledger(self._ledger_arg)
-        try:  # a timeout landing once the job is written (even in its submit) parks it: nobody waits for it
+        # An exception raised into this thread (a timeout) at any bytecode up to the return lands in this try:
+        # once the job is written (even in its submit) abandon parks it or gives its lease back. Nothing after
+        # the lease is held runs outside it: the ``with`` calls __exit__ only if __enter__ returned.
+        try:
             self._intake()
             w = led.wakeups.register(self._job, self.lane)
-            state = {"t0": time.monotonic(), "next_log": time.monotonic() + LOG_FIRST, "first": True}
-            while (sleep := self._poll(led, state, w)) is not None:
-                w.event.wait(sleep)
-            self._admitted(led, time.monotonic() - state["t0"])  # a timeout landing here: abandon gives the lease back
+            try:
+                state = {"t0": time.monotonic(), "next_log": time.monotonic() + LOG_FIRST, "first": True}
+                while (sleep := self._poll(led, state, w)) is not None:
+                    led.wakeups.check_alive()  # the watchdog: a stuck watcher fails the task, never hangs it
+                    w.event.wait(min(sleep, WATCHDOG_CHECK))
+            finally:
+                led.wakeups.unregister(self.job_id)
+            self._admitted(led, time.monotonic() - state["t0"])
+            return self
         except BaseException as exc:
             waiting.abandon(led, self, exc)
             raise
-        finally:
-            led.wakeups.unregister(self.job_id)
-        return self
 
     async def __aenter__(self) -> Gate:
-        led = self._intake()
-        w = led.wakeups.register(self._job, self.lane)
-        state = {"t0": time.monotonic(), "next_log": time.monotonic() + LOG_FIRST, "first": True}
-        try:
-            while (sleep := self._poll(led, state, w)) is not None:
-                end = time.monotonic() + sleep
-                while not w.event.is_set() and time.monotonic() < end:  # the event is set by another thread
-                    await asyncio.sleep(min(ASYNC_CHECK, max(0.0, end - time.monotonic())))
+        led = get_ledger(self._ledger_arg)
+        try:  # as in __enter__
+            self._intake()
+            w = led.wakeups.register(self._job, self.lane)
+            try:
+                state = {"t0": time.monotonic(), "next_log": time.monotonic() + LOG_FIRST, "first": True}
+                while (sleep := self._poll(led, state, w)) is not None:
+                    led.wakeups.check_alive()
+                    end = time.monotonic() + min(sleep, WATCHDOG_CHECK)
+                    while not w.event.is_set() and time.monotonic() < end:  # the event is set by another thread
+                        await asyncio.sleep(min(ASYNC_CHECK, max(0.0, end - time.monotonic())))
+            finally:
+                led.wakeups.unregister(self.job_id)
             self._admitted(led, time.monotonic() - state["t0"])
+            return self
         except BaseException as exc:
             waiting.abandon(led, self, exc)
             raise
-        finally:
-            led.wakeups.unregister(self.job_id)
-        return self
 
     # -- exit -----------------------------------------------------------------------
     def __exit__(self, exc_type: type[BaseException] | None, *exc_and_traceback: object) -> None:

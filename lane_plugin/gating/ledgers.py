@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
-import threading
-from collections import OrderedDict
 
 from ..ledger import Ledger
 from ..ledger.url import resolve_url
@@ -14,9 +13,7 @@ from .events import PrefectListener
 
 log = logging.getLogger("lane_plugin.gate")
 _ledgers: dict[str, Ledger] = {}
-_ledgers_lock = threading.Lock()
-_seq: OrderedDict[tuple, int] = OrderedDict()
-_seq_lock = threading.Lock()
+_seq: dict[tuple, itertools.count] = {}  # (task run, run count, stage) -> the next gate() block's number
 
 
 def get_ledger(ledger: Ledger | str | None = None) -> Ledger:
@@ -39,12 +36,14 @@ def get_ledger(ledger: Ledger | str | None = None) -> Ledger:
             ledger.listeners.append(PrefectListener(ledger))
         return ledger
     url = resolve_url(ledger)
-    with _ledgers_lock:
-        if url not in _ledgers:
-            led = Ledger(url, send_slack=lane_settings().send_slack_seconds)
-            led.listeners.append(PrefectListener(led))
-            _ledgers[url] = led
-        return _ledgers[url]
+    # Single dict operations, no lock: an exception raised into a thread (Prefect's timeout) at any bytecode
+    # cannot leave one held for every other gated thread to wait on.
+    led = _ledgers.get(url)
+    if led is None:
+        new = Ledger(url, send_slack=lane_settings().send_slack_seconds)
+        new.listeners.append(PrefectListener(new))
+        led = _ledgers.setdefault(url, new)  # the first thread's wins (the other has not connected yet)
+    return led
 
 
 def run_logger():
@@ -73,17 +72,18 @@ def prefect_run() -> tuple[str | None, int | None, str | None]:
 
 
 def next_seq(scope: tuple) -> int:
-    with _seq_lock:
-        n = _seq.get(scope, 0) + 1
-        _seq[scope] = n
-        _seq.move_to_end(scope)
-        while len(_seq) > 10_000:
-            _seq.popitem(last=False)
-        return n
+    counter = _seq.get(scope)
+    if counter is None:
+        while len(_seq) > 10_000:  # the oldest scopes go (dicts keep insertion order)
+            try:
+                _seq.pop(next(iter(_seq)), None)
+            except (StopIteration, RuntimeError):  # emptied, or changed by another thread meanwhile
+                break
+        counter = _seq.setdefault(scope, itertools.count(1))
+    return next(counter)  # one C call: no lock
 
 
-_tenant_of_run: OrderedDict[str, str] = OrderedDict()  # flow run id -> its default tenant (one lookup per run)
-_tenant_lock = threading.Lock()
+_tenant_of_run: dict[str, str] = {}  # flow run id -> its default tenant (one lookup per run; no lock: issue 22)
 
 
 def default_tenant(flow_run_id: str | None) -> str:
@@ -94,15 +94,16 @@ def default_tenant(flow_run_id: str | None) -> str:
 
     if flow_run_id is None:
         return DEFAULT_TENANT
-    with _tenant_lock:
-        hit = _tenant_of_run.get(flow_run_id)
+    hit = _tenant_of_run.get(flow_run_id)
     if hit is not None:
         return hit
     name = _deployment_or_flow(flow_run_id) or DEFAULT_TENANT
-    with _tenant_lock:
-        _tenant_of_run[flow_run_id] = name
-        while len(_tenant_of_run) > 10_000:
-            _tenant_of_run.popitem(last=False)
+    while len(_tenant_of_run) > 10_000:  # the oldest runs go (dicts keep insertion order)
+        try:
+            _tenant_of_run.pop(next(iter(_tenant_of_run)), None)
+        except (StopIteration, RuntimeError):  # emptied, or changed by another thread meanwhile
+            break
+    _tenant_of_run[flow_run_id] = name  # one C call: no lock
     return name
 
 

@@ -10,6 +10,14 @@ holds Prefect's shield from admission until the attempt is settled with the
 response's usage, then ends the task run timed out as Prefect would have.
 The settlement transaction is always shielded, so a timeout cannot roll it
 back and leave the attempt leased and unbilled.
+
+The body's shield is let go while a Prefect timeout scope opened inside the
+body is open (a nested ``@task(timeout_seconds=...)``, ``prefect`` 's
+``timeout()``): that scope's enforcer waits for the thread's shield before it
+raises, and the scope's exit waits for its enforcer, so a shield held across it
+would deadlock both (and the lease would be renewed for ever). While the
+nested scope is open, the outer task's own timeout may land in the body too:
+the attempt is then settled at its estimate, once, as for any interrupted body.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import contextlib
 import signal
 import threading
 import time
+from typing import Any
 
 
 def shield():
@@ -73,3 +82,78 @@ def raise_timeout() -> None:
     except ImportError:  # pragma: no cover
         raise TimeoutError("task run exceeded its timeout_seconds") from None
     raise CancelledError()
+
+
+class _BodyShields(threading.local):
+    def __init__(self) -> None:
+        self.held = 0  # body shields this thread holds now (not let go for a nested scope)
+
+
+_bodies = _BodyShields()
+
+
+class BodyShield:
+    """Prefect's shield held over a gated body in a worker thread, let go while a nested Prefect timeout scope
+    is open in the same thread (see the module's docstring). Enter once, exit once (an ExitStack does)."""
+
+    def __init__(self) -> None:
+        self._shield: Any = None
+
+    def __enter__(self) -> BodyShield:
+        try:
+            from prefect._internal.concurrency.cancellation import _get_thread_shield
+        except ImportError:  # pragma: no cover - a Prefect without it: nothing to defer
+            return self
+        _install_nested_scope_hook()
+        shield = _get_thread_shield(threading.current_thread())
+        shield.__enter__()
+        self._shield = shield
+        _bodies.held += 1
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        shield, self._shield = self._shield, None
+        if shield is not None:
+            _bodies.held -= 1
+            shield.__exit__(*exc_info)
+
+
+_hooked = False
+
+
+def _install_nested_scope_hook() -> None:
+    """Let a body's shield go while a Prefect ``WatcherThreadCancelScope`` opened inside it is open."""
+    global _hooked
+    if _hooked:
+        return
+    _hooked = True
+    try:
+        from prefect._internal.concurrency.cancellation import WatcherThreadCancelScope, _get_thread_shield
+    except ImportError:  # pragma: no cover
+        return
+    enter, exit_ = WatcherThreadCancelScope.__enter__, WatcherThreadCancelScope.__exit__
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        n = _bodies.held
+        if n:
+            shield = _get_thread_shield(threading.current_thread())
+            for _ in range(n):
+                shield._lock.__exit__(None, None, None)  # the lock only: no deferred exception raised here
+            _bodies.held = 0
+        self._lane_suspended = n
+        return enter(self)
+
+    def __exit__(self, *exc_info):  # type: ignore[no-untyped-def]
+        try:
+            return exit_(self, *exc_info)
+        finally:
+            n = getattr(self, "_lane_suspended", 0)
+            if n:
+                self._lane_suspended = 0
+                shield = _get_thread_shield(threading.current_thread())
+                for _ in range(n):
+                    shield.__enter__()
+                _bodies.held += n
+
+    WatcherThreadCancelScope.__enter__ = __enter__  # type: ignore[method-assign]
+    WatcherThreadCancelScope.__exit__ = __exit__  # type: ignore[method-assign]

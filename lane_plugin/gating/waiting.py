@@ -38,6 +38,7 @@ def abandon(led, gate, exc: BaseException) -> None:
     """
     if gate.job_id is None or isinstance(exc, JobParked):
         return
+    led.wakeups.unregister(gate.job_id)  # (again: the exception may have landed before the wait's own)
     if gate.lease is not None:
         _give_back(led, gate, exc)
         return

@@ -6,7 +6,6 @@ SQL is in :mod:`~lane_plugin.ledger.admission` and :mod:`~lane_plugin.ledger.wai
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 
@@ -17,6 +16,8 @@ from .db import Busy
 from .jobs import Lease
 from .lanes import LaneRow, lock_lane, read_lane
 
+STALE_TICK_SECONDS = 0.2  # a tick claim this old was left by an interrupted thread (a tick takes ms; the try-lock 50 ms): taken over
+
 
 class Admitting:
     """Ticks, hand-offs and what a waiting gate asks of the ledger."""
@@ -25,7 +26,7 @@ class Admitting:
         from .wakeups import Wakeups
 
         self._specs: dict[str, tuple[float, LaneRow]] = {}
-        self._tick_locks: dict[str, threading.Lock] = {}
+        self._tick_claims: dict[str, tuple[str, float]] = {}  # lane -> (tick token, since): this process's ticker
         self.wakeups = Wakeups(self)
 
     def tick(self, lane: str = "free") -> list[Lease]:
@@ -50,9 +51,10 @@ class Admitting:
             if not ok and fresh:
                 self._emit("lane.preflight.failed", lane, {"error": err, "fell_back": moved})
         token = uuid.uuid4().hex
-        lock = self._tick_locks.setdefault(lane, threading.Lock())
-        if not lock.acquire(blocking=False):  # another thread of this process is ticking this lane
-            return [], True
+        # One ticker per lane in this process: a claim made by one C call (dict.setdefault), not a lock, so an
+        # exception raised into the ticking thread at any bytecode cannot keep the lane from ticking for ever:
+        # a claim older than STALE_TICK_SECONDS is taken over (the database serialises ticks anyway).
+        mine = (token, time.monotonic())
 
         def run(cur):
             if not waiters.try_tick_lock(cur, lane):  # another process is ticking it (PostgreSQL)
@@ -61,11 +63,17 @@ class Admitting:
                                   holder=waiters.waiter_id(), gated=gated, own=own)  # fmt: skip
 
         try:
+            held = self._tick_claims.setdefault(lane, mine)
+            if held is not mine:
+                if mine[1] - held[1] < STALE_TICK_SECONDS:
+                    return [], True  # another thread of this process is ticking this lane
+                self._tick_claims[lane] = mine
             ticked = self.db.transaction(run, try_lock=True)
         except Busy:
             return [], True
         finally:
-            lock.release()
+            if self._tick_claims.get(lane) is mine:
+                self._tick_claims.pop(lane, None)
         self._admitted(lane, ticked)
         if ticked.refit_due:  # outside the admission transaction: the tick stays short
             self._run(lambda cur, now: runs.refit(cur, lane, now))

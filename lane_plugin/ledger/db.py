@@ -10,6 +10,7 @@ makes is idempotent by id.
 from __future__ import annotations
 
 import os
+import queue
 import random
 import re
 import sqlite3
@@ -17,7 +18,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import TypeVar
@@ -183,9 +183,7 @@ class Database:
         self._check_lock = threading.Lock()
         self.stats = Stats()
         self.backend_pids: set[int] = set()
-        self._pool: list = []
-        self._pool_lock = threading.Lock()
-        self._pool_sem = threading.BoundedSemaphore(PG_POOL)
+        self._pool = _new_pool()
         self._pool_pid = os.getpid()
 
     # -- connections ---------------------------------------------------------
@@ -230,11 +228,27 @@ class Database:
 
     def connection(self):
         conn = getattr(self._local, "conn", None)
+        if (conn is not None and self.dialect == "sqlite" and self._local.pid == os.getpid()
+                and (conn.in_transaction or self._local.short_busy)):  # fmt: skip
+            self._drop(conn)  # left mid-transaction (or on the try-lock's short busy timeout) by an interrupted thread
+            conn = None
         if conn is None or self._local.pid != os.getpid():
             conn = self._connect()
             self._local.conn = conn
             self._local.pid = os.getpid()
+            self._local.short_busy = False
         return conn
+
+    def _drop(self, conn) -> None:
+        """Roll back and close this thread's connection: it is never used again (the next transaction opens
+        another). For a transaction an exception interrupted, the rollback already happened (sqlite3's own
+        ``__exit__``); closing ends anything left."""
+        if getattr(self._local, "conn", None) is conn:
+            self._local.conn = None
+        try:
+            conn.close()  # C: an uncommitted transaction is rolled back, the write lock released
+        except Exception:
+            pass
 
     def discard(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -247,84 +261,113 @@ class Database:
 
     def close(self) -> None:
         self.discard()
-        with self._pool_lock:
-            idle, self._pool = self._pool, []
-        for conn in idle if self._pool_pid == os.getpid() else ():
+        idle = []
+        if self._pool_pid == os.getpid():
+            while True:
+                try:
+                    slot = self._pool.get_nowait()
+                except queue.Empty:
+                    break
+                idle.append(slot)
+                if slot is not None:
+                    try:
+                        slot.close()
+                    except Exception:
+                        pass
+            for _ in idle:
+                self._pool.put(None)  # the slots stay: a later transaction connects again
+
+    # -- PostgreSQL's pool -----------------------------------------------------
+    def _checkout(self):
+        """PostgreSQL: a connection from this process's pool of at most :data:`PG_POOL` (a thousand waiting
+        threads share a few connections; each transaction holds one only while it runs).
+
+        The pool is a :class:`queue.SimpleQueue` of slots (a connection, or None for one not open): taking
+        and giving back a slot are single C calls, so an exception raised asynchronously into a thread
+        (Prefect's timeout) cannot leave a Python-level lock held that every other thread then waits on.
+        """
+        if self._pool_pid != os.getpid():  # forked: the parent's connections are not ours
+            self._pool, self._pool_pid = _new_pool(), os.getpid()
+        return self._pool.get()
+
+    def _checkin(self, conn, exc: BaseException | None) -> None:
+        """Give the slot back: the connection itself only if it is idle (no transaction left open: a backend
+        "idle in transaction" holds its locks) and was not interrupted; else it is closed, never reused."""
+        from psycopg.pq import TransactionStatus
+
+        reuse = conn is not None and not conn.closed and not conn.broken
+        if reuse and exc is not None:  # a restart, a killed session, an interrupted statement: never reused
+            reuse = isinstance(exc, Exception) and not _is_transient(exc)
+        if reuse and conn.info.transaction_status != TransactionStatus.IDLE:
+            reuse = False
+        if not reuse and conn is not None:
             try:
-                conn.close()
+                conn.close()  # the server rolls back what the session left open
             except Exception:
                 pass
-
-    @contextmanager
-    def _pooled(self):
-        """PostgreSQL: a connection from this process's pool of at most :data:`PG_POOL` (a thousand
-        waiting threads share a few connections; each transaction holds one only while it runs)."""
-        if self._pool_pid != os.getpid():  # forked: the parent's connections are not ours
-            self._pool, self._pool_pid = [], os.getpid()
-            self._pool_sem = threading.BoundedSemaphore(PG_POOL)
-        sem = self._pool_sem
-        sem.acquire()
-        try:
-            with self._pool_lock:
-                conn = self._pool.pop() if self._pool else None
-            if conn is None or conn.closed:
-                conn = self._connect()
-            try:
-                yield conn
-            except BaseException as exc:
-                if conn.broken or _is_transient(exc) or not isinstance(exc, Exception):
-                    conn.close()  # a restart, a killed session, an interrupted statement: never reused
-                    conn = None
-                raise
-            finally:
-                if conn is not None and not conn.closed:
-                    with self._pool_lock:
-                        self._pool.append(conn)
-        finally:
-            sem.release()
+        self._pool.put(conn if reuse else None)
 
     # -- transactions --------------------------------------------------------
-    @contextmanager
-    def _txn(self, write: bool, try_lock: bool = False):
-        if self.dialect != "sqlite":
-            with self._pooled() as conn:
-                # A read sees one snapshot of every table (READ COMMITTED gives each statement its own:
-                # `lane status` could count a lease in one query and miss it in the next), read-only.
-                # Set on the connection, it rides on the BEGIN: no extra round trip.
-                snapshot = None if write else True
-                if conn.read_only is not snapshot:
-                    from psycopg import IsolationLevel
+    def _pg_once(self, fn: Callable[[Cursor], T], write: bool, fault: str | None) -> T:
+        slot = conn = _NO_SLOT
+        failed: BaseException | None = None
+        try:
+            slot = conn = self._checkout()
+            conn = slot if slot is not None and not slot.closed else self._connect()
+            # A read sees one snapshot of every table (READ COMMITTED gives each statement its own:
+            # `lane status` could count a lease in one query and miss it in the next), read-only.
+            # Set on the connection, it rides on the BEGIN: no extra round trip.
+            snapshot = None if write else True
+            if conn.read_only is not snapshot:
+                from psycopg import IsolationLevel
 
-                    conn.read_only = snapshot
-                    conn.isolation_level = None if write else IsolationLevel.REPEATABLE_READ
-                with conn.transaction(), conn.cursor() as raw:
-                    cur = Cursor(raw, "postgresql", self.clock, self.stats)
-                    yield cur
-                if cur.locked_at is not None:  # committed: the lane's lock is released now
-                    self.stats.lock_holds.append(time.perf_counter() - cur.locked_at)
-            return
+                conn.read_only = snapshot
+                conn.isolation_level = None if write else IsolationLevel.REPEATABLE_READ
+            with conn.transaction(), conn.cursor() as raw:
+                cur = Cursor(raw, "postgresql", self.clock, self.stats)
+                result = fn(cur)
+                if fault:
+                    fault_point(fault + ".before_commit")
+            if cur.locked_at is not None:  # committed: the lane's lock is released now
+                self.stats.lock_holds.append(time.perf_counter() - cur.locked_at)
+            return result
+        except BaseException as exc:
+            failed = exc
+            raise
+        finally:
+            if slot is not _NO_SLOT:
+                self._checkin(None if conn is _NO_SLOT else conn, failed)
+
+    def _sqlite_once(self, fn: Callable[[Cursor], T], write: bool, try_lock: bool, fault: str | None) -> T:
         conn = self.connection()
-        if self.dialect == "sqlite":
-            if try_lock:  # the try-lock: wait for the writer's lock only briefly, then give up (Busy)
-                conn.execute(f"pragma busy_timeout={TRY_LOCK_MS}")
-            t0 = time.perf_counter()
-            try:
-                conn.execute("begin immediate" if write else "begin")
-            finally:
-                if try_lock:
-                    conn.execute(f"pragma busy_timeout={int(self.busy_timeout * 1000)}")
-            t1 = time.perf_counter()
-            if write:
-                self.stats.lock_waits.append(t1 - t0)
-            try:
-                yield Cursor(conn.cursor(), "sqlite", stats=self.stats)
-                conn.execute("commit")
+        try:
+            # sqlite3's own __exit__ (C, not interruptible) commits, or rolls back on any exception: also one
+            # raised asynchronously into this thread (Prefect's timeout) right after BEGIN IMMEDIATE won the
+            # lock, before any Python-level try could be entered. No write transaction outlives the call.
+            with conn:
+                if try_lock:  # the try-lock: wait for the writer's lock only briefly, then give up (Busy)
+                    self._local.short_busy = True
+                    conn.execute(f"pragma busy_timeout={TRY_LOCK_MS}")
+                t0 = time.perf_counter()
+                try:
+                    conn.execute("begin immediate" if write else "begin")
+                finally:
+                    if try_lock:
+                        conn.execute(f"pragma busy_timeout={int(self.busy_timeout * 1000)}")
+                        self._local.short_busy = False
+                t1 = time.perf_counter()
                 if write:
-                    self.stats.lock_holds.append(time.perf_counter() - t1)
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("rollback")
-                raise
+                    self.stats.lock_waits.append(t1 - t0)
+                result = fn(Cursor(conn.cursor(), "sqlite", stats=self.stats))
+                if fault:
+                    fault_point(fault + ".before_commit")
+            if write:
+                self.stats.lock_holds.append(time.perf_counter() - t1)
+            return result
+        except BaseException as exc:
+            if not isinstance(exc, Exception) or conn.in_transaction:  # interrupted: never used again
+                self._drop(conn)
+            raise
 
     def transaction(self, fn: Callable[[Cursor], T], *, write: bool = True, fault: str | None = None,
                     try_lock: bool = False) -> T:  # fmt: skip
@@ -339,10 +382,10 @@ class Database:
         while True:
             try:
                 self.ensure_schema()
-                with self._txn(write, try_lock) as cur:
-                    result = fn(cur)
-                    if fault:
-                        fault_point(fault + ".before_commit")
+                if self.dialect == "sqlite":
+                    result = self._sqlite_once(fn, write, try_lock, fault)
+                else:
+                    result = self._pg_once(fn, write, fault)
                 self.stats.commits += 1
                 self.stats.writes += write
                 if fault:
@@ -430,6 +473,16 @@ class Database:
                     raise orig from exc
                 raise
             self._checked = True
+
+
+_NO_SLOT = object()  # no slot taken from the pool yet
+
+
+def _new_pool() -> queue.SimpleQueue:
+    pool: queue.SimpleQueue = queue.SimpleQueue()
+    for _ in range(PG_POOL):
+        pool.put(None)
+    return pool
 
 
 def fault_point(name: str) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 import uuid
 
 from .db import Cursor
@@ -33,8 +32,7 @@ _PG_TICK_CLASS = 0x1A4E  # pg_try_advisory_xact_lock(class, hashtext(schema/lane
 _CHUNK = 500
 RECHECK_SECONDS = 1.0  # a waiter seen alive is not read again for this long (ledger time)
 _seen_alive: dict[tuple[int, str], float] = {}  # (the database, the waiter): ledger time seen alive
-_ident: tuple[int, str] | None = None
-_ident_lock = threading.Lock()
+_idents: dict[int, str] = {}  # pid -> waiter id (a fork is another waiter)
 
 # The own-row read of a waiting job: what its waiter needs to hold the lease it was handed.
 ROW_KEYS = ("id", "lane", "stage", "est", "attempt", "lease_token", "lease_until", "run_key", "rate_cost", "state",
@@ -43,11 +41,11 @@ ROW_KEYS = ("id", "lane", "stage", "est", "attempt", "lease_token", "lease_until
 
 def waiter_id() -> str:
     """This process's waiter id (``host:pid:random``): a fork is a new waiter."""
-    global _ident
-    with _ident_lock:
-        if _ident is None or _ident[0] != os.getpid():
-            _ident = (os.getpid(), f"{socket.gethostname()[:32]}:{os.getpid()}:{uuid.uuid4().hex[:12]}")
-        return _ident[1]
+    pid = os.getpid()
+    got = _idents.get(pid)
+    if got is None:  # one C call decides between threads: no lock an interrupted thread could keep
+        got = _idents.setdefault(pid, f"{socket.gethostname()[:32]}:{pid}:{uuid.uuid4().hex[:12]}")
+    return got
 
 
 def claim(cur: Cursor, job_id: str, waiter: str, now: float) -> None:

@@ -33,11 +33,13 @@ process.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from dataclasses import dataclass, field
 
 from . import waiters
+from .watchdog import stuck as watchdog_timeout
 
 log = logging.getLogger("lane_plugin.wakeups")
 POLL_SQLITE = 0.1  # SQLite: how often the watcher reads its waiting jobs' rows
@@ -48,6 +50,47 @@ _IDLE_EXIT = 5.0  # the watcher exits after this long with nothing waiting
 # The database away: the watcher tries again after 0.2 s, doubling up to this (a restart is waited out
 # without a warning five times a second), and warns once per distinct error until it is back.
 RETRY_MAX_SECONDS = 2.0
+STALL_SECONDS = 150.0  # a watcher not cycling this long (past a locked database's 30 s busy wait and 60 s retry)
+
+
+class Latch:
+    """A ``threading.Event`` for one waiter whose ``set`` and ``wait`` are single C calls.
+
+    ``threading.Event`` takes a Python-level ``Condition`` in both: an exception raised asynchronously into
+    the waiting thread (Prefect's timeout, injected at the next bytecode) can land right after its lock
+    was won, leaving it held; the watcher's ``set`` then blocks for ever, and with it every waiter of the
+    process. A :class:`queue.SimpleQueue` hands the wake-up over with no lock a Python frame holds.
+    """
+
+    __slots__ = ("_flag", "_q")
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._q: queue.SimpleQueue[None] = queue.SimpleQueue()
+
+    def set(self) -> None:
+        self._flag = True
+        self._q.put(None)
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def clear(self) -> None:
+        self._flag = False
+        while True:  # a set() after the flag went down stays set: its flag is up again
+            try:
+                self._q.get_nowait()
+            except queue.Empty:
+                return
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._flag:
+            return True
+        try:
+            self._q.get(timeout=timeout)
+        except queue.Empty:
+            pass
+        return self._flag
 
 
 @dataclass(eq=False)
@@ -59,36 +102,54 @@ class Waiting:
 
     job_id: str
     lane: str
-    event: threading.Event = field(default_factory=threading.Event)
+    event: Latch = field(default_factory=Latch)
     row: tuple | None = None
     sent: bool = False
 
 
 class Wakeups:
-    """This process's waiting jobs on one ledger, and the watcher thread that wakes them."""
+    """This process's waiting jobs on one ledger, and the watcher thread that wakes them.
+
+    No lock is shared with the gated threads (an exception raised asynchronously can stop any of them at
+    any bytecode, even between a ``with`` block's last line and the lock's release): ``_jobs`` is changed
+    by single dict operations, reticks and timed ticks reach the watcher through a
+    :class:`queue.SimpleQueue` it alone reads, and the watcher is started without a lock (the one named in
+    ``_thread`` runs). The watchdog (:meth:`check_alive`) proves liveness: a watcher that has not cycled
+    for :data:`STALL_SECONDS` fails its waiters with :class:`~lane_plugin.errors.WatchdogTimeout`, logged
+    once at ERROR naming it.
+    """
 
     def __init__(self, ledger):
         self.ledger = ledger
-        self._cv = threading.Condition()
         self._jobs: dict[str, Waiting] = {}
         self._thread: threading.Thread | None = None
-        self._retick: set[str] = set()
+        self._inbox: queue.SimpleQueue[tuple[str, str, float]] = queue.SimpleQueue()  # (kind, lane, when)
+        self._retick: set[str] = set()  # the watcher's own (filled from _inbox)
         self._timers: dict[str, float] = {}  # lane -> when (monotonic) the burst window has room again
         self._next_read = 0.0  # SQLite: when the poll reads the waiting rows next (a retick or timer does not)
+        self.beat = time.monotonic()  # the watcher's last cycle (the watchdog's liveness proof)
 
     def register(self, job_id: str, lane: str) -> Waiting:
         """Wait for ``job_id``: the returned :class:`Waiting`'s event is set when it is leased (or parked)."""
         w = Waiting(job_id, lane)
-        with self._cv:
-            self._jobs[job_id] = w
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="lane-wakeups", daemon=True)
-                self._thread.start()
+        self._jobs[job_id] = w  # first: a watcher deciding to exit now sees it (under _start_lock)
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            self._start_watcher()
         return w
 
+    def _start_watcher(self) -> None:
+        # No lock: the watcher named in _thread is the one that runs; one that finds another named exits. Two
+        # registers starting one each at once leave one running; a start interrupted inside Thread.start()
+        # (whose Event could then never be set) leaves a thread that is not alive, and the next waiter starts
+        # another.
+        thread = threading.Thread(target=self._run, name="lane-wakeups", daemon=True)
+        self.beat = time.monotonic()
+        self._thread = thread
+        thread.start()
+
     def unregister(self, job_id: str | None) -> None:  # None: the intake wrote no job (nothing registered)
-        with self._cv:
-            self._jobs.pop(job_id, None)
+        self._jobs.pop(job_id, None)  # type: ignore[arg-type]
 
     def wake(self, leases: list) -> None:
         """These leases were granted by a commit in this process: their waiters go on at once, each
@@ -103,24 +164,56 @@ class Wakeups:
 
     def retick(self, lane: str) -> None:
         """A tick found another running: the watcher tries again shortly (nothing is lost meanwhile)."""
-        with self._cv:
-            self._retick.add(lane)
-            self._cv.notify()
+        self._inbox.put(("retick", lane, 0.0))
 
     def tick_at(self, lane: str, delay: float) -> None:
         """Tick ``lane`` ``delay`` seconds from now, when its burst window has room for a job that waits
         on it (the earliest such time wins; a tick that finds nothing more to lease costs one transaction)."""
-        when = time.monotonic() + delay
-        with self._cv:
-            if when < self._timers.get(lane, float("inf")):
-                self._timers[lane] = when
-                self._cv.notify()
+        self._inbox.put(("timer", lane, time.monotonic() + delay))
 
     @property
     def waiting(self) -> int:
         return len(self._jobs)
 
+    def check_alive(self) -> None:
+        """The watchdog, asked by a waiter: raise :class:`~lane_plugin.errors.WatchdogTimeout` (logged once at
+        ERROR) if the watcher has jobs to watch but has not cycled for :data:`STALL_SECONDS`."""
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            if self._jobs:
+                self._start_watcher()
+            return
+        if time.monotonic() - self.beat > STALL_SECONDS:
+            raise watchdog_timeout("the wake-up watcher", thread.name, since=self.beat)
+
     # -- the watcher thread ----------------------------------------------------------------------------
+    def _drain(self, wait: float = 0.0) -> None:
+        """Take what other threads asked for (reticks, timed ticks), waiting up to ``wait`` for the first."""
+        try:
+            msg = self._inbox.get(timeout=wait) if wait > 0 else self._inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            kind, lane, when = msg
+            if kind == "retick":
+                self._retick.add(lane)
+            elif when < self._timers.get(lane, float("inf")):
+                self._timers[lane] = when
+            try:
+                msg = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _exit_idle(self) -> bool:
+        me = threading.current_thread()
+        if self._thread is me:
+            self._thread = None
+        if not self._jobs:  # a register from here on finds no watcher and starts one
+            return True
+        if self._thread is None:  # registered meanwhile, and no other watcher started: stay
+            self._thread = me
+        return self._thread is not me
+
     def _run(self) -> None:
         pg = self.ledger.db.dialect == "postgresql"
         listener = None
@@ -128,19 +221,21 @@ class Wakeups:
         idle_since = None
         failures, said = 0, None
         try:
+            me = threading.current_thread()
             while True:
-                now = time.monotonic()
-                with self._cv:
-                    if not self._jobs:
-                        idle_since = idle_since or now
-                        if now - idle_since > _IDLE_EXIT:
-                            self._thread = None
-                            return
-                    else:
-                        idle_since = None
-                    retick, self._retick = self._retick, set()
-                    retick |= self._due(now)
-                    wake = min(next_safety, next_beat, *self._timers.values())
+                now = self.beat = time.monotonic()
+                if self._thread is not me:  # another watcher was started meanwhile: it carries on
+                    return
+                self._drain()
+                if not self._jobs:
+                    idle_since = idle_since or now
+                    if now - idle_since > _IDLE_EXIT and self._exit_idle():
+                        return
+                else:
+                    idle_since = None
+                retick, self._retick = self._retick, set()
+                retick |= self._due(now)
+                wake = min(next_safety, next_beat, *self._timers.values())
                 timeout = RETICK_SECONDS if retick else max(0.0, wake - now)
                 notified: set[tuple] = set()
                 try:
@@ -150,12 +245,12 @@ class Wakeups:
                     if not retick:
                         if listener is not None:  # in slices: another thread may set an earlier timed tick
                             notified = listener.wait(min(timeout, TIMER_SLICE))
+                            self._drain()
                         else:
-                            with self._cv:
-                                poll = max(RETICK_SECONDS, self._next_read - now) if self._jobs else POLL_SQLITE
-                                self._cv.wait(min(timeout, poll))
-                        with self._cv:
-                            retick |= self._due(time.monotonic())
+                            poll = max(RETICK_SECONDS, self._next_read - now) if self._jobs else POLL_SQLITE
+                            self._drain(min(timeout, poll))
+                        retick |= self._retick | self._due(time.monotonic())
+                        self._retick = set()
                     next_safety, next_beat = self._cycle(listener, notified, retick, next_safety, next_beat)
                     if failures:
                         log.info("lane wake-up watcher: the database answers again after %d failed tries", failures)
@@ -173,15 +268,14 @@ class Wakeups:
                 listener.close()
 
     def _due(self, now: float) -> set[str]:
-        """The lanes whose timed tick is due (taken off the timers; ``_cv`` held)."""
+        """The lanes whose timed tick is due (taken off the timers; the watcher's own)."""
         due = {lane for lane, when in self._timers.items() if when <= now}
         for lane in due:
             del self._timers[lane]
         return due
 
     def _cycle(self, listener, notified: set[tuple], retick: set[str], next_safety: float, next_beat: float):
-        with self._cv:
-            jobs = list(self._jobs.values())
+        jobs = list(self._jobs.values())  # one C call: other threads add and remove meanwhile
         now = time.monotonic()
         safety = now >= next_safety
         # SQLite reads on its poll's schedule only: a cycle woken early (a retick while two processes' ticks
@@ -207,7 +301,7 @@ class Wakeups:
         for lane in sorted(lanes & (retick | _room_lanes(notified) | (lanes if safety else set()))):
             _, busy = self.ledger.try_tick(lane, gated=True)  # it runs none of what it leases
             if busy:
-                self.retick(lane)
+                self._retick.add(lane)
         if not jobs:
             next_safety = next_beat = now  # the next waiter starts with a heartbeat
         return next_safety, next_beat
@@ -229,7 +323,7 @@ class Wakeups:
                 w.event.set()
             elif row[waiters.ROW_KEYS.index("lane")] != w.lane:  # a tick moved it to its fallback lane: tick that one
                 w.lane = row[waiters.ROW_KEYS.index("lane")]
-                self.retick(w.lane)
+                self._retick.add(w.lane)
 
 
 def _room_lanes(notified: set[tuple]) -> set[str]:
@@ -280,4 +374,4 @@ class _Listener:
             pass
 
 
-__all__ = ["POLL_SQLITE", "SAFETY_SECONDS", "Waiting", "Wakeups"]
+__all__ = ["POLL_SQLITE", "SAFETY_SECONDS", "STALL_SECONDS", "Latch", "Waiting", "Wakeups"]

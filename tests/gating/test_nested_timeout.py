@@ -1,0 +1,129 @@
+"""Issue 27 item 2 and issue 22 "done when": Prefect's own timeouts inside and around a ``lane_task``.
+
+* A nested ``@task(timeout_seconds=1)`` that overruns inside a ``@lane_task`` body on a thread runner
+  deadlocked (the body held Prefect's thread shield; the nested enforcer waited for it, the nested scope's
+  exit waited for the enforcer) and the lease was renewed for ever. It must end like the plain-task control:
+  ``TaskRunTimeoutError``, the lease settled.
+* Prefect's ``timeout_test_flow`` (tests/test_tasks.py: a task with ``timeout_seconds=0.1`` sleeping 2 s,
+  one depending on it, an independent one) through ``lane_task`` N times in one process never hangs, and
+  a plain gated task after it runs within 1 s. N = 10, 100 under ``LANE_FAULT_FULL=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from prefect import flow, task
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from lane_plugin import NO_USAGE, lane_task
+
+pytestmark = [pytest.mark.usefixtures("prefect_server"), pytest.mark.timeout(300, method="thread")]
+FULL = os.environ.get("LANE_FAULT_FULL") == "1"
+
+
+@task(timeout_seconds=1)
+def inner():
+    time.sleep(3)
+
+
+@lane_task(stage="outer", estimate=100)
+def outer_gated():
+    inner()
+
+
+@task
+def outer_plain():
+    inner()
+
+
+def _run(outer) -> tuple[object, float]:
+    states = []
+
+    @flow(task_runner=ThreadPoolTaskRunner(max_workers=2))
+    def f():
+        fut = outer.submit()
+        fut.wait()
+        states.append(fut.state)
+
+    t0 = time.monotonic()
+    f(return_state=True)
+    return states[0], time.monotonic() - t0
+
+
+def _exc_name(state) -> str:
+    try:
+        state.result()
+    except BaseException as exc:  # noqa: BLE001 - which one is the point
+        return type(exc).__name__
+    return "none"
+
+
+def test_a_nested_prefect_timeout_in_a_gated_body_ends_like_the_plain_task(ledger):
+    ledger.lanes()
+    plain, plain_took = _run(outer_plain)
+    gated, gated_took = _run(outer_gated)
+    print(f"\nnested timeout: plain outer {plain.name} ({_exc_name(plain)}) in {plain_took:.1f}s; "
+          f"lane_task outer {gated.name} ({_exc_name(gated)}) in {gated_took:.1f}s")  # fmt: skip
+    assert _exc_name(plain) == "TaskRunTimeoutError"  # the control: the nested timeout fired
+    assert (gated.name, _exc_name(gated)) == (plain.name, "TaskRunTimeoutError")
+    assert gated_took < plain_took + 10
+    _, rows = ledger.rows("select state, lease_until from job where stage = 'outer'")
+    [(state, _)] = rows
+    assert state != "leased", "the lease is still held (renewed for ever before the fix)"
+    assert ledger.lane("free").reserved == 0 and ledger.lane("free").leased == 0
+    assert ledger.audit() == []
+
+
+@lane_task(stage="times-out", estimate=10, timeout_seconds=0.1, usage=NO_USAGE)
+def times_out():
+    time.sleep(2)
+
+
+@lane_task(stage="depends", estimate=10, usage=NO_USAGE)
+def depends(x):
+    return x
+
+
+@lane_task(stage="independent", estimate=10, usage=NO_USAGE)
+def independent():
+    return 42
+
+
+@lane_task(stage="plain", estimate=10, usage=NO_USAGE)
+def plain_gated():
+    return 1
+
+
+@flow
+def timeout_test_flow():  # Prefect's own (tests/test_tasks.py), with lane_task for @task
+    ta = times_out(return_state=True)
+    tb = depends(ta, return_state=True)
+    tc = independent(return_state=True)
+    return ta, tb, tc
+
+
+def test_prefects_timeout_test_flow_through_lane_task_never_hangs(ledger):
+    ledger.lanes()
+    n = 100 if FULL else 10
+    t0 = time.monotonic()
+    for _ in range(n):
+        ta, tb, tc = timeout_test_flow()
+        assert ta.name == "TimedOut" and tb.is_pending() and tc.is_completed(), (ta, tb, tc)
+    took = time.monotonic() - t0
+
+    @flow
+    def after():
+        return plain_gated()
+
+    t1 = time.monotonic()
+    assert after() == 1
+    plain_took = time.monotonic() - t1
+    print(f"\ntimeout_test_flow x{n} through lane_task: {took:.1f}s; a plain gated task after it: {plain_took:.2f}s")
+    assert plain_took < 1.0 + 1.5  # the flow run's own overhead (server round trips) on top of the 1 s
+    _, rows = ledger.rows("select count(*) from job where state in ('leased', 'new')")
+    assert rows[0][0] == 0
+    assert ledger.lane("free").reserved == 0
+    assert ledger.audit() == []
