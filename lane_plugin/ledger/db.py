@@ -146,6 +146,9 @@ TRANSIENT_TEXT = ("connection refused", "closed the connection", "closed unexpec
                   "ssl syscall error", "eof detected", "connection reset", "broken pipe", "no route to host",
                   "network is unreachable", "temporary failure in name resolution", "lost synchronization")  # fmt: skip
 
+# What a server says while it restarts: transient even on a process's first connection.
+SERVER_RESTARTING = ("starting up", "shutting down", "in recovery mode", "not yet accepting", "too many clients")
+
 
 def _is_transient(exc: BaseException) -> bool:
     if isinstance(exc, sqlite3.OperationalError):
@@ -217,7 +220,10 @@ class Database:
         try:
             conn = psycopg.connect(**{"connect_timeout": 10, **self.url.conninfo}, autocommit=True)
         except psycopg.OperationalError as exc:
-            if not self._ever_connected or not _is_transient(exc):  # a wrong URL fails fast; a restart is waited out
+            # A wrong URL fails fast; a restart is waited out, even by a process whose first connection meets it
+            # (the server's own words say so: a refused connection could as well be a wrong port).
+            restarting = any(w in str(exc).lower() for w in SERVER_RESTARTING)
+            if not (self._ever_connected or restarting) or not _is_transient(exc):
                 raise DatabaseError(f"cannot connect to {self.url}: {_one_line(exc, self.url)}") from None
             raise
         except (UnicodeError, ValueError) as exc:  # e.g. a host name that is not valid IDNA

@@ -67,6 +67,24 @@ def test_a_refused_connection_after_connecting_is_waited_out_then_named(tmp_path
     assert took >= 0.5 and "\n" not in str(info.value), (took, str(info.value))
 
 
+def test_a_first_connection_that_meets_a_restart_waits_it_out(monkeypatch):
+    """A worker started while the server shuts down or starts up (its first connection ever): the server's own
+    words say it is restarting, so the ledger waits it out instead of failing as for a wrong URL."""
+    tries = []
+
+    def connect(**kwargs):
+        tries.append(time.monotonic())
+        if len(tries) < 3:
+            raise psycopg.OperationalError(FATAL + "the database system is shutting down")
+        raise psycopg.OperationalError(FATAL + 'database "nope" does not exist')  # then: a cause that never passes
+
+    monkeypatch.setattr(psycopg, "connect", connect)
+    led = Ledger("postgresql+psycopg://root@127.0.0.1:5432/nope", retry_for=30.0)
+    with pytest.raises(DatabaseError, match='database "nope" does not exist'):
+        led.lanes()
+    assert len(tries) == 3 and not led.db._ever_connected  # two waited out, the third named at once
+
+
 def _admin():
     return psycopg.connect(**_pg_connect_kwargs(postgres_or_skip()), autocommit=True)
 
