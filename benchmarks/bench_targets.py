@@ -4,7 +4,7 @@ Prints a table per scenario and the targets, each with the figure that meets
 or misses it, and writes ``docs/performance_targets.md`` (the section
 ``benchmarks/run_all.py`` puts into ``docs/performance.md``).
 
-Run:  .venv/bin/python benchmarks/bench_targets.py [--quick] [--no-write]
+Run:  .venv/bin/python benchmarks/bench_targets.py [--quick] [--no-write] [--tenants SPEC] [--overdue-beta B]
 
 Scenarios (every policy under the same lease cap and the same sliding burst
 window; the real traces are read with est = input + 256 and rate_cost =
