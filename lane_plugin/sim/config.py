@@ -60,6 +60,9 @@ class SimConfig:
     estimator: str | None = None
     warmup: int = 200
     tenant_weights: tuple[tuple[str, float], ...] = ()  # (tenant, weight); a tenant not named has weight 1
+    # The deadline rule (lane_plugin.policy.order.due_at): each job of the ``lane`` policy is given a deadline
+    # this fraction of token-fifo's wait past its arrival. None: no deadlines (what the ledger does today).
+    overdue_beta: float | None = None
 
     def __post_init__(self) -> None:
         positive = ("ceiling", "allowance", "burst_tokens", "max_leased", "max_attempts", "workers", "lease_seconds")

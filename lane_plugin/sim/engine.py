@@ -229,6 +229,8 @@ class Sim:
     def _lease(self, j: int, t: float) -> None:
         est, rc = self.est[j], self.rate[j]
         self.state[j] = LEASED
+        if self.lane_queue is not None:
+            self.lane_queue.left(j)
         if self.tenants is not None:
             self.tenants.lease(j, est)
         self.lease_no[j] += 1
@@ -279,6 +281,8 @@ class Sim:
     def park(self, j: int, t: float) -> None:
         """A waiting job leaves the queue for the tail (past its deadline, or a policy parks it)."""
         self.n_waiting -= 1
+        if self.lane_queue is not None:
+            self.lane_queue.left(j)
         if self.tenants is not None:
             self.tenants.leave(j)
         self._park(j, t)

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from ..policy import Candidate
 from ..policy.drift import DRIFT_SAMPLE, drift_cap, fit_drift_arrays
-from ..policy.order import priority
+from ..policy.order import due_at, priority
 from ..policy.fairness import DEFAULT_TENANT
 from ..policy.sizeclass import SIZE_CLASS_SAMPLE, size_class_boundary
 from .runs import RunBook
@@ -96,6 +96,12 @@ class LaneQueue:
         self.fin_est: list[tuple[int, int]] = []
         self.dcap = drift_cap(self.policy.ceiling)
         self.other_est: dict[object, list[tuple[int, int]]] = {}
+        # The deadline rule (SimConfig.overdue_beta): the rate tokens waiting in the lane (what token-fifo
+        # serves before a job arriving now), each job's deadline, and the waiting jobs by (deadline, index).
+        self.beta = sim.cfg.overdue_beta
+        self.waiting_rate = 0
+        self.due: dict[int, float] = {}
+        self.by_due: list[tuple[float, int]] = []
 
     def prio(self, j: int) -> float:
         """Job ``j``'s place, given once (at intake, by the boundary known then and whether its run is
@@ -131,12 +137,38 @@ class LaneQueue:
         n = min(self._settles, DRIFT_SAMPLE)
         return list(zip(self._settled_est[:n].tolist(), self._settled_actual[:n].tolist()))
 
+    def left(self, j: int) -> None:
+        """Job ``j`` stops waiting (leased or parked): token-fifo's queue no longer holds its rate tokens."""
+        if self.beta is not None:
+            self.waiting_rate -= self.sim.rate[j]
+
+    def overdue(self, now: float, n: int) -> list[Candidate]:
+        """The first ``n`` waiting jobs whose deadline has passed, by ``(deadline, index)``."""
+        by_due, state = self.by_due, self.sim.state
+        while by_due and state[by_due[0][1]] != WAITING:
+            heappop(by_due)
+        if not by_due or by_due[0][0] > now:
+            return []
+        out = []
+        while by_due and len(out) < n and by_due[0][0] <= now:
+            e = heappop(by_due)
+            if state[e[1]] == WAITING:
+                out.append(e)
+        for e in out:  # still waiting until admission decides: back in
+            heappush(by_due, e)
+        return [self.candidate(j) for _, j in out]
+
     def push(self, j: int) -> None:
         sim = self.sim
         p = self._prio.get(j)
         if p is None:  # a job entering the lane: its estimate is one the boundary learns from
             p = self.prio(j)
             self.recent.append(sim.est[j])
+        if self.beta is not None:
+            if j not in self.due:
+                self.due[j] = due_at(self.policy, sim.waiting_since[j], self.waiting_rate, self.beta)
+            heappush(self.by_due, (self.due[j], j))
+            self.waiting_rate += sim.rate[j]
         if self._biggest:
             heappush(self.biggest, (-sim.est[j], j))
         if sim.var[j] > self.max_var:
@@ -271,4 +303,4 @@ def candidate_for(sim: Sim, j: int) -> Candidate:
     q, tr = sim.lane_queue, sim.trace
     return Candidate(sim.job_id(j), sim.est[j], sim.waiting_since[j], tr.run_key[j], sim.rate[j], tr.stage[j],
                      q.runs.after(tr.stage[j]) if tr.run_key[j] is not None else 0, q.prio(j), sim.var[j],
-                     tr.tenant[j] or DEFAULT_TENANT)  # fmt: skip
+                     tr.tenant[j] or DEFAULT_TENANT, due_at=q.due.get(j))  # fmt: skip

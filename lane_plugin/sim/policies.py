@@ -86,9 +86,13 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         resets=resets, reserved_var=sim.reserved_var, drift=q.drift, overrun=q.overrun, spread=q.spread,
     )  # fmt: skip
     k = max(cfg.max_leased - sim.leased, 0) + HEAD_SLACK
+    # The deadline rule: the overdue jobs, read first from the head of the deadline order.
+    late = q.overdue(now, k) if q.beta is not None else []
     if sim.tenants is not None and sim.policy == "lane":  # several tenants: the head of each one's queue, merged fairly by admit
         tenants = sim.tenants
-        decision = admit(replace(snap, tenants=tenants.states()), _tenant_heads(sim, q, k, seen))
+        decision = admit(replace(snap, tenants=tenants.states()), late + _tenant_heads(sim, q, k, seen))
+    elif late:
+        decision = admit(snap, late + list(q.head(k, seen)))
     else:
         decision = admit(snap, q.head(k, seen), ordered=True)
     if decision.admitted or decision.parked:
