@@ -142,3 +142,24 @@ def test_simulate_command_reads_a_lane_and_its_history(tmp_path):
     assert doc["scenario"]["jobs"] == 4  # the settled ones
     assert doc["scenario"]["drift"] == 2.0
     assert doc["scenario"]["config"]["ceiling"] == 5_000 and doc["scenario"]["config"]["max_leased"] == 4
+
+
+def test_simulate_command_starts_from_a_lanes_limits_and_drops_one(tmp_path):
+    url = f"sqlite:///{tmp_path / 'limits.db'}"
+    led = Ledger(url)
+    try:
+        led.set_lane("free", ceiling=50_000, limits=["requests=3/10s", "output_tokens=8000/60s"])
+    finally:
+        led.close()
+    app = typer.Typer()
+    app.command("simulate")(simulate_command)
+    app.command("noop")(lambda: None)
+    args = ["simulate", "--jobs", "20", "--db", url, "--lane", "free", "--json", "--policies", "lane"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["scenario"]["config"]["limits"] == [
+        ["requests", {"amount": 3, "window_seconds": 10.0}], ["output_tokens", {"amount": 8000, "window_seconds": 60.0}]]
+    res = CliRunner().invoke(app, [*args, "--limit", "output_tokens=none", "--limit", "input_tokens=900/1m"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["scenario"]["config"]["limits"] == [
+        ["requests", {"amount": 3, "window_seconds": 10.0}], ["input_tokens", {"amount": 900, "window_seconds": 60.0}]]
