@@ -38,8 +38,8 @@ from ..policy import LaneSnapshot, admit
 from ..policy.admission import HEAD_SLACK
 from ..policy.drift import capped, over_charge
 from ..policy.limits import TOKENS
-from ..policy.rules import BURST, LIMIT_PREFIX
 from ..policy.reserve import REFIT_SECONDS
+from ..policy.rules import BURST, LIMIT_PREFIX
 from .lanequeue import WAITING, LaneQueue, Sim
 
 
