@@ -130,6 +130,7 @@ class Gate:
         self.key, self.attempt, self.run_key = key, attempt, run_key
         self.job_id: str | None = None  # written by the intake (_job: once it is)
         self.lease: Lease | None = None  # held once admitted
+        self._waited_pause = False  # the body waited for a provider's pause to end after admission
         self.meter = UsageMeter()
         self._shield = contextlib.ExitStack()
         self._shielded = False
@@ -330,6 +331,30 @@ class Gate:
             return None  # entered by a wrapper that returns (an ExitStack): no frame stands for the block
         return f
 
+    def _paused_for(self, led: Ledger) -> float:
+        """Seconds the provider's pause still closes the lane (0.0: open), read at the last moment before the
+        body: a lease granted before another worker's 429 paused the lane waits for the reopen, its lease
+        renewed meanwhile, instead of sending into the closed window."""
+        assert self.lease is not None
+        try:
+            left = led.paused_for(self.lease.lane)
+        except Exception as exc:  # noqa: BLE001 - the body runs as it would have without the check
+            run_logger().warning("lane gate: could not read lane %s's pause: %s", self.lease.lane, exc)
+            return 0.0
+        if left > 0:
+            self._waited_pause = True
+            run_logger().info("lane gate: %s job %s waits %.3gs for lane %s to reopen after a provider's 429",
+                              self.stage, self.job_id, left, self.lease.lane)  # fmt: skip
+        return left
+
+    def _resent(self, led: Ledger) -> None:
+        """After waiting out a pause, the request goes out now: its charges count from now."""
+        if self._waited_pause and self.lease is not None:
+            try:
+                led.sent_now(self.lease.job_id, self.lease.attempt)
+            except Exception as exc:  # noqa: BLE001 - the charge stays at its pick-up (earlier: optimistic by the wait)
+                run_logger().warning("lane gate: job %s's charges not moved to its send: %s", self.job_id, exc)
+
     @contextlib.contextmanager
     def current(self) -> Iterator[Gate]:
         """Make this gate the one :func:`report_usage` adds to, for the duration of the block."""
@@ -354,7 +379,10 @@ class Gate:
                     w.event.wait(min(sleep, WATCHDOG_CHECK))
             finally:
                 led.wakeups.unregister(self.job_id)
-            self._admitted(led, time.monotonic() - state["t0"])
+            self._admitted(led, time.monotonic() - state["t0"])  # a timeout landing here: abandon gives the lease back
+            while (left := self._paused_for(led)) > 0:
+                time.sleep(left)
+            self._resent(led)
             return self
         except BaseException as exc:
             waiting.abandon(led, self, exc)
@@ -375,6 +403,9 @@ class Gate:
             finally:
                 led.wakeups.unregister(self.job_id)
             self._admitted(led, time.monotonic() - state["t0"])
+            while (left := self._paused_for(led)) > 0:
+                await asyncio.sleep(left)
+            self._resent(led)
             return self
         except BaseException as exc:
             waiting.abandon(led, self, exc)

@@ -176,24 +176,45 @@ def pause(cur: Cursor, lane: str, *, until: float, reason: str, now: float, job_
 
 
 def true_up_remaining(cur: Cursor, lane: str, unit: str, provider_used: int, now: float) -> None:
-    """The provider says ``provider_used`` units of its limit are spent now (its limit less what remains):
-    the lane's window holds at least that (use outside the lane counts), as a charge of the difference at ``now``.
+    """The provider says ``provider_used`` units of its limit are spent now (its limit less what remains): the
+    lane's window holds at least that, plus the outside spend expected before the provider's next count.
 
-    Never lowers a window (the provider's count may lag this lane's own admissions). ``tokens``: the burst
-    window's ``rate_charge``; the others: ``limit_charge``. The charge's job id names the source.
+    Use outside the lane (a key shared with another client) is seen only when a response brings the count,
+    after the fact: between two counts the lane would admit into room the other client has already taken.
+    So the window also holds a *margin*: the outside spend the provider counts in its window (its count less
+    what the lane sent in it) divided by the counts a window brings (one per response of the lane's own
+    requests in it, at least the one just read), i.e. the outside spend expected between two counts at the
+    rate the window shows. Each count nets the margin it expected against what it finds (the window already
+    holds the last one), so in steady state the window holds the lane's own, the outside spend seen and one
+    margin ahead. Written as a charge of the difference at ``now`` whose job id names the source
+    (``provider:``); never lowers a window (the provider's count may lag this lane's own admissions).
+    ``tokens``: the burst window's ``rate_charge``; the others: ``limit_charge``. The window is slid to ``now``
+    first, so a charge that left the provider's window does not hide outside spend.
     """
     row = lock_lane(cur, lane)
     if unit == TOKENS:
+        row = rates.slide(cur, row, now)
         amount, used = row.burst_tokens, row.window_used
+        table, where, params = "rate_charge", "lane = :l", {"l": lane}
     else:
-        r = cur.one("select amount, used from lane_limit where lane = :l and unit = :u", {"l": lane, "u": unit})
-        if r is None:
+        use = next((u for u in slide(cur, row, now) if u.unit == unit), None)
+        if use is None:
             return
-        amount, used = r
-    missing = int(provider_used) - int(used)
-    if missing <= 0 or amount >= NO_TOKENS_LIMIT:
+        amount, used = use.limit.amount, use.used
+        table, where, params = "limit_charge", "lane = :l and unit = :u", {"l": lane, "u": unit}
+    if amount >= NO_TOKENS_LIMIT:
         return
-    job_id = f"provider:{now!r}"
+    # What the lane itself sent in the window (pruned: every row left is in it, or pending) and how many requests.
+    own_sent, own_n = cur.one(
+        f"select coalesce(sum(case when job_id like 'provider:%' or not sent then 0 else cost end), 0), "
+        f"count(case when job_id like 'provider:%' then null else 1 end) from {table} where {where}", params,
+    )  # fmt: skip
+    outside = max(0, int(provider_used) - int(own_sent))
+    margin = -(-outside // max(int(own_n), 1))
+    missing = int(provider_used) + margin - int(used)
+    if missing <= 0:
+        return
+    job_id = f"provider:{lane}:{now!r}"
     if unit == TOKENS:
         cur.execute("insert into rate_charge (job_id, attempt, lane, at, cost, sent) values (:j, 0, :l, :at, :c, :s) "
                     "on conflict (job_id, attempt) do update set cost = rate_charge.cost + excluded.cost",

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from ..checks import number, text, tokens
 from ..errors import InvalidInput
 from ..policy.limits import UNITS, Limit, LimitSyntaxError, format_limit, parse_limit
-from . import limits
+from . import limits, rates
 from .db import Cursor
 
 T = TypeVar("T")
@@ -83,6 +83,7 @@ class ProviderLimits:
     """A mixin of :class:`~lane_plugin.Ledger`: what the provider says about its limits, written to the ledger."""
 
     _run: Callable[..., Any]
+    send_slack: float | None
     _emit: Callable[[str, str, dict[str, Any]], None]
 
     def pause(self, lane: str, seconds: float, *, reason: str, job_id: str | None = None) -> float:
@@ -108,6 +109,16 @@ class ProviderLimits:
         self._emit("lane.paused", lane, {"lane": lane, "until": until, "seconds": round(until - now, 3),
                                          "reason": reason, "job_id": job_id})  # fmt: skip
         return until
+
+    def sent_now(self, job_id: str, attempt: int) -> None:
+        """The attempt's request goes out now, not when its lease was picked up (it waited out a provider's
+        pause in between): its charges count a full window from now (+ the send slack), later only."""
+        job_id = text("job id", job_id)
+
+        def run(cur: Cursor, now: float) -> None:
+            rates.stamp_sent(cur, job_id, int(attempt), now, self.send_slack)
+
+        self._run(run)
 
     def paused_for(self, lane: str) -> float:
         """Seconds until ``lane`` reopens after a provider's pause (0.0: it is open); one read."""

@@ -15,6 +15,7 @@ from typing import Optional
 import typer
 
 from ..errors import TraceError
+from ..policy.limits import EXTRA_UNITS, NO_TOKENS_LIMIT, TOKENS, Limit, parse_limit  # noqa: F401 - Limit: doctest
 from .config import PERIODS, SimConfig
 from .engine import simulate as run_policies
 from .policies import ONE_QUEUE, POLICIES
@@ -81,7 +82,44 @@ def _lane_settings(url: Optional[str], name: str) -> dict:
     out = {f: getattr(row, f) for f in LANE_FIELDS}
     out["period_seconds"] = PERIODS.get(row.period)
     out["tenant_weights"] = weights
+    out["limits"] = row.limits
     return out
+
+
+def apply_limits(settings: dict, specs: list[str], given: dict[str, object]) -> None:
+    """``--limit UNIT=AMOUNT/WINDOW`` (``lane lanes set``'s syntax) over ``settings``: ``tokens`` is the burst window.
+
+    ``given``: the flags set beside them (``--burst-tokens``, ``--window-seconds``), which a ``tokens`` limit
+    would contradict.
+
+    Raises:
+        ValueError: a limit that does not parse, a unit given twice, or ``tokens`` beside the burst flags.
+
+    Example:
+        >>> s = {}
+        >>> apply_limits(s, ["requests=12/10s", "tokens=none"], {})
+        >>> s["limits"], s["burst_tokens"] == NO_TOKENS_LIMIT
+        ((('requests', Limit(amount=12, window_seconds=10.0)),), True)
+    """
+    limits = dict(settings.get("limits", ()))
+    seen: set[str] = set()
+    for spec in specs:
+        unit, lim = parse_limit(spec)
+        if unit in seen:
+            raise ValueError(f"--limit {spec!r}: {unit} is limited twice")
+        seen.add(unit)
+        if unit == TOKENS:
+            both = [flag for flag, v in given.items() if v is not None]
+            if both:
+                raise ValueError(f"--limit {spec!r} and {', '.join(both)} both set the tokens window: choose one")
+            settings["burst_tokens"] = NO_TOKENS_LIMIT if lim is None else lim.amount
+            if lim is not None:
+                settings["window_seconds"] = lim.window_seconds
+        elif lim is None:
+            limits.pop(unit, None)
+        else:
+            limits[unit] = lim
+    settings["limits"] = tuple((u, limits[u]) for u in EXTRA_UNITS if u in limits)
 
 
 def simulate(
@@ -142,6 +180,12 @@ def simulate(
     start_fraction: Optional[float] = typer.Option(
         None, help="Starting a run stops at this share of the ceiling [0.8]."
     ),
+    limit: Optional[list[str]] = typer.Option(
+        None, "--limit", metavar="UNIT=AMOUNT/WINDOW",
+        help="A sliding-window limit as the provider states it, as lane lanes set takes it, repeatable: "
+        "requests=500/60s, tokens=30000/60s (the burst window), input_tokens=..., output_tokens=8000/60s; "
+        "UNIT=none drops one (of --lane's).",
+    ),  # fmt: skip
     burst_tokens: Optional[int] = typer.Option(None, help="Tokens admitted per window [40,000]."),
     window_seconds: Optional[float] = typer.Option(None, help="Burst window length [1.0]."),
     max_leased: Optional[int] = typer.Option(None, help="Leases held at once [25]."),
@@ -250,6 +294,10 @@ def simulate(
     settings.update({k: v for k, v in flags.items() if v is not None})
     if period is not None:
         settings["period_seconds"] = PERIODS[period]
+    try:
+        apply_limits(settings, limit or [], {"--burst-tokens": burst_tokens, "--window-seconds": window_seconds})
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
     if "ceiling" in settings and "allowance" not in settings:
         settings["allowance"] = max(settings["ceiling"], int(settings["ceiling"] / 0.8))
     try:

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 from ..policy import LANE_DEFAULTS as D
 from ..policy import LanePolicy, never_fits
+from ..policy.limits import EXTRA_UNITS, INPUT_TOKENS, OUTPUT_TOKENS, Limit
 from .estimating import check_name
+from .limits import job_units
 from .traffic import Trace
 
 PERIODS = {"none": None, "daily": 86_400.0, "monthly": 30 * 86_400.0}  # monthly: 30 days
@@ -63,6 +65,8 @@ class SimConfig:
     # The deadline rule (lane_plugin.policy.order.due_at): each job of the ``lane`` policy is given a deadline
     # this fraction of token-fifo's wait past its arrival. None: no deadlines (what the ledger does today).
     overdue_beta: float | None = None
+    # The lane's limits other than tokens (requests, input_tokens, output_tokens): LanePolicy.limits.
+    limits: tuple[tuple[str, Limit], ...] = ()
 
     def __post_init__(self) -> None:
         positive = ("ceiling", "allowance", "burst_tokens", "max_leased", "max_attempts", "workers", "lease_seconds")
@@ -84,6 +88,15 @@ class SimConfig:
             raise ValueError(f"rate_basis={self.rate_basis!r} must be 'request' or 'actual'")
         if self.sleep_seconds and not self.sleep_every > self.sleep_seconds:
             raise ValueError(f"sleep_every={self.sleep_every!r} must be > sleep_seconds={self.sleep_seconds!r}")
+        units = [unit for unit, _ in self.limits]
+        for unit, lim in self.limits:
+            if unit not in EXTRA_UNITS:
+                raise ValueError(f"limits: unit={unit!r} must be one of {', '.join(EXTRA_UNITS)} "
+                                 "(tokens is burst_tokens / window_seconds)")  # fmt: skip
+            if units.count(unit) > 1:
+                raise ValueError(f"limits: unit={unit!r} is given twice")
+            if not (lim.amount > 0 and lim.window_seconds > 0):
+                raise ValueError(f"limits: {unit}={lim.amount}/{lim.window_seconds}s must be > 0 per > 0 seconds")
         for name in ("period_seconds", "deadline", "count_slots", "horizon"):
             value = getattr(self, name)
             if value is not None and not value > 0:
@@ -110,8 +123,13 @@ def refused_at_intake(trace: Trace, cfg: SimConfig) -> list[bool]:
     pol = cfg.lane_policy
     seen: set[str] = set()
     out = []
-    for e, rc, rk in zip(trace.est, trace.rate_costs(), trace.run_key):  # a run's first job starts it; no run: no start
-        out.append(never_fits(pol, e, starts_run=rk is not None and rk not in seen, rate_cost=rc) is not None)
+    inputs = trace.input_tokens
+    for j, (e, rc, rk) in enumerate(zip(trace.est, trace.rate_costs(), trace.run_key)):  # a run's first job starts it
+        units = job_units(rc, e, inputs[j]) if pol.limits else None
+        starts = rk is not None and rk not in seen
+        out.append(never_fits(pol, e, starts_run=starts, rate_cost=rc,
+                              input_cost=units and units[INPUT_TOKENS], output_cost=units and units[OUTPUT_TOKENS])
+                   is not None)  # fmt: skip
         if rk is not None:
             seen.add(rk)
     return out

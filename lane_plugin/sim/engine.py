@@ -50,6 +50,7 @@ from .chains import DONE, FUTURE, LEASED, PARKED, REFUSED, RUNNING, WAITING, Run
 from .config import PERIODS, SimConfig, refused_at_intake
 from .estimating import OnlineEstimator, figures
 from .gcpause import paused_gc
+from .limits import SimLimits, job_units
 from .meter import OverBurst
 from .policies import EXTRA_POLICIES, LANE_POLICIES, POLICIES, USES_EST_HEAP, LaneQueue, policy_named
 from .results import SimResult, collect, percentile
@@ -110,6 +111,9 @@ class Sim:
         self.rate_meter = OverBurst(cfg.burst_tokens, cfg.window_seconds)
         self.actual_meter = OverBurst(cfg.burst_tokens, cfg.window_seconds)
         self._charges: dict[int, object] = {}  # rate charges to true up at settlement (basis "actual")
+        # The lane's other limits (requests, input and output tokens), and which limit held the queue and how long.
+        self.limits = SimLimits(cfg.limits)
+        self.held_by: str | None = None
         self.started: set[str] = set()
         self.events: list[tuple] = []
         self._arm: list[tuple] = []  # expiries of this instant's leases, pushed unless the job started
@@ -144,6 +148,10 @@ class Sim:
     def job_id(self, j: int) -> str:
         """Stable id that sorts like the index (the policy breaks ties on id)."""
         return f"j{j:0{self._width}d}"
+
+    def units(self, j: int) -> dict[str, int]:
+        """What job ``j`` counts against each limit unit at admission (:func:`lane_plugin.sim.limits.job_units`)."""
+        return job_units(self.rate[j], self.est[j], self.trace.input_tokens[j])
 
     def index_of(self, c: Candidate) -> int:
         return int(c.id[1:])
@@ -187,8 +195,10 @@ class Sim:
         starts = rk is not None and rk not in self._runs_seen
         if rk is not None:
             self._runs_seen.add(rk)
-        self.refused[j] = never_fits(self.cfg.lane_policy, est, starts_run=starts, rate_cost=self.rate[j],
-                                     var=var) is not None  # fmt: skip
+        units = self.units(j) if self.limits else None
+        self.refused[j] = never_fits(self.cfg.lane_policy, est, starts_run=starts, rate_cost=self.rate[j], var=var,
+                                     input_cost=units and units["input_tokens"],
+                                     output_cost=units and units["output_tokens"]) is not None  # fmt: skip
 
     def _make_waiting(self, j: int) -> None:
         self.state[j] = WAITING
@@ -242,6 +252,8 @@ class Sim:
         if self.cfg.rate_basis == "actual":
             self._charges[j] = charge
         self.rate_meter.charge(t, rc)
+        if self.limits:
+            self.limits.charge(t, j, self.units(j))
         self.actual_meter.charge(t, self.trace.actual[j])
         if self.admitted_at[j] < 0:
             self.admitted_at[j] = t
@@ -264,6 +276,8 @@ class Sim:
             self.estimator.observe(j)
         if self._charges:
             self.window.true_up(self._charges.pop(j, None), actual)
+        if self.limits:
+            self.limits.settle(j, self.trace.output_tokens[j])
         self.spent, self.total_spent = self.spent + actual, self.total_spent + actual
         self.done += 1
         if self.tenants is not None:
@@ -323,11 +337,20 @@ class Sim:
             self.park(j, t)
 
     def _tick(self, t: float) -> int:
+        limits = self.limits
         if self.n_waiting <= 0 or self.leased >= self.cap:
+            limits.hold(t, None)
             return 0  # the policy could not admit anything: the ledger's tick is a no-op
         if self.tenants is not None:
             self.tenants.tick()
+        self.held_by = None  # the policy names the limit that keeps the head waiting, if one does
         admitted, need = self._select(self, t)
+        limits.hold(t, self.held_by)
+        if limits.wake is not None:  # a limit kept a job out: tick again when its window has room
+            if limits.wake != self._next_window_wake:
+                self._next_window_wake = limits.wake
+                self._push(limits.wake, WAKE_EV)
+            limits.wake = None
         for j in admitted:
             self._lease(j, t)
         if self.record:
@@ -421,6 +444,7 @@ class Sim:
                     turns = 0
                     progress(self, t)
         end = horizon if horizon < INF else t_end
+        self.limits.hold(end, None)
         self.stalled = horizon == INF and self.n_waiting > 0  # nothing left to happen, yet jobs wait
         self._close_period()
         result = collect(self, end, time.perf_counter() - wall)

@@ -45,8 +45,12 @@ class Sim(Protocol):
     lane_queue: Any
     trace: Any
     tenants: Any
+    limits: Any
+    held_by: str | None
 
     def candidate(self, j: int) -> Candidate: ...
+
+    def units(self, j: int) -> dict[str, int]: ...
 
     def index_of(self, c: Candidate) -> int: ...
 
@@ -301,6 +305,8 @@ class LaneQueue:
 def candidate_for(sim: Sim, j: int) -> Candidate:
     """The ``lane`` policy's view of waiting job ``j`` (its id sorts like its index)."""
     q, tr = sim.lane_queue, sim.trace
+    units = sim.units(j) if sim.limits else None  # its input and output allowance, for the limits over them
     return Candidate(sim.job_id(j), sim.est[j], sim.waiting_since[j], tr.run_key[j], sim.rate[j], tr.stage[j],
                      q.runs.after(tr.stage[j]) if tr.run_key[j] is not None else 0, q.prio(j), sim.var[j],
-                     tr.tenant[j] or DEFAULT_TENANT, due_at=q.due.get(j))  # fmt: skip
+                     tr.tenant[j] or DEFAULT_TENANT, units and units["input_tokens"],
+                     units and units["output_tokens"], due_at=q.due.get(j))  # fmt: skip

@@ -37,7 +37,9 @@ from heapq import heappop
 from ..policy import LaneSnapshot, admit
 from ..policy.admission import HEAD_SLACK
 from ..policy.drift import capped, over_charge
+from ..policy.limits import TOKENS
 from ..policy.reserve import REFIT_SECONDS
+from ..policy.rules import BURST, LIMIT_PREFIX
 from .lanequeue import WAITING, LaneQueue, Sim
 
 
@@ -84,6 +86,7 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         window_used=sim.window.used(now), now=now, stopped=sim.stopped(now), started_runs=book.runs,
         finishing=book.finishing, run_remaining=book,  # type: ignore[arg-type]
         resets=resets, reserved_var=sim.reserved_var, drift=q.drift, overrun=q.overrun, spread=q.spread,
+        limits=sim.limits.uses(now) if sim.limits else (),
     )  # fmt: skip
     k = max(cfg.max_leased - sim.leased, 0) + HEAD_SLACK
     # The deadline rule: the overdue jobs, read first from the head of the deadline order.
@@ -108,6 +111,13 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
             q.drop(seen, ())
     if now - book.profile_at >= REFIT_SECONDS:  # book.due(now)
         q.refit(now)
+    for unit, need in decision.limit_need:  # a limit kept a job out: tick again when its window has room
+        sim.limits.kept_out(now, unit, need)
+    reason = decision.head_reason
+    if reason == BURST:
+        sim.held_by = TOKENS
+    elif reason is not None and reason.startswith(LIMIT_PREFIX):
+        sim.held_by = reason[len(LIMIT_PREFIX):]
     return admitted, decision.burst_need or 0
 
 
@@ -194,19 +204,42 @@ def _room(sim: Sim, now: float) -> float:
     return cfg.burst_tokens - sim.window.used(now) if cfg.window_seconds > 0 else math.inf
 
 
+def _kept_out(sim: Sim, now: float, j: int, added: dict[str, int]) -> bool:
+    """Whether one of the lane's limits keeps job ``j`` out, given the units this tick admitted (``added``).
+
+    A job kept out names the limit (``sim.held_by``) and has the engine tick again when its window has room.
+    """
+    limits = sim.limits
+    if not limits:
+        return False
+    units = sim.units(j)
+    unit = limits.blocking(now, units, added)
+    if unit is None:
+        for k, n in units.items():
+            added[k] = added.get(k, 0) + n
+        return False
+    sim.held_by = unit
+    limits.kept_out(now, unit, units[unit] + added.get(unit, 0))
+    return True
+
+
 def _fifo(sim: Sim, now: float, cap: int, ceiling: float) -> tuple[list[int], int]:
-    """Oldest first within ``cap`` leases, ``ceiling`` and the window; stop at the first misfit."""
-    out = []
+    """Oldest first within ``cap`` leases, ``ceiling``, the window and the limits; stop at the first misfit."""
+    out: list[int] = []
     committed = sim.spent + sim.reserved
     leased = sim.leased
     room = _room(sim, now)
     est, rate = sim.est, sim.rate
+    added: dict[str, int] = {}
     while leased < cap:
         j = _peek(sim, sim.age)
         if j is None or committed + est[j] > ceiling:
             return out, 0
         if rate[j] > room:
+            sim.held_by = TOKENS
             return out, rate[j]
+        if _kept_out(sim, now, j, added):
+            return out, 0
         heappop(sim.age)
         out.append(j)
         committed += est[j]
@@ -239,8 +272,9 @@ def select_smallest_first(sim: Sim, now: float) -> tuple[list[int], int]:
     room = _room(sim, now)
     rate = sim.rate
     leased = sim.leased
-    out = []
+    out: list[int] = []
     heap = sim.by_est
+    added: dict[str, int] = {}
     while heap and leased < cfg.max_leased:
         est, j = heap[0]
         if sim.state[j] != WAITING:
@@ -249,7 +283,10 @@ def select_smallest_first(sim: Sim, now: float) -> tuple[list[int], int]:
         if est > budget:
             return out, 0
         if rate[j] > room:
+            sim.held_by = TOKENS
             return out, rate[j]
+        if _kept_out(sim, now, j, added):
+            return out, 0
         heappop(heap)
         out.append(j)
         room -= rate[j]

@@ -13,6 +13,7 @@ import sys
 import textwrap
 from dataclasses import asdict
 
+from ..policy.limits import NO_TOKENS_LIMIT, format_limit
 from .config import SimConfig, refused_at_intake
 from .results import SimResult, big_threshold, percentile
 from .traffic import Trace
@@ -50,6 +51,12 @@ def _pct(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:.1f}%" if whole else "-"
 
 
+def _bound(r: SimResult) -> str:
+    if r.bound_by is None:
+        return "-"
+    return f"{r.bound_by} {_pct(r.limit_held[r.bound_by], r.end_s)}"
+
+
 # (label, its --json keys, what it shows, how to format one result). Labels fit 15 columns.
 FIGURES = (
     ("jobs", "jobs", "submitted and not refused", lambda r: f"{r.jobs:,}"),
@@ -67,6 +74,10 @@ FIGURES = (
     ("over burst", "over_burst", "rate tokens past the burst in a sliding window", lambda r: fmt_tokens(r.over_burst)),
     ("over burst act", "over_burst_actual", "the same, counting actual tokens",
      lambda r: fmt_tokens(r.over_burst_actual)),
+    ("over limits", "over_limits", "units past the lane's other limits (requests, input/output tokens), sliding",
+     lambda r: fmt_tokens(sum(r.over_limits.values()))),
+    ("bound by", "bound_by limit_held", "the limit that kept the queue waiting longest (% of the clock)",
+     lambda r: _bound(r)),
     ("busy %", "busy_pct", "worker slots busy", lambda r: f"{r.busy_pct:.1f}"),
     ("wait p50/p99", "wait_p50 wait_p99", "submission to start, admitted jobs", lambda r: _pair(r.wait_p50, r.wait_p99)),
     ("top-10% p50/99", "big_wait_p50 big_wait_p99", "the same, largest decile of estimates",
@@ -111,6 +122,13 @@ def scenario(trace: Trace, cfg: SimConfig) -> dict:
         "top_decile_est_from": big_threshold(trace, refused),
         "config": asdict(cfg),
     }
+
+
+def _limits_text(cfg: SimConfig) -> str:
+    """The lane's limits as the header says them: ``burst 40.0k per 1 s (sliding), requests 500/60s``."""
+    tokens = ("tokens unlimited" if cfg.burst_tokens >= NO_TOKENS_LIMIT
+              else f"burst {fmt_tokens(cfg.burst_tokens)} per {cfg.window_seconds:g} s (sliding)")  # fmt: skip
+    return ", ".join([tokens, *(format_limit(lim) for lim in cfg.limits)])
 
 
 def machine() -> str:
@@ -173,7 +191,7 @@ def print_table(trace: Trace, cfg: SimConfig, results: list[SimResult], wall: fl
         f"{sc['source']}: {sc['jobs']:,} jobs over {sc['span_hours']:g} h, drift {sc['drift']}; "
         f"ceiling {fmt_tokens(cfg.ceiling)}, allowance {fmt_tokens(cfg.allowance)}"
         f"{', reset every ' + fmt_seconds(cfg.period_seconds) if cfg.period_seconds else ''}; "
-        f"burst {fmt_tokens(cfg.burst_tokens)} per {cfg.window_seconds:g} s (sliding); max {cfg.max_leased} leases; "
+        f"{_limits_text(cfg)}; max {cfg.max_leased} leases; "
         f"{cfg.workers} worker slot(s); {'runs chained' if cfg.chain else 'recorded arrivals'}"
     )
     lines = wrap.wrap(head) + [""] + text_table(results) + [""]

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 
 from .chains import DONE, FUTURE, PARKED, REFUSED
+from .limits import bound_by
 from .traffic import Trace
 
 INF = math.inf
@@ -65,6 +66,11 @@ class SimResult:
     # Several tenants in the trace (lane_plugin.sim.tenants): per tenant tokens served, waits p50/p99 and
     # runs finished; the largest weighted-service gap between two backlogged tenants; Jain's index.
     tenants: dict | None = None
+    # The lane's limits (tokens = the burst window): seconds each kept the head of the queue waiting, the
+    # binding one (the most; None: none did), and units past each limit other than tokens in a sliding window.
+    limit_held: dict = field(default_factory=dict)
+    bound_by: str | None = None
+    over_limits: dict = field(default_factory=dict)
     fair_gap: float | None = None
     jain: float | None = None
     series_t: list[float] = field(default_factory=list, repr=False)
@@ -165,6 +171,9 @@ def collect(sim, end: float, wall: float) -> SimResult:
         waits=waits,
         log=sim.log,
         tenants=per_tenant,
+        limit_held={unit: round(s, 3) for unit, s in sim.limits.held.items()},
+        bound_by=bound_by(sim.limits.held),
+        over_limits=sim.limits.over(),
         fair_gap=sim.tenants.gap if sim.tenants is not None else None,
         jain=sim.tenants.jain() if sim.tenants is not None else None,
         **runs,

@@ -134,16 +134,37 @@ def test_a_limit_blocked_tick_asks_to_be_woken_when_its_window_slides(led, clock
     assert ticked.decision.head_reason == "limit:requests" and ticked.retry_in == pytest.approx(6.0)
 
 
-def test_the_providers_count_trues_the_window_up(led, clock):
-    _lane(led, limits=["requests=10/60s"])
-    for _ in range(3):
+def test_the_providers_count_trues_the_window_up_with_a_margin_for_the_outside_spend_to_come(led, clock):
+    _lane(led, limits=["requests=20/60s"])
+    for _ in range(4):
         led.submit("s", 10, "l")
-    led.provider_used("l", {"requests": 9})  # 9 of 10 spent outside the lane
-    assert len(led.tick("l")) == 1
+    assert len(led.tick("l")) == 4  # the lane's own 4, sent
+    # The provider counts 10: 6 outside the lane. 4 of the lane's requests in the window bring 4 counts a
+    # window, so the outside spend expected before the next count is 6 / 4, rounded up: 2. The window holds
+    # 10 + 2 = 12 of 20: 8 more fit.
+    led.provider_used("l", {"requests": 10})
+    for _ in range(10):
+        led.submit("s", 10, "l")
+    assert len(led.tick("l")) == 8
     led.provider_used("l", {"requests": 2})  # a lower count never lowers the window
     assert led.tick("l") == []
     clock.t += 60.0
     assert len(led.tick("l")) == 2
+    assert led.audit() == []
+
+
+def test_own_charges_that_left_the_window_do_not_hide_outside_spend(led, clock):
+    _lane(led, limits=["requests=10/10s"])
+    for _ in range(5):
+        led.submit("s", 10, "l")
+    assert len(led.tick("l")) == 5
+    clock.t += 11.0  # the lane's 5 left the provider's window; its count of 5 is all outside spend
+    led.provider_used("l", {"requests": 5})
+    for _ in range(10):
+        led.submit("s", 10, "l")
+    # 5 outside, and as much again expected before a count (the lane has no request in the window to bring
+    # one): full. Compared with the lane's unpruned 5 of its own, the 5 would have looked like the lane's own.
+    assert led.tick("l") == []
     assert led.audit() == []
 
 

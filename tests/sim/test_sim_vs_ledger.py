@@ -15,6 +15,7 @@ import typer
 from typer.testing import CliRunner
 
 from lane_plugin import Ledger
+from lane_plugin.policy.limits import Limit
 from lane_plugin.sim.command import simulate as simulate_command
 from lane_plugin.sim.engine import SimConfig, simulate
 from lane_plugin.sim.traffic import Trace
@@ -53,9 +54,12 @@ class Clock:
 # 40 s after their last admission, and its ceiling binds after the first: starting jobs wait for
 # (or are parked by) the reserve learned from the runs that finished.
 RESERVE = dict(jobs=200, ceiling=80_000, start_fraction=1.0, lease_seconds=40.0, workers=4, max_leased=6)
+# The fourth: the provider's limits beside the tokens window (rule 6b), both binding in turn.
+LIMITS = dict(ceiling=60_000, limits=(("requests", Limit(2, 10.0)), ("input_tokens", Limit(1_500, 10.0))))
 
 
-@pytest.mark.parametrize("case", [dict(ceiling=9_000), dict(ceiling=60_000), RESERVE], ids=["9k", "60k", "reserve"])
+@pytest.mark.parametrize("case", [dict(ceiling=9_000), dict(ceiling=60_000), RESERVE, LIMITS],
+                         ids=["9k", "60k", "reserve", "limits"])  # fmt: skip
 def test_ledger_admits_what_the_simulator_admits(tmp_path, case, monkeypatch):
     from lane_plugin.policy.rules import RESERVE as RESERVE_RULE
     from lane_plugin.sim import policies as sim_policies
@@ -78,6 +82,8 @@ def test_ledger_admits_what_the_simulator_admits(tmp_path, case, monkeypatch):
     assert sum(len(e[2]) for e in ticks) >= 10  # the scenario admits enough to compare
     if cfg.lease_seconds < 1_000:
         assert "finishing=True" in rules and RESERVE_RULE in rules  # the reserve is learned and binds
+    if cfg.limits:
+        assert {"requests", "input_tokens"} <= set(sim.limit_held)  # each limit held the queue at some tick
 
     clock = Clock()
     led = Ledger(f"sqlite:///{tmp_path / 'sim.db'}", clock=clock)
@@ -86,6 +92,7 @@ def test_ledger_admits_what_the_simulator_admits(tmp_path, case, monkeypatch):
             "sim", allowance=cfg.allowance, ceiling=cfg.ceiling, start_fraction=cfg.start_fraction,
             burst_tokens=cfg.burst_tokens, window_seconds=cfg.window_seconds, max_leased=cfg.max_leased,
             lease_seconds=cfg.lease_seconds, max_wait_seconds=cfg.max_wait_seconds,
+            limits=[f"{unit}={lim.amount}/{lim.window_seconds:g}s" for unit, lim in cfg.limits],
         )  # fmt: skip
         assert led.lane("sim").start_fraction == cfg.start_fraction
         to_ledger: dict[str, str] = {}
@@ -142,3 +149,24 @@ def test_simulate_command_reads_a_lane_and_its_history(tmp_path):
     assert doc["scenario"]["jobs"] == 4  # the settled ones
     assert doc["scenario"]["drift"] == 2.0
     assert doc["scenario"]["config"]["ceiling"] == 5_000 and doc["scenario"]["config"]["max_leased"] == 4
+
+
+def test_simulate_command_starts_from_a_lanes_limits_and_drops_one(tmp_path):
+    url = f"sqlite:///{tmp_path / 'limits.db'}"
+    led = Ledger(url)
+    try:
+        led.set_lane("free", ceiling=50_000, limits=["requests=3/10s", "output_tokens=8000/60s"])
+    finally:
+        led.close()
+    app = typer.Typer()
+    app.command("simulate")(simulate_command)
+    app.command("noop")(lambda: None)
+    args = ["simulate", "--jobs", "20", "--db", url, "--lane", "free", "--json", "--policies", "lane"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["scenario"]["config"]["limits"] == [
+        ["requests", {"amount": 3, "window_seconds": 10.0}], ["output_tokens", {"amount": 8000, "window_seconds": 60.0}]]
+    res = CliRunner().invoke(app, [*args, "--limit", "output_tokens=none", "--limit", "input_tokens=900/1m"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["scenario"]["config"]["limits"] == [
+        ["requests", {"amount": 3, "window_seconds": 10.0}], ["input_tokens", {"amount": 900, "window_seconds": 60.0}]]
