@@ -121,8 +121,13 @@ def test_prefects_timeout_test_flow_through_lane_task_never_hangs(ledger):
     t1 = time.monotonic()
     assert after() == 1
     plain_took = time.monotonic() - t1
-    print(f"\ntimeout_test_flow x{n} through lane_task: {took:.1f}s; a plain gated task after it: {plain_took:.2f}s")
-    assert plain_took < 1.0 + 1.5  # the flow run's own overhead (server round trips) on top of the 1 s
+    # The gate's part of it, from the ledger's own clock: intake to lease (the flow run's server round trips,
+    # seconds on a loaded machine, are Prefect's, not a lock or a lease left held).
+    _, waited = ledger.rows("select admitted_at - created_at from job where stage = 'plain'")
+    print(f"\ntimeout_test_flow x{n} through lane_task: {took:.1f}s; a plain gated flow after it: {plain_took:.2f}s, "
+          f"its task admitted {waited[0][0]:.3f}s after intake")  # fmt: skip
+    assert len(waited) == 1 and waited[0][0] < 1.0, waited
+    assert plain_took < 30.0  # never hangs
     _, rows = ledger.rows("select count(*) from job where state in ('leased', 'new')")
     assert rows[0][0] == 0
     assert ledger.lane("free").reserved == 0
