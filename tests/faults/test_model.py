@@ -32,8 +32,10 @@ CEILING, MAX_LEASED, LEASE, MAX_ATTEMPTS, PARK = 100, 4, 10.0, 2, 1000.0
 _TEMPLATE: dict = {}
 RAN = {db: {"programs": 0, "steps": 0, "settlements": 0, "late": 0, "bare": 0, "ambiguous": 0, "conflicts": 0,
             "reopens": 0, "races": 0} for db in ("sqlite", "postgresql")}
+# Every table a program writes (emptied before each PostgreSQL program; a table left out carries one program's
+# counters into the next: the tenant table did, and the audit's I3 per tenant caught it).
 _TABLES = ("job", "settlement", "tail", "shadow_estimate", "lane_run", "rate_charge", "run_profile", "estimator_state",
-           "lane_move")
+           "lane_move", "tenant", "limit_charge", "lane_limit")
 LANE = dict(allowance=CEILING, ceiling=CEILING, start_fraction=1.0, burst_tokens=10**9, max_leased=MAX_LEASED,
             lease_seconds=LEASE, max_wait_seconds=10**8, max_attempts=MAX_ATTEMPTS, park_seconds=PARK)
 
