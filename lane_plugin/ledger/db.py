@@ -365,6 +365,9 @@ class Database:
                 if write:
                     self.stats.lock_waits.append(t1 - t0)
                 result = fn(Cursor(conn.cursor(), "sqlite", stats=self.stats))
+                if not conn.in_transaction:  # a COMMIT, ROLLBACK or RELEASE ran inside it: what follows is not atomic
+                    raise DatabaseError("the ledger's transaction was ended inside it (a COMMIT, ROLLBACK or "
+                                        "RELEASE in the statement): refused")  # fmt: skip
                 if fault:
                     fault_point(fault + ".before_commit")
             if write:
