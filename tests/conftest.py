@@ -129,6 +129,10 @@ LONG_FILES = (
     "tests/cli/test_traps.py",  # about 120 s (20 tests of `lane` subprocesses)
     "tests/docs/test_getting_started.py",  # 100 s
     "tests/faults/test_prefect_machines.py",  # 80 s
+    "tests/faults/test_sigterm.py",  # about 80 s (stuck workers waiting out their grace, a Prefect flow run)
+    "tests/faults/test_tenant_ceiling.py",  # about 45 s (8 processes, kill -9, both databases)
+    "tests/faults/test_async_exc.py",  # about 40 s (an injection at every 4th line and more)
+    "tests/gating/test_nested_timeout.py",  # about 35 s (timeout_test_flow x10)
     "tests/e2e/test_ui.py",  # 78 s
     "tests/e2e/test_real_server.py",  # 75 s
     "tests/cli/test_estimators_cli.py",  # 75 s
