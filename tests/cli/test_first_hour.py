@@ -99,6 +99,8 @@ def invocations(ids: dict) -> dict[str, list[str]]:
         "estimators show": ["estimators", "show"],
         "estimators refit": ["estimators", "refit"],
         "simulate": ["simulate", "--lane", "free", "--jobs", "30", "--days", "0.01", "--no-progress"],
+        "tenants": ["tenants"],
+        "tenants set": ["tenants", "set", "spare", "batch", "--create", "--weight", "2"],
     }
 
 
