@@ -33,7 +33,7 @@ from lane_plugin import lane_task
 UNREACHABLE = "Can't connect to Server API"
 
 
-@lane_task(stage="draft", estimate=1200, lane="free")
+@lane_task(stage="draft", estimate=1200, lane="free", tenant="team-docs")
 def draft(n: int):
     return {"usage": {"total_tokens": 1340}}  # an LLM response's usage: 140 over the estimate
 
@@ -52,7 +52,7 @@ def pages(ui: str, run_id: str, task_run_id: str, bill_id: str) -> dict[str, tup
     """Each page: its URL, the text it shows once loaded, and what lines to print from it."""
     return {
         "flow-run-log": (f"{ui}/runs/flow-run/{run_id}", "lane gate: draft settled", ("lane gate", "lane bill")),
-        "lane-bill": (f"{ui}/artifacts/artifact/{bill_id}", "tokens billed against", ("tokens", "draft", "estimated", "1340")),
+        "lane-bill": (f"{ui}/artifacts/artifact/{bill_id}", "tokens billed against", ("tokens", "draft", "estimated", "1340", "team-docs")),
         "task-run-log": (f"{ui}/runs/task-run/{task_run_id}", "lane gate: draft settled", ("lane gate",)),
         "event-card": (f"{ui}/events?events=lane.job.admitted&events=lane.job.settled", "lane.tokens", ("lane.tokens",)),
     }  # fmt: skip
