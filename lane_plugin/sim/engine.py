@@ -54,7 +54,6 @@ from .chains import (
     LEASED,
     PARKED,
     REFUSED,
-    RUNNING,
     WAITING,
     WAKE_EV,
     Runs,
@@ -71,6 +70,7 @@ from .tenants import TenantBook
 from .traffic import Trace
 from .views import PolicyView
 from .window import RateWindow
+from .worker import SlowWorker
 
 INF = math.inf
 PROGRESS_EVERY = 8_192  # loop turns between two progress reports
@@ -84,7 +84,7 @@ def service_times(trace: Trace, cfg: SimConfig) -> list[float]:
     return [base + (per_tok * a if o is None else per_out * o) for a, o in zip(trace.actual, trace.output_tokens)]
 
 
-class Sim(PolicyView, BudgetPeriods):
+class Sim(PolicyView, BudgetPeriods, SlowWorker):
     """One policy over one trace. Build it, call :meth:`run` once."""
 
     def __init__(self, trace: Trace, cfg: SimConfig, policy: str, *, refused: list[bool] | None = None,
@@ -327,29 +327,6 @@ class Sim(PolicyView, BudgetPeriods):
                 self._next_window_wake = nxt
                 self._push(nxt, WAKE_EV)
         return len(admitted)
-
-    def _wake_worker_at(self, t: float) -> None:
-        wake = (t // self.cfg.sleep_every + 1) * self.cfg.sleep_every
-        if wake != self._next_worker_wake:
-            self._next_worker_wake = wake
-            self._push(wake, WAKE_EV)
-
-    def _start_work(self, t: float) -> None:
-        queue, state, lease_no = self.queue, self.state, self.lease_no
-        while self.free > 0 and queue:
-            if self.asleep(t):
-                self._wake_worker_at(t)
-                return
-            j, no = queue.popleft()
-            if state[j] != LEASED or lease_no[j] != no:
-                continue  # the lease expired before the worker got to it
-            state[j] = RUNNING
-            if self.started_at[j] < 0:
-                self.started_at[j] = t
-            end = t + self.service[j]
-            self.busy += max(0.0, min(end, self.horizon) - max(t, self.t0))
-            self.free -= 1
-            self._push(end, DONE_EV, j)
 
     # -- the loop ---------------------------------------------------------------
     def run(self) -> SimResult:
