@@ -52,12 +52,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import InvalidInput, JobParked, NeverFits, UsageMissing
+from ..errors import InvalidInput, NeverFits, UsageMissing
 from ..ledger import Lease, Ledger, Settled
 from ..ledger.waiters import waiter_id
-from ..ledger.wakeups import Waiting
 from ..settings import lane_settings
 from . import timeouts, tokenlog, waiting
+from .admission_wait import LOG_FIRST, AdmissionWait
 from .bill import note_run
 from .current import RunningGate, _current, current_gate, report_usage, track_usage
 from .estimates import (
@@ -70,20 +70,18 @@ from .estimates import (
     wait_seconds,
 )
 from .ledgers import default_tenant, get_ledger, next_seq, prefect_run, run_logger
-from .ratelimits import rate_limit_info
+from .provider_pause import ProviderPause
 from .renewal import Held, renewer
 from .streams import AsyncTrackedStream, TrackedStream, adrain, drain, is_async_stream, is_stream
 from .usage import READER_RETURNS, UsageMeter, check_missing_policy
 
-LOG_FIRST = 1.0  # a waiting job first logs where it stands after this long
-LOG_EVERY = 10.0  # ... and then at least this often
 WATCHDOG_CHECK = 1.0  # a waiter asks the watchdog whether its wake-up watcher lives at least this often
 ASYNC_CHECK = 0.01  # an async waiter looks at its wake-up event this often (no database read)
 _missing_said: set[Any] = set()  # the missing-usage warning is said once per task (or per gate() stage)
 
 
 # -- the gate -------------------------------------------------------------------------
-class Gate:
+class Gate(AdmissionWait, ProviderPause):
     """One gated block: intake, admission, a renewed lease and one settlement.
 
     Use :func:`gate` (or :func:`lane_task`) rather than building one directly.
@@ -140,11 +138,6 @@ class Gate:
         self._whole_task = False  # lane_task: the job is the whole task run
         self._missing_key: Any = ("stage", stage, lane)  # lane_task: its task, so "once per task"
         self._stepwise = False  # a generator's gate is current only while the generator runs
-
-    @property
-    def _job(self) -> str:
-        assert self.job_id is not None, "a gate's job exists once its intake wrote it"  # (for the type checker)
-        return self.job_id
 
     # -- usage ----------------------------------------------------------------------
     @property
@@ -256,56 +249,6 @@ class Gate:
             raise
         return led
 
-    def _poll(self, led: Ledger, state: dict[str, Any], w: Waiting) -> float | None:
-        """One look: None once leased, else how long to wait for a wake-up (the event cuts it short)."""
-        lease = None
-        if state.pop("first", False):  # just submitted: one tick usually admits it
-            w.lane = state.get("lane", self.lane)  # its fallback lane, once it fell back
-            leases, busy = led.try_tick(w.lane, gated=True)
-            lease = next((x for x in leases if x.job_id == self.job_id), None)
-            if lease is None and busy:  # another tick is running: it (or the watcher, shortly) leases what fits
-                led.wakeups.retick(w.lane)
-        if lease is None and w.event.is_set():  # leased by a tick or a hand-off, here or in another process
-            lease = waiting.take(led, self._job, w)
-        if lease is not None:
-            self.lease = lease
-            return None
-        now = time.monotonic()
-        if self.wait_seconds is not None and now - state["t0"] >= self.wait_seconds:
-            self._give_up(led, state)
-            return 0.0 if self.lease is None else None
-        if now >= state["next_log"]:
-            self._log_wait(led, now - state["t0"])
-            state["next_log"] = now + LOG_EVERY
-        sleep = state["next_log"] - now
-        if self.wait_seconds is not None:
-            sleep = min(sleep, max(0.0, state["t0"] + self.wait_seconds - now) + 0.01)
-        return max(sleep, 0.0)
-
-    def _log_wait(self, led: Ledger, waited: float) -> None:
-        tokenlog.waiting(run_logger(), led, stage=self.stage, job_id=self._job, waited=waited)
-
-    def _give_up(self, led: Ledger, state: dict[str, Any]) -> None:
-        s = led.wait_status(self._job)
-        moved_to = led.give_up_waiting(self._job, f"admission deadline of {self.wait_seconds:g}s passed")
-        if moved_to is not None:
-            run_logger().warning("lane gate: %s job waited %.1fs in lane %r (remaining %d); falling back to lane %r",
-                              self.stage, self.wait_seconds, s["lane"], s["remaining"], moved_to)  # fmt: skip
-            state.update(t0=time.monotonic(), first=True, lane=moved_to)  # tick the fallback lane now
-            return
-        try:
-            self.lease = led.acquire(self._job)  # admitted while we were giving up?
-        except JobParked:
-            self.lease = None
-        if self.lease is not None:
-            return
-        msg = (f"job {self.job_id} (stage {self.stage!r}, estimate {s['est']} tokens) parked in lane {s['lane']!r}: "
-               f"not admitted within its deadline of {self.wait_seconds:g}s; {s['remaining']} tokens remained of "
-               f"ceiling {s['ceiling']} (spent {s['spent']}, reserved {s['reserved']}), blocked by "
-               f"{s['blocked_by'] or 'jobs ahead'}, {s['waiting']} job(s) waiting")  # fmt: skip
-        run_logger().error("lane gate: %s", msg)
-        raise JobParked(msg, job_id=self.job_id, lane=s["lane"], est=s["est"], remaining=s["remaining"])
-
     def _admitted(self, led: Ledger, waited: float) -> None:
         if timeouts.injected() and not self._stepwise:  # a generator's consumer runs between its steps
             # Prefect delivers a sync task's timeout in a worker thread by injecting an exception at the
@@ -330,30 +273,6 @@ class Gate:
         if f is None or f.f_code.co_name in ("__enter__", "enter_context") or f.f_code.co_filename == contextlib.__file__:
             return None  # entered by a wrapper that returns (an ExitStack): no frame stands for the block
         return f
-
-    def _paused_for(self, led: Ledger) -> float:
-        """Seconds the provider's pause still closes the lane (0.0: open), read at the last moment before the
-        body: a lease granted before another worker's 429 paused the lane waits for the reopen, its lease
-        renewed meanwhile, instead of sending into the closed window."""
-        assert self.lease is not None
-        try:
-            left = led.paused_for(self.lease.lane)
-        except Exception as exc:  # noqa: BLE001 - the body runs as it would have without the check
-            run_logger().warning("lane gate: could not read lane %s's pause: %s", self.lease.lane, exc)
-            return 0.0
-        if left > 0:
-            self._waited_pause = True
-            run_logger().info("lane gate: %s job %s waits %.3gs for lane %s to reopen after a provider's 429",
-                              self.stage, self.job_id, left, self.lease.lane)  # fmt: skip
-        return left
-
-    def _resent(self, led: Ledger) -> None:
-        """After waiting out a pause, the request goes out now: its charges count from now."""
-        if self._waited_pause and self.lease is not None:
-            try:
-                led.sent_now(self.lease.job_id, self.lease.attempt)
-            except Exception as exc:  # noqa: BLE001 - the charge stays at its pick-up (earlier: optimistic by the wait)
-                run_logger().warning("lane gate: job %s's charges not moved to its send: %s", self.job_id, exc)
 
     @contextlib.contextmanager
     def current(self) -> Iterator[Gate]:
@@ -473,24 +392,6 @@ class Gate:
             once = " (said once per task; declare usage=NO_USAGE if it uses no tokens)" if first else ""
             (log.warning if first else log.debug)(msg, self.stage, self.job_id, why, bill, once)
         self._settle(led, held, bill, "done", by_estimate=True)
-
-    def _heard_provider(self, led: Ledger, exc: BaseException) -> None:
-        """A provider's rate-limit error ended the body: close the lane until the provider's reset, for every
-        process (:meth:`Ledger.pause`); the attempt then bills what was reported (nothing for a rejected
-        request), and Prefect's retry waits for the lane to reopen like any admission."""
-        said = rate_limit_info(exc)
-        if said is None:
-            return
-        lane = self.lease.lane if self.lease is not None else self.lane
-        try:
-            until = led.pause(lane, said.seconds, reason=f"a 429 on job {self.job_id} ({self.stage}): {said.what}",
-                              job_id=self.job_id)  # fmt: skip
-        except Exception as pause_error:  # never let the pause hide the body's own error
-            run_logger().warning("lane gate: could not pause lane %s after a 429: %s", lane, pause_error)
-            return
-        run_logger().warning("lane gate: %s job %s met the provider's rate limit (%s): lane %s paused for %.3gs "
-                             "(until %s) for every worker", self.stage, self.job_id, said.what, lane, said.seconds,
-                             time.strftime("%H:%M:%S", time.gmtime(until)))  # fmt: skip
 
     async def __aexit__(self, *exc_info: Any) -> None:
         self.__exit__(*exc_info)

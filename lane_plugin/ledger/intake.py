@@ -9,6 +9,7 @@ from . import tenants
 from .db import Cursor
 from .jobs import JOB_COLS, JOB_KEYS, lock_job, run_started
 from .lanes import LaneRow, read_lane, unknown_lane
+from .limits import drop_pending as drop_limit_pending
 from .rates import drop_pending
 from .waiters import WAITER_GONE
 
@@ -142,7 +143,8 @@ def reopen(cur: Cursor, job: dict, *, attempt: int, now: float) -> None:
             "where name = :l",
             {"e": job["est"], "v": job["est_var"], "l": job["lane"]},
         )
-        drop_pending(cur, [job["id"]])  # a lease voided before its pick-up: its request never went out
+        drop_pending(cur, [job["id"]])
+        drop_limit_pending(cur, [job["id"]])  # a lease voided before its pick-up: its request never went out
     if job["state"] == "parked":
         cur.execute("delete from tail where job_id = :id", {"id": job["id"]})
     finishing = job["run_key"] is not None and run_started(cur, row.name, job["run_key"])

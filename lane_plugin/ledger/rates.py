@@ -144,7 +144,9 @@ def stamp(cur: Cursor, job_id: str, attempt: int, now: float, *, pending_only: b
 
 def drop_pending(cur: Cursor, job_ids: list[str]) -> None:
     """Leases of ``job_ids`` ended without a pick-up (reaped, voided): their pending charges leave the window
-    (their requests never went out), and their lanes' ``window_used`` with them (the lanes are locked)."""
+    (their requests never went out), and their lanes' ``window_used`` with them (the lanes are locked).
+
+    The callers drop the limit charges too (:func:`lane_plugin.ledger.limits.drop_pending`)."""
     freed: dict[str, int] = {}
     for i in range(0, len(job_ids), 500):
         part = {f"j{k}": j for k, j in enumerate(job_ids[i:i + 500])}
@@ -153,9 +155,6 @@ def drop_pending(cur: Cursor, job_ids: list[str]) -> None:
             freed[lane] = freed.get(lane, 0) + cost
     for lane, cost in sorted(freed.items()):
         cur.execute("update lane set window_used = window_used - :c where name = :l", {"c": cost, "l": lane})
-    from .limits import drop_pending as drop_limit_pending  # (limits imports this module's neighbours)
-
-    drop_limit_pending(cur, job_ids)
 
 
 def stamp_sent(cur: Cursor, job_id: str, attempt: int, now: float, send_slack: float | None) -> None:

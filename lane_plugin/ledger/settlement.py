@@ -10,6 +10,7 @@ from .db import Cursor
 from .jobs import Settled, get_job, lock_job, ran_in
 from .lanes import RETURNING, LaneRow, lock_lane, period_start, roll_counters, row_of
 from . import tenants
+from .limits import drop_pending as drop_limit_pending
 from .limits import true_up_output
 from .rates import drop_pending, stamp, true_up
 
@@ -92,7 +93,8 @@ def settle(
     )
     live = cur.rowcount == 1
     if live and unsent:  # never picked up, and the caller knows its request never went out
-        drop_pending(cur, [job_id])  # (a live lease is the job's only one: any pending charge is this attempt's)
+        drop_pending(cur, [job_id])
+        drop_limit_pending(cur, [job_id])  # (a live lease is the job's only one: any pending charge is this attempt's)
     elif live:  # a lease settled without a pick-up: its request went out before now
         stamp(cur, job_id, attempt, now, pending_only=True)
     # A late attempt is billed to the lane it was leased in, which the job may have left since (for its

@@ -16,6 +16,7 @@ from . import leases, tenants
 from .db import Cursor
 from .jobs import left_lane, lock_job
 from .lanes import LaneRow, all_lanes, lock_lane, period_start, read_lane, roll_counters
+from .limits import drop_pending as drop_limit_pending
 from .rates import drop_pending
 from .waiters import WAITER_GONE
 
@@ -105,6 +106,7 @@ def reap(cur: Cursor, *, now: float) -> Moved:
         )
     if reaped:
         drop_pending(cur, reaped)
+        drop_limit_pending(cur, reaped)
     moved.parked += drop_waiters(cur, gone, now=now, why=f"{WAITER_GONE}: a lease it held expired with no renewal")
     moved.freed = sorted(released)
     return moved

@@ -15,6 +15,8 @@ from .traffic import Trace
 
 # Job states (a bytearray per policy run).
 WAITING, LEASED, RUNNING, DONE, PARKED, FUTURE, REFUSED = range(7)
+# The simulation's events, by kind (its heap of (time, seq, kind, job, lease_no)).
+DONE_EV, EXPIRE_EV, WAKE_EV, PERIOD_EV = range(4)
 
 
 @dataclass

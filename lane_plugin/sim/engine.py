@@ -45,21 +45,34 @@ from collections import deque
 from collections.abc import Callable
 from heapq import heappop, heappush
 
-from ..policy import Candidate, never_fits
-from .chains import DONE, FUTURE, LEASED, PARKED, REFUSED, RUNNING, WAITING, Runs
+from ..policy import never_fits
+from .chains import (
+    DONE,
+    DONE_EV,
+    EXPIRE_EV,
+    FUTURE,
+    LEASED,
+    PARKED,
+    REFUSED,
+    WAITING,
+    WAKE_EV,
+    Runs,
+)
 from .config import PERIODS, SimConfig, refused_at_intake
 from .estimating import OnlineEstimator, figures
 from .gcpause import paused_gc
-from .limits import SimLimits, job_units
+from .limits import SimLimits
 from .meter import OverBurst
+from .periods import BudgetPeriods
 from .policies import EXTRA_POLICIES, LANE_POLICIES, POLICIES, USES_EST_HEAP, LaneQueue, policy_named
 from .results import SimResult, collect, percentile
 from .tenants import TenantBook
 from .traffic import Trace
+from .views import PolicyView
 from .window import RateWindow
+from .worker import SlowWorker
 
 INF = math.inf
-DONE_EV, EXPIRE_EV, WAKE_EV, PERIOD_EV = range(4)
 PROGRESS_EVERY = 8_192  # loop turns between two progress reports
 
 Progress = Callable[["Sim", float], None]
@@ -71,7 +84,7 @@ def service_times(trace: Trace, cfg: SimConfig) -> list[float]:
     return [base + (per_tok * a if o is None else per_out * o) for a, o in zip(trace.actual, trace.output_tokens)]
 
 
-class Sim:
+class Sim(PolicyView, BudgetPeriods, SlowWorker):
     """One policy over one trace. Build it, call :meth:`run` once."""
 
     def __init__(self, trace: Trace, cfg: SimConfig, policy: str, *, refused: list[bool] | None = None,
@@ -144,31 +157,6 @@ class Sim:
         book = TenantBook(trace.tenant, dict(cfg.tenant_weights)) if len(set(trace.tenant)) > 1 else None
         self.tenants = book if book is not None and book.several else None
 
-    # -- views the policies use -------------------------------------------------
-    def job_id(self, j: int) -> str:
-        """Stable id that sorts like the index (the policy breaks ties on id)."""
-        return f"j{j:0{self._width}d}"
-
-    def units(self, j: int) -> dict[str, int]:
-        """What job ``j`` counts against each limit unit at admission (:func:`lane_plugin.sim.limits.job_units`)."""
-        return job_units(self.rate[j], self.est[j], self.trace.input_tokens[j])
-
-    def index_of(self, c: Candidate) -> int:
-        return int(c.id[1:])
-
-    def candidate(self, j: int) -> Candidate:
-        """The ``lane`` policy's candidate for job ``j`` (cached until the reserve profile is refit)."""
-        return self.lane_queue.candidate(j)
-
-    def asleep(self, t: float) -> bool:
-        """Whether the cold drainer is asleep at ``t`` (the last part of each cycle)."""
-        cfg = self.cfg
-        return bool(cfg.sleep_seconds) and (t % cfg.sleep_every) >= cfg.sleep_every - cfg.sleep_seconds
-
-    def stopped(self, t: float) -> bool:
-        """The lane is stopped when its preflight ping fails: the worker is asleep."""
-        return self.cfg.preflight and self.asleep(t)
-
     # -- events -----------------------------------------------------------------
     def _push(self, t: float, kind: int, j: int = -1, no: int = 0) -> None:
         self._seq += 1
@@ -211,30 +199,6 @@ class Sim:
             self.lane_queue.push(j)
         if self.tenants is not None:  # after the push: the lane queue places the job (and learns its estimate) first
             self.tenants.wait(j, self.lane_queue.prio(j) if self.lane_queue is not None else 0.0)
-
-    def _roll(self, t: float) -> None:
-        cfg = self.cfg
-        if cfg.period_seconds and t >= self.period_start + cfg.period_seconds:
-            self._close_period()
-            self.period_start = t // cfg.period_seconds * cfg.period_seconds
-            self.series_t.append(self.period_start)
-            self.series_spent.append(0)
-
-    def _close_period(self) -> None:
-        cfg = self.cfg
-        self.over_ceiling += max(0, self.spent - cfg.ceiling)
-        self.over_allowance += max(0, self.spent - cfg.allowance)
-        self.peak_period_spent = max(self.peak_period_spent, self.spent)
-        key = int(self.period_start // cfg.period_seconds) if cfg.period_seconds else 0
-        self.period_spent[key] = self.period_spent.get(key, 0) + self.spent
-        self.spent = 0
-
-    def _next_period(self, t: float) -> None:
-        nxt = self.period_start + self.cfg.period_seconds
-        if nxt <= t:
-            nxt = (t // self.cfg.period_seconds + 1) * self.cfg.period_seconds
-        if nxt <= self.horizon:
-            self._push(nxt, PERIOD_EV)
 
     def _lease(self, j: int, t: float) -> None:
         est, rc = self.est[j], self.rate[j]
@@ -363,29 +327,6 @@ class Sim:
                 self._next_window_wake = nxt
                 self._push(nxt, WAKE_EV)
         return len(admitted)
-
-    def _wake_worker_at(self, t: float) -> None:
-        wake = (t // self.cfg.sleep_every + 1) * self.cfg.sleep_every
-        if wake != self._next_worker_wake:
-            self._next_worker_wake = wake
-            self._push(wake, WAKE_EV)
-
-    def _start_work(self, t: float) -> None:
-        queue, state, lease_no = self.queue, self.state, self.lease_no
-        while self.free > 0 and queue:
-            if self.asleep(t):
-                self._wake_worker_at(t)
-                return
-            j, no = queue.popleft()
-            if state[j] != LEASED or lease_no[j] != no:
-                continue  # the lease expired before the worker got to it
-            state[j] = RUNNING
-            if self.started_at[j] < 0:
-                self.started_at[j] = t
-            end = t + self.service[j]
-            self.busy += max(0.0, min(end, self.horizon) - max(t, self.t0))
-            self.free -= 1
-            self._push(end, DONE_EV, j)
 
     # -- the loop ---------------------------------------------------------------
     def run(self) -> SimResult:

@@ -15,7 +15,7 @@ import json
 import math
 from typing import Any
 
-from .provider import WORDS
+from .limits import WORDS
 
 
 def _send(handler: Any, status: int, body: dict, headers: dict[str, str] | None = None) -> None:

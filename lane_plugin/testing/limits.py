@@ -24,6 +24,11 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+# The emulated completions' text: each word exactly one token under the 4-characters rule (count_tokens).
+WORDS = ("the ", "fox ", "ran ", "far ", "and ", "hid ", "in ", "a ", "den ")
+WORDS = tuple(w.ljust(4) for w in WORDS)
+
+
 TRACE_NAMES = {
     "azure-code": "AzureLLMInferenceTrace_code.csv",
     "mooncake": "mooncake_conversation.csv",

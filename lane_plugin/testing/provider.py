@@ -36,10 +36,8 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from .limits import Limits, Record, count_tokens, draw_length, duration, load_trace, max_in_window
+from .limits import WORDS, Limits, Record, count_tokens, draw_length, duration, load_trace, max_in_window
 
-WORDS = ("the ", "fox ", "ran ", "far ", "and ", "hid ", "in ", "a ", "den ")
-WORDS = tuple(w.ljust(4) for w in WORDS)  # each exactly one token under the 4-characters rule
 _LIMIT_TEXT = {"tokens": "tokens per min (TPM)", "requests": "requests per min (RPM)", "daily": "tokens per day (TPD)"}
 
 
