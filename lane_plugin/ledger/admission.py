@@ -17,7 +17,7 @@ from ..policy import Candidate, Decision, LaneSnapshot, admit
 from ..policy.admission import HEAD_SLACK
 from ..policy.reserve import REFIT_SECONDS
 from ..policy.rules import BURST, LEASE_CAP, PAUSED, STOPPED, TENANT_CEILING
-from . import limits, rates, runs, tenants, upkeep, waiters
+from . import limits, queries, rates, runs, tenants, upkeep, waiters
 from .db import Cursor
 from .jobs import Lease
 from .lanes import LaneRow, lock_lane, roll_counters
@@ -42,10 +42,7 @@ _COLS = ("id, est, wait_since, run_key, stage, attempt, coalesce(rate_cost, est)
 
 
 def _head_sql(only: str = "") -> str:
-    return (f"select * from (select {_COLS} from job where lane = :l and state = 'new' and finishing = :f {only}"
-            f"order by prio, id limit :k) as other union all "
-            f"select * from (select {_COLS} from job where lane = :l and state = 'new' and finishing = :t {only}"
-            f"order by prio, id limit :k) as fin")  # fmt: skip
+    return (queries.admission_head_sql(_COLS, only))  # fmt: skip
 
 
 def _per_tenant(sql: str) -> str:
@@ -75,20 +72,12 @@ SKIP_EMPTY_HANDOFF = True
 # Applying a choice: the lane's counters, re-checking the ceiling and the lease cap (a bug in the policy
 # fails the transaction, never overspends), and the chosen jobs' leases.
 _LANE_UPDATE = (
-    "update lane set reserved = reserved + :t, leased = leased + :n, window_used = window_used + :r, "
-    "finishing = finishing + :fd, reserved_var = reserved_var + :v, updated_at = :now "
-    "where name = :l and spent + reserved + :t <= ceiling and leased + :n <= max_leased"
+    queries.ADMISSION_LANE_UPDATE
 )
-_LEASE_JOB = ("update job set state = 'leased', lease_until = :lu, lease_token = :tok, lease_attempt = attempt, "
-              "admitted_at = coalesce(admitted_at, :now) where ")  # fmt: skip
+_LEASE_JOB = (queries.ADMISSION_LEASE_JOB)  # fmt: skip
 # PostgreSQL: all of it in one statement (data-modifying CTEs always run; the counts are checked after).
 _LEASE_PG = (
-    f"with l as ({_LANE_UPDATE} returning 1), "
-    f"j as ({_LEASE_JOB}id = any(:ids) and state = 'new' returning 1), "
-    "c as (insert into rate_charge (job_id, attempt, lane, at, cost, sent) select x.j, x.a, :l, :at, x.c, x.s "
-    "from unnest(:js::text[], :atts::int[], :cs::bigint[], :ss::boolean[]) as x(j, a, c, s)), "
-    "n as (select pg_notify(:ch, current_schema() || '|' || :l || '|' || :what) from l) "
-    "select (select count(*) from l), (select count(*) from j), (select count(*) from n)"
+    queries.admission_lease_pg(_LANE_UPDATE, _LEASE_JOB)
 )
 
 
@@ -256,8 +245,7 @@ def _give_up(cur: Cursor, row: LaneRow, job_id: str, rule: str, why: str, now: f
 def renew(cur: Cursor, job_id: str, token: str, *, now: float) -> float:
     """Extend a held lease; raises :class:`LeaseLost` if it is no longer this holder's."""
     row = cur.one(
-        "select j.state, j.lease_token, l.lease_seconds, j.lease_until from job j join lane l on l.name = j.lane "
-        "where j.id = :id",
+        queries.ADMISSION_RENEW_SELECT_JOB,
         {"id": job_id},
     )
     if row is None:
@@ -267,7 +255,7 @@ def renew(cur: Cursor, job_id: str, token: str, *, now: float) -> float:
         raise LeaseLost(f"job {job_id} lost its lease (state {state})", job_id=job_id)
     until = now + lease_seconds
     cur.execute(
-        "update job set lease_until = :u where id = :id and state = 'leased' and lease_token = :tok",
+        queries.ADMISSION_RENEW_UPDATE_JOB,
         {"u": until, "id": job_id, "tok": token},
     )
     if cur.rowcount != 1:

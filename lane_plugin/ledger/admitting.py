@@ -11,7 +11,7 @@ import uuid
 
 from ..checks import text
 from ..errors import JobParked
-from . import admission, leases, rates, runs, upkeep, waiters
+from . import admission, leases, queries, rates, runs, upkeep, waiters
 from .db import Busy
 from .jobs import Lease
 from .lanes import LaneRow, lock_lane, read_lane
@@ -138,7 +138,7 @@ class Admitting:
     def _record_preflight(self, cur, now, lane, ok, err) -> int:
         lock_lane(cur, lane)
         cur.execute(
-            "update lane set preflight_ok = :ok, preflight_error = :err, preflight_at = :now where name = :l",
+            queries.ADMITTING_RECORD_PREFLIGHT,
             {"ok": ok, "err": err, "now": now, "l": lane},
         )
         return 0 if ok else upkeep.fall_back_waiting(cur, lane, now=now)

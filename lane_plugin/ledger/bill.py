@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import queries
 from .db import Cursor
 
 
@@ -66,7 +67,7 @@ def _median(values: list[float]) -> float | None:
 
 def run_bill(cur: Cursor, run_key: str) -> list[BillLine]:
     """The bill of one run (``job.run_key``), one line per (stage, lane), ordered by stage then lane."""
-    lanes = [r[0] for r in cur.all("select name from lane order by name")]
+    lanes = [r[0] for r in cur.all(queries.BILL_LANE_NAMES)]
     if not lanes:
         return []
     params = {f"l{i}": name for i, name in enumerate(lanes)}
@@ -74,9 +75,7 @@ def run_bill(cur: Cursor, run_key: str) -> list[BillLine]:
     marks = ", ".join(":" + k for k in params if k != "r")
     # ix_job_run is (lane, run_key): naming the lanes lets both databases use it.
     rows = cur.all(
-        "select j.id, j.stage, j.lane, j.est, j.created_at, j.admitted_at, j.tenant, j.rate_limited, "
-        "s.lane, s.actual, s.overage, s.by_estimate, s.late from job j left join settlement s on s.job_id = j.id "
-        f"where j.lane in ({marks}) and j.run_key = :r",
+        queries.bill_jobs_of_run(marks),
         params,
     )
     groups: dict[tuple[str, str], dict] = {}

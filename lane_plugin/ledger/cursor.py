@@ -8,6 +8,8 @@ import time
 from collections import deque
 from functools import lru_cache
 
+from . import queries
+
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
 
@@ -74,7 +76,7 @@ class Cursor:
         if self.dialect == "postgresql" and self.clock is not None:
             return self.clock.now(self)
         if self.dialect == "postgresql":
-            return float(self.scalar("select extract(epoch from clock_timestamp())"))
+            return float(self.scalar(queries.CLOCK_NOW))
         return time.time()
 
 
@@ -94,7 +96,7 @@ class DatabaseClock:
     def now(self, cur: Cursor) -> float:
         if time.monotonic() - self.measured_at > self.refresh:
             t0 = time.time()
-            server = float(cur.scalar("select extract(epoch from clock_timestamp())"))
+            server = float(cur.scalar(queries.CLOCK_NOW))
             t1 = time.time()
             self.offset = server - (t0 + t1) / 2
             self.measured_at = time.monotonic()

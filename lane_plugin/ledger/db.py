@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import DatabaseError, LaneError, NoLedger, NotALedger
+from . import queries
 from .cursor import Cursor as Cursor  # (re-exported: the ledger modules import it from here)
 from .cursor import DatabaseClock, Stats
 from .schema import HEAD_REVISION, check_revision, upgrade
@@ -114,9 +115,9 @@ class Database:
             except OSError as exc:  # no such directory, permission denied...: the caller's URL is wrong
                 raise DatabaseError(f"cannot open {self.url}: {exc.strerror or exc}") from None
             try:
-                conn.execute(f"pragma busy_timeout={int(self.busy_timeout * 1000)}")
-                conn.execute("pragma journal_mode=wal")
-                conn.execute("pragma synchronous=normal")
+                conn.execute(queries.db_connect_pragma(self))
+                conn.execute(queries.DB_CONNECT_PRAGMA_2)
+                conn.execute(queries.DB_CONNECT_PRAGMA_3)
             except sqlite3.DatabaseError as exc:
                 conn.close()
                 if "not a database" in str(exc) or "malformed" in str(exc):
@@ -261,13 +262,13 @@ class Database:
             with conn:
                 if try_lock:  # the try-lock: wait for the writer's lock only briefly, then give up (Busy)
                     self._local.short_busy = True
-                    conn.execute(f"pragma busy_timeout={TRY_LOCK_MS}")
+                    conn.execute(queries.db_sqlite_once_pragma(TRY_LOCK_MS))
                 t0 = time.perf_counter()
                 try:
-                    conn.execute("begin immediate" if write else "begin")
+                    conn.execute(queries.DB_SQLITE_ONCE_BEGIN if write else queries.DB_SQLITE_ONCE_BEGIN_2)
                 finally:
                     if try_lock:
-                        conn.execute(f"pragma busy_timeout={int(self.busy_timeout * 1000)}")
+                        conn.execute(queries.db_sqlite_once_pragma_2(self))
                         self._local.short_busy = False
                 t1 = time.perf_counter()
                 if write:
@@ -337,10 +338,10 @@ class Database:
     def tables(self) -> set[str]:
         conn = self.connection()
         if self.dialect == "sqlite":
-            rows = conn.execute("select name from sqlite_master where type='table'").fetchall()
+            rows = conn.execute(queries.DB_TABLES_SELECT_SQLITE_MASTER).fetchall()
         else:
             with conn.cursor() as cur:
-                cur.execute("select tablename from pg_tables where schemaname = current_schema()")
+                cur.execute(queries.DB_TABLES_SELECT_PG_TABLES)
                 rows = cur.fetchall()
         return {r[0] for r in rows}
 
@@ -349,10 +350,10 @@ class Database:
             return None
         conn = self.connection()
         if self.dialect == "sqlite":
-            row = conn.execute("select version_num from alembic_version").fetchone()
+            row = conn.execute(queries.DB_REVISION_SELECT_ALEMBIC_VERSION_2).fetchone()
         else:
             with conn.cursor() as cur:
-                cur.execute("select version_num from alembic_version")
+                cur.execute(queries.DB_REVISION_SELECT_ALEMBIC_VERSION)
                 row = cur.fetchone()
         return row[0] if row else None
 

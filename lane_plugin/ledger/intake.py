@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..errors import ConflictingReplay, LaneError, NeverFits
 from ..policy import never_fits
 from ..policy.fairness import DEFAULT_TENANT
-from . import tenants
+from . import queries, tenants
 from .db import Cursor
 from .jobs import JOB_COLS, JOB_KEYS, lock_job, run_started
 from .lanes import LaneRow, read_lane, unknown_lane
@@ -49,7 +49,7 @@ def submit(
     belongs to inside its lane (given a ``tenant`` row there if it has none: weight 1, no budget).
     """
     if key is not None:
-        existing = cur.one(f"select {JOB_COLS}, est_version from job where key = :k", {"k": key})
+        existing = cur.one(queries.intake_submit_select_job(JOB_COLS), {"k": key})
         if existing is not None:  # (this very id: a retried commit of this submit, not a rerun)
             rerun = rerun and existing[0] != job_id
             return _replay_submit(cur, existing, stage=stage, est=est, attempt=attempt, now=now, rerun=rerun)
@@ -78,9 +78,9 @@ def submit(
     # No conflict target: a concurrent submit of the same key (PostgreSQL does not serialise
     # intake) or a retried commit of this very id must be a replay, never a unique violation.
     if cur.dialect == "postgresql":
-        insert = "insert into job ({cols}) values ({vals}) on conflict do nothing"
+        insert = queries.INTAKE_SUBMIT_INSERT_JOB
     else:
-        insert = "insert or ignore into job ({cols}) values ({vals})"
+        insert = queries.INTAKE_SUBMIT
     fields = dict(
         id=job_id, lane=target.name, stage=stage, est=est, est_version=est_version, est_input=est_input, est_var=est_var, actual=0,
         state="new", attempt=attempt, lease_attempt=0, lease_until=0.0, run_key=run_key, key=key,
@@ -91,14 +91,14 @@ def submit(
     cur.execute(insert.format(cols=", ".join(fields), vals=", ".join(":" + k for k in fields)), fields)
     if cur.rowcount != 1:
         if key is not None:
-            existing = cur.one(f"select {JOB_COLS}, est_version from job where key = :k", {"k": key})
+            existing = cur.one(queries.intake_submit_select_job_2(JOB_COLS), {"k": key})
             if existing is not None and existing[0] != job_id:
                 return _replay_submit(cur, existing, stage=stage, est=est, attempt=attempt, now=now, rerun=rerun)
         return job_id, target.name  # this id was committed by an earlier try of this transaction
     tenants.ensure(cur, target.name, (tenant,), now)
     for version, shadow_est in (shadows or {}).items():
         cur.execute(
-            "insert into shadow_estimate (job_id, version, est) values (:j, :v, :e)",
+            queries.INTAKE_SUBMIT_INSERT_SHADOW_ESTIMATE,
             {"j": job_id, "v": version, "e": shadow_est},
         )
     return job_id, target.name
@@ -124,7 +124,7 @@ def _replay_submit(cur: Cursor, existing, *, stage: str, est: int, attempt: int,
 def _waiter_gone(cur: Cursor, job: dict) -> bool:
     if job["state"] != "parked":
         return False
-    reason = cur.one("select reason from job where id = :id", {"id": job["id"]})[0]
+    reason = cur.one(queries.INTAKE_WAITER_GONE, {"id": job["id"]})[0]
     return (reason or "").startswith(WAITER_GONE)
 
 
@@ -139,19 +139,16 @@ def reopen(cur: Cursor, job: dict, *, attempt: int, now: float) -> None:
         return  # another retry (or the reaper) already moved the job on
     if job["state"] == "leased":
         cur.execute(
-            "update lane set reserved = reserved - :e, reserved_var = reserved_var - :v, leased = leased - 1 "
-            "where name = :l",
+            queries.INTAKE_REOPEN_UPDATE_LANE,
             {"e": job["est"], "v": job["est_var"], "l": job["lane"]},
         )
         drop_pending(cur, [job["id"]])
         drop_limit_pending(cur, [job["id"]])  # a lease voided before its pick-up: its request never went out
     if job["state"] == "parked":
-        cur.execute("delete from tail where job_id = :id", {"id": job["id"]})
+        cur.execute(queries.INTAKE_REOPEN_DELETE_TAIL, {"id": job["id"]})
     finishing = job["run_key"] is not None and run_started(cur, row.name, job["run_key"])
     cur.execute(
-        "update job set state = 'new', attempt = :a, lease_token = null, lease_until = 0, "
-        "wait_since = :now, prio = :p, reason = null, finished_at = null "
-        "where id = :id and state = :st and attempt = :old",
+        queries.INTAKE_REOPEN_UPDATE_JOB,
         {"a": attempt, "now": now, "p": row.priority(job["est"], now, finishing), "id": job["id"],
          "st": job["state"], "old": job["attempt"]},
     )  # fmt: skip
@@ -167,6 +164,6 @@ def _resolve_fallback(cur: Cursor, row: LaneRow, fallback: str | bool | None) ->
         return None
     if name == row.name:
         return None
-    if cur.scalar("select name from lane where name = :n", {"n": name}) is None:
+    if cur.scalar(queries.INTAKE_RESOLVE_FALLBACK, {"n": name}) is None:
         raise unknown_lane(cur, name)
     return name

@@ -6,19 +6,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UnknownJob
+from . import queries
 from .db import Cursor
 from .lanes import LaneRow, lock_lane
+from .queries import ALL_JOB_COLUMNS as ALL_JOB_COLUMNS
+from .queries import JOB_COLS as JOB_COLS
 
-ALL_JOB_COLUMNS = (
-    "id", "lane", "stage", "est", "rate_cost", "est_version", "est_input", "est_var", "actual", "state", "attempt",
-    "lease_attempt",
-    "lease_until", "lease_token", "deadline", "run_key", "key", "fallback", "reason", "created_at",
-    "wait_since", "prio", "finishing", "admitted_at", "finished_at", "waiter", "tenant", "rate_input", "rate_output",
-    "rate_limited",
-)  # fmt: skip
-JOB_COLS = (
-    "id, lane, stage, est, attempt, run_key, state, lease_until, lease_token, lease_attempt, fallback, key, est_var, tenant"
-)
 JOB_KEYS = tuple(c.strip() for c in JOB_COLS.split(","))
 
 
@@ -55,7 +48,7 @@ class Settled:
 
 
 def find_job(cur: Cursor, job_id: str) -> dict[str, Any] | None:
-    row = cur.one(f"select {JOB_COLS} from job where id = :id", {"id": job_id})
+    row = cur.one(queries.JOBS_FIND_JOB, {"id": job_id})
     return None if row is None else dict(zip(JOB_KEYS, row))
 
 
@@ -67,7 +60,7 @@ def get_job(cur: Cursor, job_id: str) -> dict[str, Any]:
 
 
 def run_started(cur: Cursor, lane: str, run_key: str) -> bool:
-    return cur.scalar("select 1 from lane_run where lane = :l and run_key = :r", {"l": lane, "r": run_key}) is not None
+    return cur.scalar(queries.JOBS_RUN_STARTED, {"l": lane, "r": run_key}) is not None
 
 
 def lock_job(cur: Cursor, job_id: str) -> tuple[LaneRow, dict[str, Any]]:
@@ -78,11 +71,11 @@ def lock_job(cur: Cursor, job_id: str) -> tuple[LaneRow, dict[str, Any]]:
     The lock order is lane, then job, as every writer's; a job moved to another lane (its
     fallback) while we waited is followed to its new lane.
     """
-    suffix = " for update" if cur.dialect == "postgresql" else ""
+    sql = queries.JOBS_FIND_JOB_FOR_UPDATE if cur.dialect == "postgresql" else queries.JOBS_FIND_JOB
     job = get_job(cur, job_id)
     for _ in range(8):
         row = lock_lane(cur, job["lane"])
-        fresh = cur.one(f"select {JOB_COLS} from job where id = :id{suffix}", {"id": job_id})
+        fresh = cur.one(sql, {"id": job_id})
         if fresh is None:
             raise UnknownJob(job_id)
         job = dict(zip(JOB_KEYS, fresh))
@@ -100,8 +93,7 @@ def left_lane(cur: Cursor, lane: str, moved: list[tuple[str, int]], now: float) 
     """
     rows = [{"j": j, "u": upto, "l": lane, "now": now} for j, upto in moved if upto]
     if rows:
-        cur.executemany("insert into lane_move (job_id, leased_upto, lane, moved_at) values (:j, :u, :l, :now) "
-                        "on conflict do nothing", rows)  # fmt: skip
+        cur.executemany(queries.JOBS_LEFT_LANE, rows)
 
 
 def ran_in(cur: Cursor, job_id: str, attempt: int) -> str | None:
@@ -109,5 +101,4 @@ def ran_in(cur: Cursor, job_id: str, attempt: int) -> str | None:
 
     The first move after the attempt was leased is the one that took the job out of the attempt's lane.
     """
-    return cur.scalar("select lane from lane_move where job_id = :j and leased_upto >= :a order by leased_upto "
-                      "limit 1", {"j": job_id, "a": attempt})  # fmt: skip
+    return cur.scalar(queries.JOBS_RAN_IN, {"j": job_id, "a": attempt})

@@ -12,7 +12,7 @@ from ..policy import LANE_DEFAULTS, LanePolicy, order
 from ..policy.defaults import RATE_BASES
 from ..policy.drift import over_charge
 from ..policy.limits import Limit, limits_of_spec
-from . import leases
+from . import leases, queries
 from .db import Cursor
 from .preflight import validate_spec
 
@@ -129,7 +129,7 @@ class LaneRow:
 
 
 _COLS = ("name",) + POLICY_FIELDS + COUNTER_FIELDS
-_SELECT = "select " + ", ".join(_COLS) + " from lane"
+_SELECT = queries.LANES_SELECT + ", ".join(_COLS) + " from lane"
 
 
 # A statement that writes the lane row can return it whole: ``returning`` these, read by :func:`row_of`.
@@ -150,7 +150,7 @@ def _row(r) -> LaneRow:
 
 def unknown_lane(cur: Cursor, name: str, hint: str = "lane lanes lists them") -> UnknownLane:
     """The error for a lane there is not, suggesting the closest lane there is ("did you mean 'mylane'?")."""
-    return UnknownLane(name, hint, known=[r[0] for r in cur.all("select name from lane order by name")])
+    return UnknownLane(name, hint, known=[r[0] for r in cur.all(queries.LANES_UNKNOWN_LANE)])
 
 
 def read_lane(cur: Cursor, name: str) -> LaneRow:
@@ -197,7 +197,7 @@ def roll_counters(cur: Cursor, row: LaneRow, now: float) -> LaneRow:
         changes.update(period_start=ps, spent=0, overage=0)
     if changes:
         sets = ", ".join(f"{k} = :{k}" for k in changes)
-        cur.execute(f"update lane set {sets} where name = :name", {**changes, "name": row.name})
+        cur.execute(queries.lanes_roll_counters(sets), {**changes, "name": row.name})
         for k, v in changes.items():
             setattr(row, k, v)
     return row
@@ -291,14 +291,13 @@ def write_lane_settings(cur: Cursor, now: float, name: str, settings: dict, crea
     if current is None:
         checks.new_lane_name(name)
         row = {**NEW_LANE, **clean, "name": name, "updated_at": now}
-        cur.execute(f"insert into lane ({', '.join(row)}) values ({', '.join(':' + k for k in row)}) "
-                    "on conflict (name) do nothing", row)  # fmt: skip
+        cur.execute(queries.lanes_write_lane_settings_insert_lane(row), row)  # fmt: skip
         if cur.rowcount == 1:
             return read_lane(cur, name)
         lock_lane(cur, name)  # another caller created it a moment ago: change it like an existing one
     if clean:
         sets = ", ".join(f"{k} = :{k}" for k in clean)
-        cur.execute(f"update lane set {sets}, updated_at = :now where name = :name",
+        cur.execute(queries.lanes_write_lane_settings_update_lane(sets),
                     {**clean, "now": now, "name": name})  # fmt: skip
     if current is not None and clean.get("period", current.period) != current.period:
         _repoint_period(cur, current, clean["period"], now)
@@ -332,10 +331,9 @@ def _repoint_period(cur: Cursor, old: LaneRow, period: str, now: float) -> None:
         return
     start = period_start(period, now)
     spent, overage = cur.one(
-        "select coalesce(sum(actual), 0), coalesce(sum(overage), 0) from settlement where lane = :l "
-        "and settled_at >= :p", {"l": name, "p": start},
+        queries.LANES_REPOINT_PERIOD_SELECT_SETTLEMENT, {"l": name, "p": start},
     )  # fmt: skip
-    cur.execute("update lane set period_start = :p, spent = :s, overage = :o where name = :l",
+    cur.execute(queries.LANES_REPOINT_PERIOD_UPDATE_LANE,
                 {"p": start, "s": spent, "o": overage, "l": name})  # fmt: skip
 
 
@@ -347,32 +345,31 @@ def clear_drift(cur: Cursor, now: float, name: str) -> LaneRow:
     that taught an outlier (a ``report_usage`` typo) is never relearned. Raises :class:`UnknownLane`.
     """
     lock_lane(cur, name)
-    last = cur.scalar("select max(settled_at) from settlement where lane = :n", {"n": name})
-    cur.execute("update lane set drift = 1.0, drift_overrun = 0, drift_spread = 0, drift_cleared_at = :c, "
-                "updated_at = :now where name = :n", {"c": max(now, float(last or 0.0)), "now": now, "n": name})  # fmt: skip
+    last = cur.scalar(queries.LANES_CLEAR_DRIFT_SELECT_SETTLEMENT, {"n": name})
+    cur.execute(queries.LANES_CLEAR_DRIFT_UPDATE_LANE, {"c": max(now, float(last or 0.0)), "now": now, "n": name})  # fmt: skip
     return read_lane(cur, name)
 
 
 def reprioritise(cur: Cursor, row: LaneRow) -> None:
     """The lane's order settings changed: every waiting or parked job's place follows (one set-based UPDATE)."""
     prio, params = row.prio_sql("wait_since")
-    cur.execute(f"update job set prio = {prio} where lane = :l and state in ('new', 'parked')",
+    cur.execute(queries.lanes_reprioritise(prio),
                 {**params, "l": row.name})  # fmt: skip
 
 
 def delete_lane(cur: Cursor, name: str) -> None:
     """Delete a lane that no job ever used and no lane falls back to (raises otherwise)."""
     lock_lane(cur, name)  # UnknownLane
-    jobs = cur.scalar("select count(*) from job where lane = :n", {"n": name})
+    jobs = cur.scalar(queries.LANES_DELETE_LANE_SELECT_JOB, {"n": name})
     if jobs:
         raise InvalidInput("lane", name, f"it has {jobs} job(s); stop it instead (lane lanes set {name} --stop)")
-    left = cur.scalar("select count(*) from lane_move where lane = :n", {"n": name})
+    left = cur.scalar(queries.LANES_DELETE_LANE_SELECT_LANE_MOVE, {"n": name})
     if left:  # attempts of theirs ran here: a late settlement of one bills this lane
         raise InvalidInput("lane", name, f"{left} job(s) ran in it before they moved to their fallback; stop it "
                            f"instead (lane lanes set {name} --stop)")  # fmt: skip
-    users = [r[0] for r in cur.all("select name from lane where fallback = :n order by name", {"n": name})]
+    users = [r[0] for r in cur.all(queries.LANES_DELETE_LANE_SELECT_LANE, {"n": name})]
     if users:
         raise InvalidInput("lane", name, f"lane(s) {', '.join(users)} fall back to it")
     for table in ("lane_run", "rate_charge", "run_profile", "tenant"):
-        cur.execute(f"delete from {table} where lane = :n", {"n": name})
-    cur.execute("delete from lane where name = :n", {"n": name})
+        cur.execute(queries.lanes_delete_lane_delete(table), {"n": name})
+    cur.execute(queries.LANES_DELETE_LANE_DELETE_LANE, {"n": name})

@@ -14,30 +14,22 @@ import math
 
 from ..checks import label, text, tokens
 from ..errors import InvalidInput
+from . import queries
 from .db import Cursor
+from .queries import STATE_COLUMNS as STATE_COLUMNS
 
-STATE_COLUMNS = ("estimator", "stage", "revision", "allowance", "jobs", "mean", "m2", "mean_input", "p50", "p90",
-                 "p99", "fitted_at")  # fmt: skip
 _FLOATS = ("mean", "m2", "mean_input", "p50", "p90", "p99")
 MAX_WINDOW = 100_000
 
 
 def output_samples(cur: Cursor, *, window: int, lane: str | None, stage: str | None) -> dict[str, list[tuple[int, int]]]:
     """``{stage: [(est_input, actual), ...]}``: the newest ``window`` learnable jobs per stage, oldest first."""
-    where, params = ["j.state = 'done'", "j.est_input is not null"], {"w": window}
+    params: dict = {"w": window}
     if lane:
-        where.append("j.lane = :lane")
         params["lane"] = lane
     if stage:
-        where.append("j.stage = :stage")
         params["stage"] = stage
-    rows = cur.all(
-        "select stage, est_input, actual from (select j.id, j.stage, j.est_input, j.actual, j.finished_at, "
-        "row_number() over (partition by j.stage order by j.finished_at desc, j.id desc) as rn from job j "
-        f"where {' and '.join(where)} and not exists (select 1 from settlement s where s.job_id = j.id "
-        "and s.by_estimate)) t where rn <= :w order by stage, finished_at, id",
-        params,
-    )
+    rows = cur.all(queries.learning_output_samples(bool(lane), bool(stage)), params)
     out: dict[str, list[tuple[int, int]]] = {}
     for s, est_input, actual in rows:
         out.setdefault(s, []).append((int(est_input), int(actual)))
@@ -46,9 +38,10 @@ def output_samples(cur: Cursor, *, window: int, lane: str | None, stage: str | N
 
 def read_state(cur: Cursor, estimator: str | None) -> list[dict]:
     """Fitted state rows, by estimator then stage (every estimator's when ``estimator`` is None)."""
-    sql = f"select {', '.join(STATE_COLUMNS)} from estimator_state"
-    rows = cur.all(sql + (" where estimator = :e" if estimator else "") + " order by estimator, stage",
-                   {"e": estimator} if estimator else {})  # fmt: skip
+    if estimator:
+        rows = cur.all(queries.LEARNING_READ_STATE_OF, {"e": estimator})
+    else:
+        rows = cur.all(queries.LEARNING_READ_STATE, {})
     return [dict(zip(STATE_COLUMNS, r)) for r in rows]
 
 
@@ -76,13 +69,7 @@ def check_state_row(estimator: str, row: dict) -> dict:
 
 def write_state(cur: Cursor, rows: list[dict], now: float) -> None:
     """Insert or replace the rows (checked by :func:`check_state_row`), stamped ``fitted_at = now``."""
-    cols = STATE_COLUMNS
-    updates = ", ".join(f"{c} = excluded.{c}" for c in cols if c not in ("estimator", "stage"))
-    cur.executemany(
-        f"insert into estimator_state ({', '.join(cols)}) values ({', '.join(':' + c for c in cols)}) "
-        f"on conflict (estimator, stage) do update set {updates}",
-        [dict(r, fitted_at=now) for r in rows],
-    )
+    cur.executemany(queries.LEARNING_WRITE_STATE, [dict(r, fitted_at=now) for r in rows])
 
 
 class LearningStore:

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+from . import queries
 from .db import Cursor
 
 #: How far past ``now + lease_seconds`` a lease may end before it counts as set on a clock that went back:
@@ -30,7 +31,7 @@ SKEW_SECONDS = 5.0
 def bound(cur: Cursor, lane: str, lease_seconds: float, *, now: float) -> list[str]:
     """Pull the leases of ``lane`` that end past ``now + lease_seconds`` back to it; returns their job ids."""
     rows = cur.all(
-        "update job set lease_until = :until where lane = :l and state = 'leased' and lease_until > :far returning id",
+        queries.LEASES_BOUND,
         {"until": now + lease_seconds, "far": now + lease_seconds + SKEW_SECONDS, "l": lane},
     )
     return [r[0] for r in rows]
@@ -40,19 +41,17 @@ def out_of_bounds(cur: Cursor, now: float) -> bool:
     """Does any lease end further ahead than the longest ``lease_seconds`` of any lane allows (the top of
     ``ix_job_lease``)? Exact when the lanes share one lease length; a lane with a shorter one is bounded
     by its reap (the scheduled one, or the next one a lease expiring sets off)."""
-    longest = cur.scalar("select max(lease_seconds) from lane")
+    longest = cur.scalar(queries.LEASES_OUT_OF_BOUNDS_SELECT_LANE)
     if longest is None:
         return False
     far = now + float(longest) + SKEW_SECONDS
-    return cur.one("select 1 from job where state = 'leased' and lease_until > :far limit 1", {"far": far}) is not None
+    return cur.one(queries.LEASES_OUT_OF_BOUNDS_SELECT_JOB, {"far": far}) is not None
 
 
 def too_far_ahead(cur: Cursor, now: float, limit: int = 20) -> list[tuple[str, str, float, float]]:
     """``(job id, lane, seconds its lease still runs, the lane's lease_seconds)`` of leases ending too far ahead."""
     rows = cur.all(
-        "select j.id, j.lane, j.lease_until, l.lease_seconds from job j join lane l on l.name = j.lane "
-        "where j.state = 'leased' and j.lease_until > :now + l.lease_seconds + :skew order by j.lease_until desc "
-        f"limit {int(limit)}",
+        queries.leases_too_far_ahead(limit),
         {"now": now, "skew": SKEW_SECONDS},
     )
     return [(r[0], r[1], float(r[2]) - now, float(r[3])) for r in rows]

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from ..errors import InvalidInput
 from ..policy.limits import NO_TOKENS_LIMIT, OUTPUT_TOKENS, TOKENS, Limit, LimitUse, format_limit, spec_of
 from ..policy.window import window_expiry
-from . import rates, waiters
+from . import queries, rates, waiters
 from .db import Cursor
 from .lanes import LaneRow, lock_lane
 
@@ -36,16 +36,15 @@ def slide(cur: Cursor, row: LaneRow, now: float) -> tuple[LimitUse, ...]:
     stated = dict(row.limits)
     out = []
     for unit, _amount, window, used, start in cur.all(
-        "select unit, amount, window_seconds, used, window_start from lane_limit where lane = :l", {"l": row.name}
+        queries.LIMITS_SLIDE_SELECT_LANE_LIMIT, {"l": row.name}
     ):
         if unit not in stated:
             continue
         cut = now - window
         if cut > start and used:
-            gone = cur.all("delete from limit_charge where lane = :l and unit = :u and at <= :cut and sent "
-                           "returning cost", {"l": row.name, "u": unit, "cut": cut})  # fmt: skip
+            gone = cur.all(queries.LIMITS_SLIDE_DELETE_LIMIT_CHARGE, {"l": row.name, "u": unit, "cut": cut})  # fmt: skip
             freed = sum(r[0] for r in gone)
-            cur.execute("update lane_limit set used = used - :f, window_start = :cut where lane = :l and unit = :u",
+            cur.execute(queries.LIMITS_SLIDE_UPDATE_LANE_LIMIT,
                         {"f": freed, "cut": cut, "l": row.name, "u": unit})  # fmt: skip
             used -= freed
         out.append(LimitUse(unit, stated[unit], int(used)))
@@ -60,19 +59,17 @@ def charge(cur: Cursor, lane: str, at: float, charges: list[tuple[str, int, Mapp
     rows = [{"j": j, "a": a, "u": u, "l": lane, "at": at, "c": units[u], "s": s}
             for j, a, units, s in charges for u, _ in totals]  # fmt: skip
     if rows:
-        cur.executemany("insert into limit_charge (job_id, attempt, unit, lane, at, cost, sent) "
-                        "values (:j, :a, :u, :l, :at, :c, :s)", rows)  # fmt: skip
+        cur.executemany(queries.LIMITS_CHARGE_INSERT_LIMIT_CHARGE, rows)  # fmt: skip
     for unit, n in totals:
         if n:
-            cur.execute("update lane_limit set used = used + :n where lane = :l and unit = :u",
+            cur.execute(queries.LIMITS_CHARGE_UPDATE_LANE_LIMIT,
                         {"n": n, "l": lane, "u": unit})  # fmt: skip
 
 
 def stamp(cur: Cursor, job_id: str, attempt: int, now: float, *, pending_only: bool = False) -> None:
     """:func:`lane_plugin.ledger.rates.stamp` for the attempt's limit charges."""
     which = "not sent" if pending_only else "(at < :now or not sent)"
-    cur.execute("update limit_charge set at = case when at < :now then :now else at end, sent = :t "
-                f"where job_id = :j and attempt = :a and {which}",
+    cur.execute(queries.limits_stamp(which),
                 {"now": now, "j": job_id, "a": attempt, "t": True})  # fmt: skip
 
 
@@ -81,11 +78,10 @@ def drop_pending(cur: Cursor, job_ids: list[str]) -> None:
     freed: dict[tuple[str, str], int] = {}
     for i in range(0, len(job_ids), 500):
         part = {f"j{k}": j for k, j in enumerate(job_ids[i:i + 500])}
-        for lane, unit, cost in cur.all(f"delete from limit_charge where job_id in ({', '.join(':' + k for k in part)}) "
-                                        "and not sent returning lane, unit, cost", part):  # fmt: skip
+        for lane, unit, cost in cur.all(queries.limits_drop_pending_delete_limit_charge(part), part):  # fmt: skip
             freed[(lane, unit)] = freed.get((lane, unit), 0) + cost
     for (lane, unit), cost in sorted(freed.items()):
-        cur.execute("update lane_limit set used = used - :c where lane = :l and unit = :u",
+        cur.execute(queries.LIMITS_DROP_PENDING_UPDATE_LANE_LIMIT,
                     {"c": cost, "l": lane, "u": unit})  # fmt: skip
 
 
@@ -96,19 +92,17 @@ def true_up_output(cur: Cursor, job_id: str, attempt: int, actual: int, now: flo
     What it generated: ``actual - rate_input`` (the job's input units; 0 where unknown, so cautious).
     """
     r = cur.one(
-        "select c.cost, c.lane, coalesce(j.rate_input, 0) from limit_charge c join job j on j.id = c.job_id "
-        "where c.job_id = :j and c.attempt = :a and c.unit = :u", {"j": job_id, "a": attempt, "u": OUTPUT_TOKENS},
+        queries.LIMITS_TRUE_UP_OUTPUT_SELECT_LIMIT_CHARGE, {"j": job_id, "a": attempt, "u": OUTPUT_TOKENS},
     )  # fmt: skip
     if r is None:
         return
     old, lane, rate_input = r
     new = max(0, int(actual) - int(rate_input))
-    cur.execute("update limit_charge set cost = :c, at = case when at < :now then :now else at end "
-                "where job_id = :j and attempt = :a and unit = :u",
+    cur.execute(queries.LIMITS_TRUE_UP_OUTPUT_UPDATE_LIMIT_CHARGE,
                 {"c": new, "now": now, "j": job_id, "a": attempt, "u": OUTPUT_TOKENS})  # fmt: skip
     if new == old:
         return
-    cur.execute("update lane_limit set used = used + :d where lane = :l and unit = :u",
+    cur.execute(queries.LIMITS_TRUE_UP_OUTPUT_UPDATE_LANE_LIMIT,
                 {"d": new - old, "l": lane, "u": OUTPUT_TOKENS})  # fmt: skip
 
 
@@ -119,8 +113,7 @@ def free_at(cur: Cursor, lane: str, use: LimitUse, used: int, need: int) -> floa
     if excess <= 0 or need > use.limit.amount:
         return None
     at = cur.scalar(
-        "select min(at) from (select at, sum(cost) over (order by at, job_id, attempt rows unbounded preceding) "
-        "as freed from limit_charge where lane = :l and unit = :u and sent) as w where freed >= :x",
+        queries.LIMITS_FREE_AT,
         {"l": lane, "u": use.unit, "x": excess},
     )
     return None if at is None else window_expiry(float(at), use.limit.window_seconds)
@@ -135,21 +128,20 @@ def set_limits(cur: Cursor, now: float, name: str, changes: Mapping[str, Limit |
     for unit, lim in changes.items():
         if unit == TOKENS:
             burst, window = (NO_TOKENS_LIMIT, row.window_seconds) if lim is None else (lim.amount, lim.window_seconds)
-            cur.execute("update lane set burst_tokens = :b, window_seconds = :w, updated_at = :now where name = :n",
+            cur.execute(queries.LIMITS_SET_LIMITS_UPDATE_LANE_2,
                         {"b": burst, "w": window, "now": now, "n": name})  # fmt: skip
         elif lim is None:
             current.pop(unit, None)
-            cur.execute("delete from limit_charge where lane = :l and unit = :u", {"l": name, "u": unit})
-            cur.execute("delete from lane_limit where lane = :l and unit = :u", {"l": name, "u": unit})
+            cur.execute(queries.LIMITS_SET_LIMITS_DELETE_LIMIT_CHARGE, {"l": name, "u": unit})
+            cur.execute(queries.LIMITS_SET_LIMITS_DELETE_LANE_LIMIT, {"l": name, "u": unit})
         else:
             current[unit] = lim
-            cur.execute("update lane_limit set amount = :a, window_seconds = :w where lane = :l and unit = :u",
+            cur.execute(queries.LIMITS_SET_LIMITS_UPDATE_LANE_LIMIT,
                         {"a": lim.amount, "w": lim.window_seconds, "l": name, "u": unit})  # fmt: skip
             if cur.rowcount != 1:
-                cur.execute("insert into lane_limit (lane, unit, amount, window_seconds, used, window_start) "
-                            "values (:l, :u, :a, :w, 0, 0)",
+                cur.execute(queries.LIMITS_SET_LIMITS_INSERT_LANE_LIMIT,
                             {"l": name, "u": unit, "a": lim.amount, "w": lim.window_seconds, "now": now})  # fmt: skip
-    cur.execute("update lane set limit_spec = :s, updated_at = :now where name = :n",
+    cur.execute(queries.LIMITS_SET_LIMITS_UPDATE_LANE,
                 {"s": spec_of(current.items()), "now": now, "n": name})  # fmt: skip
     return lock_lane(cur, name)
 
@@ -164,10 +156,10 @@ def pause(cur: Cursor, lane: str, *, until: float, reason: str, now: float, job_
         raise InvalidInput("paused_until", until, f"must be after now ({now})")
     row = lock_lane(cur, lane)
     if job_id is not None:
-        cur.execute("update job set rate_limited = rate_limited + 1 where id = :id", {"id": job_id})
+        cur.execute(queries.LIMITS_PAUSE_UPDATE_JOB, {"id": job_id})
     if row.paused_until is not None and row.paused_until >= until:
         return row.paused_until
-    cur.execute("update lane set paused_until = :u, paused_reason = :r, updated_at = :now where name = :l",
+    cur.execute(queries.LIMITS_PAUSE_UPDATE_LANE,
                 {"u": until, "r": reason, "now": now, "l": lane})  # fmt: skip
     # Every listening process ticks the lane at commit (PostgreSQL): the tick finds it paused and wakes it
     # at the reopen, and no one ticking in between leases into the closed window.
@@ -206,8 +198,7 @@ def true_up_remaining(cur: Cursor, lane: str, unit: str, provider_used: int, now
         return
     # What the lane itself sent in the window (pruned: every row left is in it, or pending) and how many requests.
     own_sent, own_n = cur.one(
-        f"select coalesce(sum(case when job_id like 'provider:%' or not sent then 0 else cost end), 0), "
-        f"count(case when job_id like 'provider:%' then null else 1 end) from {table} where {where}", params,
+        queries.limits_true_up_remaining_select(table, where), params,
     )  # fmt: skip
     outside = max(0, int(provider_used) - int(own_sent))
     margin = -(-outside // max(int(own_n), 1))
@@ -216,16 +207,13 @@ def true_up_remaining(cur: Cursor, lane: str, unit: str, provider_used: int, now
         return
     job_id = f"provider:{lane}:{now!r}"
     if unit == TOKENS:
-        cur.execute("insert into rate_charge (job_id, attempt, lane, at, cost, sent) values (:j, 0, :l, :at, :c, :s) "
-                    "on conflict (job_id, attempt) do update set cost = rate_charge.cost + excluded.cost",
+        cur.execute(queries.LIMITS_TRUE_UP_REMAINING_INSERT_RATE_CHARGE,
                     {"j": job_id, "l": lane, "at": now, "c": missing, "s": True})  # fmt: skip
-        cur.execute("update lane set window_used = window_used + :c where name = :l", {"c": missing, "l": lane})
+        cur.execute(queries.LIMITS_TRUE_UP_REMAINING_UPDATE_LANE, {"c": missing, "l": lane})
     else:
-        cur.execute("insert into limit_charge (job_id, attempt, unit, lane, at, cost, sent) "
-                    "values (:j, 0, :u, :l, :at, :c, :s) on conflict (job_id, attempt, unit) "
-                    "do update set cost = limit_charge.cost + excluded.cost",
+        cur.execute(queries.LIMITS_TRUE_UP_REMAINING_INSERT_LIMIT_CHARGE,
                     {"j": job_id, "u": unit, "l": lane, "at": now, "c": missing, "s": True})  # fmt: skip
-        cur.execute("update lane_limit set used = used + :c where lane = :l and unit = :u",
+        cur.execute(queries.LIMITS_TRUE_UP_REMAINING_UPDATE_LANE_LIMIT,
                     {"c": missing, "l": lane, "u": unit})  # fmt: skip
 
 
@@ -242,15 +230,11 @@ def limit_status(cur: Cursor, row: LaneRow, now: float) -> list[dict]:
         if unit == TOKENS:
             held = rates.used(cur, row, now)
         else:
-            held = int(cur.scalar("select coalesce(sum(cost), 0) from limit_charge where lane = :l and unit = :u "
-                                  "and (at > :cut or not sent)",
+            held = int(cur.scalar(queries.LIMITS_LIMIT_STATUS_SELECT_LIMIT_CHARGE,
                                   {"l": row.name, "u": unit, "cut": now - lim.window_seconds}))  # fmt: skip
         until = None
         if held >= lim.amount:
-            at = cur.scalar("select min(at) from (select at, sum(cost) over (order by at, job_id, attempt rows "
-                            f"unbounded preceding) as freed from {'rate_charge' if unit == TOKENS else 'limit_charge'} "
-                            f"where lane = :l {'' if unit == TOKENS else 'and unit = :u '}and sent and at > :cut) "
-                            "as w where freed >= :x",
+            at = cur.scalar(queries.limits_limit_status_select(unit, TOKENS),
                             {"l": row.name, "u": unit, "cut": now - lim.window_seconds, "x": held - lim.amount + 1})  # fmt: skip
             until = None if at is None else window_expiry(float(at), lim.window_seconds)
         out.append({"unit": unit, "amount": lim.amount, "window_seconds": lim.window_seconds, "used": held,

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from ..checks import number, text, tokens
 from ..errors import InvalidInput
 from ..policy.limits import UNITS, Limit, LimitSyntaxError, format_limit, parse_limit
-from . import limits, rates
+from . import limits, queries, rates
 from .db import Cursor
 
 T = TypeVar("T")
@@ -125,7 +125,7 @@ class ProviderLimits:
         lane = text("lane", lane)
 
         def run(cur: Cursor, now: float) -> float:
-            until = cur.scalar("select paused_until from lane where name = :l", {"l": lane})
+            until = cur.scalar(queries.LIMITS_API_RUN, {"l": lane})
             return 0.0 if until is None else max(0.0, float(until) - now)
 
         return self._run(run, write=False)

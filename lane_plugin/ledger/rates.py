@@ -30,6 +30,7 @@ has its charge trued up at settlement: the row's cost becomes the actual.
 from __future__ import annotations
 
 from ..policy.window import window_expiry
+from . import queries
 from .db import Cursor
 from .lanes import LaneRow
 
@@ -41,19 +42,17 @@ def slide(cur: Cursor, row: LaneRow, now: float) -> LaneRow:
         return row  # never backwards (a clock read a moment earlier must not re-count); or nothing to prune
     if cur.dialect == "postgresql":  # one round trip
         row.window_used = cur.scalar(
-            "with gone as (delete from rate_charge where lane = :l and at <= :cut and sent returning cost) "
-            "update lane set window_used = window_used - (select coalesce(sum(cost), 0) from gone), "
-            "window_start = :cut where name = :l returning window_used",
+            queries.RATES_SLIDE_WITH_RATE_CHARGE,
             {"l": row.name, "cut": cut},
         )
         row.window_start = cut
         return row
     gone = cur.all(
-        "delete from rate_charge where lane = :l and at <= :cut and sent returning cost", {"l": row.name, "cut": cut}
+        queries.RATES_SLIDE_DELETE_RATE_CHARGE, {"l": row.name, "cut": cut}
     )
     freed = sum(r[0] for r in gone)
     cur.execute(
-        "update lane set window_used = window_used - :f, window_start = :cut where name = :l",
+        queries.RATES_SLIDE_UPDATE_LANE,
         {"f": freed, "cut": cut, "l": row.name},
     )
     row.window_used -= freed
@@ -65,7 +64,7 @@ def charge(cur: Cursor, lane: str, now: float, charges: list[tuple[str, int, int
     """Record ``(job_id, attempt, cost, sent)`` admitted now (the caller adds their sum to ``window_used``);
     ``sent`` false: pending until its waiter picks the lease up (SQLite; PostgreSQL's tick writes its own)."""
     cur.executemany(
-        "insert into rate_charge (job_id, attempt, lane, at, cost, sent) values (:j, :a, :l, :at, :c, :s)",
+        queries.RATES_CHARGE,
         [{"j": j, "a": a, "l": lane, "at": now, "c": c, "s": s} for j, a, c, s in charges],
     )
 
@@ -81,18 +80,17 @@ def true_up(cur: Cursor, job_id: str, attempt: int, actual: int) -> None:
     """
     lock = " for update of c" if cur.dialect == "postgresql" else ""
     row = cur.one(
-        "select c.cost, c.lane from rate_charge c join lane l on l.name = c.lane "
-        f"where c.job_id = :j and c.attempt = :a and l.rate_basis = 'actual'{lock}",
+        queries.rates_true_up_select_rate_charge(lock),
         {"j": job_id, "a": attempt},
     )
     if row is None or row[0] == actual:
         return
     old, lane = row
     cur.execute(
-        "update rate_charge set cost = :c where job_id = :j and attempt = :a", {"c": actual, "j": job_id, "a": attempt}
+        queries.RATES_TRUE_UP_UPDATE_RATE_CHARGE, {"c": actual, "j": job_id, "a": attempt}
     )
     cur.execute(
-        "update lane set window_used = window_used + :d where name = :l", {"d": actual - old, "l": lane}
+        queries.RATES_TRUE_UP_UPDATE_LANE, {"d": actual - old, "l": lane}
     )
 
 
@@ -133,12 +131,10 @@ def stamp(cur: Cursor, job_id: str, attempt: int, now: float, *, pending_only: b
     this in its own statement.)
     """
     which = "not sent" if pending_only else "(at < :now or not sent)"
-    cur.execute("update rate_charge set at = case when at < :now then :now else at end, sent = :t "
-                f"where job_id = :j and attempt = :a and {which}",
+    cur.execute(queries.rates_stamp_update_rate_charge(which),
                 {"now": now, "j": job_id, "a": attempt, "t": True})  # fmt: skip
     # the attempt's charges against the lane's other limits (lane_plugin.ledger.limits) move with it
-    cur.execute(f"update limit_charge set at = case when at < :now then :now else at end, sent = :t "
-                f"where job_id = :j and attempt = :a and {which}",
+    cur.execute(queries.rates_stamp_update_limit_charge(which),
                 {"now": now, "j": job_id, "a": attempt, "t": True})  # fmt: skip
 
 
@@ -150,17 +146,16 @@ def drop_pending(cur: Cursor, job_ids: list[str]) -> None:
     freed: dict[str, int] = {}
     for i in range(0, len(job_ids), 500):
         part = {f"j{k}": j for k, j in enumerate(job_ids[i:i + 500])}
-        for lane, cost in cur.all(f"delete from rate_charge where job_id in ({', '.join(':' + k for k in part)}) "
-                                  "and not sent returning lane, cost", part):  # fmt: skip
+        for lane, cost in cur.all(queries.rates_drop_pending_delete_rate_charge(part), part):  # fmt: skip
             freed[lane] = freed.get(lane, 0) + cost
     for lane, cost in sorted(freed.items()):
-        cur.execute("update lane set window_used = window_used - :c where name = :l", {"c": cost, "l": lane})
+        cur.execute(queries.RATES_DROP_PENDING_UPDATE_LANE, {"c": cost, "l": lane})
 
 
 def stamp_sent(cur: Cursor, job_id: str, attempt: int, now: float, send_slack: float | None) -> None:
     """:func:`stamp` at ``now`` plus the send slack the job's lane allows (:func:`slack_for` of its window)."""
     if send_slack is None or send_slack > 0:
-        window = cur.scalar("select l.window_seconds from lane l join job j on j.lane = l.name where j.id = :j",
+        window = cur.scalar(queries.RATES_STAMP_SENT,
                             {"j": job_id})  # fmt: skip
         now += slack_for(send_slack, window or 0.0)
     stamp(cur, job_id, attempt, now)
@@ -187,8 +182,7 @@ def free_at(cur: Cursor, row: LaneRow, used: int, need: int) -> float | None:
     # The running sum of the lane's charges, oldest first: the first row that reaches the excess (its
     # ties share its time) is the last one that has to leave.
     at = cur.scalar(
-        "select min(at) from (select at, sum(cost) over (order by at, job_id, attempt rows unbounded preceding) "
-        "as freed from rate_charge where lane = :l and sent) as w where freed >= :x",
+        queries.RATES_FREE_AT,
         {"l": row.name, "x": excess},
     )
     return None if at is None else window_expiry(float(at), row.window_seconds)
@@ -197,6 +191,6 @@ def free_at(cur: Cursor, row: LaneRow, used: int, need: int) -> float | None:
 def used(cur: Cursor, row: LaneRow, now: float) -> int:
     """Rate tokens admitted in ``(now - window_seconds, now]`` and pending ones, read without writing (status)."""
     return int(cur.scalar(
-        "select coalesce(sum(cost), 0) from rate_charge where lane = :l and (at > :cut or not sent)",
+        queries.RATES_USED,
         {"l": row.name, "cut": now - row.window_seconds},
     ))  # fmt: skip

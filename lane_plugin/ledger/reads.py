@@ -7,6 +7,7 @@ opens; nothing outside this package writes SQL.
 from __future__ import annotations
 
 from ..errors import InvalidInput
+from . import queries
 from .db import Cursor
 from .jobs import ALL_JOB_COLUMNS, get_job
 
@@ -21,13 +22,13 @@ def _dicts(keys: tuple[str, ...], rows) -> list[dict]:
 
 def job(cur: Cursor, job_id: str) -> dict:
     get_job(cur, job_id)  # UnknownJob
-    row = cur.one(f"select {', '.join(ALL_JOB_COLUMNS)} from job where id = :id", {"id": job_id})
+    row = cur.one(queries.reads_job(ALL_JOB_COLUMNS), {"id": job_id})
     return dict(zip(ALL_JOB_COLUMNS, row))
 
 
 def tail(cur: Cursor, now: float, lane: str | None) -> list[dict]:
     rows = cur.all(
-        f"select {', '.join(_TAIL)} from tail" + (" where lane = :l" if lane else "") + " order by parked_at, job_id",
+        queries.reads_tail(_TAIL) + (" where lane = :l" if lane else "") + " order by parked_at, job_id",
         {"l": lane},
     )
     return [dict(zip(_TAIL, r), age=now - r[5]) for r in rows]
@@ -42,10 +43,7 @@ def settled_jobs(cur: Cursor, now: float, *, lane: str | None, since: float | No
         where.append("j.finished_at >= :cut")
         params["cut"] = now - since
     rows = cur.all(
-        "select j.id, j.lane, j.stage, j.est, coalesce(j.est_version, '-'), j.actual, coalesce(s.overage, 0), "
-        "j.finished_at, j.est_input, coalesce(s.by_estimate, 0), j.rate_cost from job j left join (select job_id, "
-        "sum(overage) as overage, max(case when by_estimate then 1 else 0 end) as by_estimate from settlement "
-        f"group by job_id) s on s.job_id = j.id where {' and '.join(where)}",
+        queries.reads_settled_jobs(where),
         params,
     )
     return [dict(r, by_estimate=bool(r["by_estimate"])) for r in _dicts(_SETTLED, rows)]
@@ -61,7 +59,7 @@ def spend(cur: Cursor, now: float, *, lane: str | None, since: float | None) -> 
         where.append("settled_at >= :cut")
         params["cut"] = now - since
     rows = cur.all(
-        "select lane, settled_at, actual from settlement" + (f" where {' and '.join(where)}" if where else "")
+        queries.READS_SPEND + (f" where {' and '.join(where)}" if where else "")
         + " order by settled_at, id",
         params,
     )
@@ -70,8 +68,7 @@ def spend(cur: Cursor, now: float, *, lane: str | None, since: float | None) -> 
 
 def shadow_estimates(cur: Cursor, *, lane: str | None) -> list[dict]:
     rows = cur.all(
-        "select s.job_id, s.version, s.est from shadow_estimate s join job j on j.id = s.job_id "
-        "where j.state = 'done'" + (" and j.lane = :lane" if lane else ""),
+        queries.READS_SHADOW_ESTIMATES + (" and j.lane = :lane" if lane else ""),
         {"lane": lane} if lane else {},
     )
     return _dicts(("job_id", "version", "est"), rows)
@@ -86,7 +83,7 @@ def estimator_samples(cur: Cursor, version: str, *, lane: str | None) -> list[di
     # A job billed its estimate because no usage was found teaches nothing: its "actual" is a guess.
     where += " and not exists (select 1 from settlement x where x.job_id = j.id and x.by_estimate)"
     rows = cur.all(
-        "select j.stage, j.est, j.actual, j.finished_at from job j where j.state = 'done' and j.est_version = :v"
+        queries.READS_ESTIMATOR_SAMPLES
         + where
         + " union all select j.stage, s.est, j.actual, j.finished_at from job j join shadow_estimate s "
         "on s.job_id = j.id where j.state = 'done' and s.version = :v" + where,
@@ -97,8 +94,7 @@ def estimator_samples(cur: Cursor, version: str, *, lane: str | None) -> list[di
 
 def history(cur: Cursor, since: float) -> list[dict]:
     rows = cur.all(
-        "select created_at, stage, est, actual, run_key, coalesce(rate_cost, est), tenant from job "
-        "where state = 'done' and created_at >= :since order by created_at, id",
+        queries.READS_HISTORY,
         {"since": since},
     )
     return _dicts(("created_at", "stage", "est", "actual", "run_key", "rate_cost", "tenant"), rows)
@@ -115,9 +111,9 @@ def query(cur: Cursor, sql: str, params: dict | None) -> tuple[list[str], list[t
     (:meth:`lane_plugin.Ledger.rows`: pragmas and attached databases die with it).
     """
     sqlite = cur.dialect == "sqlite"
-    cur.execute("pragma query_only = 1" if sqlite else "set transaction read only")
+    cur.execute(queries.READS_QUERY_PRAGMA if sqlite else queries.READS_QUERY)
     if not sqlite:
-        cur.execute("savepoint lane_rows")
+        cur.execute(queries.READS_QUERY_SAVEPOINT)
     try:
         cur.execute(sql, params or {})
         cols = [d[0] for d in cur.raw.description or ()]
@@ -128,7 +124,7 @@ def query(cur: Cursor, sql: str, params: dict | None) -> tuple[list[str], list[t
         raise
     finally:
         if sqlite:
-            cur.execute("pragma query_only = 0")
+            cur.execute(queries.READS_QUERY_PRAGMA_2)
         else:
             _undo(cur, sql)
 
@@ -136,8 +132,8 @@ def query(cur: Cursor, sql: str, params: dict | None) -> tuple[list[str], list[t
 def _undo(cur: Cursor, sql: str) -> None:
     """PostgreSQL: undo what a caller's query did to the session (its savepoint rolled back, advisory locks released)."""
     try:
-        cur.execute("rollback to savepoint lane_rows")
-        cur.execute("select pg_advisory_unlock_all()")
+        cur.execute(queries.READS_UNDO_ROLLBACK)
+        cur.execute(queries.READS_UNDO_SELECT)
     except Exception:  # it ended the transaction or released the savepoint itself: refused, never retried
         raise InvalidInput("sql", sql, "Ledger.rows runs one query in a read-only transaction; this statement "
                            "ends the transaction or its savepoint") from None  # fmt: skip

@@ -21,6 +21,7 @@ from ..policy import Decision
 from ..policy.drift import DRIFT_SAMPLE, fit_drift
 from ..policy.reserve import FIT_RUNS, REFIT_SECONDS, StageFit, fit_runs, reserve_hold, run_tokens
 from ..policy.sizeclass import SIZE_CLASS_SAMPLE, size_class_boundary
+from . import queries
 from .db import Cursor
 from .lanes import LaneRow, lock_lane
 
@@ -28,17 +29,17 @@ from .lanes import LaneRow, lock_lane
 def lapse(cur: Cursor, row: LaneRow, now: float) -> None:
     """Release the reserve of runs that admitted nothing for their hold (lane row locked)."""
     rows = cur.all(
-        "select run_key, remaining from lane_run where lane = :l and expires_at <= :now", {"l": row.name, "now": now}
+        queries.RUNS_LAPSE_SELECT_LANE_RUN, {"l": row.name, "now": now}
     )
     if not rows:
         return
     cur.execute(
-        "update lane_run set remaining = 0, expires_at = null where lane = :l and expires_at <= :now",
+        queries.RUNS_LAPSE_UPDATE_LANE_RUN,
         {"l": row.name, "now": now},
     )
     freed = sum(r[1] for r in rows)
     if freed:
-        cur.execute("update lane set finishing = finishing - :f where name = :l", {"f": freed, "l": row.name})
+        cur.execute(queries.RUNS_LAPSE_UPDATE_LANE, {"f": freed, "l": row.name})
         row.finishing -= freed
 
 
@@ -48,7 +49,7 @@ def runs_of(cur: Cursor, lane: str, keys: list[str]) -> dict[str, int]:
         return {}
     params = {f"r{i}": k for i, k in enumerate(keys)}
     marks = ", ".join(":" + p for p in params)
-    rows = cur.all(f"select run_key, remaining from lane_run where lane = :l and run_key in ({marks})",
+    rows = cur.all(queries.runs_runs_of(marks),
                    {**params, "l": lane})  # fmt: skip
     return {r[0]: r[1] for r in rows}
 
@@ -59,7 +60,7 @@ def fits_of(cur: Cursor, lane: str, stages: list[str]) -> dict[str, StageFit]:
         return {}
     params = {f"s{i}": s for i, s in enumerate(stages)}
     marks = ", ".join(":" + p for p in params)
-    rows = cur.all(f"select stage, after_tokens, hold_seconds, runs from run_profile where lane = :l and stage in ({marks})",
+    rows = cur.all(queries.runs_fits_of(marks),
                    {**params, "l": lane})  # fmt: skip
     return {r[0]: StageFit(r[1], r[2], r[3]) for r in rows}
 
@@ -76,16 +77,13 @@ def record(cur: Cursor, row: LaneRow, now: float, decision: Decision, fits: dict
         for key, remaining, stage in decision.runs
     ]  # fmt: skip
     cur.executemany(
-        "insert into lane_run (lane, run_key, started_at, stage, committed, remaining, last_at, expires_at) "
-        "values (:l, :r, :now, :st, :c, :rem, :now, :exp) on conflict (lane, run_key) do update set "
-        "stage = excluded.stage, committed = lane_run.committed + excluded.committed, "
-        "remaining = excluded.remaining, last_at = excluded.last_at, expires_at = excluded.expires_at",
+        queries.RUNS_RECORD_INSERT_LANE_RUN,
         rows,
     )
     new = [{"l": row.name, "r": key, "t": True} for key, _, _ in decision.runs if key not in started]
     if new:  # their other waiting jobs now finish a run under way: the finishing head of the index
         cur.executemany(
-            "update job set finishing = :t where lane = :l and run_key = :r and state in ('new', 'parked')", new
+            queries.RUNS_RECORD_UPDATE_JOB, new
         )
 
 
@@ -100,9 +98,7 @@ def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[st
         return None
     lapse(cur, row, now)
     jobs = cur.all(
-        "select j.run_key, j.stage, j.est, j.actual, j.admitted_at from job j join (select run_key from lane_run "
-        "where lane = :l and expires_at is null order by last_at desc limit :n) r on r.run_key = j.run_key "
-        "where j.lane = :l and j.admitted_at is not null order by j.run_key, j.admitted_at, j.created_at, j.id",
+        queries.RUNS_REFIT_SELECT_JOB,
         {"l": lane, "n": FIT_RUNS},
     )
     runs: dict[str, list] = {}
@@ -111,33 +107,27 @@ def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[st
     fitted = fit_runs(runs.values())
     if fitted:
         cur.executemany(
-            "insert into run_profile (lane, stage, after_tokens, hold_seconds, runs, fitted_at) values (:l, :s, :a, :h, :n, :now) "
-            "on conflict (lane, stage) do update set after_tokens = excluded.after_tokens, hold_seconds = excluded.hold_seconds, "
-            "runs = excluded.runs, fitted_at = excluded.fitted_at",
+            queries.RUNS_REFIT_INSERT_RUN_PROFILE,
             [{"l": lane, "s": s, "a": f.after, "h": f.hold, "n": f.runs, "now": now} for s, f in fitted.items()],
         )
     cur.execute(
-        "update lane_run set remaining = coalesce((select p.after_tokens from run_profile p where p.lane = lane_run.lane "
-        "and p.stage = lane_run.stage), 0) where lane = :l and expires_at is not null",
+        queries.RUNS_REFIT_UPDATE_LANE_RUN,
         {"l": lane},
     )
     # The size classes of the order, from the lane's latest estimates (the head of ix_job_lane_created);
     # waiting jobs keep the place they were given, jobs placed from now on get the new boundary.
-    ests = cur.all("select est from job where lane = :l order by created_at desc limit :n",
+    ests = cur.all(queries.RUNS_REFIT_SELECT_JOB_2,
                    {"l": lane, "n": SIZE_CLASS_SAMPLE})  # fmt: skip
     # The drift allowance, from the lane's latest settlements (the head of ix_settlement_lane_at): an
     # estimate billed back for missing usage says nothing about how the estimates drift, nor does a late
     # settlement (stored with est 0: its estimate was released when its lease was reaped); nor does one an
     # operator cleared the allowance after (lanes.clear_drift: a range of the same index, never a scan).
     cleared = "" if row.drift_cleared_at is None else " and settled_at > :c"
-    settled = cur.all("select est, actual from settlement where lane = :l and not by_estimate and not late"
-                      f"{cleared} order by settled_at desc, id desc limit :n",
+    settled = cur.all(queries.runs_refit_select_settlement(cleared),
                       {"l": lane, "n": DRIFT_SAMPLE, "c": row.drift_cleared_at})  # fmt: skip
     drift, overrun, spread = fit_drift(settled)
     cur.execute(
-        "update lane set profile_at = :now, size_boundary = :b, drift = :d, drift_overrun = :o, drift_spread = :s, "
-        "finishing = (select coalesce(sum(remaining), 0) from lane_run where lane = :l and expires_at is not null) "
-        "where name = :l",
+        queries.RUNS_REFIT_UPDATE_LANE,
         {"now": now, "l": lane, "b": size_class_boundary(e for (e,) in ests), "d": drift, "o": overrun,
          "s": spread},
     )  # fmt: skip
@@ -147,5 +137,5 @@ def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[st
 def profile(cur: Cursor, lane: str) -> list[dict]:
     """The lane's learned profile, one dict per stage (``stage, after_tokens, hold_seconds, runs, fitted_at``)."""
     cols = ("stage", "after_tokens", "hold_seconds", "runs", "fitted_at")
-    rows = cur.all(f"select {', '.join(cols)} from run_profile where lane = :l order by stage", {"l": lane})
+    rows = cur.all(queries.runs_profile(cols), {"l": lane})
     return [dict(zip(cols, r)) for r in rows]

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import UnknownRevision
+from . import queries
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 # Bump together with a new file in lane_plugin/ledger/migrations/versions.
@@ -102,11 +103,11 @@ def _migration_lock(db) -> Iterator[None]:
             yield
         return
     conn = db.connection()
-    conn.execute("select pg_advisory_lock(%s)", (_PG_LOCK_ID,))
+    conn.execute(queries.SCHEMA_MIGRATION_LOCK_SELECT, (_PG_LOCK_ID,))
     try:
         yield
     finally:
-        conn.execute("select pg_advisory_unlock(%s)", (_PG_LOCK_ID,))
+        conn.execute(queries.SCHEMA_MIGRATION_LOCK_SELECT_2, (_PG_LOCK_ID,))
 
 
 def upgrade(db, revision: str = "head") -> str | None:

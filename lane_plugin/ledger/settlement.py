@@ -6,10 +6,10 @@ import time
 
 from ..errors import AmbiguousAttempt, ConflictingReplay, JobParked, NotLeased, Replay
 from ..policy.limits import OUTPUT_TOKENS
+from . import queries, tenants
 from .db import Cursor
 from .jobs import Settled, get_job, lock_job, ran_in
 from .lanes import RETURNING, LaneRow, lock_lane, period_start, roll_counters, row_of
-from . import tenants
 from .limits import drop_pending as drop_limit_pending
 from .limits import true_up_output
 from .rates import drop_pending, stamp, true_up
@@ -27,22 +27,7 @@ def _limits_output(row: LaneRow) -> bool:
 # returned. No row from ``j``: not the live lease (late, parked, moved to another lane, never leased)
 # or a period to roll: the full path decides, under the lane lock.
 _LIVE_SQL = (
-    "with lk as (select name from lane where name = :l and period = :per and period_start >= :ps for update), "
-    "j as (update job set state = :st, actual = actual + :a, finished_at = :now, lease_token = null "
-    "where id = :id and lane = :l and state = 'leased' and attempt = :att and lease_attempt = :att "
-    "and exists (select 1 from lk) returning est, est_var, tenant), "
-    "c as (update rate_charge set sent = true, at = greatest(at, :now) where job_id = :id and attempt = :att "
-    "and not sent and exists (select 1 from j)), "
-    "cl as (update limit_charge set sent = true, at = greatest(at, :now) where job_id = :id and attempt = :att "
-    "and not sent and exists (select 1 from j)), "
-    "s as (insert into settlement (job_id, attempt, lane, est, actual, overage, late, by_estimate, outcome, "
-    "settled_at) select :id, :att, :l, est, :a, greatest(:a - est, 0), false, :be, :out, :now from j "
-    "on conflict do nothing returning est, overage), "
-    "u as (update lane set spent = spent + :a, reserved = reserved - s.est, reserved_var = reserved_var - j.est_var, "
-    "leased = leased - 1, overage = lane.overage + s.overage, updated_at = :now from j, s where lane.name = :l "
-    f"returning s.est, s.overage, {RETURNING}), "
-    f"t as ({tenants.SETTLE_JOINED_SQL}) "
-    "select (select count(*) from lk), (select count(*) from j), u.* from (select 1) as one left join u on true"
+    queries.settlement_live_sql(RETURNING, tenants)
 )
 
 
@@ -70,7 +55,7 @@ def settle(
     if cur.dialect == "postgresql":
         _lock_lanes_left(cur, job_id)
     lane_row, job = lock_job(cur, job_id)
-    done = dict(cur.all("select attempt, actual from settlement where job_id = :j", {"j": job_id}))
+    done = dict(cur.all(queries.SETTLEMENT_SETTLE_SELECT_SETTLEMENT, {"j": job_id}))
     if attempt is None:
         attempt = which_attempt(job, done)
     if attempt in done:
@@ -87,8 +72,7 @@ def settle(
     lane_row = roll_counters(cur, lane_row, now)
     final = "done" if outcome == "done" else "failed"
     cur.execute(
-        "update job set state = :st, actual = actual + :a, finished_at = :now, lease_token = null "
-        "where id = :id and state = 'leased' and attempt = :att",
+        queries.SETTLEMENT_SETTLE_UPDATE_JOB,
         {"st": final, "a": actual, "now": now, "id": job_id, "att": attempt},
     )
     live = cur.rowcount == 1
@@ -103,8 +87,7 @@ def settle(
     est = job["est"]
     overage = max(0, actual - est) if live else actual
     cur.execute(
-        "insert into settlement (job_id, attempt, lane, est, actual, overage, late, by_estimate, outcome, "
-        "settled_at) values (:j, :att, :l, :e, :a, :o, :late, :be, :out, :now) on conflict do nothing",
+        queries.SETTLEMENT_SETTLE_INSERT_SETTLEMENT,
         {"j": job_id, "att": attempt, "l": lane, "e": est if live else 0, "a": actual, "o": overage,
          "late": not live, "be": bool(by_estimate), "out": outcome, "now": now},
     )  # fmt: skip
@@ -117,15 +100,13 @@ def settle(
         true_up_output(cur, job_id, attempt, actual, now)
     if live:
         after = cur.one(
-            "update lane set spent = spent + :a, reserved = reserved - :e, reserved_var = reserved_var - :v, "
-            f"leased = leased - 1, overage = overage + :o, updated_at = :now where name = :l returning {RETURNING}",
+            queries.settlement_settle_update_lane(RETURNING),
             {"a": actual, "e": est, "v": job["est_var"], "o": overage, "now": now, "l": lane},
         )  # fmt: skip
     else:
-        cur.execute("update job set actual = actual + :a where id = :id", {"a": actual, "id": job_id})
+        cur.execute(queries.SETTLEMENT_SETTLE_UPDATE_JOB_2, {"a": actual, "id": job_id})
         after = cur.one(
-            f"update lane set spent = spent + :a, overage = overage + :o, updated_at = :now where name = :l "
-            f"returning {RETURNING}",
+            queries.settlement_settle_update_lane_2(RETURNING),
             {"a": actual, "o": overage, "now": now, "l": lane},
         )  # fmt: skip
     settled = Settled(job_id, attempt, lane, est if live else 0, actual, overage, not live, outcome,
@@ -141,8 +122,7 @@ def _settle_live(cur: Cursor, job_id: str, *, actual: int, attempt: int, outcome
     # statement (a period only rolls forwards: if it needs no roll now, the locked row needs none either).
     # Not the live lease when read (late, replayed): the full path, before any lock is taken here, so that it
     # locks a lane the job left (a late settlement bills it) in name order with the job's lane.
-    pre = cur.one("select j.lane, l.period, l.period_start, j.state = 'leased' and j.attempt = :att and "
-                  "j.lease_attempt = :att from job j join lane l on l.name = j.lane where j.id = :id",
+    pre = cur.one(queries.SETTLEMENT_SETTLE_LIVE,
                   {"id": job_id, "att": attempt})  # fmt: skip
     if pre is None or not pre[3]:
         return None
@@ -177,8 +157,7 @@ def _lock_lanes_left(cur: Cursor, job_id: str) -> None:
     """PostgreSQL: lanes are locked in name order, as the reaper locks them all: a lane the job left (a late
     settlement may bill it) whose name comes before the lane it is in now is locked before that one."""
     # (compared and ordered by the database, in the collation of the reaper's "order by name")
-    for (name,) in cur.all("select distinct m.lane from lane_move m join job j on j.id = m.job_id "
-                           "where m.job_id = :j and m.lane < j.lane order by m.lane", {"j": job_id}):  # fmt: skip
+    for (name,) in cur.all(queries.SETTLEMENT_LOCK_LANES_LEFT, {"j": job_id}):  # fmt: skip
         lock_lane(cur, name)
 
 
@@ -215,8 +194,7 @@ def first_settlement(cur: Cursor, job_id: str, attempt: int | None) -> Settled:
     if attempt is None:
         attempt = get_job(cur, job_id)["attempt"]
     row = cur.one(
-        "select lane, est, actual, overage, late, outcome, by_estimate from settlement "
-        "where job_id = :j and attempt = :a",
+        queries.SETTLEMENT_FIRST_SETTLEMENT,
         {"j": job_id, "a": attempt},
     )
     if row is None:

@@ -7,6 +7,7 @@ from ..policy.candidate import FINISH, START, kind_of
 from ..policy.drift import DRIFT_SAMPLE, capped, drift_cap
 from ..policy.limits import units_of
 from ..policy.rules import LIMIT_PREFIX, PAUSED, TENANT_CEILING, blocking_rule, unfit_before_reset
+from . import queries
 from .admission import HEAD_SQL
 from .db import Cursor
 from .jobs import get_job
@@ -84,10 +85,10 @@ def report_states(cur: Cursor, now: float, lane: str | None = None) -> list[dict
             continue
         row = as_of(row, now)  # a period that rolled since the last tick: today's state
         state = lane_state(row)
-        previous = cur.scalar("select reported_state from lane where name = :n", {"n": row.name})
+        previous = cur.scalar(queries.STATUS_REPORT_STATES_SELECT_LANE, {"n": row.name})
         if previous == state:
             continue
-        cur.execute("update lane set reported_state = :s where name = :n", {"s": state, "n": row.name})
+        cur.execute(queries.STATUS_REPORT_STATES_UPDATE_LANE, {"s": state, "n": row.name})
         if previous is None and state == "ok":
             continue
         changes.append({
@@ -102,7 +103,7 @@ def report_states(cur: Cursor, now: float, lane: str | None = None) -> list[dict
 def lane_status(cur: Cursor, now: float) -> list[dict]:
     counts: dict[tuple[str, str], int] = {
         (r[0], r[1]): r[2]
-        for r in cur.all("select lane, state, count(*) from job where state in ('new', 'parked') group by lane, state")
+        for r in cur.all(queries.STATUS_LANE_STATUS)
     }
     out = []
     for row in (as_of(r, now) for r in all_lanes(cur)):  # a period rolled since the last tick: today's numbers
@@ -174,7 +175,7 @@ def failed_lately(cur: Cursor, lane: str, now: float) -> int:
 
     One range of ``ix_settlement_lane_at``: the lane's settlements of the last hour, not its history.
     """
-    sql = "select count(*) from settlement where lane = :l and settled_at >= :t and outcome = 'failed'"
+    sql = queries.STATUS_FAILED_LATELY
     return int(cur.scalar(sql, {"l": lane, "t": now - FAILED_SPAN}) or 0)
 
 
@@ -223,9 +224,9 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
     job = get_job(cur, job_id)
     row = as_of(read_lane(cur, job["lane"]), now)
     prio, rate_cost, waiter, stored = cur.one(
-        "select prio, coalesce(rate_cost, est), waiter, reason from job where id = :id", {"id": job_id}
+        queries.STATUS_WAIT_STATUS_SELECT_JOB_2, {"id": job_id}
     )
-    base = "select count(*) from job where lane = :l and state = 'new'"
+    base = queries.STATUS_WAIT_STATUS_SELECT_JOB
     p = {"l": row.name, "p": prio, "id": job_id}
     position = 0
     if job["state"] == "new":

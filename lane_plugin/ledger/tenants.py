@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..errors import LaneError
 from ..policy.fairness import TenantState, lift
+from . import queries
 from .db import Cursor
 from .lanes import period_start
 
@@ -41,18 +42,18 @@ class TenantRow:
 def ensure(cur: Cursor, lane: str, names: Iterable[str], now: float) -> None:
     """Give each tenant a row in ``lane`` (weight 1, no budget) if it has none."""
     for name in sorted(set(names)):
-        cur.execute("insert into tenant (lane, name, updated_at) values (:l, :n, :now) on conflict do nothing",
+        cur.execute(queries.TENANTS_ENSURE,
                     {"l": lane, "n": name, "now": now})  # fmt: skip
 
 
 def of_lane(cur: Cursor, lane: str, now: float) -> dict[str, TenantRow]:
     """The lane's tenants by name; a budget period that rolled over is reset (the lane is locked)."""
     out: dict[str, TenantRow] = {}
-    for r in cur.all(f"select {_TENANT_COLS} from tenant where lane = :l", {"l": lane}):
+    for r in cur.all(queries.tenants_of_lane_select_tenant(_TENANT_COLS), {"l": lane}):
         row = TenantRow(r[0], float(r[1]), float(r[2]), r[3], r[4], float(r[5]), int(r[6]), bool(r[7]))
         ps = period_start(row.period, now)
         if row.period != "none" and ps > row.period_start:
-            cur.execute("update tenant set spent = 0, period_start = :ps where lane = :l and name = :n",
+            cur.execute(queries.TENANTS_OF_LANE_UPDATE_TENANT,
                         {"ps": ps, "l": lane, "n": row.name})  # fmt: skip
             row.spent, row.period_start = 0, ps
         out[row.name] = row
@@ -61,7 +62,7 @@ def of_lane(cur: Cursor, lane: str, now: float) -> dict[str, TenantRow]:
 
 def reserved_of(cur: Cursor, lane: str) -> dict[str, int]:
     """The estimates of the lane's leased jobs per tenant (at most ``max_leased`` rows, by ix_job_queue)."""
-    rows = cur.all("select tenant, sum(est) from job where lane = :l and state = 'leased' group by tenant", {"l": lane})
+    rows = cur.all(queries.TENANTS_RESERVED_OF, {"l": lane})
     return {t: int(s or 0) for t, s in rows}
 
 
@@ -71,11 +72,11 @@ def states(cur: Cursor, lane: str, rows: dict[str, TenantRow], backlogged: set[s
     served = {n: r.served for n, r in rows.items()}
     was = {n for n, r in rows.items() if r.backlogged}
     for name, floor in lift(served, was, backlogged).items():
-        cur.execute("update tenant set served = :s where lane = :l and name = :n", {"s": floor, "l": lane, "n": name})
+        cur.execute(queries.TENANTS_STATES_UPDATE_TENANT, {"s": floor, "l": lane, "n": name})
         rows[name].served = floor
     for name, row in rows.items():
         if row.backlogged != (name in backlogged):
-            cur.execute("update tenant set backlogged = :b where lane = :l and name = :n",
+            cur.execute(queries.TENANTS_STATES_UPDATE_TENANT_2,
                         {"b": name in backlogged, "l": lane, "n": name})  # fmt: skip
             row.backlogged = name in backlogged
     reserved = reserved_of(cur, lane) if any(r.ceiling is not None for r in rows.values()) else {}
@@ -92,8 +93,7 @@ def charge(cur: Cursor, lane: str, rows: dict[str, TenantRow], by_tenant: Iterab
             continue  # a tenant with no row (a job of before migration 0014): weight 1, no budget, not counted
         state = reserved_before.get(name)
         cur.execute(
-            "update tenant set served = served + :d, updated_at = :now where lane = :l and name = :n "
-            "and (ceiling is null or spent + :r + :t <= ceiling)",
+            queries.TENANTS_CHARGE,
             {"d": tokens / row.weight, "now": now, "l": lane, "n": name, "t": tokens,
              "r": state.reserved if state is not None else 0},
         )  # fmt: skip
@@ -103,10 +103,7 @@ def charge(cur: Cursor, lane: str, rows: dict[str, TenantRow], by_tenant: Iterab
 
 # Settlement: the tenant's spent (in its period, rolled here as at admission) and its counter trued up to the actual.
 _SETTLE_SQL = (
-    "update tenant set spent = case when period = 'none' or period_start >= "
-    "(case period when 'daily' then :pd else :pm end) then spent + :a else :a end, "
-    "period_start = case period when 'none' then period_start when 'daily' then :pd else :pm end, "
-    "served = served + (:a - :e) / weight where lane = :l and name = :n"
+    queries.TENANTS_SETTLE_SQL
 )
 
 
@@ -144,7 +141,7 @@ def set_tenant(cur: Cursor, now: float, lane: str, name: str, *, create: bool, w
     from .lanes import lock_lane
 
     lock_lane(cur, lane)  # UnknownLane; and a budget changes under the lane's lock, as admission reads it
-    known = [r[0] for r in cur.all("select name from tenant where lane = :l order by name", {"l": lane})]
+    known = [r[0] for r in cur.all(queries.TENANTS_SET_TENANT_SELECT_TENANT, {"l": lane})]
     if name not in known:
         if not create:
             close = difflib.get_close_matches(name, known, n=1)
@@ -163,11 +160,10 @@ def set_tenant(cur: Cursor, now: float, lane: str, name: str, *, create: bool, w
         ps = period_start(period, now)
         sets["period"], sets["period_start"] = period, ps
         sets["spent"] = int(cur.scalar(
-            "select coalesce(sum(s.actual), 0) from settlement s join job j on j.id = s.job_id "
-            "where s.lane = :l and j.tenant = :n and s.settled_at >= :p", {"l": lane, "n": name, "p": ps}))  # fmt: skip
+            queries.TENANTS_SET_TENANT_SELECT_SETTLEMENT, {"l": lane, "n": name, "p": ps}))  # fmt: skip
     if sets:
         assign = ", ".join(f"{k} = :{k}" for k in sets)
-        cur.execute(f"update tenant set {assign}, updated_at = :now where lane = :l and name = :n",
+        cur.execute(queries.tenants_set_tenant_update_tenant(assign),
                     {**sets, "now": now, "l": lane, "n": name})  # fmt: skip
     return next(t for t in listing(cur, now, lane) if t["tenant"] == name)
 
@@ -176,7 +172,7 @@ def listing(cur: Cursor, now: float, lane: str | None = None) -> list[dict]:
     """Every tenant (of ``lane``): weight, budget, spent, reserved, waiting, counter, and its share of the
     lane's tokens settled over the last hour (``share_1h``, 0 to 1; None: the lane settled none)."""
     where, params = ("where lane = :l", {"l": lane}) if lane else ("", {})
-    rows = cur.all(f"select lane, {_TENANT_COLS} from tenant {where} order by lane, name", params)
+    rows = cur.all(queries.tenants_listing_select_tenant(_TENANT_COLS, where), params)
     lanes = sorted({r[0] for r in rows})
     reserved: dict[tuple[str, str], int] = {}
     waiting: dict[tuple[str, str], int] = {}
@@ -184,11 +180,10 @@ def listing(cur: Cursor, now: float, lane: str | None = None) -> list[dict]:
     for ln in lanes:
         for t, s in reserved_of(cur, ln).items():
             reserved[ln, t] = s
-        for t, n in cur.all("select tenant, count(*) from job where lane = :l and state = 'new' group by tenant",
+        for t, n in cur.all(queries.TENANTS_LISTING_SELECT_JOB,
                             {"l": ln}):  # fmt: skip
             waiting[ln, t] = int(n)
-        for t, s in cur.all("select j.tenant, sum(s.actual) from settlement s join job j on j.id = s.job_id "
-                            "where s.lane = :l and s.settled_at > :since group by j.tenant",
+        for t, s in cur.all(queries.TENANTS_LISTING_SELECT_SETTLEMENT,
                             {"l": ln, "since": now - 3600.0}):  # fmt: skip
             hour[ln, t] = int(s or 0)
     out = []

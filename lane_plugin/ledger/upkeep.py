@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ..errors import NotParked, UnknownJob
 from ..policy import never_fits
-from . import leases, tenants
+from . import leases, queries, tenants
 from .db import Cursor
 from .jobs import left_lane, lock_job
 from .lanes import LaneRow, all_lanes, lock_lane, period_start, read_lane, roll_counters
@@ -38,8 +38,7 @@ class Moved:
 def _insert_tail(cur: Cursor, rows: list[dict]) -> None:
     if rows:
         cur.executemany(
-            "insert into tail (job_id, lane, stage, est, reason, parked_at, deadline) "
-            "values (:job_id, :lane, :stage, :est, :reason, :parked_at, :deadline)",
+            queries.UPKEEP_INSERT_TAIL,
             rows,
         )
 
@@ -62,9 +61,7 @@ def reap(cur: Cursor, *, now: float) -> Moved:
     for lane in lanes.values():
         moved.bounded += leases.bound(cur, lane.name, lane.lease_seconds, now=now)
         orphans = cur.all(
-            "update job set state = 'parked', lease_token = null, lease_until = 0, finished_at = :now, "
-            "reason = :why where lane = :l and state = 'leased' and lease_until < :now and waiter is not null "
-            "returning id, stage, est, waiter, est_var",
+            queries.UPKEEP_REAP_UPDATE_JOB,
             {"l": lane.name, "now": now, "why": why_gone},
         )
         gone |= {r[3] for r in orphans}
@@ -75,15 +72,11 @@ def reap(cur: Cursor, *, now: float) -> Moved:
         if orphans:
             released[lane.name] = [(r[2], r[4]) for r in orphans]
         requeued = cur.all(
-            "update job set state = 'new', attempt = attempt + 1, lease_token = null, lease_until = 0, "
-            "reason = 'lease expired' where lane = :l and state = 'leased' and lease_until < :now "
-            "and attempt < :max returning id, est, est_var",
+            queries.UPKEEP_REAP_UPDATE_JOB_2,
             {"l": lane.name, "now": now, "max": lane.max_attempts},
         )
         parked = cur.all(
-            "update job set state = 'parked', lease_token = null, lease_until = 0, finished_at = :now, "
-            "reason = :why where lane = :l and state = 'leased' and lease_until < :now "
-            "returning id, stage, est, est_var",
+            queries.UPKEEP_REAP_UPDATE_JOB_3,
             {"l": lane.name, "now": now, "why": f"lease expired on attempt {lane.max_attempts} of {lane.max_attempts}"},
         )
         moved.requeued += [r[0] for r in requeued]
@@ -100,8 +93,7 @@ def reap(cur: Cursor, *, now: float) -> Moved:
             released.setdefault(lane.name, []).extend(ests)
     for name, ests in released.items():
         cur.execute(
-            "update lane set reserved = reserved - :e, reserved_var = reserved_var - :v, leased = leased - :n, "
-            "updated_at = :now where name = :l",
+            queries.UPKEEP_REAP_UPDATE_LANE,
             {"e": sum(e for e, _ in ests), "v": sum(v for _, v in ests), "n": len(ests), "now": now, "l": name},
         )
     if reaped:
@@ -116,9 +108,9 @@ def drop_waiters(cur: Cursor, waiters: set[str], *, now: float, why: str, lane: 
     """The waiters are gone: mark them, and park their waiting jobs (in ``lane``, or every lane; locked)."""
     tails: list[dict] = []
     for w in sorted(waiters):
-        cur.execute("update waiter set gone_at = :now where id = :w and gone_at is null", {"now": now, "w": w})
+        cur.execute(queries.UPKEEP_DROP_WAITERS_UPDATE_WAITER, {"now": now, "w": w})
         rows = cur.all(
-            "update job set state = 'parked', reason = :why, finished_at = :now where waiter = :w and state = 'new'"
+            queries.UPKEEP_DROP_WAITERS_UPDATE_JOB
             + (" and lane = :l" if lane else "")
             + " returning id, lane, stage, est",
             {"why": why, "now": now, "w": w, "l": lane},
@@ -135,8 +127,7 @@ def park_overdue(cur: Cursor, *, now: float) -> Moved:
     moved = Moved()
     for lane in all_lanes(cur, lock=True):
         rows = cur.all(
-            "update job set state = 'parked', reason = 'deadline passed while waiting', finished_at = :now "
-            "where lane = :l and state = 'new' and deadline < :now returning id, stage, est",
+            queries.UPKEEP_PARK_OVERDUE,
             {"l": lane.name, "now": now},
         )
         tail = [
@@ -151,11 +142,11 @@ def park_overdue(cur: Cursor, *, now: float) -> Moved:
 
 def expire_tail(cur: Cursor, *, now: float) -> Moved:
     """Fail parked jobs whose time in the tail ran out."""
-    rows = cur.all("delete from tail where deadline < :now returning job_id, lane, stage, est, reason", {"now": now})
+    rows = cur.all(queries.UPKEEP_EXPIRE_TAIL_DELETE_TAIL, {"now": now})
     moved = Moved()
     if rows:
         cur.executemany(
-            "update job set state = 'failed', reason = :reason where id = :id and state = 'parked'",
+            queries.UPKEEP_EXPIRE_TAIL_UPDATE_JOB,
             [{"id": r[0], "reason": f"expired in the tail ({r[4]})"} for r in rows],
         )
         moved.expired = [dict(job_id=r[0], lane=r[1], stage=r[2], est=r[3], reason=r[4]) for r in rows]
@@ -167,8 +158,7 @@ def park(cur: Cursor, job_id: str, *, reason: str, now: float) -> dict | None:
     a job moved to its fallback meanwhile is parked there, with that lane's tail deadline)."""
     lane, job = lock_job(cur, job_id)
     cur.execute(
-        "update job set state = 'parked', reason = :why, finished_at = :now where id = :id and state = 'new' "
-        "and lane = :l",
+        queries.UPKEEP_PARK,
         {"why": reason, "now": now, "id": job_id, "l": lane.name},
     )
     if cur.rowcount != 1:
@@ -190,8 +180,7 @@ def give_up_never_fitting(cur: Cursor, row: LaneRow, *, now: float) -> list[dict
     pol = row.policy
     # With limits over other units, every waiting job of the lane is read (a settings change, not admission).
     narrow = "" if pol.limits else "and (coalesce(rate_cost, est) > :burst or est > :ceiling) "
-    found = cur.all("select id, est, rate_cost, rate_input, rate_output from job where lane = :l and state = 'new' "
-                    f"{narrow}order by id", {"l": row.name, "burst": pol.burst_tokens, "ceiling": pol.ceiling})  # fmt: skip
+    found = cur.all(queries.upkeep_give_up_never_fitting(narrow), {"l": row.name, "burst": pol.burst_tokens, "ceiling": pol.ceiling})  # fmt: skip
     tails = []
     for job_id, est, rate_cost, rate_input, rate_output in found:
         why = never_fits(pol, est, starts_run=False, rate_cost=rate_cost, input_cost=rate_input,
@@ -229,7 +218,7 @@ def _fresh_place(cur: Cursor, lane: str) -> tuple[str, dict]:
 
 def move_to_fallback(cur: Cursor, job_id: str, *, now: float) -> str | None:
     """Send a waiting job to its fallback lane; returns that lane, or None if it has none."""
-    row = cur.one("select lane, fallback, state from job where id = :id", {"id": job_id})
+    row = cur.one(queries.UPKEEP_MOVE_TO_FALLBACK_SELECT_JOB, {"id": job_id})
     if row is None:
         raise UnknownJob(job_id)
     if not row[1] or row[2] != "new":
@@ -239,8 +228,7 @@ def move_to_fallback(cur: Cursor, job_id: str, *, now: float) -> str | None:
     lock_lane(cur, row[0])
     place, params = _fresh_place(cur, row[1])
     moved = cur.all(
-        f"update job set lane = :fb, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {place} "
-        "where id = :id and state = 'new' and lane = :old returning id, lease_attempt, tenant",
+        queries.upkeep_move_to_fallback_update_job(_FRESH_DEADLINE, place),
         {"fb": row[1], "to": row[1], "now": now, "id": job_id, "old": row[0], **params},
     )
     tenants.ensure(cur, row[1], (r[2] for r in moved), now)  # its tenant has a row in its new lane
@@ -252,12 +240,11 @@ def move_to_fallback(cur: Cursor, job_id: str, *, now: float) -> str | None:
 def fall_back_waiting(cur: Cursor, lane: str, *, now: float) -> int:
     """Preflight failed: every waiting job of ``lane`` that may fall back moves to its fallback."""
     moved = 0
-    for (fb,) in cur.all("select distinct fallback from job where lane = :l and state = 'new' and fallback is not null",
+    for (fb,) in cur.all(queries.UPKEEP_FALL_BACK_WAITING_SELECT_JOB,
                          {"l": lane}):  # fmt: skip
         place, params = _fresh_place(cur, fb)
         rows = cur.all(
-            f"update job set lane = fallback, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {place} "
-            "where lane = :l and state = 'new' and fallback = :fb returning id, lease_attempt, tenant",
+            queries.upkeep_fall_back_waiting_update_job(_FRESH_DEADLINE, place),
             {"l": lane, "fb": fb, "to": fb, "now": now, **params},
         )
         tenants.ensure(cur, fb, (r[2] for r in rows), now)
@@ -269,33 +256,30 @@ def fall_back_waiting(cur: Cursor, lane: str, *, now: float) -> int:
 
 def requeue(cur: Cursor, job_id: str, *, now: float) -> None:
     """Put a parked job back in the queue, as a new attempt if its last one was leased."""
-    row = cur.one("select state, lane from job where id = :id", {"id": job_id})
+    row = cur.one(queries.UPKEEP_REQUEUE_SELECT_JOB, {"id": job_id})
     if row is None:
         raise UnknownJob(job_id)
     if row[0] != "parked":
         raise NotParked(f"job {job_id} is {row[0]}, not parked: only parked jobs can be requeued", job_id=job_id)
     lane = lock_lane(cur, row[1])
-    cur.execute("delete from tail where job_id = :id", {"id": job_id})
+    cur.execute(queries.UPKEEP_REQUEUE_DELETE_TAIL, {"id": job_id})
     prio, params = lane.prio_sql(":now")
     cur.execute(
-        f"update job set state = 'new', reason = null, finished_at = null, wait_since = :now, prio = {prio}, "
-        "attempt = case when lease_attempt >= attempt then attempt + 1 else attempt end "
-        "where id = :id and state = 'parked'",
+        queries.upkeep_requeue_update_job(prio),
         {"now": now, "id": job_id, **params},
     )
 
 
 def drop(cur: Cursor, job_id: str, *, now: float) -> None:
     """Give up on a parked job: it fails with the reason 'dropped'."""
-    row = cur.one("select state from job where id = :id", {"id": job_id})
+    row = cur.one(queries.UPKEEP_DROP_SELECT_JOB, {"id": job_id})
     if row is None:
         raise UnknownJob(job_id)
     if row[0] != "parked":
         raise NotParked(f"job {job_id} is {row[0]}, not parked: only parked jobs can be dropped", job_id=job_id)
-    cur.execute("delete from tail where job_id = :id", {"id": job_id})
+    cur.execute(queries.UPKEEP_DROP_DELETE_TAIL, {"id": job_id})
     cur.execute(
-        "update job set state = 'failed', reason = 'dropped from the tail', finished_at = :now "
-        "where id = :id and state = 'parked'",
+        queries.UPKEEP_DROP_UPDATE_JOB,
         {"now": now, "id": job_id},
     )
 

@@ -19,7 +19,9 @@ import os
 import socket
 import uuid
 
+from . import queries
 from .db import Cursor
+from .queries import ROW_KEYS as ROW_KEYS
 from .rates import slack_sql
 
 HEARTBEAT_SECONDS = 1.0  # a waiting process says it is still there this often
@@ -34,9 +36,6 @@ RECHECK_SECONDS = 1.0  # a waiter seen alive is not read again for this long (le
 _seen_alive: dict[tuple[int, str], float] = {}  # (the database, the waiter): ledger time seen alive
 _idents: dict[int, str] = {}  # pid -> waiter id (a fork is another waiter)
 
-# The own-row read of a waiting job: what its waiter needs to hold the lease it was handed.
-ROW_KEYS = ("id", "lane", "stage", "est", "attempt", "lease_token", "lease_until", "run_key", "rate_cost", "state",
-            "reason", "admitted_at")  # fmt: skip
 
 
 def waiter_id() -> str:
@@ -51,15 +50,14 @@ def waiter_id() -> str:
 def claim(cur: Cursor, job_id: str, waiter: str, now: float) -> None:
     """A gated intake: ``waiter`` waits for ``job_id`` (heartbeat now; the waiting job names it)."""
     heartbeat(cur, waiter, now)
-    cur.execute("update job set waiter = :w where id = :id and state = 'new'", {"w": waiter, "id": job_id})
+    cur.execute(queries.WAITERS_CLAIM, {"w": waiter, "id": job_id})
 
 
 def heartbeat(cur: Cursor, waiter: str, now: float) -> None:
     """The waiter is still there (and no longer gone, if it was wrongly thought so)."""
-    cur.execute("update waiter set seen = :now, gone_at = null where id = :w", {"now": now, "w": waiter})
+    cur.execute(queries.WAITERS_HEARTBEAT_UPDATE_WAITER, {"now": now, "w": waiter})
     if cur.rowcount != 1:
-        conflict = "on conflict (id) do update set seen = excluded.seen, gone_at = null"
-        cur.execute(f"insert into waiter (id, seen) values (:w, :now) {conflict}", {"w": waiter, "now": now})
+        cur.execute(queries.WAITERS_HEARTBEAT_INSERT_WAITER, {"w": waiter, "now": now})
 
 
 def gone(cur: Cursor, waiters: set[str], now: float) -> set[str]:
@@ -72,7 +70,7 @@ def gone(cur: Cursor, waiters: set[str], now: float) -> set[str]:
     ids = sorted(w for w in waiters if not 0 <= now - _seen_alive.get((id(cur.stats), w), -1e18) < RECHECK_SECONDS)
     for i in range(0, len(ids), _CHUNK):
         part = {f"w{k}": w for k, w in enumerate(ids[i:i + _CHUNK])}
-        rows = cur.all(f"select id, seen, gone_at from waiter where id in ({', '.join(':' + k for k in part)})", part)
+        rows = cur.all(queries.waiters_gone(part), part)
         for w, seen, gone_at in rows:
             if gone_at is not None or now - seen > GONE_SECONDS:
                 out.add(w)
@@ -86,8 +84,7 @@ def rows(cur: Cursor, job_ids: list[str]) -> list[tuple]:
     out: list[tuple] = []
     for i in range(0, len(job_ids), _CHUNK):
         part = {f"j{k}": j for k, j in enumerate(job_ids[i:i + _CHUNK])}
-        out += cur.all(f"select {', '.join(ROW_KEYS)} from job where id in ({', '.join(':' + k for k in part)})",
-                       part)  # fmt: skip
+        out += cur.all(queries.waiters_rows(part), part)
     return out
 
 
@@ -102,25 +99,16 @@ def rows_sent(cur: Cursor, job_ids: list[str], now: float, send_slack: float | N
     waiter then gives up is merely cautious.
     """
     slack, params = slack_sql(send_slack, "l.window_seconds")
-    at = f":now + {slack}"
     out: list[tuple] = []
     for i in range(0, len(job_ids), _CHUNK):
         part = {f"j{k}": j for k, j in enumerate(job_ids[i:i + _CHUNK])}
-        ids = ", ".join(":" + k for k in part)
-        out += cur.all(
-            f"with r as (select {', '.join(ROW_KEYS)} from job where id in ({ids})), "
-            f"s as (update rate_charge c set at = greatest(c.at, {at}), sent = true from r join lane l on l.name = r.lane "
-            f"where r.state = 'leased' and c.job_id = r.id and c.attempt = r.attempt and (c.at < {at} or not c.sent)) "
-            f", sl as (update limit_charge c set at = greatest(c.at, {at}), sent = true from r join lane l on l.name = r.lane "
-            f"where r.state = 'leased' and c.job_id = r.id and c.attempt = r.attempt and (c.at < {at} or not c.sent)) "
-            "select * from r",
-            {**part, "now": now, **params})
+        out += cur.all(queries.waiters_rows_sent(part, slack), {**part, "now": now, **params})
     return out
 
 
 def lease_expired(cur: Cursor, now: float) -> bool:
     """Is any lease past its expiry (the head of ``ix_job_lease``)? Cheap: then reap hands its room on."""
-    return cur.one("select 1 from job where state = 'leased' and lease_until < :now limit 1", {"now": now}) is not None
+    return cur.one(queries.WAITERS_LEASE_EXPIRED, {"now": now}) is not None
 
 
 def try_tick_lock(cur: Cursor, lane: str) -> bool:
@@ -130,8 +118,7 @@ def try_tick_lock(cur: Cursor, lane: str) -> bool:
     """
     if cur.dialect != "postgresql":
         return True
-    return bool(cur.scalar("select pg_try_advisory_xact_lock(:c, hashtext(current_schema() || '/' || :l))",
-                           {"c": _PG_TICK_CLASS, "l": lane}))  # fmt: skip
+    return bool(cur.scalar(queries.WAITERS_TRY_TICK_LOCK, {"c": _PG_TICK_CLASS, "l": lane}))
 
 
 def leased_what(lane: str, job_ids: list[str]) -> str:
@@ -162,8 +149,7 @@ def parse_what(rest: str) -> tuple[str, str, frozenset[str] | None]:
 def notify(cur: Cursor, lane: str, what: str) -> None:
     """PostgreSQL: tell every listening process, at commit, that jobs were ``leased`` or ``room`` freed."""
     if cur.dialect == "postgresql":
-        cur.execute("select pg_notify(:ch, current_schema() || '|' || :l || '|' || :w)",
-                    {"ch": CHANNEL, "l": lane, "w": what})  # fmt: skip
+        cur.execute(queries.WAITERS_NOTIFY, {"ch": CHANNEL, "l": lane, "w": what})
 
 
 __all__ = ["CHANNEL", "GONE_SECONDS", "HEARTBEAT_SECONDS", "NOTIFY_BYTES", "ROW_KEYS", "WAITER_GONE", "claim",

@@ -38,7 +38,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from . import waiters
+from . import queries, waiters
 from .watchdog import stuck as watchdog_timeout
 
 log = logging.getLogger("lane_plugin.wakeups")
@@ -339,8 +339,8 @@ class _Listener:
         self.db = ledger.db
         self.ledger = ledger
         self.conn = psycopg.connect(**{"connect_timeout": 10, **ledger.url.conninfo}, autocommit=True)
-        self.conn.execute(f"listen {waiters.CHANNEL}")
-        self.schema = self.conn.execute("select current_schema()").fetchone()[0]
+        self.conn.execute(queries.wakeups_init_listen(waiters))
+        self.schema = self.conn.execute(queries.WAKEUPS_INIT_SELECT).fetchone()[0]
 
     def wait(self, timeout: float) -> set[tuple]:
         """Notifications for this schema from other processes within ``timeout``: ``(lane, kind, ids)`` each

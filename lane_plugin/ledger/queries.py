@@ -1,0 +1,876 @@
+"""HEADER"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+# -- leases ----------------------------------------------------------------------------------------------
+LEASES_BOUND = (
+    "update job set lease_until = :until where lane = :l and state = 'leased' and lease_until > :far returning id"
+)
+LEASES_OUT_OF_BOUNDS_SELECT_LANE = "select max(lease_seconds) from lane"
+LEASES_OUT_OF_BOUNDS_SELECT_JOB = "select 1 from job where state = 'leased' and lease_until > :far limit 1"
+
+
+def leases_too_far_ahead(limit) -> str:
+    return (
+        "select j.id, j.lane, j.lease_until, l.lease_seconds from job j join lane l on l.name = j.lane "
+        "where j.state = 'leased' and j.lease_until > :now + l.lease_seconds + :skew order by j.lease_until desc "
+        f"limit {int(limit)}"
+    )
+
+
+# -- jobs ------------------------------------------------------------------------------------------------
+
+
+ALL_JOB_COLUMNS = (
+    "id",
+    "lane",
+    "stage",
+    "est",
+    "rate_cost",
+    "est_version",
+    "est_input",
+    "est_var",
+    "actual",
+    "state",
+    "attempt",
+    "lease_attempt",
+    "lease_until",
+    "lease_token",
+    "deadline",
+    "run_key",
+    "key",
+    "fallback",
+    "reason",
+    "created_at",
+    "wait_since",
+    "prio",
+    "finishing",
+    "admitted_at",
+    "finished_at",
+    "waiter",
+    "tenant",
+    "rate_input",
+    "rate_output",
+    "rate_limited",
+)
+JOB_COLS = "id, lane, stage, est, attempt, run_key, state, lease_until, lease_token, lease_attempt, fallback, key, est_var, tenant"
+JOBS_FIND_JOB = f"select {JOB_COLS} from job where id = :id"
+JOBS_FIND_JOB_FOR_UPDATE = JOBS_FIND_JOB + " for update"  # PostgreSQL: the job's row too, after its lane's
+JOBS_RUN_STARTED = "select 1 from lane_run where lane = :l and run_key = :r"
+
+JOBS_LEFT_LANE = (
+    "insert into lane_move (job_id, leased_upto, lane, moved_at) values (:j, :u, :l, :now) on conflict do nothing"
+)
+JOBS_RAN_IN = "select lane from lane_move where job_id = :j and leased_upto >= :a order by leased_upto limit 1"
+
+
+# -- cursor ----------------------------------------------------------------------------------------------
+CLOCK_NOW = "select extract(epoch from clock_timestamp())"  # PostgreSQL: the server's clock
+
+
+# -- bill ------------------------------------------------------------------------------------------------
+BILL_LANE_NAMES = "select name from lane order by name"
+
+
+def bill_jobs_of_run(marks: str) -> str:
+    return (
+        "select j.id, j.stage, j.lane, j.est, j.created_at, j.admitted_at, j.tenant, j.rate_limited, "
+        "s.lane, s.actual, s.overage, s.by_estimate, s.late from job j left join settlement s on s.job_id = j.id "
+        f"where j.lane in ({marks}) and j.run_key = :r"
+    )
+
+
+# -- learning --------------------------------------------------------------------------------------------
+
+
+def learning_output_samples(lane: bool, stage: bool) -> str:
+    """The newest ``:w`` learnable jobs per stage; of lane ``:lane`` and stage ``:stage`` when asked."""
+    where = ["j.state = 'done'", "j.est_input is not null"]
+    if lane:
+        where.append("j.lane = :lane")
+    if stage:
+        where.append("j.stage = :stage")
+    return (
+        "select stage, est_input, actual from (select j.id, j.stage, j.est_input, j.actual, j.finished_at, "
+        "row_number() over (partition by j.stage order by j.finished_at desc, j.id desc) as rn from job j "
+        f"where {' and '.join(where)} and not exists (select 1 from settlement s where s.job_id = j.id "
+        "and s.by_estimate)) t where rn <= :w order by stage, finished_at, id"
+    )
+
+
+STATE_COLUMNS = (
+    "estimator",
+    "stage",
+    "revision",
+    "allowance",
+    "jobs",
+    "mean",
+    "m2",
+    "mean_input",
+    "p50",
+    "p90",
+    "p99",
+    "fitted_at",
+)
+_STATE = f"select {', '.join(STATE_COLUMNS)} from estimator_state"
+LEARNING_READ_STATE = _STATE + " order by estimator, stage"
+LEARNING_READ_STATE_OF = _STATE + " where estimator = :e order by estimator, stage"
+LEARNING_WRITE_STATE = (
+    f"insert into estimator_state ({', '.join(STATE_COLUMNS)}) values ({', '.join(':' + c for c in STATE_COLUMNS)}) "
+    "on conflict (estimator, stage) do update set "
+    + ", ".join(f"{c} = excluded.{c}" for c in STATE_COLUMNS if c not in ("estimator", "stage"))
+)
+
+
+# -- waiters ---------------------------------------------------------------------------------------------
+# The own-row read of a waiting job: what its waiter needs to hold the lease it was handed.
+ROW_KEYS = (
+    "id",
+    "lane",
+    "stage",
+    "est",
+    "attempt",
+    "lease_token",
+    "lease_until",
+    "run_key",
+    "rate_cost",
+    "state",
+    "reason",
+    "admitted_at",
+)
+WAITERS_CLAIM = "update job set waiter = :w where id = :id and state = 'new'"
+WAITERS_HEARTBEAT_UPDATE_WAITER = "update waiter set seen = :now, gone_at = null where id = :w"
+
+
+WAITERS_HEARTBEAT_INSERT_WAITER = "insert into waiter (id, seen) values (:w, :now) on conflict (id) do update set seen = excluded.seen, gone_at = null"
+
+
+def _marks(keys: Iterable[str]) -> str:
+    return ", ".join(":" + k for k in keys)
+
+
+def waiters_gone(keys: Iterable[str]) -> str:
+    """The waiters named by the parameters ``keys``."""
+    return f"select id, seen, gone_at from waiter where id in ({_marks(keys)})"
+
+
+def waiters_rows(keys: Iterable[str]) -> str:
+    """The :data:`ROW_KEYS` of the jobs named by the parameters ``keys``."""
+    return f"select {', '.join(ROW_KEYS)} from job where id in ({_marks(keys)})"
+
+
+def waiters_rows_sent(keys: Iterable[str], slack: str) -> str:
+    """PostgreSQL: :func:`waiters_rows`, and the leased ones' charges stamped sent at ``:now + slack``."""
+    ids, at = _marks(keys), f":now + {slack}"
+    return (
+        f"with r as (select {', '.join(ROW_KEYS)} from job where id in ({ids})), "
+        f"s as (update rate_charge c set at = greatest(c.at, {at}), sent = true from r join lane l on l.name = r.lane "
+        f"where r.state = 'leased' and c.job_id = r.id and c.attempt = r.attempt and (c.at < {at} or not c.sent)) "
+        f", sl as (update limit_charge c set at = greatest(c.at, {at}), sent = true from r join lane l on l.name = r.lane "
+        f"where r.state = 'leased' and c.job_id = r.id and c.attempt = r.attempt and (c.at < {at} or not c.sent)) "
+        "select * from r"
+    )
+
+
+WAITERS_LEASE_EXPIRED = "select 1 from job where state = 'leased' and lease_until < :now limit 1"
+WAITERS_TRY_TICK_LOCK = "select pg_try_advisory_xact_lock(:c, hashtext(current_schema() || '/' || :l))"
+WAITERS_NOTIFY = "select pg_notify(:ch, current_schema() || '|' || :l || '|' || :w)"
+
+
+# -- runs ------------------------------------------------------------------------------------------------
+RUNS_LAPSE_SELECT_LANE_RUN = "select run_key, remaining from lane_run where lane = :l and expires_at <= :now"
+RUNS_LAPSE_UPDATE_LANE_RUN = (
+    "update lane_run set remaining = 0, expires_at = null where lane = :l and expires_at <= :now"
+)
+RUNS_LAPSE_UPDATE_LANE = "update lane set finishing = finishing - :f where name = :l"
+
+
+def runs_runs_of(marks) -> str:
+    return f"select run_key, remaining from lane_run where lane = :l and run_key in ({marks})"
+
+
+def runs_fits_of(marks) -> str:
+    return f"select stage, after_tokens, hold_seconds, runs from run_profile where lane = :l and stage in ({marks})"
+
+
+RUNS_RECORD_INSERT_LANE_RUN = (
+    "insert into lane_run (lane, run_key, started_at, stage, committed, remaining, last_at, expires_at) "
+    "values (:l, :r, :now, :st, :c, :rem, :now, :exp) on conflict (lane, run_key) do update set "
+    "stage = excluded.stage, committed = lane_run.committed + excluded.committed, "
+    "remaining = excluded.remaining, last_at = excluded.last_at, expires_at = excluded.expires_at"
+)
+RUNS_RECORD_UPDATE_JOB = "update job set finishing = :t where lane = :l and run_key = :r and state in ('new', 'parked')"
+RUNS_REFIT_SELECT_JOB = (
+    "select j.run_key, j.stage, j.est, j.actual, j.admitted_at from job j join (select run_key from lane_run "
+    "where lane = :l and expires_at is null order by last_at desc limit :n) r on r.run_key = j.run_key "
+    "where j.lane = :l and j.admitted_at is not null order by j.run_key, j.admitted_at, j.created_at, j.id"
+)
+RUNS_REFIT_INSERT_RUN_PROFILE = (
+    "insert into run_profile (lane, stage, after_tokens, hold_seconds, runs, fitted_at) values (:l, :s, :a, :h, :n, :now) "
+    "on conflict (lane, stage) do update set after_tokens = excluded.after_tokens, hold_seconds = excluded.hold_seconds, "
+    "runs = excluded.runs, fitted_at = excluded.fitted_at"
+)
+RUNS_REFIT_UPDATE_LANE_RUN = (
+    "update lane_run set remaining = coalesce((select p.after_tokens from run_profile p where p.lane = lane_run.lane "
+    "and p.stage = lane_run.stage), 0) where lane = :l and expires_at is not null"
+)
+RUNS_REFIT_SELECT_JOB_2 = "select est from job where lane = :l order by created_at desc limit :n"
+
+
+def runs_refit_select_settlement(cleared) -> str:
+    return (
+        "select est, actual from settlement where lane = :l and not by_estimate and not late"
+        f"{cleared} order by settled_at desc, id desc limit :n"
+    )
+
+
+RUNS_REFIT_UPDATE_LANE = (
+    "update lane set profile_at = :now, size_boundary = :b, drift = :d, drift_overrun = :o, drift_spread = :s, "
+    "finishing = (select coalesce(sum(remaining), 0) from lane_run where lane = :l and expires_at is not null) "
+    "where name = :l"
+)
+
+
+def runs_profile(cols) -> str:
+    return f"select {', '.join(cols)} from run_profile where lane = :l order by stage"
+
+
+# -- schema ----------------------------------------------------------------------------------------------
+SCHEMA_MIGRATION_LOCK_SELECT = "select pg_advisory_lock(%s)"
+SCHEMA_MIGRATION_LOCK_SELECT_2 = "select pg_advisory_unlock(%s)"
+
+
+# -- intake ----------------------------------------------------------------------------------------------
+
+
+def intake_submit_select_job(JOB_COLS) -> str:
+    return f"select {JOB_COLS}, est_version from job where key = :k"
+
+
+INTAKE_SUBMIT_INSERT_JOB = "insert into job ({cols}) values ({vals}) on conflict do nothing"
+
+
+def intake_submit_select_job_2(JOB_COLS) -> str:
+    return f"select {JOB_COLS}, est_version from job where key = :k"
+
+
+INTAKE_SUBMIT_INSERT_SHADOW_ESTIMATE = "insert into shadow_estimate (job_id, version, est) values (:j, :v, :e)"
+INTAKE_WAITER_GONE = "select reason from job where id = :id"
+INTAKE_REOPEN_UPDATE_LANE = (
+    "update lane set reserved = reserved - :e, reserved_var = reserved_var - :v, leased = leased - 1 where name = :l"
+)
+INTAKE_REOPEN_DELETE_TAIL = "delete from tail where job_id = :id"
+INTAKE_REOPEN_UPDATE_JOB = (
+    "update job set state = 'new', attempt = :a, lease_token = null, lease_until = 0, "
+    "wait_since = :now, prio = :p, reason = null, finished_at = null "
+    "where id = :id and state = :st and attempt = :old"
+)
+INTAKE_RESOLVE_FALLBACK = "select name from lane where name = :n"
+
+
+# -- status ----------------------------------------------------------------------------------------------
+STATUS_REPORT_STATES_SELECT_LANE = "select reported_state from lane where name = :n"
+STATUS_REPORT_STATES_UPDATE_LANE = "update lane set reported_state = :s where name = :n"
+STATUS_LANE_STATUS = "select lane, state, count(*) from job where state in ('new', 'parked') group by lane, state"
+STATUS_FAILED_LATELY = "select count(*) from settlement where lane = :l and settled_at >= :t and outcome = 'failed'"
+STATUS_WAIT_STATUS_SELECT_JOB_2 = "select prio, coalesce(rate_cost, est), waiter, reason from job where id = :id"
+STATUS_WAIT_STATUS_SELECT_JOB = "select count(*) from job where lane = :l and state = 'new'"
+
+
+# -- admitting -------------------------------------------------------------------------------------------
+ADMITTING_RECORD_PREFLIGHT = (
+    "update lane set preflight_ok = :ok, preflight_error = :err, preflight_at = :now where name = :l"
+)
+
+
+# -- limits_api ------------------------------------------------------------------------------------------
+LIMITS_API_RUN = "select paused_until from lane where name = :l"
+
+
+# -- wakeups ---------------------------------------------------------------------------------------------
+
+
+def wakeups_init_listen(waiters) -> str:
+    return f"listen {waiters.CHANNEL}"
+
+
+WAKEUPS_INIT_SELECT = "select current_schema()"
+
+
+# -- reads -----------------------------------------------------------------------------------------------
+
+
+def reads_job(ALL_JOB_COLUMNS) -> str:
+    return f"select {', '.join(ALL_JOB_COLUMNS)} from job where id = :id"
+
+
+def reads_tail(_TAIL) -> str:
+    return f"select {', '.join(_TAIL)} from tail"
+
+
+def reads_settled_jobs(where) -> str:
+    return (
+        "select j.id, j.lane, j.stage, j.est, coalesce(j.est_version, '-'), j.actual, coalesce(s.overage, 0), "
+        "j.finished_at, j.est_input, coalesce(s.by_estimate, 0), j.rate_cost from job j left join (select job_id, "
+        "sum(overage) as overage, max(case when by_estimate then 1 else 0 end) as by_estimate from settlement "
+        f"group by job_id) s on s.job_id = j.id where {' and '.join(where)}"
+    )
+
+
+READS_SPEND = "select lane, settled_at, actual from settlement"
+READS_SHADOW_ESTIMATES = (
+    "select s.job_id, s.version, s.est from shadow_estimate s join job j on j.id = s.job_id where j.state = 'done'"
+)
+READS_ESTIMATOR_SAMPLES = (
+    "select j.stage, j.est, j.actual, j.finished_at from job j where j.state = 'done' and j.est_version = :v"
+)
+READS_HISTORY = (
+    "select created_at, stage, est, actual, run_key, coalesce(rate_cost, est), tenant from job "
+    "where state = 'done' and created_at >= :since order by created_at, id"
+)
+READS_QUERY_PRAGMA = "pragma query_only = 1"
+READS_QUERY_SAVEPOINT = "savepoint lane_rows"
+READS_QUERY_PRAGMA_2 = "pragma query_only = 0"
+READS_UNDO_ROLLBACK = "rollback to savepoint lane_rows"
+READS_UNDO_SELECT = "select pg_advisory_unlock_all()"
+
+
+# -- rates -----------------------------------------------------------------------------------------------
+RATES_SLIDE_WITH_RATE_CHARGE = (
+    "with gone as (delete from rate_charge where lane = :l and at <= :cut and sent returning cost) "
+    "update lane set window_used = window_used - (select coalesce(sum(cost), 0) from gone), "
+    "window_start = :cut where name = :l returning window_used"
+)
+RATES_SLIDE_DELETE_RATE_CHARGE = "delete from rate_charge where lane = :l and at <= :cut and sent returning cost"
+RATES_SLIDE_UPDATE_LANE = "update lane set window_used = window_used - :f, window_start = :cut where name = :l"
+RATES_CHARGE = "insert into rate_charge (job_id, attempt, lane, at, cost, sent) values (:j, :a, :l, :at, :c, :s)"
+
+
+def rates_true_up_select_rate_charge(lock) -> str:
+    return (
+        "select c.cost, c.lane from rate_charge c join lane l on l.name = c.lane "
+        f"where c.job_id = :j and c.attempt = :a and l.rate_basis = 'actual'{lock}"
+    )
+
+
+RATES_TRUE_UP_UPDATE_RATE_CHARGE = "update rate_charge set cost = :c where job_id = :j and attempt = :a"
+RATES_TRUE_UP_UPDATE_LANE = "update lane set window_used = window_used + :d where name = :l"
+
+
+def rates_stamp_update_rate_charge(which) -> str:
+    return (
+        "update rate_charge set at = case when at < :now then :now else at end, sent = :t "
+        f"where job_id = :j and attempt = :a and {which}"
+    )
+
+
+def rates_stamp_update_limit_charge(which) -> str:
+    return (
+        f"update limit_charge set at = case when at < :now then :now else at end, sent = :t "
+        f"where job_id = :j and attempt = :a and {which}"
+    )
+
+
+def rates_drop_pending_delete_rate_charge(part) -> str:
+    return (
+        f"delete from rate_charge where job_id in ({', '.join(':' + k for k in part)}) "
+        "and not sent returning lane, cost"
+    )
+
+
+RATES_DROP_PENDING_UPDATE_LANE = "update lane set window_used = window_used - :c where name = :l"
+RATES_STAMP_SENT = "select l.window_seconds from lane l join job j on j.lane = l.name where j.id = :j"
+RATES_FREE_AT = (
+    "select min(at) from (select at, sum(cost) over (order by at, job_id, attempt rows unbounded preceding) "
+    "as freed from rate_charge where lane = :l and sent) as w where freed >= :x"
+)
+RATES_USED = "select coalesce(sum(cost), 0) from rate_charge where lane = :l and (at > :cut or not sent)"
+
+
+# -- admission -------------------------------------------------------------------------------------------
+
+
+def admission_head_sql(_COLS, only) -> str:
+    return (
+        f"select * from (select {_COLS} from job where lane = :l and state = 'new' and finishing = :f {only}"
+        f"order by prio, id limit :k) as other union all "
+        f"select * from (select {_COLS} from job where lane = :l and state = 'new' and finishing = :t {only}"
+        f"order by prio, id limit :k) as fin"
+    )
+
+
+ADMISSION_LANE_UPDATE = (
+    "update lane set reserved = reserved + :t, leased = leased + :n, window_used = window_used + :r, "
+    "finishing = finishing + :fd, reserved_var = reserved_var + :v, updated_at = :now "
+    "where name = :l and spent + reserved + :t <= ceiling and leased + :n <= max_leased"
+)
+ADMISSION_LEASE_JOB = (
+    "update job set state = 'leased', lease_until = :lu, lease_token = :tok, lease_attempt = attempt, "
+    "admitted_at = coalesce(admitted_at, :now) where "
+)
+
+
+def admission_lease_pg(_LANE_UPDATE, _LEASE_JOB) -> str:
+    return (
+        f"with l as ({_LANE_UPDATE} returning 1), "
+        f"j as ({_LEASE_JOB}id = any(:ids) and state = 'new' returning 1), "
+        "c as (insert into rate_charge (job_id, attempt, lane, at, cost, sent) select x.j, x.a, :l, :at, x.c, x.s "
+        "from unnest(:js::text[], :atts::int[], :cs::bigint[], :ss::boolean[]) as x(j, a, c, s)), "
+        "n as (select pg_notify(:ch, current_schema() || '|' || :l || '|' || :what) from l) "
+        "select (select count(*) from l), (select count(*) from j), (select count(*) from n)"
+    )
+
+
+ADMISSION_RENEW_SELECT_JOB = (
+    "select j.state, j.lease_token, l.lease_seconds, j.lease_until from job j join lane l on l.name = j.lane "
+    "where j.id = :id"
+)
+ADMISSION_RENEW_UPDATE_JOB = (
+    "update job set lease_until = :u where id = :id and state = 'leased' and lease_token = :tok"
+)
+
+
+# -- settlement ------------------------------------------------------------------------------------------
+
+
+def settlement_live_sql(RETURNING, tenants) -> str:
+    return (
+        "with lk as (select name from lane where name = :l and period = :per and period_start >= :ps for update), "
+        "j as (update job set state = :st, actual = actual + :a, finished_at = :now, lease_token = null "
+        "where id = :id and lane = :l and state = 'leased' and attempt = :att and lease_attempt = :att "
+        "and exists (select 1 from lk) returning est, est_var, tenant), "
+        "c as (update rate_charge set sent = true, at = greatest(at, :now) where job_id = :id and attempt = :att "
+        "and not sent and exists (select 1 from j)), "
+        "cl as (update limit_charge set sent = true, at = greatest(at, :now) where job_id = :id and attempt = :att "
+        "and not sent and exists (select 1 from j)), "
+        "s as (insert into settlement (job_id, attempt, lane, est, actual, overage, late, by_estimate, outcome, "
+        "settled_at) select :id, :att, :l, est, :a, greatest(:a - est, 0), false, :be, :out, :now from j "
+        "on conflict do nothing returning est, overage), "
+        "u as (update lane set spent = spent + :a, reserved = reserved - s.est, reserved_var = reserved_var - j.est_var, "
+        "leased = leased - 1, overage = lane.overage + s.overage, updated_at = :now from j, s where lane.name = :l "
+        f"returning s.est, s.overage, {RETURNING}), "
+        f"t as ({tenants.SETTLE_JOINED_SQL}) "
+        "select (select count(*) from lk), (select count(*) from j), u.* from (select 1) as one left join u on true"
+    )
+
+
+SETTLEMENT_SETTLE_SELECT_SETTLEMENT = "select attempt, actual from settlement where job_id = :j"
+SETTLEMENT_SETTLE_UPDATE_JOB = (
+    "update job set state = :st, actual = actual + :a, finished_at = :now, lease_token = null "
+    "where id = :id and state = 'leased' and attempt = :att"
+)
+SETTLEMENT_SETTLE_INSERT_SETTLEMENT = (
+    "insert into settlement (job_id, attempt, lane, est, actual, overage, late, by_estimate, outcome, "
+    "settled_at) values (:j, :att, :l, :e, :a, :o, :late, :be, :out, :now) on conflict do nothing"
+)
+
+
+def settlement_settle_update_lane(RETURNING) -> str:
+    return (
+        "update lane set spent = spent + :a, reserved = reserved - :e, reserved_var = reserved_var - :v, "
+        f"leased = leased - 1, overage = overage + :o, updated_at = :now where name = :l returning {RETURNING}"
+    )
+
+
+SETTLEMENT_SETTLE_UPDATE_JOB_2 = "update job set actual = actual + :a where id = :id"
+
+
+def settlement_settle_update_lane_2(RETURNING) -> str:
+    return (
+        f"update lane set spent = spent + :a, overage = overage + :o, updated_at = :now where name = :l "
+        f"returning {RETURNING}"
+    )
+
+
+SETTLEMENT_SETTLE_LIVE = (
+    "select j.lane, l.period, l.period_start, j.state = 'leased' and j.attempt = :att and "
+    "j.lease_attempt = :att from job j join lane l on l.name = j.lane where j.id = :id"
+)
+SETTLEMENT_LOCK_LANES_LEFT = (
+    "select distinct m.lane from lane_move m join job j on j.id = m.job_id "
+    "where m.job_id = :j and m.lane < j.lane order by m.lane"
+)
+SETTLEMENT_FIRST_SETTLEMENT = (
+    "select lane, est, actual, overage, late, outcome, by_estimate from settlement where job_id = :j and attempt = :a"
+)
+
+
+# -- upkeep ----------------------------------------------------------------------------------------------
+UPKEEP_INSERT_TAIL = (
+    "insert into tail (job_id, lane, stage, est, reason, parked_at, deadline) "
+    "values (:job_id, :lane, :stage, :est, :reason, :parked_at, :deadline)"
+)
+UPKEEP_REAP_UPDATE_JOB = (
+    "update job set state = 'parked', lease_token = null, lease_until = 0, finished_at = :now, "
+    "reason = :why where lane = :l and state = 'leased' and lease_until < :now and waiter is not null "
+    "returning id, stage, est, waiter, est_var"
+)
+UPKEEP_REAP_UPDATE_JOB_2 = (
+    "update job set state = 'new', attempt = attempt + 1, lease_token = null, lease_until = 0, "
+    "reason = 'lease expired' where lane = :l and state = 'leased' and lease_until < :now "
+    "and attempt < :max returning id, est, est_var"
+)
+UPKEEP_REAP_UPDATE_JOB_3 = (
+    "update job set state = 'parked', lease_token = null, lease_until = 0, finished_at = :now, "
+    "reason = :why where lane = :l and state = 'leased' and lease_until < :now "
+    "returning id, stage, est, est_var"
+)
+UPKEEP_REAP_UPDATE_LANE = (
+    "update lane set reserved = reserved - :e, reserved_var = reserved_var - :v, leased = leased - :n, "
+    "updated_at = :now where name = :l"
+)
+UPKEEP_DROP_WAITERS_UPDATE_WAITER = "update waiter set gone_at = :now where id = :w and gone_at is null"
+UPKEEP_DROP_WAITERS_UPDATE_JOB = (
+    "update job set state = 'parked', reason = :why, finished_at = :now where waiter = :w and state = 'new'"
+)
+UPKEEP_PARK_OVERDUE = (
+    "update job set state = 'parked', reason = 'deadline passed while waiting', finished_at = :now "
+    "where lane = :l and state = 'new' and deadline < :now returning id, stage, est"
+)
+UPKEEP_EXPIRE_TAIL_DELETE_TAIL = "delete from tail where deadline < :now returning job_id, lane, stage, est, reason"
+UPKEEP_EXPIRE_TAIL_UPDATE_JOB = "update job set state = 'failed', reason = :reason where id = :id and state = 'parked'"
+UPKEEP_PARK = (
+    "update job set state = 'parked', reason = :why, finished_at = :now where id = :id and state = 'new' and lane = :l"
+)
+
+
+def upkeep_give_up_never_fitting(narrow) -> str:
+    return (
+        "select id, est, rate_cost, rate_input, rate_output from job where lane = :l and state = 'new' "
+        f"{narrow}order by id"
+    )
+
+
+UPKEEP_MOVE_TO_FALLBACK_SELECT_JOB = "select lane, fallback, state from job where id = :id"
+
+
+def upkeep_move_to_fallback_update_job(_FRESH_DEADLINE, place) -> str:
+    return (
+        f"update job set lane = :fb, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {place} "
+        "where id = :id and state = 'new' and lane = :old returning id, lease_attempt, tenant"
+    )
+
+
+UPKEEP_FALL_BACK_WAITING_SELECT_JOB = (
+    "select distinct fallback from job where lane = :l and state = 'new' and fallback is not null"
+)
+
+
+def upkeep_fall_back_waiting_update_job(_FRESH_DEADLINE, place) -> str:
+    return (
+        f"update job set lane = fallback, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {place} "
+        "where lane = :l and state = 'new' and fallback = :fb returning id, lease_attempt, tenant"
+    )
+
+
+UPKEEP_REQUEUE_SELECT_JOB = "select state, lane from job where id = :id"
+UPKEEP_REQUEUE_DELETE_TAIL = "delete from tail where job_id = :id"
+
+
+def upkeep_requeue_update_job(prio) -> str:
+    return (
+        f"update job set state = 'new', reason = null, finished_at = null, wait_since = :now, prio = {prio}, "
+        "attempt = case when lease_attempt >= attempt then attempt + 1 else attempt end "
+        "where id = :id and state = 'parked'"
+    )
+
+
+UPKEEP_DROP_SELECT_JOB = "select state from job where id = :id"
+UPKEEP_DROP_DELETE_TAIL = "delete from tail where job_id = :id"
+UPKEEP_DROP_UPDATE_JOB = (
+    "update job set state = 'failed', reason = 'dropped from the tail', finished_at = :now "
+    "where id = :id and state = 'parked'"
+)
+
+
+# -- audit -----------------------------------------------------------------------------------------------
+AUDIT_AUDIT_SELECT_JOB_4 = (
+    "select lane, count(*), coalesce(sum(est), 0), coalesce(sum(est_var), 0) from job "
+    "where state = 'leased' group by lane"
+)
+AUDIT_AUDIT_SELECT_SETTLEMENT_3 = (
+    "select coalesce(sum(actual), 0), coalesce(sum(overage), 0) from settlement where lane = :l and settled_at >= :p"
+)
+AUDIT_AUDIT_SELECT_RATE_CHARGE_2 = (
+    "select (select coalesce(sum(cost), 0) from rate_charge where lane = :l), (select coalesce(sum(remaining), "
+    "0) from lane_run where lane = :l and expires_at is not null)"
+)
+AUDIT_AUDIT_SELECT_LIMIT_CHARGE = (
+    "select l.lane, l.unit, l.used, coalesce((select sum(c.cost) from limit_charge c where c.lane = l.lane "
+    "and c.unit = l.unit), 0) from lane_limit l"
+)
+AUDIT_AUDIT_SELECT_SETTLEMENT = (
+    "select job_id, attempt, count(*) from settlement group by job_id, attempt having count(*) > 1"
+)
+AUDIT_AUDIT_SELECT_JOB = (
+    "select j.id, j.actual, coalesce(s.total, 0) from job j left join (select job_id, sum(actual) as total "
+    "from settlement group by job_id) s on s.job_id = j.id where j.actual != coalesce(s.total, 0) limit 20"
+)
+AUDIT_AUDIT_SELECT_RATE_CHARGE = (
+    "select c.job_id, c.attempt, c.lane, j.state from rate_charge c left join job j on j.id = c.job_id "
+    "where not c.sent and (j.id is null or j.state != 'leased' or j.attempt != c.attempt) limit 20"
+)
+AUDIT_AUDIT_SELECT_SETTLEMENT_2 = (
+    "select s.job_id from settlement s left join job j on j.id = s.job_id where j.id is null limit 5"
+)
+AUDIT_AUDIT_SELECT_JOB_2 = (
+    "select j.id from job j left join tail t on t.job_id = j.id where j.state = 'parked' "
+    "and (t.job_id is null or t.deadline is null) limit 20"
+)
+AUDIT_AUDIT_SELECT_TAIL = (
+    "select t.job_id, j.state from tail t left join job j on j.id = t.job_id "
+    "where j.state is null or j.state != 'parked' limit 20"
+)
+AUDIT_AUDIT_SELECT_JOB_3 = "select id, lease_until from job where state = 'leased' and lease_until < :cut limit 20"
+AUDIT_TENANTS_SELECT_TENANT = "select lane, name, spent, ceiling, period_start from tenant"
+AUDIT_TENANTS_SELECT_JOB = (
+    "select coalesce(sum(s.actual), 0), coalesce(sum(s.overage), 0), (select coalesce(sum(est), 0) from job "
+    "where lane = :l and tenant = :t and state = 'leased') from settlement s join job j on j.id = s.job_id "
+    "where s.lane = :l and j.tenant = :t and s.settled_at >= :p"
+)
+AUDIT_ATTEMPTS_SELECT_SETTLEMENT = (
+    "select s.job_id, s.attempt, j.lease_attempt from settlement s join job j on j.id = s.job_id "
+    "where s.attempt < 1 or s.attempt > j.lease_attempt limit 20"
+)
+AUDIT_ATTEMPTS_SELECT_SETTLEMENT_2 = (
+    "select s.job_id, s.attempt, s.est, s.actual, s.overage, s.late, j.est from settlement s "
+    "join job j on j.id = s.job_id where (s.late = :f and (s.est != j.est or s.overage != "
+    "case when s.actual > j.est then s.actual - j.est else 0 end)) "
+    "or (s.late = :t and (s.est != 0 or s.overage != s.actual)) limit 20"
+)
+AUDIT_ATTEMPTS_SELECT_JOB = (
+    "select j.id from job j left join settlement s on s.job_id = j.id and s.attempt = j.attempt "
+    "and s.late = :f where j.state = 'done' and s.job_id is null limit 20"
+)
+AUDIT_ATTEMPTS_SELECT_JOB_2 = (
+    "select j.id, j.attempt, j.lease_attempt, j.lease_token from job j left join settlement s "
+    "on s.job_id = j.id and s.attempt = j.attempt where j.state = 'leased' and "
+    "(j.lease_token is null or j.lease_attempt != j.attempt or s.job_id is not null) limit 20"
+)
+AUDIT_ATTEMPTS_SELECT_JOB_3 = (
+    "select j.id, j.lane from job j left join lane l on l.name = j.lane where l.name is null limit 20"
+)
+AUDIT_ATTEMPTS_SELECT_SETTLEMENT_3 = (
+    "select s.job_id, s.lane from settlement s left join lane l on l.name = s.lane where l.name is null limit 20"
+)
+
+
+# -- tenants ---------------------------------------------------------------------------------------------
+TENANTS_ENSURE = "insert into tenant (lane, name, updated_at) values (:l, :n, :now) on conflict do nothing"
+
+
+def tenants_of_lane_select_tenant(_TENANT_COLS) -> str:
+    return f"select {_TENANT_COLS} from tenant where lane = :l"
+
+
+TENANTS_OF_LANE_UPDATE_TENANT = "update tenant set spent = 0, period_start = :ps where lane = :l and name = :n"
+TENANTS_RESERVED_OF = "select tenant, sum(est) from job where lane = :l and state = 'leased' group by tenant"
+TENANTS_STATES_UPDATE_TENANT = "update tenant set served = :s where lane = :l and name = :n"
+TENANTS_STATES_UPDATE_TENANT_2 = "update tenant set backlogged = :b where lane = :l and name = :n"
+TENANTS_CHARGE = (
+    "update tenant set served = served + :d, updated_at = :now where lane = :l and name = :n "
+    "and (ceiling is null or spent + :r + :t <= ceiling)"
+)
+TENANTS_SETTLE_SQL = (
+    "update tenant set spent = case when period = 'none' or period_start >= "
+    "(case period when 'daily' then :pd else :pm end) then spent + :a else :a end, "
+    "period_start = case period when 'none' then period_start when 'daily' then :pd else :pm end, "
+    "served = served + (:a - :e) / weight where lane = :l and name = :n"
+)
+TENANTS_SET_TENANT_SELECT_TENANT = "select name from tenant where lane = :l order by name"
+TENANTS_SET_TENANT_SELECT_SETTLEMENT = (
+    "select coalesce(sum(s.actual), 0) from settlement s join job j on j.id = s.job_id "
+    "where s.lane = :l and j.tenant = :n and s.settled_at >= :p"
+)
+
+
+def tenants_set_tenant_update_tenant(assign) -> str:
+    return f"update tenant set {assign}, updated_at = :now where lane = :l and name = :n"
+
+
+def tenants_listing_select_tenant(_TENANT_COLS, where) -> str:
+    return f"select lane, {_TENANT_COLS} from tenant {where} order by lane, name"
+
+
+TENANTS_LISTING_SELECT_JOB = "select tenant, count(*) from job where lane = :l and state = 'new' group by tenant"
+TENANTS_LISTING_SELECT_SETTLEMENT = (
+    "select j.tenant, sum(s.actual) from settlement s join job j on j.id = s.job_id "
+    "where s.lane = :l and s.settled_at > :since group by j.tenant"
+)
+
+
+# -- lanes -----------------------------------------------------------------------------------------------
+LANES_SELECT = "select "
+LANES_UNKNOWN_LANE = "select name from lane order by name"
+
+
+def lanes_roll_counters(sets) -> str:
+    return f"update lane set {sets} where name = :name"
+
+
+def lanes_write_lane_settings_insert_lane(row) -> str:
+    return (
+        f"insert into lane ({', '.join(row)}) values ({', '.join(':' + k for k in row)}) on conflict (name) do nothing"
+    )
+
+
+def lanes_write_lane_settings_update_lane(sets) -> str:
+    return f"update lane set {sets}, updated_at = :now where name = :name"
+
+
+LANES_REPOINT_PERIOD_SELECT_SETTLEMENT = (
+    "select coalesce(sum(actual), 0), coalesce(sum(overage), 0) from settlement where lane = :l and settled_at >= :p"
+)
+LANES_REPOINT_PERIOD_UPDATE_LANE = "update lane set period_start = :p, spent = :s, overage = :o where name = :l"
+LANES_CLEAR_DRIFT_SELECT_SETTLEMENT = "select max(settled_at) from settlement where lane = :n"
+LANES_CLEAR_DRIFT_UPDATE_LANE = (
+    "update lane set drift = 1.0, drift_overrun = 0, drift_spread = 0, drift_cleared_at = :c, "
+    "updated_at = :now where name = :n"
+)
+
+
+def lanes_reprioritise(prio) -> str:
+    return f"update job set prio = {prio} where lane = :l and state in ('new', 'parked')"
+
+
+LANES_DELETE_LANE_SELECT_JOB = "select count(*) from job where lane = :n"
+LANES_DELETE_LANE_SELECT_LANE_MOVE = "select count(*) from lane_move where lane = :n"
+LANES_DELETE_LANE_SELECT_LANE = "select name from lane where fallback = :n order by name"
+
+
+def lanes_delete_lane_delete(table) -> str:
+    return f"delete from {table} where lane = :n"
+
+
+LANES_DELETE_LANE_DELETE_LANE = "delete from lane where name = :n"
+
+
+# -- limits ----------------------------------------------------------------------------------------------
+LIMITS_SLIDE_SELECT_LANE_LIMIT = (
+    "select unit, amount, window_seconds, used, window_start from lane_limit where lane = :l"
+)
+LIMITS_SLIDE_DELETE_LIMIT_CHARGE = (
+    "delete from limit_charge where lane = :l and unit = :u and at <= :cut and sent returning cost"
+)
+LIMITS_SLIDE_UPDATE_LANE_LIMIT = (
+    "update lane_limit set used = used - :f, window_start = :cut where lane = :l and unit = :u"
+)
+LIMITS_CHARGE_INSERT_LIMIT_CHARGE = (
+    "insert into limit_charge (job_id, attempt, unit, lane, at, cost, sent) values (:j, :a, :u, :l, :at, :c, :s)"
+)
+LIMITS_CHARGE_UPDATE_LANE_LIMIT = "update lane_limit set used = used + :n where lane = :l and unit = :u"
+
+
+def limits_stamp(which) -> str:
+    return (
+        "update limit_charge set at = case when at < :now then :now else at end, sent = :t "
+        f"where job_id = :j and attempt = :a and {which}"
+    )
+
+
+def limits_drop_pending_delete_limit_charge(part) -> str:
+    return (
+        f"delete from limit_charge where job_id in ({', '.join(':' + k for k in part)}) "
+        "and not sent returning lane, unit, cost"
+    )
+
+
+LIMITS_DROP_PENDING_UPDATE_LANE_LIMIT = "update lane_limit set used = used - :c where lane = :l and unit = :u"
+LIMITS_TRUE_UP_OUTPUT_SELECT_LIMIT_CHARGE = (
+    "select c.cost, c.lane, coalesce(j.rate_input, 0) from limit_charge c join job j on j.id = c.job_id "
+    "where c.job_id = :j and c.attempt = :a and c.unit = :u"
+)
+LIMITS_TRUE_UP_OUTPUT_UPDATE_LIMIT_CHARGE = (
+    "update limit_charge set cost = :c, at = case when at < :now then :now else at end "
+    "where job_id = :j and attempt = :a and unit = :u"
+)
+LIMITS_TRUE_UP_OUTPUT_UPDATE_LANE_LIMIT = "update lane_limit set used = used + :d where lane = :l and unit = :u"
+LIMITS_FREE_AT = (
+    "select min(at) from (select at, sum(cost) over (order by at, job_id, attempt rows unbounded preceding) "
+    "as freed from limit_charge where lane = :l and unit = :u and sent) as w where freed >= :x"
+)
+LIMITS_SET_LIMITS_UPDATE_LANE_2 = (
+    "update lane set burst_tokens = :b, window_seconds = :w, updated_at = :now where name = :n"
+)
+LIMITS_SET_LIMITS_DELETE_LIMIT_CHARGE = "delete from limit_charge where lane = :l and unit = :u"
+LIMITS_SET_LIMITS_DELETE_LANE_LIMIT = "delete from lane_limit where lane = :l and unit = :u"
+LIMITS_SET_LIMITS_UPDATE_LANE_LIMIT = (
+    "update lane_limit set amount = :a, window_seconds = :w where lane = :l and unit = :u"
+)
+LIMITS_SET_LIMITS_INSERT_LANE_LIMIT = (
+    "insert into lane_limit (lane, unit, amount, window_seconds, used, window_start) values (:l, :u, :a, :w, 0, 0)"
+)
+LIMITS_SET_LIMITS_UPDATE_LANE = "update lane set limit_spec = :s, updated_at = :now where name = :n"
+LIMITS_PAUSE_UPDATE_JOB = "update job set rate_limited = rate_limited + 1 where id = :id"
+LIMITS_PAUSE_UPDATE_LANE = "update lane set paused_until = :u, paused_reason = :r, updated_at = :now where name = :l"
+
+
+def limits_true_up_remaining_select(table, where) -> str:
+    return (
+        f"select coalesce(sum(case when job_id like 'provider:%' or not sent then 0 else cost end), 0), "
+        f"count(case when job_id like 'provider:%' then null else 1 end) from {table} where {where}"
+    )
+
+
+LIMITS_TRUE_UP_REMAINING_INSERT_RATE_CHARGE = (
+    "insert into rate_charge (job_id, attempt, lane, at, cost, sent) values (:j, 0, :l, :at, :c, :s) "
+    "on conflict (job_id, attempt) do update set cost = rate_charge.cost + excluded.cost"
+)
+LIMITS_TRUE_UP_REMAINING_UPDATE_LANE = "update lane set window_used = window_used + :c where name = :l"
+LIMITS_TRUE_UP_REMAINING_INSERT_LIMIT_CHARGE = (
+    "insert into limit_charge (job_id, attempt, unit, lane, at, cost, sent) "
+    "values (:j, 0, :u, :l, :at, :c, :s) on conflict (job_id, attempt, unit) "
+    "do update set cost = limit_charge.cost + excluded.cost"
+)
+LIMITS_TRUE_UP_REMAINING_UPDATE_LANE_LIMIT = "update lane_limit set used = used + :c where lane = :l and unit = :u"
+LIMITS_LIMIT_STATUS_SELECT_LIMIT_CHARGE = (
+    "select coalesce(sum(cost), 0) from limit_charge where lane = :l and unit = :u and (at > :cut or not sent)"
+)
+
+
+def limits_limit_status_select(unit, TOKENS) -> str:
+    return (
+        "select min(at) from (select at, sum(cost) over (order by at, job_id, attempt rows "
+        f"unbounded preceding) as freed from {'rate_charge' if unit == TOKENS else 'limit_charge'} "
+        f"where lane = :l {'' if unit == TOKENS else 'and unit = :u '}and sent and at > :cut) "
+        "as w where freed >= :x"
+    )
+
+
+# -- db --------------------------------------------------------------------------------------------------
+
+
+def db_connect_pragma(self) -> str:
+    return f"pragma busy_timeout={int(self.busy_timeout * 1000)}"
+
+
+DB_CONNECT_PRAGMA_2 = "pragma journal_mode=wal"
+DB_CONNECT_PRAGMA_3 = "pragma synchronous=normal"
+
+
+def db_sqlite_once_pragma(TRY_LOCK_MS) -> str:
+    return f"pragma busy_timeout={TRY_LOCK_MS}"
+
+
+DB_SQLITE_ONCE_BEGIN = "begin immediate"
+DB_SQLITE_ONCE_BEGIN_2 = "begin"
+
+
+def db_sqlite_once_pragma_2(self) -> str:
+    return f"pragma busy_timeout={int(self.busy_timeout * 1000)}"
+
+
+DB_TABLES_SELECT_SQLITE_MASTER = "select name from sqlite_master where type='table'"
+DB_TABLES_SELECT_PG_TABLES = "select tablename from pg_tables where schemaname = current_schema()"
+DB_REVISION_SELECT_ALEMBIC_VERSION_2 = "select version_num from alembic_version"
+DB_REVISION_SELECT_ALEMBIC_VERSION = "select version_num from alembic_version"
+
+
+# -- intake ----------------------------------------------------------------------------------------------
+INTAKE_SUBMIT = "insert or ignore into job ({cols}) values ({vals})"
+
+
+# -- reads -----------------------------------------------------------------------------------------------
+READS_QUERY = "set transaction read only"
