@@ -21,6 +21,8 @@ from . import limits, queries, rates, runs, tenants, upkeep, waiters
 from .db import Cursor
 from .jobs import Lease
 from .lanes import LaneRow, lock_lane, roll_counters
+from .queries import GATED_HEAD_SQL, TENANT_HEADS, WAITERS_HEAD_SQL, WAITERS_HEAD_SQLITE
+from .queries import HEAD_SQL as HEAD_SQL
 
 
 class Ticked(NamedTuple):
@@ -35,50 +37,9 @@ class Ticked(NamedTuple):
     parked: list[dict]
     retry_in: float | None = None
 
-# The head of one index, (lane, state, finishing, prio, id), read as two ranges: the waiting jobs of
-# runs under way and the rest, each in priority order (finishing jobs must not hide behind starters).
-_COLS = ("id, est, wait_since, run_key, stage, attempt, coalesce(rate_cost, est), prio, est_var, waiter, tenant, "
-         "rate_input, rate_output")
-
-
-def _head_sql(only: str = "") -> str:
-    return (queries.admission_head_sql(_COLS, only))  # fmt: skip
-
-
-def _per_tenant(sql: str) -> str:
-    """The same head, of one tenant (:tn): read from the head of ix_job_tenant_queue / ix_job_tenant_gated."""
-    return (sql.replace("and state = 'new' and", "and tenant = :tn and state = 'new' and")
-            .replace("indexed by ix_job_gated", "indexed by ix_job_tenant_gated"))  # fmt: skip
-
-
-HEAD_SQL = _head_sql()
-# The same head without the jobs nobody waits for (submitted from the CLI, or by a script that polls
-# Ledger.acquire), but for :own (one such job, whose own poll ticks): what a tick that will not run
-# them reads, reading past them in the index.
-GATED_HEAD_SQL = _head_sql("and (waiter is not null or id = :own) ")
-# ... and with no :own job (a hand-off, a gate's or the watcher's tick): the same rows in the same order, read
-# from the head of ix_job_gated (migration 0013), a partial index holding exactly the waiting gated jobs on
-# (lane, finishing, prio, id), instead of walking ix_job_queue past every job nobody waits for (a lane with
-# 20,000 CLI jobs queued read all of them at every settlement). SQLite is told the index (its planner, with
-# no statistics, prefers ix_job_queue's longer prefix); INDEXED BY fails loudly, never scans, if it cannot.
-WAITERS_HEAD_SQL = _head_sql("and waiter is not null ")
-WAITERS_HEAD_SQLITE = WAITERS_HEAD_SQL.replace("from job where", "from job indexed by ix_job_gated where")
-# Per tenant (a lane with several: lane_plugin.policy.fairness), the head of each tenant's queue.
-TENANT_HEADS = {sql: _per_tenant(sql) for sql in (HEAD_SQL, GATED_HEAD_SQL, WAITERS_HEAD_SQL, WAITERS_HEAD_SQLITE)}
 
 # A hand-off with no gated job waiting returns at once (False: it runs on as a tick; tests compare the two).
 SKIP_EMPTY_HANDOFF = True
-
-# Applying a choice: the lane's counters, re-checking the ceiling and the lease cap (a bug in the policy
-# fails the transaction, never overspends), and the chosen jobs' leases.
-_LANE_UPDATE = (
-    queries.ADMISSION_LANE_UPDATE
-)
-_LEASE_JOB = (queries.ADMISSION_LEASE_JOB)  # fmt: skip
-# PostgreSQL: all of it in one statement (data-modifying CTEs always run; the counts are checked after).
-_LEASE_PG = (
-    queries.admission_lease_pg(_LANE_UPDATE, _LEASE_JOB)
-)
 
 
 def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = HEAD_SLACK,
@@ -176,7 +137,7 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = HE
     params = {"t": tokens, "n": n, "r": decision.rate, "fd": decision.finishing, "v": decision.var, "now": now,
               "l": lane, "lu": lease_until, "tok": token}  # fmt: skip
     if cur.dialect == "postgresql":  # the lane, the jobs, the rate charges and the NOTIFY: one round trip
-        counted, leased, _ = cur.one(_LEASE_PG, {
+        counted, leased, _ = cur.one(queries.ADMISSION_LEASE_PG, {
             **params, "ids": decision.ids, "js": [x[0] for x in charges], "atts": [x[1] for x in charges],
             "cs": [x[2] for x in charges], "ss": [x[3] for x in charges], "ch": waiters.CHANNEL,
             "what": waiters.leased_what(lane, decision.ids), "at": now + slack})  # fmt: skip
@@ -185,13 +146,13 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = HE
         if leased != n:
             raise LaneError(f"admission in lane {lane!r} lost a race it cannot lose (lock not held?)")
     else:
-        cur.execute(_LANE_UPDATE, params)
+        cur.execute(queries.ADMISSION_LANE_UPDATE, params)
         if cur.rowcount != 1:
             raise LaneError(f"admission re-check failed in lane {lane!r}: the policy chose past the ceiling")
         for job_id in decision.ids:
             # One primary-key update per job: with "id in (...) and state = 'new'" SQLite's planner
             # picks the state index and walks every waiting job.
-            cur.execute(_LEASE_JOB + "id = :id and state = 'new'", {**params, "id": job_id})
+            cur.execute(queries.ADMISSION_LEASE_ONE, {**params, "id": job_id})
             if cur.rowcount != 1:
                 raise LaneError(f"admission in lane {lane!r} lost a race it cannot lose (lock not held?)")
         rates.charge(cur, lane, now + slack, charges)  # (no NOTIFY on SQLite: its waiters read their own rows)

@@ -115,9 +115,9 @@ class Database:
             except OSError as exc:  # no such directory, permission denied...: the caller's URL is wrong
                 raise DatabaseError(f"cannot open {self.url}: {exc.strerror or exc}") from None
             try:
-                conn.execute(queries.db_connect_pragma(self))
-                conn.execute(queries.DB_CONNECT_PRAGMA_2)
-                conn.execute(queries.DB_CONNECT_PRAGMA_3)
+                conn.execute(queries.sqlite_busy_timeout(self.busy_timeout * 1000))
+                conn.execute(queries.SQLITE_WAL)
+                conn.execute(queries.SQLITE_SYNCHRONOUS_NORMAL)
             except sqlite3.DatabaseError as exc:
                 conn.close()
                 if "not a database" in str(exc) or "malformed" in str(exc):
@@ -262,13 +262,13 @@ class Database:
             with conn:
                 if try_lock:  # the try-lock: wait for the writer's lock only briefly, then give up (Busy)
                     self._local.short_busy = True
-                    conn.execute(queries.db_sqlite_once_pragma(TRY_LOCK_MS))
+                    conn.execute(queries.sqlite_busy_timeout(TRY_LOCK_MS))
                 t0 = time.perf_counter()
                 try:
-                    conn.execute(queries.DB_SQLITE_ONCE_BEGIN if write else queries.DB_SQLITE_ONCE_BEGIN_2)
+                    conn.execute(queries.SQLITE_BEGIN_WRITE if write else queries.SQLITE_BEGIN_READ)
                 finally:
                     if try_lock:
-                        conn.execute(queries.db_sqlite_once_pragma_2(self))
+                        conn.execute(queries.sqlite_busy_timeout(self.busy_timeout * 1000))
                         self._local.short_busy = False
                 t1 = time.perf_counter()
                 if write:
@@ -350,10 +350,10 @@ class Database:
             return None
         conn = self.connection()
         if self.dialect == "sqlite":
-            row = conn.execute(queries.DB_REVISION_SELECT_ALEMBIC_VERSION_2).fetchone()
+            row = conn.execute(queries.DB_REVISION).fetchone()
         else:
             with conn.cursor() as cur:
-                cur.execute(queries.DB_REVISION_SELECT_ALEMBIC_VERSION)
+                cur.execute(queries.DB_REVISION)
                 row = cur.fetchone()
         return row[0] if row else None
 

@@ -7,7 +7,7 @@ from ..policy import never_fits
 from ..policy.fairness import DEFAULT_TENANT
 from . import queries, tenants
 from .db import Cursor
-from .jobs import JOB_COLS, JOB_KEYS, lock_job, run_started
+from .jobs import JOB_KEYS, lock_job, run_started
 from .lanes import LaneRow, read_lane, unknown_lane
 from .limits import drop_pending as drop_limit_pending
 from .rates import drop_pending
@@ -49,7 +49,7 @@ def submit(
     belongs to inside its lane (given a ``tenant`` row there if it has none: weight 1, no budget).
     """
     if key is not None:
-        existing = cur.one(queries.intake_submit_select_job(JOB_COLS), {"k": key})
+        existing = cur.one(queries.INTAKE_JOB_BY_KEY, {"k": key})
         if existing is not None:  # (this very id: a retried commit of this submit, not a rerun)
             rerun = rerun and existing[0] != job_id
             return _replay_submit(cur, existing, stage=stage, est=est, attempt=attempt, now=now, rerun=rerun)
@@ -77,10 +77,6 @@ def submit(
         fallback_lane = None
     # No conflict target: a concurrent submit of the same key (PostgreSQL does not serialise
     # intake) or a retried commit of this very id must be a replay, never a unique violation.
-    if cur.dialect == "postgresql":
-        insert = queries.INTAKE_SUBMIT_INSERT_JOB
-    else:
-        insert = queries.INTAKE_SUBMIT
     fields = dict(
         id=job_id, lane=target.name, stage=stage, est=est, est_version=est_version, est_input=est_input, est_var=est_var, actual=0,
         state="new", attempt=attempt, lease_attempt=0, lease_until=0.0, run_key=run_key, key=key,
@@ -88,10 +84,10 @@ def submit(
         rate_cost=rate_cost, prio=target.priority(est, now, started), finishing=started, tenant=tenant,
         rate_input=rate_input, rate_output=rate_output,
     )  # fmt: skip
-    cur.execute(insert.format(cols=", ".join(fields), vals=", ".join(":" + k for k in fields)), fields)
+    cur.execute(queries.intake_insert_job(cur.dialect, fields), fields)
     if cur.rowcount != 1:
         if key is not None:
-            existing = cur.one(queries.intake_submit_select_job_2(JOB_COLS), {"k": key})
+            existing = cur.one(queries.INTAKE_JOB_BY_KEY, {"k": key})
             if existing is not None and existing[0] != job_id:
                 return _replay_submit(cur, existing, stage=stage, est=est, attempt=attempt, now=now, rerun=rerun)
         return job_id, target.name  # this id was committed by an earlier try of this transaction

@@ -100,10 +100,9 @@ class LaneRow:
         """The same place as an SQL expression over ``job.est``, ``wait`` (a column or a parameter) and
         ``finishing`` (whether the job finishes a run under way: a column or an expression)."""
         if self.size_boundary is None:
-            return f"{wait} + est * :prio_f", {"prio_f": self.policy.age_factor}
-        return (f"{wait} + case when {finishing} then est * :prio_f when est > :prio_b then :prio_w else 0 end",
-                {"prio_f": self.policy.age_factor, "prio_b": self.size_boundary,
-                 "prio_w": float(self.max_wait_seconds)})  # fmt: skip
+            return queries.lane_priority(wait, finishing, False), {"prio_f": self.policy.age_factor}
+        params = {"prio_f": self.policy.age_factor, "prio_b": self.size_boundary, "prio_w": float(self.max_wait_seconds)}
+        return queries.lane_priority(wait, finishing, True), params
 
     @property
     def hard_stopped(self) -> bool:
@@ -129,7 +128,7 @@ class LaneRow:
 
 
 _COLS = ("name",) + POLICY_FIELDS + COUNTER_FIELDS
-_SELECT = queries.LANES_SELECT + ", ".join(_COLS) + " from lane"
+_READS = queries.lane_reads(_COLS)
 
 
 # A statement that writes the lane row can return it whole: ``returning`` these, read by :func:`row_of`.
@@ -137,7 +136,7 @@ RETURNING = ", ".join("lane." + c for c in _COLS)
 
 
 def row_of(r) -> LaneRow:
-    """A lane row from the columns of :data:`RETURNING` (or ``_SELECT``), in order."""
+    """A lane row from the columns of :data:`RETURNING` (or ``_READS``), in order."""
     return _row(r[: len(_COLS)])
 
 
@@ -154,7 +153,7 @@ def unknown_lane(cur: Cursor, name: str, hint: str = "lane lanes lists them") ->
 
 
 def read_lane(cur: Cursor, name: str) -> LaneRow:
-    r = cur.one(_SELECT + " where name = :n", {"n": name})
+    r = cur.one(_READS["one"], {"n": name})
     if r is None:
         raise unknown_lane(cur, name)
     return _row(r)
@@ -162,10 +161,10 @@ def read_lane(cur: Cursor, name: str) -> LaneRow:
 
 def lock_lane(cur: Cursor, name: str) -> LaneRow:
     """Read a lane row holding its lock until the transaction ends."""
-    suffix = " for update" if cur.dialect == "postgresql" else ""
+    pg = cur.dialect == "postgresql"
     t0 = time.perf_counter()
-    r = cur.one(_SELECT + " where name = :n" + suffix, {"n": name})
-    if suffix and cur.locked_at is None:  # the transaction's first lane lock (a re-lock cannot wait)
+    r = cur.one(_READS["lock"] if pg else _READS["one"], {"n": name})
+    if pg and cur.locked_at is None:  # the transaction's first lane lock (a re-lock cannot wait)
         cur.locked_at = time.perf_counter()
         if cur.stats is not None:  # how long it was waited for (SQLite: at BEGIN IMMEDIATE), round trip included
             cur.stats.lock_waits.append(cur.locked_at - t0)
@@ -175,8 +174,8 @@ def lock_lane(cur: Cursor, name: str) -> LaneRow:
 
 
 def all_lanes(cur: Cursor, *, lock: bool = False) -> list[LaneRow]:
-    suffix = " order by name" + (" for update" if lock and cur.dialect == "postgresql" else "")
-    return [_row(r) for r in cur.all(_SELECT + suffix)]
+    sql = _READS["all_locked"] if lock and cur.dialect == "postgresql" else _READS["all"]
+    return [_row(r) for r in cur.all(sql)]
 
 
 def period_start(period: str, now: float) -> float:

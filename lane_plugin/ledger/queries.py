@@ -219,11 +219,15 @@ RUNS_REFIT_UPDATE_LANE_RUN = (
 RUNS_REFIT_SELECT_JOB_2 = "select est from job where lane = :l order by created_at desc limit :n"
 
 
-def runs_refit_select_settlement(cleared) -> str:
-    return (
-        "select est, actual from settlement where lane = :l and not by_estimate and not late"
-        f"{cleared} order by settled_at desc, id desc limit :n"
-    )
+RUNS_DRIFT_SAMPLE = (
+    "select est, actual from settlement where lane = :l and not by_estimate and not late"
+    " order by settled_at desc, id desc limit :n"
+)
+# ... of the settlements after the operator cleared the allowance (:c)
+RUNS_DRIFT_SAMPLE_SINCE = (
+    "select est, actual from settlement where lane = :l and not by_estimate and not late"
+    " and settled_at > :c order by settled_at desc, id desc limit :n"
+)
 
 
 RUNS_REFIT_UPDATE_LANE = (
@@ -245,15 +249,17 @@ SCHEMA_MIGRATION_LOCK_SELECT_2 = "select pg_advisory_unlock(%s)"
 # -- intake ----------------------------------------------------------------------------------------------
 
 
-def intake_submit_select_job(JOB_COLS) -> str:
-    return f"select {JOB_COLS}, est_version from job where key = :k"
+INTAKE_JOB_BY_KEY = f"select {JOB_COLS}, est_version from job where key = :k"
 
 
-INTAKE_SUBMIT_INSERT_JOB = "insert into job ({cols}) values ({vals}) on conflict do nothing"
-
-
-def intake_submit_select_job_2(JOB_COLS) -> str:
-    return f"select {JOB_COLS}, est_version from job where key = :k"
+def intake_insert_job(dialect: str, cols: Iterable[str]) -> str:
+    """A new job row of ``cols`` (parameters of the same names); no conflict target: a row already there
+    with this id or key inserts nothing (the caller reads ``rowcount``)."""
+    cols = list(cols)
+    insert = "insert into job ({cols}) values ({vals}) on conflict do nothing"
+    if dialect != "postgresql":
+        insert = "insert or ignore into job ({cols}) values ({vals})"
+    return insert.format(cols=", ".join(cols), vals=", ".join(":" + k for k in cols))
 
 
 INTAKE_SUBMIT_INSERT_SHADOW_ESTIMATE = "insert into shadow_estimate (job_id, version, est) values (:j, :v, :e)"
@@ -275,8 +281,11 @@ STATUS_REPORT_STATES_SELECT_LANE = "select reported_state from lane where name =
 STATUS_REPORT_STATES_UPDATE_LANE = "update lane set reported_state = :s where name = :n"
 STATUS_LANE_STATUS = "select lane, state, count(*) from job where state in ('new', 'parked') group by lane, state"
 STATUS_FAILED_LATELY = "select count(*) from settlement where lane = :l and settled_at >= :t and outcome = 'failed'"
-STATUS_WAIT_STATUS_SELECT_JOB_2 = "select prio, coalesce(rate_cost, est), waiter, reason from job where id = :id"
-STATUS_WAIT_STATUS_SELECT_JOB = "select count(*) from job where lane = :l and state = 'new'"
+STATUS_JOB_PLACE = "select prio, coalesce(rate_cost, est), waiter, reason from job where id = :id"
+STATUS_WAITING = "select count(*) from job where lane = :l and state = 'new'"
+STATUS_WAITING_AHEAD = (
+    "select count(*) from job where lane = :l and state = 'new' and (prio < :p or (prio = :p and id < :id))"
+)
 
 
 # -- admitting -------------------------------------------------------------------------------------------
@@ -292,25 +301,30 @@ LIMITS_API_RUN = "select paused_until from lane where name = :l"
 # -- wakeups ---------------------------------------------------------------------------------------------
 
 
-def wakeups_init_listen(waiters) -> str:
-    return f"listen {waiters.CHANNEL}"
+def listen(channel: str) -> str:
+    """PostgreSQL: this session hears the NOTIFYs on ``channel`` (an identifier: no parameter can name it)."""
+    return f"listen {channel}"
 
 
-WAKEUPS_INIT_SELECT = "select current_schema()"
+CURRENT_SCHEMA = "select current_schema()"
 
 
 # -- reads -----------------------------------------------------------------------------------------------
 
 
-def reads_job(ALL_JOB_COLUMNS) -> str:
-    return f"select {', '.join(ALL_JOB_COLUMNS)} from job where id = :id"
+READS_JOB = f"select {', '.join(ALL_JOB_COLUMNS)} from job where id = :id"
+TAIL_KEYS = ("job_id", "lane", "stage", "est", "reason", "parked_at", "deadline")
+READS_TAIL = f"select {', '.join(TAIL_KEYS)} from tail order by parked_at, job_id"
+READS_TAIL_OF_LANE = f"select {', '.join(TAIL_KEYS)} from tail where lane = :l order by parked_at, job_id"
 
 
-def reads_tail(_TAIL) -> str:
-    return f"select {', '.join(_TAIL)} from tail"
-
-
-def reads_settled_jobs(where) -> str:
+def reads_settled_jobs(lane: bool, since: bool) -> str:
+    """Settled jobs, of lane ``:lane`` and finished since ``:cut`` when asked."""
+    where = ["j.state = 'done'"]
+    if lane:
+        where.append("j.lane = :lane")
+    if since:
+        where.append("j.finished_at >= :cut")
     return (
         "select j.id, j.lane, j.stage, j.est, coalesce(j.est_version, '-'), j.actual, coalesce(s.overage, 0), "
         "j.finished_at, j.est_input, coalesce(s.by_estimate, 0), j.rate_cost from job j left join (select job_id, "
@@ -319,13 +333,36 @@ def reads_settled_jobs(where) -> str:
     )
 
 
-READS_SPEND = "select lane, settled_at, actual from settlement"
-READS_SHADOW_ESTIMATES = (
+def reads_spend(lane: bool, since: bool) -> str:
+    """Settlements in time order, of lane ``:lane`` and settled since ``:cut`` when asked."""
+    where = (["lane = :lane"] if lane else []) + (["settled_at >= :cut"] if since else [])
+    return (
+        "select lane, settled_at, actual from settlement"
+        + (f" where {' and '.join(where)}" if where else "")
+        + (" order by settled_at, id")
+    )
+
+
+_SHADOW_ESTIMATES = (
     "select s.job_id, s.version, s.est from shadow_estimate s join job j on j.id = s.job_id where j.state = 'done'"
 )
-READS_ESTIMATOR_SAMPLES = (
-    "select j.stage, j.est, j.actual, j.finished_at from job j where j.state = 'done' and j.est_version = :v"
-)
+READS_SHADOW_ESTIMATES = _SHADOW_ESTIMATES
+READS_SHADOW_ESTIMATES_OF_LANE = _SHADOW_ESTIMATES + " and j.lane = :lane"
+
+
+def reads_estimator_samples(lane: bool) -> str:
+    """Done jobs estimated by version ``:v``, first or as a shadow (of lane ``:lane`` when asked), but for
+    those billed their estimate because no usage was found: their "actual" is a guess, it teaches nothing."""
+    where = " and j.lane = :lane" if lane else ""
+    where += " and not exists (select 1 from settlement x where x.job_id = j.id and x.by_estimate)"
+    return (
+        "select j.stage, j.est, j.actual, j.finished_at from job j where j.state = 'done' and j.est_version = :v"
+        + where
+        + " union all select j.stage, s.est, j.actual, j.finished_at from job j join shadow_estimate s "
+        "on s.job_id = j.id where j.state = 'done' and s.version = :v" + where
+    )
+
+
 READS_HISTORY = (
     "select created_at, stage, est, actual, run_key, coalesce(rate_cost, est), tenant from job "
     "where state = 'done' and created_at >= :since order by created_at, id"
@@ -348,11 +385,11 @@ RATES_SLIDE_UPDATE_LANE = "update lane set window_used = window_used - :f, windo
 RATES_CHARGE = "insert into rate_charge (job_id, attempt, lane, at, cost, sent) values (:j, :a, :l, :at, :c, :s)"
 
 
-def rates_true_up_select_rate_charge(lock) -> str:
-    return (
-        "select c.cost, c.lane from rate_charge c join lane l on l.name = c.lane "
-        f"where c.job_id = :j and c.attempt = :a and l.rate_basis = 'actual'{lock}"
-    )
+RATES_TRUE_UP_SELECT_RATE_CHARGE = (
+    "select c.cost, c.lane from rate_charge c join lane l on l.name = c.lane "
+    "where c.job_id = :j and c.attempt = :a and l.rate_basis = 'actual'"
+)
+RATES_TRUE_UP_SELECT_RATE_CHARGE_FOR_UPDATE = RATES_TRUE_UP_SELECT_RATE_CHARGE + " for update of c"  # PostgreSQL
 
 
 RATES_TRUE_UP_UPDATE_RATE_CHARGE = "update rate_charge set cost = :c where job_id = :j and attempt = :a"
@@ -392,7 +429,15 @@ RATES_USED = "select coalesce(sum(cost), 0) from rate_charge where lane = :l and
 # -- admission -------------------------------------------------------------------------------------------
 
 
-def admission_head_sql(_COLS, only) -> str:
+# The head of one index, (lane, state, finishing, prio, id), read as two ranges: the waiting jobs of
+# runs under way and the rest, each in priority order (finishing jobs must not hide behind starters).
+_COLS = (
+    "id, est, wait_since, run_key, stage, attempt, coalesce(rate_cost, est), prio, est_var, waiter, tenant, "
+    "rate_input, rate_output"
+)
+
+
+def _head_sql(only: str = "") -> str:
     return (
         f"select * from (select {_COLS} from job where lane = :l and state = 'new' and finishing = :f {only}"
         f"order by prio, id limit :k) as other union all "
@@ -401,28 +446,52 @@ def admission_head_sql(_COLS, only) -> str:
     )
 
 
+def _per_tenant(sql: str) -> str:
+    """The same head, of one tenant (:tn): read from the head of ix_job_tenant_queue / ix_job_tenant_gated."""
+    return sql.replace("and state = 'new' and", "and tenant = :tn and state = 'new' and").replace(
+        "indexed by ix_job_gated", "indexed by ix_job_tenant_gated"
+    )
+
+
+HEAD_SQL = _head_sql()
+# The same head without the jobs nobody waits for (submitted from the CLI, or by a script that polls
+# Ledger.acquire), but for :own (one such job, whose own poll ticks): what a tick that will not run
+# them reads, reading past them in the index.
+GATED_HEAD_SQL = _head_sql("and (waiter is not null or id = :own) ")
+# ... and with no :own job (a hand-off, a gate's or the watcher's tick): the same rows in the same order, read
+# from the head of ix_job_gated (migration 0013), a partial index holding exactly the waiting gated jobs on
+# (lane, finishing, prio, id), instead of walking ix_job_queue past every job nobody waits for (a lane with
+# 20,000 CLI jobs queued read all of them at every settlement). SQLite is told the index (its planner, with
+# no statistics, prefers ix_job_queue's longer prefix); INDEXED BY fails loudly, never scans, if it cannot.
+WAITERS_HEAD_SQL = _head_sql("and waiter is not null ")
+WAITERS_HEAD_SQLITE = WAITERS_HEAD_SQL.replace("from job where", "from job indexed by ix_job_gated where")
+# Per tenant (a lane with several: lane_plugin.policy.fairness), the head of each tenant's queue.
+TENANT_HEADS = {sql: _per_tenant(sql) for sql in (HEAD_SQL, GATED_HEAD_SQL, WAITERS_HEAD_SQL, WAITERS_HEAD_SQLITE)}
+
+
+# Applying a choice: the lane's counters, re-checking the ceiling and the lease cap (a bug in the policy
+# fails the transaction, never overspends), and the chosen jobs' leases.
 ADMISSION_LANE_UPDATE = (
     "update lane set reserved = reserved + :t, leased = leased + :n, window_used = window_used + :r, "
     "finishing = finishing + :fd, reserved_var = reserved_var + :v, updated_at = :now "
     "where name = :l and spent + reserved + :t <= ceiling and leased + :n <= max_leased"
 )
-ADMISSION_LEASE_JOB = (
+_LEASE_JOB = (
     "update job set state = 'leased', lease_until = :lu, lease_token = :tok, lease_attempt = attempt, "
     "admitted_at = coalesce(admitted_at, :now) where "
 )
 
 
-def admission_lease_pg(_LANE_UPDATE, _LEASE_JOB) -> str:
-    return (
-        f"with l as ({_LANE_UPDATE} returning 1), "
-        f"j as ({_LEASE_JOB}id = any(:ids) and state = 'new' returning 1), "
-        "c as (insert into rate_charge (job_id, attempt, lane, at, cost, sent) select x.j, x.a, :l, :at, x.c, x.s "
-        "from unnest(:js::text[], :atts::int[], :cs::bigint[], :ss::boolean[]) as x(j, a, c, s)), "
-        "n as (select pg_notify(:ch, current_schema() || '|' || :l || '|' || :what) from l) "
-        "select (select count(*) from l), (select count(*) from j), (select count(*) from n)"
-    )
-
-
+ADMISSION_LEASE_ONE = _LEASE_JOB + "id = :id and state = 'new'"
+# PostgreSQL: all of it in one statement (data-modifying CTEs always run; the counts are checked after).
+ADMISSION_LEASE_PG = (
+    f"with l as ({ADMISSION_LANE_UPDATE} returning 1), "
+    f"j as ({_LEASE_JOB}id = any(:ids) and state = 'new' returning 1), "
+    "c as (insert into rate_charge (job_id, attempt, lane, at, cost, sent) select x.j, x.a, :l, :at, x.c, x.s "
+    "from unnest(:js::text[], :atts::int[], :cs::bigint[], :ss::boolean[]) as x(j, a, c, s)), "
+    "n as (select pg_notify(:ch, current_schema() || '|' || :l || '|' || :what) from l) "
+    "select (select count(*) from l), (select count(*) from j), (select count(*) from n)"
+)
 ADMISSION_RENEW_SELECT_JOB = (
     "select j.state, j.lease_token, l.lease_seconds, j.lease_until from job j join lane l on l.name = j.lane "
     "where j.id = :id"
@@ -524,6 +593,11 @@ UPKEEP_REAP_UPDATE_LANE = (
 UPKEEP_DROP_WAITERS_UPDATE_WAITER = "update waiter set gone_at = :now where id = :w and gone_at is null"
 UPKEEP_DROP_WAITERS_UPDATE_JOB = (
     "update job set state = 'parked', reason = :why, finished_at = :now where waiter = :w and state = 'new'"
+    " returning id, lane, stage, est"
+)
+UPKEEP_DROP_WAITERS_UPDATE_JOB_OF_LANE = (
+    "update job set state = 'parked', reason = :why, finished_at = :now where waiter = :w and state = 'new'"
+    " and lane = :l returning id, lane, stage, est"
 )
 UPKEEP_PARK_OVERDUE = (
     "update job set state = 'parked', reason = 'deadline passed while waiting', finished_at = :now "
@@ -536,17 +610,33 @@ UPKEEP_PARK = (
 )
 
 
-def upkeep_give_up_never_fitting(narrow) -> str:
-    return (
-        "select id, est, rate_cost, rate_input, rate_output from job where lane = :l and state = 'new' "
-        f"{narrow}order by id"
-    )
+UPKEEP_WAITING_JOBS = (
+    "select id, est, rate_cost, rate_input, rate_output from job where lane = :l and state = 'new' order by id"
+)
+# ... but those whose rate cost is over the burst (:burst) or whose estimate is over the ceiling (:ceiling)
+UPKEEP_WAITING_JOBS_OVER = (
+    "select id, est, rate_cost, rate_input, rate_output from job where lane = :l and state = 'new' "
+    "and (coalesce(rate_cost, est) > :burst or est > :ceiling) order by id"
+)
 
 
 UPKEEP_MOVE_TO_FALLBACK_SELECT_JOB = "select lane, fallback, state from job where id = :id"
 
 
-def upkeep_move_to_fallback_update_job(_FRESH_DEADLINE, place) -> str:
+# In its fallback lane a job gets the same time to wait again: otherwise park_overdue would
+# park it there at once for the deadline it just missed in its first lane.
+_FRESH_DEADLINE = "deadline = case when deadline is null then null else :now + (deadline - wait_since) end"
+# ...and a place in its new lane's order (by that lane's size classes; :to the lane).
+UNDER_WAY = "exists (select 1 from lane_run r where r.lane = :to and r.run_key = job.run_key)"
+
+
+def fresh_place(prio: str) -> str:
+    """The place in its new lane's order of a job moved there: ``prio`` (:func:`lane_priority`) and whether
+    it finishes a run under way there."""
+    return f"prio = {prio}, finishing = {UNDER_WAY}"
+
+
+def upkeep_move_to_fallback_update_job(place: str) -> str:
     return (
         f"update job set lane = :fb, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {place} "
         "where id = :id and state = 'new' and lane = :old returning id, lease_attempt, tenant"
@@ -558,7 +648,7 @@ UPKEEP_FALL_BACK_WAITING_SELECT_JOB = (
 )
 
 
-def upkeep_fall_back_waiting_update_job(_FRESH_DEADLINE, place) -> str:
+def upkeep_fall_back_waiting_update_job(place: str) -> str:
     return (
         f"update job set lane = fallback, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {place} "
         "where lane = :l and state = 'new' and fallback = :fb returning id, lease_attempt, tenant"
@@ -569,7 +659,7 @@ UPKEEP_REQUEUE_SELECT_JOB = "select state, lane from job where id = :id"
 UPKEEP_REQUEUE_DELETE_TAIL = "delete from tail where job_id = :id"
 
 
-def upkeep_requeue_update_job(prio) -> str:
+def upkeep_requeue_update_job(prio: str) -> str:
     return (
         f"update job set state = 'new', reason = null, finished_at = null, wait_since = :now, prio = {prio}, "
         "attempt = case when lease_attempt >= attempt then attempt + 1 else attempt end "
@@ -661,8 +751,10 @@ AUDIT_ATTEMPTS_SELECT_SETTLEMENT_3 = (
 TENANTS_ENSURE = "insert into tenant (lane, name, updated_at) values (:l, :n, :now) on conflict do nothing"
 
 
-def tenants_of_lane_select_tenant(_TENANT_COLS) -> str:
-    return f"select {_TENANT_COLS} from tenant where lane = :l"
+_TENANT_COLS = "name, weight, served, ceiling, period, period_start, spent, backlogged"
+TENANTS_OF_LANE = f"select {_TENANT_COLS} from tenant where lane = :l"
+TENANTS_LISTING = f"select lane, {_TENANT_COLS} from tenant  order by lane, name"
+TENANTS_LISTING_OF_LANE = f"select lane, {_TENANT_COLS} from tenant where lane = :l order by lane, name"
 
 
 TENANTS_OF_LANE_UPDATE_TENANT = "update tenant set spent = 0, period_start = :ps where lane = :l and name = :n"
@@ -673,11 +765,17 @@ TENANTS_CHARGE = (
     "update tenant set served = served + :d, updated_at = :now where lane = :l and name = :n "
     "and (ceiling is null or spent + :r + :t <= ceiling)"
 )
-TENANTS_SETTLE_SQL = (
+_TENANT_SETTLE = (
     "update tenant set spent = case when period = 'none' or period_start >= "
     "(case period when 'daily' then :pd else :pm end) then spent + :a else :a end, "
     "period_start = case period when 'none' then period_start when 'daily' then :pd else :pm end, "
-    "served = served + (:a - :e) / weight where lane = :l and name = :n"
+    "served = served + ({served}) / weight {where}"
+)
+TENANTS_SETTLE_SQL = _TENANT_SETTLE.format(served=":a - :e", where="where lane = :l and name = :n")
+# The same in PostgreSQL's one-statement settlement (lane_plugin.ledger.settlement), from its ``j`` (the job's
+# UPDATE ... RETURNING est, est_var, tenant): only if that settled the live lease.
+TENANTS_SETTLE_JOINED_SQL = _TENANT_SETTLE.format(
+    served=":a - j.est", where="from j where tenant.lane = :l and tenant.name = j.tenant"
 )
 TENANTS_SET_TENANT_SELECT_TENANT = "select name from tenant where lane = :l order by name"
 TENANTS_SET_TENANT_SELECT_SETTLEMENT = (
@@ -690,10 +788,6 @@ def tenants_set_tenant_update_tenant(assign) -> str:
     return f"update tenant set {assign}, updated_at = :now where lane = :l and name = :n"
 
 
-def tenants_listing_select_tenant(_TENANT_COLS, where) -> str:
-    return f"select lane, {_TENANT_COLS} from tenant {where} order by lane, name"
-
-
 TENANTS_LISTING_SELECT_JOB = "select tenant, count(*) from job where lane = :l and state = 'new' group by tenant"
 TENANTS_LISTING_SELECT_SETTLEMENT = (
     "select j.tenant, sum(s.actual) from settlement s join job j on j.id = s.job_id "
@@ -702,7 +796,29 @@ TENANTS_LISTING_SELECT_SETTLEMENT = (
 
 
 # -- lanes -----------------------------------------------------------------------------------------------
-LANES_SELECT = "select "
+
+
+def lane_priority(wait: str, finishing: str, size_classes: bool) -> str:
+    """A job's place in its lane's order (lane_plugin.policy.order.priority) as an SQL expression over
+    ``job.est``, ``wait`` (a column or a parameter) and ``finishing`` (a column or an expression), with the
+    parameters :prio_f (the age factor) and, with ``size_classes``, :prio_b (the boundary), :prio_w."""
+    if not size_classes:
+        return f"{wait} + est * :prio_f"
+    return f"{wait} + case when {finishing} then est * :prio_f when est > :prio_b then :prio_w else 0 end"
+
+
+def lane_reads(cols: Iterable[str]) -> dict[str, str]:
+    """The reads of lane rows (``cols``): ``one`` by name (:n), ``lock`` it too (PostgreSQL: FOR UPDATE; SQLite's
+    BEGIN IMMEDIATE holds every lane), ``all`` by name, ``all_locked``. Built once, when lanes is imported."""
+    select = "select " + ", ".join(cols) + " from lane"
+    return {
+        "one": select + " where name = :n",
+        "lock": select + " where name = :n" + " for update",
+        "all": select + " order by name",
+        "all_locked": select + " order by name" + " for update",
+    }
+
+
 LANES_UNKNOWN_LANE = "select name from lane order by name"
 
 
@@ -842,35 +958,24 @@ def limits_limit_status_select(unit, TOKENS) -> str:
 # -- db --------------------------------------------------------------------------------------------------
 
 
-def db_connect_pragma(self) -> str:
-    return f"pragma busy_timeout={int(self.busy_timeout * 1000)}"
+def sqlite_busy_timeout(ms: int) -> str:
+    """SQLite: how long a statement waits for another writer's lock, in milliseconds."""
+    return f"pragma busy_timeout={int(ms)}"
 
 
-DB_CONNECT_PRAGMA_2 = "pragma journal_mode=wal"
-DB_CONNECT_PRAGMA_3 = "pragma synchronous=normal"
-
-
-def db_sqlite_once_pragma(TRY_LOCK_MS) -> str:
-    return f"pragma busy_timeout={TRY_LOCK_MS}"
-
-
-DB_SQLITE_ONCE_BEGIN = "begin immediate"
-DB_SQLITE_ONCE_BEGIN_2 = "begin"
-
-
-def db_sqlite_once_pragma_2(self) -> str:
-    return f"pragma busy_timeout={int(self.busy_timeout * 1000)}"
+SQLITE_WAL = "pragma journal_mode=wal"
+SQLITE_SYNCHRONOUS_NORMAL = "pragma synchronous=normal"
+SQLITE_BEGIN_WRITE = "begin immediate"  # the database's writer lock, taken at once
+SQLITE_BEGIN_READ = "begin"
 
 
 DB_TABLES_SELECT_SQLITE_MASTER = "select name from sqlite_master where type='table'"
 DB_TABLES_SELECT_PG_TABLES = "select tablename from pg_tables where schemaname = current_schema()"
-DB_REVISION_SELECT_ALEMBIC_VERSION_2 = "select version_num from alembic_version"
-DB_REVISION_SELECT_ALEMBIC_VERSION = "select version_num from alembic_version"
+DB_REVISION = "select version_num from alembic_version"
 
 
 # -- intake ----------------------------------------------------------------------------------------------
-INTAKE_SUBMIT = "insert or ignore into job ({cols}) values ({vals})"
 
 
 # -- reads -----------------------------------------------------------------------------------------------
-READS_QUERY = "set transaction read only"
+READS_QUERY = "set transaction read only"  # PostgreSQL; SQLite: READS_QUERY_PRAGMA

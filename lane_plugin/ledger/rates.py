@@ -78,9 +78,9 @@ def true_up(cur: Cursor, job_id: str, attempt: int, actual: int) -> None:
     the job's lane lock; another lane's charge is locked here (PostgreSQL), so a tick pruning it waits or has
     deleted it (then nothing is changed).
     """
-    lock = " for update of c" if cur.dialect == "postgresql" else ""
+    pg = cur.dialect == "postgresql"
     row = cur.one(
-        queries.rates_true_up_select_rate_charge(lock),
+        queries.RATES_TRUE_UP_SELECT_RATE_CHARGE_FOR_UPDATE if pg else queries.RATES_TRUE_UP_SELECT_RATE_CHARGE,
         {"j": job_id, "a": attempt},
     )
     if row is None or row[0] == actual:

@@ -11,7 +11,6 @@ from . import queries
 from .db import Cursor
 from .jobs import ALL_JOB_COLUMNS, get_job
 
-_TAIL = ("job_id", "lane", "stage", "est", "reason", "parked_at", "deadline")
 _SETTLED = ("id", "lane", "stage", "est", "est_version", "actual", "overage", "finished_at", "est_input",
             "by_estimate", "rate_cost")
 
@@ -22,73 +21,49 @@ def _dicts(keys: tuple[str, ...], rows) -> list[dict]:
 
 def job(cur: Cursor, job_id: str) -> dict:
     get_job(cur, job_id)  # UnknownJob
-    row = cur.one(queries.reads_job(ALL_JOB_COLUMNS), {"id": job_id})
+    row = cur.one(queries.READS_JOB, {"id": job_id})
     return dict(zip(ALL_JOB_COLUMNS, row))
 
 
 def tail(cur: Cursor, now: float, lane: str | None) -> list[dict]:
-    rows = cur.all(
-        queries.reads_tail(_TAIL) + (" where lane = :l" if lane else "") + " order by parked_at, job_id",
-        {"l": lane},
-    )
-    return [dict(zip(_TAIL, r), age=now - r[5]) for r in rows]
+    rows = cur.all(queries.READS_TAIL_OF_LANE if lane else queries.READS_TAIL, {"l": lane})
+    return [dict(zip(queries.TAIL_KEYS, r), age=now - r[5]) for r in rows]
 
 
 def settled_jobs(cur: Cursor, now: float, *, lane: str | None, since: float | None) -> list[dict]:
-    where, params = ["j.state = 'done'"], {}
+    params: dict = {}
     if lane:
-        where.append("j.lane = :lane")
         params["lane"] = lane
     if since is not None:
-        where.append("j.finished_at >= :cut")
         params["cut"] = now - since
-    rows = cur.all(
-        queries.reads_settled_jobs(where),
-        params,
-    )
+    rows = cur.all(queries.reads_settled_jobs(bool(lane), since is not None), params)
     return [dict(r, by_estimate=bool(r["by_estimate"])) for r in _dicts(_SETTLED, rows)]
 
 
 def spend(cur: Cursor, now: float, *, lane: str | None, since: float | None) -> list[dict]:
     """Settlements (``lane, settled_at, actual``) in time order, within ``since`` seconds if given."""
-    where, params = [], {}
+    params: dict = {}
     if lane:
-        where.append("lane = :lane")
         params["lane"] = lane
     if since is not None:
-        where.append("settled_at >= :cut")
         params["cut"] = now - since
-    rows = cur.all(
-        queries.READS_SPEND + (f" where {' and '.join(where)}" if where else "")
-        + " order by settled_at, id",
-        params,
-    )
+    rows = cur.all(queries.reads_spend(bool(lane), since is not None), params)
     return _dicts(("lane", "settled_at", "actual"), rows)
 
 
 def shadow_estimates(cur: Cursor, *, lane: str | None) -> list[dict]:
-    rows = cur.all(
-        queries.READS_SHADOW_ESTIMATES + (" and j.lane = :lane" if lane else ""),
-        {"lane": lane} if lane else {},
-    )
+    if lane:
+        rows = cur.all(queries.READS_SHADOW_ESTIMATES_OF_LANE, {"lane": lane})
+    else:
+        rows = cur.all(queries.READS_SHADOW_ESTIMATES, {})
     return _dicts(("job_id", "version", "est"), rows)
 
 
 def estimator_samples(cur: Cursor, version: str, *, lane: str | None) -> list[dict]:
     params = {"v": version}
-    where = ""
     if lane:
-        where = " and j.lane = :lane"
         params["lane"] = lane
-    # A job billed its estimate because no usage was found teaches nothing: its "actual" is a guess.
-    where += " and not exists (select 1 from settlement x where x.job_id = j.id and x.by_estimate)"
-    rows = cur.all(
-        queries.READS_ESTIMATOR_SAMPLES
-        + where
-        + " union all select j.stage, s.est, j.actual, j.finished_at from job j join shadow_estimate s "
-        "on s.job_id = j.id where j.state = 'done' and s.version = :v" + where,
-        params,
-    )
+    rows = cur.all(queries.reads_estimator_samples(bool(lane)), params)
     return _dicts(("stage", "est", "actual", "finished_at"), rows)
 
 

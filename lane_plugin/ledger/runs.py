@@ -122,9 +122,8 @@ def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[st
     # estimate billed back for missing usage says nothing about how the estimates drift, nor does a late
     # settlement (stored with est 0: its estimate was released when its lease was reaped); nor does one an
     # operator cleared the allowance after (lanes.clear_drift: a range of the same index, never a scan).
-    cleared = "" if row.drift_cleared_at is None else " and settled_at > :c"
-    settled = cur.all(queries.runs_refit_select_settlement(cleared),
-                      {"l": lane, "n": DRIFT_SAMPLE, "c": row.drift_cleared_at})  # fmt: skip
+    sql = queries.RUNS_DRIFT_SAMPLE if row.drift_cleared_at is None else queries.RUNS_DRIFT_SAMPLE_SINCE
+    settled = cur.all(sql, {"l": lane, "n": DRIFT_SAMPLE, "c": row.drift_cleared_at})
     drift, overrun, spread = fit_drift(settled)
     cur.execute(
         queries.RUNS_REFIT_UPDATE_LANE,

@@ -224,13 +224,12 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
     job = get_job(cur, job_id)
     row = as_of(read_lane(cur, job["lane"]), now)
     prio, rate_cost, waiter, stored = cur.one(
-        queries.STATUS_WAIT_STATUS_SELECT_JOB_2, {"id": job_id}
+        queries.STATUS_JOB_PLACE, {"id": job_id}
     )
-    base = queries.STATUS_WAIT_STATUS_SELECT_JOB
     p = {"l": row.name, "p": prio, "id": job_id}
     position = 0
     if job["state"] == "new":
-        position = 1 + cur.scalar(f"{base} and (prio < :p or (prio = :p and id < :id))", p)
+        position = 1 + cur.scalar(queries.STATUS_WAITING_AHEAD, p)
     key = job["run_key"]
     started = runs_of(cur, row.name, [key] if key else [])
     fit = fits_of(cur, row.name, [job["stage"]]).get(job["stage"]) if key else None
@@ -259,7 +258,7 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
         reason = stored
     return {
         "job_id": job_id, "lane": row.name, "stage": job["stage"], "est": job["est"], "rate_cost": rate_cost,
-        "state": job["state"], "position": position, "waiting": cur.scalar(base, p),
+        "state": job["state"], "position": position, "waiting": cur.scalar(queries.STATUS_WAITING, p),
         "remaining": row.remaining, "spent": row.spent, "reserved": row.reserved, "finishing": row.finishing,
         "ceiling": row.ceiling, "start_limit": row.policy.start_limit, "leased": row.leased,
         "max_leased": row.max_leased, "starts_run": kind != FINISH, "kind": kind,

@@ -19,8 +19,6 @@ from . import queries
 from .db import Cursor
 from .lanes import period_start
 
-_TENANT_COLS = "name, weight, served, ceiling, period, period_start, spent, backlogged"
-
 
 @dataclass
 class TenantRow:
@@ -49,7 +47,7 @@ def ensure(cur: Cursor, lane: str, names: Iterable[str], now: float) -> None:
 def of_lane(cur: Cursor, lane: str, now: float) -> dict[str, TenantRow]:
     """The lane's tenants by name; a budget period that rolled over is reset (the lane is locked)."""
     out: dict[str, TenantRow] = {}
-    for r in cur.all(queries.tenants_of_lane_select_tenant(_TENANT_COLS), {"l": lane}):
+    for r in cur.all(queries.TENANTS_OF_LANE, {"l": lane}):
         row = TenantRow(r[0], float(r[1]), float(r[2]), r[3], r[4], float(r[5]), int(r[6]), bool(r[7]))
         ps = period_start(row.period, now)
         if row.period != "none" and ps > row.period_start:
@@ -102,17 +100,8 @@ def charge(cur: Cursor, lane: str, rows: dict[str, TenantRow], by_tenant: Iterab
 
 
 # Settlement: the tenant's spent (in its period, rolled here as at admission) and its counter trued up to the actual.
-_SETTLE_SQL = (
-    queries.TENANTS_SETTLE_SQL
-)
-
-
-# The same in PostgreSQL's one-statement settlement (lane_plugin.ledger.settlement), from its ``j`` (the job's
-# UPDATE ... RETURNING est, est_var, tenant): only if that settled the live lease.
-SETTLE_JOINED_SQL = (
-    _SETTLE_SQL.replace("(:a - :e)", "(:a - j.est)").replace("where lane = :l and name = :n",
-                                                              "from j where tenant.lane = :l and tenant.name = j.tenant")
-)
+_SETTLE_SQL = queries.TENANTS_SETTLE_SQL
+SETTLE_JOINED_SQL = queries.TENANTS_SETTLE_JOINED_SQL  # PostgreSQL's one-statement settlement (settlement.py)
 
 
 def settle_params(lane: str, tenant: str, actual: int, est: int, now: float) -> dict:
@@ -171,8 +160,10 @@ def set_tenant(cur: Cursor, now: float, lane: str, name: str, *, create: bool, w
 def listing(cur: Cursor, now: float, lane: str | None = None) -> list[dict]:
     """Every tenant (of ``lane``): weight, budget, spent, reserved, waiting, counter, and its share of the
     lane's tokens settled over the last hour (``share_1h``, 0 to 1; None: the lane settled none)."""
-    where, params = ("where lane = :l", {"l": lane}) if lane else ("", {})
-    rows = cur.all(queries.tenants_listing_select_tenant(_TENANT_COLS, where), params)
+    if lane:
+        rows = cur.all(queries.TENANTS_LISTING_OF_LANE, {"l": lane})
+    else:
+        rows = cur.all(queries.TENANTS_LISTING, {})
     lanes = sorted({r[0] for r in rows})
     reserved: dict[tuple[str, str], int] = {}
     waiting: dict[tuple[str, str], int] = {}

@@ -109,12 +109,8 @@ def drop_waiters(cur: Cursor, waiters: set[str], *, now: float, why: str, lane: 
     tails: list[dict] = []
     for w in sorted(waiters):
         cur.execute(queries.UPKEEP_DROP_WAITERS_UPDATE_WAITER, {"now": now, "w": w})
-        rows = cur.all(
-            queries.UPKEEP_DROP_WAITERS_UPDATE_JOB
-            + (" and lane = :l" if lane else "")
-            + " returning id, lane, stage, est",
-            {"why": why, "now": now, "w": w, "l": lane},
-        )
+        sql = queries.UPKEEP_DROP_WAITERS_UPDATE_JOB_OF_LANE if lane else queries.UPKEEP_DROP_WAITERS_UPDATE_JOB
+        rows = cur.all(sql, {"why": why, "now": now, "w": w, "l": lane})
         park_for = {r[1]: read_lane(cur, r[1]).park_seconds for r in rows}
         tails += [dict(job_id=r[0], lane=r[1], stage=r[2], est=r[3], reason=why, parked_at=now,
                        deadline=now + park_for[r[1]]) for r in rows]  # fmt: skip
@@ -179,8 +175,8 @@ def give_up_never_fitting(cur: Cursor, row: LaneRow, *, now: float) -> list[dict
     """
     pol = row.policy
     # With limits over other units, every waiting job of the lane is read (a settings change, not admission).
-    narrow = "" if pol.limits else "and (coalesce(rate_cost, est) > :burst or est > :ceiling) "
-    found = cur.all(queries.upkeep_give_up_never_fitting(narrow), {"l": row.name, "burst": pol.burst_tokens, "ceiling": pol.ceiling})  # fmt: skip
+    sql = queries.UPKEEP_WAITING_JOBS if pol.limits else queries.UPKEEP_WAITING_JOBS_OVER
+    found = cur.all(sql, {"l": row.name, "burst": pol.burst_tokens, "ceiling": pol.ceiling})
     tails = []
     for job_id, est, rate_cost, rate_input, rate_output in found:
         why = never_fits(pol, est, starts_run=False, rate_cost=rate_cost, input_cost=rate_input,
@@ -204,16 +200,11 @@ def give_up(cur: Cursor, job_id: str, *, reason: str, now: float) -> dict | None
     return park(cur, job_id, reason=reason, now=now)
 
 
-# In its fallback lane a job gets the same time to wait again: otherwise park_overdue would
-# park it there at once for the deadline it just missed in its first lane.
-_FRESH_DEADLINE = "deadline = case when deadline is null then null else :now + (deadline - wait_since) end"
-# ...and a place in its new lane's order (by that lane's size classes; :to the lane).
-_UNDER_WAY = "exists (select 1 from lane_run r where r.lane = :to and r.run_key = job.run_key)"
 
 
 def _fresh_place(cur: Cursor, lane: str) -> tuple[str, dict]:
-    prio, params = read_lane(cur, lane).prio_sql(":now", _UNDER_WAY)
-    return f"prio = {prio}, finishing = {_UNDER_WAY}", params
+    prio, params = read_lane(cur, lane).prio_sql(":now", queries.UNDER_WAY)
+    return queries.fresh_place(prio), params
 
 
 def move_to_fallback(cur: Cursor, job_id: str, *, now: float) -> str | None:
@@ -228,7 +219,7 @@ def move_to_fallback(cur: Cursor, job_id: str, *, now: float) -> str | None:
     lock_lane(cur, row[0])
     place, params = _fresh_place(cur, row[1])
     moved = cur.all(
-        queries.upkeep_move_to_fallback_update_job(_FRESH_DEADLINE, place),
+        queries.upkeep_move_to_fallback_update_job(place),
         {"fb": row[1], "to": row[1], "now": now, "id": job_id, "old": row[0], **params},
     )
     tenants.ensure(cur, row[1], (r[2] for r in moved), now)  # its tenant has a row in its new lane
@@ -244,7 +235,7 @@ def fall_back_waiting(cur: Cursor, lane: str, *, now: float) -> int:
                          {"l": lane}):  # fmt: skip
         place, params = _fresh_place(cur, fb)
         rows = cur.all(
-            queries.upkeep_fall_back_waiting_update_job(_FRESH_DEADLINE, place),
+            queries.upkeep_fall_back_waiting_update_job(place),
             {"l": lane, "fb": fb, "to": fb, "now": now, **params},
         )
         tenants.ensure(cur, fb, (r[2] for r in rows), now)

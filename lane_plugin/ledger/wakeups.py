@@ -339,8 +339,8 @@ class _Listener:
         self.db = ledger.db
         self.ledger = ledger
         self.conn = psycopg.connect(**{"connect_timeout": 10, **ledger.url.conninfo}, autocommit=True)
-        self.conn.execute(queries.wakeups_init_listen(waiters))
-        self.schema = self.conn.execute(queries.WAKEUPS_INIT_SELECT).fetchone()[0]
+        self.conn.execute(queries.listen(waiters.CHANNEL))
+        self.schema = self.conn.execute(queries.CURRENT_SCHEMA).fetchone()[0]
 
     def wait(self, timeout: float) -> set[tuple]:
         """Notifications for this schema from other processes within ``timeout``: ``(lane, kind, ids)`` each
