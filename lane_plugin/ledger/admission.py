@@ -140,7 +140,7 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = HE
         counted, leased, _ = cur.one(queries.ADMISSION_LEASE_PG, {
             **params, "ids": decision.ids, "js": [x[0] for x in charges], "atts": [x[1] for x in charges],
             "cs": [x[2] for x in charges], "ss": [x[3] for x in charges], "ch": waiters.CHANNEL,
-            "what": waiters.leased_what(lane, decision.ids), "at": now + slack})  # fmt: skip
+            "what": waiters.leased_what(lane, decision.ids), "at": now + slack})
         if counted != 1:
             raise LaneError(f"admission re-check failed in lane {lane!r}: the policy chose past the ceiling")
         if leased != n:

@@ -110,7 +110,7 @@ def _tenants(cur: Cursor) -> list[str]:
         billed, overage, reserved = cur.one(
             queries.AUDIT_TENANTS_SELECT_JOB,
             {"l": lane, "t": name, "p": since},
-        )  # fmt: skip
+        )
         if spent != billed:
             bad.append(f"I3 tenant {name} of lane {lane}: spent {spent} != sum of its settlements {billed}")
         if ceiling is not None and spent - overage + reserved > ceiling:

@@ -147,7 +147,7 @@ def reopen(cur: Cursor, job: dict, *, attempt: int, now: float) -> None:
         queries.INTAKE_REOPEN_UPDATE_JOB,
         {"a": attempt, "now": now, "p": row.priority(job["est"], now, finishing), "id": job["id"],
          "st": job["state"], "old": job["attempt"]},
-    )  # fmt: skip
+    )
     if cur.rowcount != 1:  # cannot happen under the locks; never let counters and rows part
         raise LaneError(f"reopen of job {job['id']} lost a race it cannot lose (lock not held?)")
 

@@ -101,7 +101,8 @@ class LaneRow:
         ``finishing`` (whether the job finishes a run under way: a column or an expression)."""
         if self.size_boundary is None:
             return queries.lane_priority(wait, finishing, False), {"prio_f": self.policy.age_factor}
-        params = {"prio_f": self.policy.age_factor, "prio_b": self.size_boundary, "prio_w": float(self.max_wait_seconds)}
+        params = {"prio_f": self.policy.age_factor, "prio_b": self.size_boundary,
+                  "prio_w": float(self.max_wait_seconds)}
         return queries.lane_priority(wait, finishing, True), params
 
     @property
@@ -290,14 +291,14 @@ def write_lane_settings(cur: Cursor, now: float, name: str, settings: dict, crea
     if current is None:
         checks.new_lane_name(name)
         row = {**NEW_LANE, **clean, "name": name, "updated_at": now}
-        cur.execute(queries.lanes_write_lane_settings_insert_lane(row), row)  # fmt: skip
+        cur.execute(queries.lanes_write_lane_settings_insert_lane(row), row)
         if cur.rowcount == 1:
             return read_lane(cur, name)
         lock_lane(cur, name)  # another caller created it a moment ago: change it like an existing one
     if clean:
         sets = ", ".join(f"{k} = :{k}" for k in clean)
         cur.execute(queries.lanes_write_lane_settings_update_lane(sets),
-                    {**clean, "now": now, "name": name})  # fmt: skip
+                    {**clean, "now": now, "name": name})
     if current is not None and clean.get("period", current.period) != current.period:
         _repoint_period(cur, current, clean["period"], now)
     if current is not None and clean.get("lease_seconds", current.lease_seconds) < current.lease_seconds:
@@ -331,9 +332,9 @@ def _repoint_period(cur: Cursor, old: LaneRow, period: str, now: float) -> None:
     start = period_start(period, now)
     spent, overage = cur.one(
         queries.LANES_REPOINT_PERIOD_SELECT_SETTLEMENT, {"l": name, "p": start},
-    )  # fmt: skip
+    )
     cur.execute(queries.LANES_REPOINT_PERIOD_UPDATE_LANE,
-                {"p": start, "s": spent, "o": overage, "l": name})  # fmt: skip
+                {"p": start, "s": spent, "o": overage, "l": name})
 
 
 def clear_drift(cur: Cursor, now: float, name: str) -> LaneRow:
@@ -345,7 +346,7 @@ def clear_drift(cur: Cursor, now: float, name: str) -> LaneRow:
     """
     lock_lane(cur, name)
     last = cur.scalar(queries.LANES_CLEAR_DRIFT_SELECT_SETTLEMENT, {"n": name})
-    cur.execute(queries.LANES_CLEAR_DRIFT_UPDATE_LANE, {"c": max(now, float(last or 0.0)), "now": now, "n": name})  # fmt: skip
+    cur.execute(queries.LANES_CLEAR_DRIFT_UPDATE_LANE, {"c": max(now, float(last or 0.0)), "now": now, "n": name})
     return read_lane(cur, name)
 
 
@@ -353,7 +354,7 @@ def reprioritise(cur: Cursor, row: LaneRow) -> None:
     """The lane's order settings changed: every waiting or parked job's place follows (one set-based UPDATE)."""
     prio, params = row.prio_sql("wait_since")
     cur.execute(queries.lanes_reprioritise(prio),
-                {**params, "l": row.name})  # fmt: skip
+                {**params, "l": row.name})
 
 
 def delete_lane(cur: Cursor, name: str) -> None:

@@ -42,10 +42,10 @@ def slide(cur: Cursor, row: LaneRow, now: float) -> tuple[LimitUse, ...]:
             continue
         cut = now - window
         if cut > start and used:
-            gone = cur.all(queries.LIMITS_SLIDE_DELETE_LIMIT_CHARGE, {"l": row.name, "u": unit, "cut": cut})  # fmt: skip
+            gone = cur.all(queries.LIMITS_SLIDE_DELETE_LIMIT_CHARGE, {"l": row.name, "u": unit, "cut": cut})
             freed = sum(r[0] for r in gone)
             cur.execute(queries.LIMITS_SLIDE_UPDATE_LANE_LIMIT,
-                        {"f": freed, "cut": cut, "l": row.name, "u": unit})  # fmt: skip
+                        {"f": freed, "cut": cut, "l": row.name, "u": unit})
             used -= freed
         out.append(LimitUse(unit, stated[unit], int(used)))
     order = {u: i for i, (u, _) in enumerate(row.limits)}
@@ -59,18 +59,18 @@ def charge(cur: Cursor, lane: str, at: float, charges: list[tuple[str, int, Mapp
     rows = [{"j": j, "a": a, "u": u, "l": lane, "at": at, "c": units[u], "s": s}
             for j, a, units, s in charges for u, _ in totals]  # fmt: skip
     if rows:
-        cur.executemany(queries.LIMITS_CHARGE_INSERT_LIMIT_CHARGE, rows)  # fmt: skip
+        cur.executemany(queries.LIMITS_CHARGE_INSERT_LIMIT_CHARGE, rows)
     for unit, n in totals:
         if n:
             cur.execute(queries.LIMITS_CHARGE_UPDATE_LANE_LIMIT,
-                        {"n": n, "l": lane, "u": unit})  # fmt: skip
+                        {"n": n, "l": lane, "u": unit})
 
 
 def stamp(cur: Cursor, job_id: str, attempt: int, now: float, *, pending_only: bool = False) -> None:
     """:func:`lane_plugin.ledger.rates.stamp` for the attempt's limit charges."""
     which = "not sent" if pending_only else "(at < :now or not sent)"
     cur.execute(queries.limits_stamp(which),
-                {"now": now, "j": job_id, "a": attempt, "t": True})  # fmt: skip
+                {"now": now, "j": job_id, "a": attempt, "t": True})
 
 
 def drop_pending(cur: Cursor, job_ids: list[str]) -> None:
@@ -82,7 +82,7 @@ def drop_pending(cur: Cursor, job_ids: list[str]) -> None:
             freed[(lane, unit)] = freed.get((lane, unit), 0) + cost
     for (lane, unit), cost in sorted(freed.items()):
         cur.execute(queries.LIMITS_DROP_PENDING_UPDATE_LANE_LIMIT,
-                    {"c": cost, "l": lane, "u": unit})  # fmt: skip
+                    {"c": cost, "l": lane, "u": unit})
 
 
 def true_up_output(cur: Cursor, job_id: str, attempt: int, actual: int, now: float) -> None:
@@ -93,17 +93,17 @@ def true_up_output(cur: Cursor, job_id: str, attempt: int, actual: int, now: flo
     """
     r = cur.one(
         queries.LIMITS_TRUE_UP_OUTPUT_SELECT_LIMIT_CHARGE, {"j": job_id, "a": attempt, "u": OUTPUT_TOKENS},
-    )  # fmt: skip
+    )
     if r is None:
         return
     old, lane, rate_input = r
     new = max(0, int(actual) - int(rate_input))
     cur.execute(queries.LIMITS_TRUE_UP_OUTPUT_UPDATE_LIMIT_CHARGE,
-                {"c": new, "now": now, "j": job_id, "a": attempt, "u": OUTPUT_TOKENS})  # fmt: skip
+                {"c": new, "now": now, "j": job_id, "a": attempt, "u": OUTPUT_TOKENS})
     if new == old:
         return
     cur.execute(queries.LIMITS_TRUE_UP_OUTPUT_UPDATE_LANE_LIMIT,
-                {"d": new - old, "l": lane, "u": OUTPUT_TOKENS})  # fmt: skip
+                {"d": new - old, "l": lane, "u": OUTPUT_TOKENS})
 
 
 def free_at(cur: Cursor, lane: str, use: LimitUse, used: int, need: int) -> float | None:
@@ -129,7 +129,7 @@ def set_limits(cur: Cursor, now: float, name: str, changes: Mapping[str, Limit |
         if unit == TOKENS:
             burst, window = (NO_TOKENS_LIMIT, row.window_seconds) if lim is None else (lim.amount, lim.window_seconds)
             cur.execute(queries.LIMITS_SET_LIMITS_UPDATE_LANE_2,
-                        {"b": burst, "w": window, "now": now, "n": name})  # fmt: skip
+                        {"b": burst, "w": window, "now": now, "n": name})
         elif lim is None:
             current.pop(unit, None)
             cur.execute(queries.LIMITS_SET_LIMITS_DELETE_LIMIT_CHARGE, {"l": name, "u": unit})
@@ -137,12 +137,12 @@ def set_limits(cur: Cursor, now: float, name: str, changes: Mapping[str, Limit |
         else:
             current[unit] = lim
             cur.execute(queries.LIMITS_SET_LIMITS_UPDATE_LANE_LIMIT,
-                        {"a": lim.amount, "w": lim.window_seconds, "l": name, "u": unit})  # fmt: skip
+                        {"a": lim.amount, "w": lim.window_seconds, "l": name, "u": unit})
             if cur.rowcount != 1:
                 cur.execute(queries.LIMITS_SET_LIMITS_INSERT_LANE_LIMIT,
-                            {"l": name, "u": unit, "a": lim.amount, "w": lim.window_seconds, "now": now})  # fmt: skip
+                            {"l": name, "u": unit, "a": lim.amount, "w": lim.window_seconds, "now": now})
     cur.execute(queries.LIMITS_SET_LIMITS_UPDATE_LANE,
-                {"s": spec_of(current.items()), "now": now, "n": name})  # fmt: skip
+                {"s": spec_of(current.items()), "now": now, "n": name})
     return lock_lane(cur, name)
 
 
@@ -160,7 +160,7 @@ def pause(cur: Cursor, lane: str, *, until: float, reason: str, now: float, job_
     if row.paused_until is not None and row.paused_until >= until:
         return row.paused_until
     cur.execute(queries.LIMITS_PAUSE_UPDATE_LANE,
-                {"u": until, "r": reason, "now": now, "l": lane})  # fmt: skip
+                {"u": until, "r": reason, "now": now, "l": lane})
     # Every listening process ticks the lane at commit (PostgreSQL): the tick finds it paused and wakes it
     # at the reopen, and no one ticking in between leases into the closed window.
     waiters.notify(cur, lane, "room")
@@ -199,7 +199,7 @@ def true_up_remaining(cur: Cursor, lane: str, unit: str, provider_used: int, now
     # What the lane itself sent in the window (pruned: every row left is in it, or pending) and how many requests.
     own_sent, own_n = cur.one(
         queries.limits_true_up_remaining_select(table, where), params,
-    )  # fmt: skip
+    )
     outside = max(0, int(provider_used) - int(own_sent))
     margin = -(-outside // max(int(own_n), 1))
     missing = int(provider_used) + margin - int(used)
@@ -208,13 +208,13 @@ def true_up_remaining(cur: Cursor, lane: str, unit: str, provider_used: int, now
     job_id = f"provider:{lane}:{now!r}"
     if unit == TOKENS:
         cur.execute(queries.LIMITS_TRUE_UP_REMAINING_INSERT_RATE_CHARGE,
-                    {"j": job_id, "l": lane, "at": now, "c": missing, "s": True})  # fmt: skip
+                    {"j": job_id, "l": lane, "at": now, "c": missing, "s": True})
         cur.execute(queries.LIMITS_TRUE_UP_REMAINING_UPDATE_LANE, {"c": missing, "l": lane})
     else:
         cur.execute(queries.LIMITS_TRUE_UP_REMAINING_INSERT_LIMIT_CHARGE,
-                    {"j": job_id, "u": unit, "l": lane, "at": now, "c": missing, "s": True})  # fmt: skip
+                    {"j": job_id, "u": unit, "l": lane, "at": now, "c": missing, "s": True})
         cur.execute(queries.LIMITS_TRUE_UP_REMAINING_UPDATE_LANE_LIMIT,
-                    {"c": missing, "l": lane, "u": unit})  # fmt: skip
+                    {"c": missing, "l": lane, "u": unit})
 
 
 def _clock(t: float) -> str:
@@ -231,11 +231,11 @@ def limit_status(cur: Cursor, row: LaneRow, now: float) -> list[dict]:
             held = rates.used(cur, row, now)
         else:
             held = int(cur.scalar(queries.LIMITS_LIMIT_STATUS_SELECT_LIMIT_CHARGE,
-                                  {"l": row.name, "u": unit, "cut": now - lim.window_seconds}))  # fmt: skip
+                                  {"l": row.name, "u": unit, "cut": now - lim.window_seconds}))
         until = None
         if held >= lim.amount:
             at = cur.scalar(queries.limits_limit_status_select(unit, TOKENS),
-                            {"l": row.name, "u": unit, "cut": now - lim.window_seconds, "x": held - lim.amount + 1})  # fmt: skip
+                            {"l": row.name, "u": unit, "cut": now - lim.window_seconds, "x": held - lim.amount + 1})
             until = None if at is None else window_expiry(float(at), lim.window_seconds)
         out.append({"unit": unit, "amount": lim.amount, "window_seconds": lim.window_seconds, "used": held,
                     "limit": format_limit((unit, lim)), "full_until": until})  # fmt: skip

@@ -1,4 +1,17 @@
-"""HEADER"""
+"""Every SQL statement the ledger runs, by name: the one module that holds SQL text (issue 26).
+
+The ledger's modules run these through their transaction's :class:`~lane_plugin.ledger.cursor.Cursor`
+(``cur.one(queries.JOBS_FIND_JOB, {"id": job_id})``) and never write SQL themselves; the layout test
+(``tests/layout``) fails on SQL text anywhere else in the package (the alembic migrations under
+``ledger/migrations`` are history, and exempt).
+
+A statement is a constant, built once at import (column lists included), or, where a piece of it varies
+by call (a list of ``:j0, :j1...`` parameters, a lane's priority expression, an optional condition), a
+small builder function of plain values: flags, parameter names, expressions this module built. Sections
+follow the module that runs them; a name starts with that module's (``LEASES_BOUND`` in leases.py). Both
+databases take ``:name`` parameters (the cursor turns them into psycopg's); the dialects' differences
+(``for update``, ``begin immediate``, ``insert or ignore``) are named variants here.
+"""
 
 from __future__ import annotations
 
@@ -55,7 +68,10 @@ ALL_JOB_COLUMNS = (
     "rate_output",
     "rate_limited",
 )
-JOB_COLS = "id, lane, stage, est, attempt, run_key, state, lease_until, lease_token, lease_attempt, fallback, key, est_var, tenant"
+JOB_COLS = (
+    "id, lane, stage, est, attempt, run_key, state, lease_until, "
+    "lease_token, lease_attempt, fallback, key, est_var, tenant"
+)
 JOBS_FIND_JOB = f"select {JOB_COLS} from job where id = :id"
 JOBS_FIND_JOB_FOR_UPDATE = JOBS_FIND_JOB + " for update"  # PostgreSQL: the job's row too, after its lane's
 JOBS_RUN_STARTED = "select 1 from lane_run where lane = :l and run_key = :r"
@@ -144,7 +160,10 @@ WAITERS_CLAIM = "update job set waiter = :w where id = :id and state = 'new'"
 WAITERS_HEARTBEAT_UPDATE_WAITER = "update waiter set seen = :now, gone_at = null where id = :w"
 
 
-WAITERS_HEARTBEAT_INSERT_WAITER = "insert into waiter (id, seen) values (:w, :now) on conflict (id) do update set seen = excluded.seen, gone_at = null"
+WAITERS_HEARTBEAT_INSERT_WAITER = (
+    "insert into waiter (id, seen) values (:w, :now) on conflict (id) "
+    "do update set seen = excluded.seen, gone_at = null"
+)
 
 
 def _marks(keys: Iterable[str]) -> str:
@@ -168,7 +187,8 @@ def waiters_rows_sent(keys: Iterable[str], slack: str) -> str:
         f"with r as (select {', '.join(ROW_KEYS)} from job where id in ({ids})), "
         f"s as (update rate_charge c set at = greatest(c.at, {at}), sent = true from r join lane l on l.name = r.lane "
         f"where r.state = 'leased' and c.job_id = r.id and c.attempt = r.attempt and (c.at < {at} or not c.sent)) "
-        f", sl as (update limit_charge c set at = greatest(c.at, {at}), sent = true from r join lane l on l.name = r.lane "
+        f", sl as (update limit_charge c set at = greatest(c.at, {at}), "
+        f"sent = true from r join lane l on l.name = r.lane "
         f"where r.state = 'leased' and c.job_id = r.id and c.attempt = r.attempt and (c.at < {at} or not c.sent)) "
         "select * from r"
     )
@@ -208,8 +228,10 @@ RUNS_REFIT_SELECT_JOB = (
     "where j.lane = :l and j.admitted_at is not null order by j.run_key, j.admitted_at, j.created_at, j.id"
 )
 RUNS_REFIT_INSERT_RUN_PROFILE = (
-    "insert into run_profile (lane, stage, after_tokens, hold_seconds, runs, fitted_at) values (:l, :s, :a, :h, :n, :now) "
-    "on conflict (lane, stage) do update set after_tokens = excluded.after_tokens, hold_seconds = excluded.hold_seconds, "
+    "insert into run_profile (lane, stage, after_tokens, hold_seconds, "
+    "runs, fitted_at) values (:l, :s, :a, :h, :n, :now) "
+    "on conflict (lane, stage) do update set after_tokens = "
+    "excluded.after_tokens, hold_seconds = excluded.hold_seconds, "
     "runs = excluded.runs, fitted_at = excluded.fitted_at"
 )
 RUNS_REFIT_UPDATE_LANE_RUN = (
@@ -517,7 +539,8 @@ def settlement_live_sql(RETURNING, tenants) -> str:
         "s as (insert into settlement (job_id, attempt, lane, est, actual, overage, late, by_estimate, outcome, "
         "settled_at) select :id, :att, :l, est, :a, greatest(:a - est, 0), false, :be, :out, :now from j "
         "on conflict do nothing returning est, overage), "
-        "u as (update lane set spent = spent + :a, reserved = reserved - s.est, reserved_var = reserved_var - j.est_var, "
+        "u as (update lane set spent = spent + :a, reserved = reserved - "
+        "s.est, reserved_var = reserved_var - j.est_var, "
         "leased = leased - 1, overage = lane.overage + s.overage, updated_at = :now from j, s where lane.name = :l "
         f"returning s.est, s.overage, {RETURNING}), "
         f"t as ({tenants.SETTLE_JOINED_SQL}) "

@@ -132,10 +132,10 @@ def stamp(cur: Cursor, job_id: str, attempt: int, now: float, *, pending_only: b
     """
     which = "not sent" if pending_only else "(at < :now or not sent)"
     cur.execute(queries.rates_stamp_update_rate_charge(which),
-                {"now": now, "j": job_id, "a": attempt, "t": True})  # fmt: skip
+                {"now": now, "j": job_id, "a": attempt, "t": True})
     # the attempt's charges against the lane's other limits (lane_plugin.ledger.limits) move with it
     cur.execute(queries.rates_stamp_update_limit_charge(which),
-                {"now": now, "j": job_id, "a": attempt, "t": True})  # fmt: skip
+                {"now": now, "j": job_id, "a": attempt, "t": True})
 
 
 def drop_pending(cur: Cursor, job_ids: list[str]) -> None:
@@ -156,7 +156,7 @@ def stamp_sent(cur: Cursor, job_id: str, attempt: int, now: float, send_slack: f
     """:func:`stamp` at ``now`` plus the send slack the job's lane allows (:func:`slack_for` of its window)."""
     if send_slack is None or send_slack > 0:
         window = cur.scalar(queries.RATES_STAMP_SENT,
-                            {"j": job_id})  # fmt: skip
+                            {"j": job_id})
         now += slack_for(send_slack, window or 0.0)
     stamp(cur, job_id, attempt, now)
 
@@ -193,4 +193,4 @@ def used(cur: Cursor, row: LaneRow, now: float) -> int:
     return int(cur.scalar(
         queries.RATES_USED,
         {"l": row.name, "cut": now - row.window_seconds},
-    ))  # fmt: skip
+    ))

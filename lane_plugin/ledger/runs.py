@@ -50,7 +50,7 @@ def runs_of(cur: Cursor, lane: str, keys: list[str]) -> dict[str, int]:
     params = {f"r{i}": k for i, k in enumerate(keys)}
     marks = ", ".join(":" + p for p in params)
     rows = cur.all(queries.runs_runs_of(marks),
-                   {**params, "l": lane})  # fmt: skip
+                   {**params, "l": lane})
     return {r[0]: r[1] for r in rows}
 
 
@@ -61,7 +61,7 @@ def fits_of(cur: Cursor, lane: str, stages: list[str]) -> dict[str, StageFit]:
     params = {f"s{i}": s for i, s in enumerate(stages)}
     marks = ", ".join(":" + p for p in params)
     rows = cur.all(queries.runs_fits_of(marks),
-                   {**params, "l": lane})  # fmt: skip
+                   {**params, "l": lane})
     return {r[0]: StageFit(r[1], r[2], r[3]) for r in rows}
 
 
@@ -117,7 +117,7 @@ def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[st
     # The size classes of the order, from the lane's latest estimates (the head of ix_job_lane_created);
     # waiting jobs keep the place they were given, jobs placed from now on get the new boundary.
     ests = cur.all(queries.RUNS_REFIT_SELECT_JOB_2,
-                   {"l": lane, "n": SIZE_CLASS_SAMPLE})  # fmt: skip
+                   {"l": lane, "n": SIZE_CLASS_SAMPLE})
     # The drift allowance, from the lane's latest settlements (the head of ix_settlement_lane_at): an
     # estimate billed back for missing usage says nothing about how the estimates drift, nor does a late
     # settlement (stored with est 0: its estimate was released when its lease was reaped); nor does one an
@@ -129,7 +129,7 @@ def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[st
         queries.RUNS_REFIT_UPDATE_LANE,
         {"now": now, "l": lane, "b": size_class_boundary(e for (e,) in ests), "d": drift, "o": overrun,
          "s": spread},
-    )  # fmt: skip
+    )
     return fitted
 
 

@@ -90,7 +90,7 @@ def settle(
         queries.SETTLEMENT_SETTLE_INSERT_SETTLEMENT,
         {"j": job_id, "att": attempt, "l": lane, "e": est if live else 0, "a": actual, "o": overage,
          "late": not live, "be": bool(by_estimate), "out": outcome, "now": now},
-    )  # fmt: skip
+    )
     if cur.rowcount != 1:
         raise Replay(attempt=attempt)  # a concurrent settle of the same attempt won; roll back ours
     if lane_row.rate_basis == "actual" or not live:  # the provider counted what was really used: so does the
@@ -102,13 +102,13 @@ def settle(
         after = cur.one(
             queries.settlement_settle_update_lane(RETURNING),
             {"a": actual, "e": est, "v": job["est_var"], "o": overage, "now": now, "l": lane},
-        )  # fmt: skip
+        )
     else:
         cur.execute(queries.SETTLEMENT_SETTLE_UPDATE_JOB_2, {"a": actual, "id": job_id})
         after = cur.one(
             queries.settlement_settle_update_lane_2(RETURNING),
             {"a": actual, "o": overage, "now": now, "l": lane},
-        )  # fmt: skip
+        )
     settled = Settled(job_id, attempt, lane, est if live else 0, actual, overage, not live, outcome,
                       by_estimate=bool(by_estimate))  # fmt: skip
     return settled, row_of(after)
@@ -123,7 +123,7 @@ def _settle_live(cur: Cursor, job_id: str, *, actual: int, attempt: int, outcome
     # Not the live lease when read (late, replayed): the full path, before any lock is taken here, so that it
     # locks a lane the job left (a late settlement bills it) in name order with the job's lane.
     pre = cur.one(queries.SETTLEMENT_SETTLE_LIVE,
-                  {"id": job_id, "att": attempt})  # fmt: skip
+                  {"id": job_id, "att": attempt})
     if pre is None or not pre[3]:
         return None
     lane, period, started, _ = pre

@@ -269,7 +269,7 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
         "lease_left": job["lease_until"] - now if job["state"] == "leased" else None,
         "lease_expired": job["state"] == "leased" and job["lease_until"] < now,
         "run_key": key, "gated": waiter is not None, "tenant": job["tenant"],
-    }  # fmt: skip
+    }
 
 
 def tenant_budget(cur: Cursor, now: float, lane: str, tenant: str, est: int) -> str | None:

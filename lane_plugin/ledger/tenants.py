@@ -41,7 +41,7 @@ def ensure(cur: Cursor, lane: str, names: Iterable[str], now: float) -> None:
     """Give each tenant a row in ``lane`` (weight 1, no budget) if it has none."""
     for name in sorted(set(names)):
         cur.execute(queries.TENANTS_ENSURE,
-                    {"l": lane, "n": name, "now": now})  # fmt: skip
+                    {"l": lane, "n": name, "now": now})
 
 
 def of_lane(cur: Cursor, lane: str, now: float) -> dict[str, TenantRow]:
@@ -52,7 +52,7 @@ def of_lane(cur: Cursor, lane: str, now: float) -> dict[str, TenantRow]:
         ps = period_start(row.period, now)
         if row.period != "none" and ps > row.period_start:
             cur.execute(queries.TENANTS_OF_LANE_UPDATE_TENANT,
-                        {"ps": ps, "l": lane, "n": row.name})  # fmt: skip
+                        {"ps": ps, "l": lane, "n": row.name})
             row.spent, row.period_start = 0, ps
         out[row.name] = row
     return out
@@ -75,7 +75,7 @@ def states(cur: Cursor, lane: str, rows: dict[str, TenantRow], backlogged: set[s
     for name, row in rows.items():
         if row.backlogged != (name in backlogged):
             cur.execute(queries.TENANTS_STATES_UPDATE_TENANT_2,
-                        {"b": name in backlogged, "l": lane, "n": name})  # fmt: skip
+                        {"b": name in backlogged, "l": lane, "n": name})
             row.backlogged = name in backlogged
     reserved = reserved_of(cur, lane) if any(r.ceiling is not None for r in rows.values()) else {}
     return {n: r.state(reserved.get(n, 0)) for n, r in rows.items()}
@@ -94,7 +94,7 @@ def charge(cur: Cursor, lane: str, rows: dict[str, TenantRow], by_tenant: Iterab
             queries.TENANTS_CHARGE,
             {"d": tokens / row.weight, "now": now, "l": lane, "n": name, "t": tokens,
              "r": state.reserved if state is not None else 0},
-        )  # fmt: skip
+        )
         if cur.rowcount != 1:
             raise LaneError(f"admission re-check failed in lane {lane!r}: the policy chose past tenant {name!r}'s ceiling")
 
@@ -149,11 +149,11 @@ def set_tenant(cur: Cursor, now: float, lane: str, name: str, *, create: bool, w
         ps = period_start(period, now)
         sets["period"], sets["period_start"] = period, ps
         sets["spent"] = int(cur.scalar(
-            queries.TENANTS_SET_TENANT_SELECT_SETTLEMENT, {"l": lane, "n": name, "p": ps}))  # fmt: skip
+            queries.TENANTS_SET_TENANT_SELECT_SETTLEMENT, {"l": lane, "n": name, "p": ps}))
     if sets:
         assign = ", ".join(f"{k} = :{k}" for k in sets)
         cur.execute(queries.tenants_set_tenant_update_tenant(assign),
-                    {**sets, "now": now, "l": lane, "n": name})  # fmt: skip
+                    {**sets, "now": now, "l": lane, "n": name})
     return next(t for t in listing(cur, now, lane) if t["tenant"] == name)
 
 
