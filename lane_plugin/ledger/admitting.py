@@ -1,13 +1,14 @@
 """The :class:`~lane_plugin.Ledger`'s admission side: ticks (one ticker per lane), hand-offs, wake-ups.
 
-A mixin of :class:`~lane_plugin.Ledger` (it uses the ledger's ``_run``, ``_emit`` and ``db``); the
-SQL is in :mod:`~lane_plugin.ledger.admission` and :mod:`~lane_plugin.ledger.waiters`.
+A part of :class:`~lane_plugin.Ledger`, composed into it (it uses the ledger's ``_run``, ``_emit`` and ``db``);
+the transactions' work is in :mod:`~lane_plugin.ledger.admission` and :mod:`~lane_plugin.ledger.waiters`.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 from ..checks import text
 from ..errors import JobParked
@@ -20,36 +21,28 @@ STALE_TICK_SECONDS = 0.2  # a tick claim this old was left by an interrupted thr
 
 
 class Admitting:
-    """Ticks, hand-offs and what a waiting gate asks of the ledger."""
+    """Ticks, hand-offs and what a waiting gate asks of one :class:`~lane_plugin.Ledger` (its part, composed:
+    the ledger's methods of the same names call these)."""
 
-    def _admitting_init(self) -> None:
+    def __init__(self, ledger: Any) -> None:  # the Ledger (api.py imports this module)
         from .wakeups import Wakeups
 
+        self.led = ledger
         self._specs: dict[str, tuple[float, LaneRow]] = {}
         self._tick_claims: dict[str, tuple[str, float]] = {}  # lane -> (tick token, since): this process's ticker
-        self.wakeups = Wakeups(self)
+        self.wakeups = Wakeups(ledger)
 
     def tick(self, lane: str = "free") -> list[Lease]:
-        """Lease what fits in ``lane`` now (one short transaction); returns the leases.
-
-        One ticker at a time per lane: a tick that finds another running returns ``[]`` at once
-        (that one leases what fits; a settlement hands its room on itself).
-        """
-        return self.try_tick(lane)[0]
+        return self.led.try_tick(lane)[0]
 
     def try_tick(self, lane: str = "free", *, gated: bool = False, own: str | None = None) -> tuple[list[Lease], bool]:
-        """:meth:`tick`, also telling whether it found another tick running (``busy``: nothing done).
-
-        ``gated``: the caller runs no job but its waiters' (and ``own``): jobs nobody waits for are left
-        to an explicit tick (:func:`lane_plugin.ledger.admission.tick`).
-        """
         lane = text("lane", lane)
         spec = self._lane_spec(lane)
-        ok, err, fresh = self.preflight.check(lane, spec.preflight, spec.preflight_timeout)
+        ok, err, fresh = self.led.preflight.check(lane, spec.preflight, spec.preflight_timeout)
         if fresh or not ok:
-            moved = self._run(lambda cur, now: self._record_preflight(cur, now, lane, ok, err))
+            moved = self.led._run(lambda cur, now: self._record_preflight(cur, now, lane, ok, err))
             if not ok and fresh:
-                self._emit("lane.preflight.failed", lane, {"error": err, "fell_back": moved})
+                self.led._emit("lane.preflight.failed", lane, {"error": err, "fell_back": moved})
         token = uuid.uuid4().hex
         # One ticker per lane in this process: a claim made by one C call (dict.setdefault), not a lock, so an
         # exception raised into the ticking thread at any bytecode cannot keep the lane from ticking for ever:
@@ -59,7 +52,7 @@ class Admitting:
         def run(cur):
             if not waiters.try_tick_lock(cur, lane):  # another process is ticking it (PostgreSQL)
                 raise Busy()
-            return admission.tick(cur, lane, now=self._now(cur), token=token, send_slack=self.send_slack,
+            return admission.tick(cur, lane, now=self.led._now(cur), token=token, send_slack=self.led.send_slack,
                                   holder=waiters.waiter_id(), gated=gated, own=own)  # fmt: skip
 
         try:
@@ -68,7 +61,7 @@ class Admitting:
                 if mine[1] - held[1] < STALE_TICK_SECONDS:
                     return [], True  # another thread of this process is ticking this lane
                 self._tick_claims[lane] = mine
-            ticked = self.db.transaction(run, try_lock=True)
+            ticked = self.led.db.transaction(run, try_lock=True)
         except Busy:
             return [], True
         finally:
@@ -76,7 +69,7 @@ class Admitting:
                 self._tick_claims.pop(lane, None)
         self._admitted(lane, ticked)
         if ticked.refit_due:  # outside the admission transaction: the tick stays short
-            self._run(lambda cur, now: runs.refit(cur, lane, now))
+            self.led._run(lambda cur, now: runs.refit(cur, lane, now))
         return ticked.leases, False
 
     def _admitted(self, lane: str, ticked: admission.Ticked) -> None:
@@ -84,23 +77,24 @@ class Admitting:
         timed tick for when the burst window will have slid far enough for a job still waiting on it."""
         leases, decision, before, parked = ticked.leases, ticked.decision, ticked.row, ticked.parked
         if ticked.retry_in is not None:
-            self.wakeups.tick_at(lane, ticked.retry_in)
+            self.led.wakeups.tick_at(lane, ticked.retry_in)
         for tail in parked:  # cannot fit before the next reset (the lane has no period), or waiter gone
-            self._emit("lane.job.parked", tail["lane"], tail)
+            self.led._emit("lane.job.parked", tail["lane"], tail)
         if not leases:
             return
-        self.wakeups.wake(leases)
-        if self.listeners:  # (a payload only for someone to hear it: building one per lease costs a tenth of a cycle)
+        self.led.wakeups.wake(leases)
+        # (a payload only for someone to hear it: building one per lease costs a tenth of a cycle)
+        if self.led.listeners:
             for lease in leases:
-                self._emit("lane.job.admitted", lane, {**vars(lease), "token": None})
+                self.led._emit("lane.job.admitted", lane, {**vars(lease), "token": None})
         committed_before = before.spent + before.reserved
         limit = before.policy.start_limit
         if committed_before < limit <= committed_before + decision.tokens:
-            self._emit("lane.lane.start-stop", lane, {
+            self.led._emit("lane.lane.start-stop", lane, {
                 "start_limit": limit, "ceiling": before.ceiling,
                 "committed": committed_before + decision.tokens, "spent": before.spent})  # fmt: skip
 
-    def _hand_off(
+    def hand_off(
         self, cur, now: float, lane: str, token: str, *, freed: bool = True, row: LaneRow | None = None
     ) -> admission.Ticked | None:
         """Inside a settlement's or a reap's transaction: lease the gated jobs that now fit.
@@ -116,22 +110,22 @@ class Admitting:
         if not freed:
             return None
         handed = admission.tick(cur, lane, now=now, token=token, handoff=True, row=row,
-                                send_slack=self.send_slack)  # fmt: skip
+                                send_slack=self.led.send_slack)  # fmt: skip
         if handed is None:
             return None
         if not handed.leases:
             waiters.notify(cur, lane, "room")  # other processes' waiters may tick (a safety net)
         return handed
 
-    def _handed(self, lane: str, handed: admission.Ticked | None) -> None:
+    def handed(self, lane: str, handed: admission.Ticked | None) -> None:
         if handed is not None:
             self._admitted(lane, handed)
 
     def _lane_spec(self, lane: str) -> LaneRow:
         """The lane's preflight settings, re-read at most every few seconds (not per tick)."""
         hit = self._specs.get(lane)
-        if hit is None or time.monotonic() - hit[0] > self.preflight.ttl:
-            hit = (time.monotonic(), self._run(lambda cur, now: read_lane(cur, lane), write=False))
+        if hit is None or time.monotonic() - hit[0] > self.led.preflight.ttl:
+            hit = (time.monotonic(), self.led._run(lambda cur, now: read_lane(cur, lane), write=False))
             self._specs[lane] = hit
         return hit[1]
 
@@ -144,31 +138,18 @@ class Admitting:
         return 0 if ok else upkeep.fall_back_waiting(cur, lane, now=now)
 
     def acquire(self, job_id: str) -> Lease | None:
-        """Tick the job's lane and return the job's lease if it holds one now.
-
-        The tick leases this job and the jobs a waiter waits for, never another job nobody waits for
-        (this caller would drop its lease): another script's job is leased by that script's own poll.
-
-        Raises :class:`JobParked` if the job was parked (or failed) while waiting.
-        """
-        job = self.job(job_id)
+        job = self.led.job(job_id)
         if job["state"] == "new":  # leases the waiters' jobs and this one, never another's it would drop
-            self.try_tick(job["lane"], gated=True, own=job_id)
-            job = self.job(job_id)
-        return self.take(tuple(job[k] for k in waiters.ROW_KEYS))
+            self.led.try_tick(job["lane"], gated=True, own=job_id)
+            job = self.led.job(job_id)
+        return self.led.take(tuple(job[k] for k in waiters.ROW_KEYS))
 
     def take(self, row: tuple, *, sent: bool = False) -> Lease | None:
-        """The lease a waiting job's own row shows (:data:`waiters.ROW_KEYS`), picked up now; None if it
-        still waits. Raises :class:`JobParked` if it was parked (or failed) while waiting.
-
-        ``sent``: the read that returned ``row`` stamped the rate charge already, a moment ago
-        (:func:`waiters.rows_sent`, PostgreSQL's watcher): no transaction here, the body starts at once.
-        """
         job = dict(zip(waiters.ROW_KEYS, row))
         job_id = job["id"]
         if job["state"] == "leased":  # its request goes out now: the rate window counts it from now (+ send slack)
             if not sent:
-                self._run(lambda cur, now: rates.stamp_sent(cur, job_id, job["attempt"], now, self.send_slack))
+                self.led._run(lambda cur, now: rates.stamp_sent(cur, job_id, job["attempt"], now, self.led.send_slack))
             return Lease(job["id"], job["lane"], job["stage"], job["est"], job["attempt"],
                          job["lease_token"], job["lease_until"], job["run_key"], job["rate_cost"])  # fmt: skip
         if job["state"] in ("parked", "failed", "done"):
@@ -181,18 +162,14 @@ class Admitting:
 
     # -- what a waiting process asks (its watcher thread, lane_plugin.ledger.wakeups) ---------------------
     def waiting_rows(self, job_ids: list[str]) -> list[tuple]:
-        """The waiting jobs' own rows (:data:`waiters.ROW_KEYS`): primary-key lookups, no lock, no tick."""
-        return self._run(lambda cur, now: waiters.rows(cur, job_ids), write=False)
+        return self.led._run(lambda cur, now: waiters.rows(cur, job_ids), write=False)
 
     def heartbeat(self, waiter: str) -> None:
-        """The waiting process ``waiter`` is still there."""
-        self._run(lambda cur, now: waiters.heartbeat(cur, waiter, now))
+        self.led._run(lambda cur, now: waiters.heartbeat(cur, waiter, now))
 
     def lease_expired(self) -> bool:
-        """Has any lease expired unreaped, or does one end further ahead than a lane allows (a clock that went
-        back: :mod:`~lane_plugin.ledger.leases`)? Index reads; either way a reap sets it right."""
 
         def look(cur, now):
             return waiters.lease_expired(cur, now) or leases.out_of_bounds(cur, now)
 
-        return self._run(look, write=False)
+        return self.led._run(look, write=False)

@@ -12,7 +12,7 @@ Example:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from ..checks import SHADOW_VERSION_MAX, job_ref, number, text, tokens, when
@@ -21,6 +21,7 @@ from ..policy.fairness import DEFAULT_TENANT, MAX_WEIGHT, MIN_WEIGHT
 from . import admission, intake, limits, runs, settlement, status, tenants, upkeep, waiters
 from .admitting import Admitting
 from .audit import audit as audit_tables
+from .bill import BillLine
 from .db import Cursor, Database
 from .jobs import Lease, Settled
 from .lanes import LaneRow, clear_drift, delete_lane, read_lane, write_lane_settings
@@ -34,7 +35,7 @@ Listener = Callable[[str, str, dict[str, Any]], None]
 T = TypeVar("T")
 
 
-class Ledger(Admitting, LearningStore, ProviderLimits, LedgerReads):
+class Ledger:
     """A token ledger in one database: lanes, jobs, leases and settlements.
 
     Args:
@@ -67,7 +68,12 @@ class Ledger(Admitting, LearningStore, ProviderLimits, LedgerReads):
         self.send_slack = None if send_slack is None else number("send_slack", send_slack, low=0.0, high=60.0)
         self.listeners: list[Listener] = list(listeners or [])
         self.preflight = PreflightCache()
-        self._admitting_init()
+        # Its parts, by responsibility (each method below that is not written out here calls one of them).
+        self._admitting = Admitting(self)
+        self.wakeups = self._admitting.wakeups
+        self._reads = LedgerReads(self)
+        self._learning = LearningStore(self)
+        self._limits = ProviderLimits(self)
 
     def __repr__(self) -> str:
         return f"Ledger({str(self.url)!r})"
@@ -174,7 +180,55 @@ class Ledger(Admitting, LearningStore, ProviderLimits, LedgerReads):
         jid, _ = self._run(record)
         return jid
 
-    # -- admission (ticks, hand-offs, wake-ups: Admitting) -------------------------------
+    # -- admission: ticks, hand-offs, what a waiting gate asks (ledger/admitting.py) -------------------------
+    def tick(self, lane: str = "free") -> list[Lease]:
+        """Lease what fits in ``lane`` now (one short transaction); returns the leases.
+
+        One ticker at a time per lane: a tick that finds another running returns ``[]`` at once
+        (that one leases what fits; a settlement hands its room on itself).
+        """
+        return self._admitting.tick(lane)
+
+    def try_tick(self, lane: str = "free", *, gated: bool = False, own: str | None = None) -> tuple[list[Lease], bool]:
+        """:meth:`tick`, also telling whether it found another tick running (``busy``: nothing done).
+
+        ``gated``: the caller runs no job but its waiters' (and ``own``): jobs nobody waits for are left
+        to an explicit tick (:func:`lane_plugin.ledger.admission.tick`).
+        """
+        return self._admitting.try_tick(lane, gated=gated, own=own)
+
+    def acquire(self, job_id: str) -> Lease | None:
+        """Tick the job's lane and return the job's lease if it holds one now.
+
+        The tick leases this job and the jobs a waiter waits for, never another job nobody waits for
+        (this caller would drop its lease): another script's job is leased by that script's own poll.
+
+        Raises :class:`JobParked` if the job was parked (or failed) while waiting.
+        """
+        return self._admitting.acquire(job_id)
+
+    def take(self, row: tuple[Any, ...], *, sent: bool = False) -> Lease | None:
+        """The lease a waiting job's own row shows (:data:`waiters.ROW_KEYS`), picked up now; None if it
+        still waits. Raises :class:`JobParked` if it was parked (or failed) while waiting.
+
+        ``sent``: the read that returned ``row`` stamped the rate charge already, a moment ago
+        (:func:`waiters.rows_sent`, PostgreSQL's watcher): no transaction here, the body starts at once.
+        """
+        return self._admitting.take(row, sent=sent)
+
+    def waiting_rows(self, job_ids: list[str]) -> list[tuple[Any, ...]]:
+        """The waiting jobs' own rows (:data:`waiters.ROW_KEYS`): primary-key lookups, no lock, no tick."""
+        return self._admitting.waiting_rows(job_ids)
+
+    def heartbeat(self, waiter: str) -> None:
+        """The waiting process ``waiter`` is still there."""
+        self._admitting.heartbeat(waiter)
+
+    def lease_expired(self) -> bool:
+        """Has any lease expired unreaped, or does one end further ahead than a lane allows (a clock that went
+        back: :mod:`~lane_plugin.ledger.leases`)? Index reads; either way a reap sets it right."""
+        return self._admitting.lease_expired()
+
     def refit_runs(self, lane: str = "free") -> list[dict[str, Any]]:
         """Learn the lane's finishing reserve from its finished runs now (ticks do it every ``REFIT_SECONDS``).
 
@@ -227,7 +281,7 @@ class Ledger(Admitting, LearningStore, ProviderLimits, LedgerReads):
         def run(cur: Cursor, now: float) -> tuple[tuple[Settled, LaneRow], admission.Ticked | None]:
             done = settlement.settle(cur, job_id, actual=actual, attempt=attempt, outcome=outcome, now=now,
                                      by_estimate=bool(by_estimate), unsent=bool(unsent))  # fmt: skip
-            return done, self._hand_off(cur, now, done[0].lane, token, freed=not done[0].late, row=done[1])
+            return done, self._admitting.hand_off(cur, now, done[0].lane, token, freed=not done[0].late, row=done[1])
 
         try:
             (result, after), handed = self._run(run, fault="settle")
@@ -237,7 +291,7 @@ class Ledger(Admitting, LearningStore, ProviderLimits, LedgerReads):
                                                  write=False), actual)  # fmt: skip
         if self.listeners:
             self._emit("lane.job.settled", result.lane, dict(vars(result)))
-        self._handed(result.lane, handed)
+        self._admitting.handed(result.lane, handed)
         spent, ceiling = after.spent, after.ceiling
         if spent >= ceiling and spent - result.actual < ceiling:
             self._emit("lane.lane.hard-stop", result.lane, {"spent": spent, "ceiling": ceiling, "overage": after.overage})
@@ -254,12 +308,12 @@ class Ledger(Admitting, LearningStore, ProviderLimits, LedgerReads):
 
         def run(cur: Cursor, now: float) -> tuple[upkeep.Moved, list[tuple[str, admission.Ticked | None]]]:
             moved = upkeep.reap(cur, now=now)
-            return moved, [(lane, self._hand_off(cur, now, lane, token)) for lane in moved.freed]
+            return moved, [(lane, self._admitting.hand_off(cur, now, lane, token)) for lane in moved.freed]
 
         moved, handed = self._run(run)
         self._emit_parked(moved)
         for lane, h in handed:
-            self._handed(lane, h)
+            self._admitting.handed(lane, h)
         return moved
 
     def park_overdue(self) -> upkeep.Moved:
@@ -416,10 +470,137 @@ class Ledger(Admitting, LearningStore, ProviderLimits, LedgerReads):
         ``head_job``, ``blocked_by`` and ``blocked_reason``, the first waiting job's :meth:`wait_status`."""
         return self._run(lambda cur, now: status.lane_status(cur, now), write=False)
 
-    # -- reading (job, wait_status, tail, spend, history, rows: LedgerReads) ----------------------
+    # -- reading: one job, where it waits, the tail, spend, history, your own query (ledger/reads_api.py) ----
+    def job(self, job_id: str) -> dict[str, Any]:
+        """One job as a dict (every column of the ``job`` table)."""
+        return self._reads.job(job_id)
+
+    def wait_status(self, job_id: str) -> dict[str, Any]:
+        """Where a job stands while it waits: its place in the queue and the lane's room.
+
+        ``position`` follows the admission order (priority: small first, age raising it): 1 means
+        admission considers it first; 0 means the job is not waiting. ``blocked_by`` is the first
+        rule the job fails right now (``ceiling``, ``drift``, ``headroom``, ``reserve``, ``start_limit``,
+        ``burst``, ``lease_cap``, ``stopped``) or None if only jobs ahead of it are in the way; ``reason``
+        says why, when it cannot fit before the next reset (it is parked, or waits for the period; the
+        drift allowance does not reset, so a job it keeps out of the empty lane is told so).
+
+        Example:
+            >>> led.wait_status(job)["position"]                     # doctest: +SKIP
+            3
+        """
+        return self._reads.wait_status(job_id)
+
+    def tail(self, lane: str | None = None) -> list[dict[str, Any]]:
+        """Parked jobs, oldest first, with their ``age`` in seconds."""
+        return self._reads.tail(lane)
+
+    def settled_jobs(self, *, lane: str | None = None, since: float | None = None) -> list[dict[str, Any]]:
+        """Done jobs (finished within ``since`` seconds, if given) with what they cost.
+
+        Keys: ``id, lane, stage, est, est_version, actual, overage, finished_at``;
+        the drift report's input.
+        """
+        return self._reads.settled_jobs(lane=lane, since=since)
+
+    def spend(self, *, lane: str | None = None, since: float | None = None) -> list[dict[str, Any]]:
+        """Settlements in time order (``lane, settled_at, actual``), finished within ``since`` seconds."""
+        return self._reads.spend(lane=lane, since=since)
+
+    def shadow_estimates(self, *, lane: str | None = None) -> list[dict[str, Any]]:
+        """Shadow estimates of done jobs: ``job_id, version, est`` (the article's ``est_v2``)."""
+        return self._reads.shadow_estimates(lane=lane)
+
+    def estimator_samples(self, version: str, *, lane: str | None = None) -> list[dict[str, Any]]:
+        """Done jobs estimated by ``version`` (admission or shadow): ``stage, est, actual, finished_at``."""
+        return self._reads.estimator_samples(version, lane=lane)
+
+    def run_bill(self, run_key: str) -> list[BillLine]:
+        """What one run (a Prefect flow run id) was estimated, billed and waited, per stage and lane.
+
+        Example:
+            >>> [(b.stage, b.jobs, b.drift) for b in led.run_bill(flow_run_id)]   # doctest: +SKIP
+            [('critique', 24, 2.1), ('draft', 24, 1.0)]
+        """
+        return self._reads.run_bill(run_key)
+
+    def history(self, days: float) -> list[dict[str, Any]]:
+        """Done jobs submitted in the last ``days`` days, oldest first (``lane simulate --from-ledger``).
+
+        Keys: ``created_at, stage, est, actual, run_key, rate_cost``.
+        """
+        return self._reads.history(days)
+
+    def rows(self, sql: str, params: dict[str, Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run a query of your own (``:name`` parameters) in a read-only transaction; returns ``(columns, rows)``.
+
+        A statement that would write is refused (:class:`~lane_plugin.errors.InvalidInput`) and changes nothing;
+        settings it makes (``set_config``, a pragma) or locks it takes end with it, never reaching the ledger's
+        own later statements."""
+        return self._reads.rows(sql, params)
+
+    # -- checking -----------------------------------------------------------------
     def audit(self, *, grace: float = 60.0) -> list[str]:
         """Invariant violations I1-I6 found in the tables; empty when the ledger is sound."""
         grace = number("grace", grace, low=0.0, high=1e12)
 
         # write=False: one snapshot for every query on PostgreSQL too (no torn reads under load)
         return self.db.transaction(lambda cur: audit_tables(cur, self._now(cur), grace=grace), write=False)
+
+    # -- learned estimators' samples and state (ledger/learning.py) ------------------------------------------
+    def output_samples(self, *, window: int = 1000, lane: str | None = None,
+                       stage: str | None = None) -> dict[str, list[tuple[int, int]]]:  # fmt: skip
+        """Settled jobs to learn an output allowance from: ``{stage: [(est_input, actual), ...]}``.
+
+        The newest ``window`` per stage, oldest first: done jobs that recorded
+        their input tokens at intake and were billed real usage (never an
+        estimate billed for missing usage).
+
+        Example:
+            >>> led.output_samples(window=200)["critique"][-1]                # doctest: +SKIP
+            (412, 1130)
+        """
+        return self._learning.output_samples(window=window, lane=lane, stage=stage)
+
+    def estimator_state(self, estimator: str | None = None) -> list[dict[str, Any]]:
+        """A learned estimator's fitted state, one dict per stage (every estimator's by default).
+
+        Keys: ``estimator, stage, revision, allowance, jobs, mean, m2, mean_input,
+        p50, p90, p99, fitted_at``.
+        """
+        return self._learning.estimator_state(estimator)
+
+    def save_estimator_state(self, estimator: str, rows: list[dict[str, Any]]) -> None:
+        """Write a learned estimator's state for the given stages in one transaction.
+
+        Every row is checked before anything is written; stages not in ``rows``
+        keep their state.
+        """
+        self._learning.save_estimator_state(estimator, rows)
+
+
+    # -- provider limits: a 429's pause, the provider's own count (ledger/limits_api.py) ---------------------
+    def pause(self, lane: str, seconds: float, *, reason: str, job_id: str | None = None) -> float:
+        """Close ``lane`` for ``seconds`` for every process (a provider's 429 said so); returns when it reopens.
+
+        One transaction: ``lane.paused_until`` (a later pause in force is kept: the longest word wins), and
+        the job's ``rate_limited`` count (the run bill's 429s). Admission leases nothing before it; each
+        process that ticks the lane meanwhile wakes at that moment (:mod:`lane_plugin.ledger.wakeups`).
+        Emits ``lane.paused``.
+        """
+        return self._limits.pause(lane, seconds, reason=reason, job_id=job_id)
+
+    def sent_now(self, job_id: str, attempt: int) -> None:
+        """The attempt's request goes out now, not when its lease was picked up (it waited out a provider's
+        pause in between): its charges count a full window from now (+ the send slack), later only."""
+        self._limits.sent_now(job_id, attempt)
+
+    def paused_for(self, lane: str) -> float:
+        """Seconds until ``lane`` reopens after a provider's pause (0.0: it is open); one read."""
+        return self._limits.paused_for(lane)
+
+    def provider_used(self, lane: str, used: Mapping[str, int]) -> None:
+        """The provider's own count of what its limits hold now (``{unit: used}``, its limit less its
+        ``x-ratelimit-remaining-*``): each of the lane's windows holds at least that (use outside the lane
+        counts), never less than it holds (:func:`lane_plugin.ledger.limits.true_up_remaining`)."""
+        self._limits.provider_used(lane, used)

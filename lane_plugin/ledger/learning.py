@@ -11,6 +11,7 @@ actual would teach the estimator its own guess).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ..checks import label, text, tokens
 from ..errors import InvalidInput
@@ -73,42 +74,26 @@ def write_state(cur: Cursor, rows: list[dict], now: float) -> None:
 
 
 class LearningStore:
-    """The :class:`~lane_plugin.Ledger` methods learned estimators use (mixed into it)."""
+    """What learned estimators read and write through one :class:`~lane_plugin.Ledger` (its part, composed: the
+    ledger's methods of the same names call these)."""
+
+    def __init__(self, ledger: Any) -> None:  # the Ledger (api.py imports this module)
+        self.led = ledger
 
     def output_samples(self, *, window: int = 1000, lane: str | None = None,
                        stage: str | None = None) -> dict[str, list[tuple[int, int]]]:  # fmt: skip
-        """Settled jobs to learn an output allowance from: ``{stage: [(est_input, actual), ...]}``.
-
-        The newest ``window`` per stage, oldest first: done jobs that recorded
-        their input tokens at intake and were billed real usage (never an
-        estimate billed for missing usage).
-
-        Example:
-            >>> led.output_samples(window=200)["critique"][-1]                # doctest: +SKIP
-            (412, 1130)
-        """
         window = tokens("window", window)
         if window > MAX_WINDOW:
             raise InvalidInput("window", window, f"at most {MAX_WINDOW:,} jobs per stage")
         lane = text("lane", lane, required=False)
         stage = text("stage", stage, required=False)
-        return self._run(lambda cur, now: output_samples(cur, window=window, lane=lane, stage=stage), write=False)
+        return self.led._run(lambda cur, now: output_samples(cur, window=window, lane=lane, stage=stage), write=False)
 
     def estimator_state(self, estimator: str | None = None) -> list[dict]:
-        """A learned estimator's fitted state, one dict per stage (every estimator's by default).
-
-        Keys: ``estimator, stage, revision, allowance, jobs, mean, m2, mean_input,
-        p50, p90, p99, fitted_at``.
-        """
         estimator = None if estimator is None else label("estimator", estimator)
-        return self._run(lambda cur, now: read_state(cur, estimator), write=False)
+        return self.led._run(lambda cur, now: read_state(cur, estimator), write=False)
 
     def save_estimator_state(self, estimator: str, rows: list[dict]) -> None:
-        """Write a learned estimator's state for the given stages in one transaction.
-
-        Every row is checked before anything is written; stages not in ``rows``
-        keep their state.
-        """
         checked = [check_state_row(estimator, r) for r in rows]
         if checked:
-            self._run(lambda cur, now: write_state(cur, checked, now))
+            self.led._run(lambda cur, now: write_state(cur, checked, now))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from ..checks import number, text, tokens
@@ -80,20 +80,14 @@ def split_rate_cost(rate_cost: Any, est: int, est_input: int | None) -> tuple[in
 
 
 class ProviderLimits:
-    """A mixin of :class:`~lane_plugin.Ledger`: what the provider says about its limits, written to the ledger."""
+    """What the provider says about its limits, written through one :class:`~lane_plugin.Ledger` (its part,
+    composed: the ledger's methods of the same names call these)."""
 
-    _run: Callable[..., Any]
-    send_slack: float | None
-    _emit: Callable[[str, str, dict[str, Any]], None]
+    def __init__(self, ledger: Any) -> None:  # the Ledger (api.py imports this module)
+        self.led = ledger
+
 
     def pause(self, lane: str, seconds: float, *, reason: str, job_id: str | None = None) -> float:
-        """Close ``lane`` for ``seconds`` for every process (a provider's 429 said so); returns when it reopens.
-
-        One transaction: ``lane.paused_until`` (a later pause in force is kept: the longest word wins), and
-        the job's ``rate_limited`` count (the run bill's 429s). Admission leases nothing before it; each
-        process that ticks the lane meanwhile wakes at that moment (:mod:`lane_plugin.ledger.wakeups`).
-        Emits ``lane.paused``.
-        """
         lane = text("lane", lane)
         seconds = number("seconds", seconds, low=0.001, high=MAX_PAUSE_SECONDS)
         reason = text("reason", reason, limit=500)
@@ -102,38 +96,32 @@ class ProviderLimits:
         def run(cur: Cursor, now: float) -> tuple[float, float]:
             return limits.pause(cur, lane, until=now + seconds, reason=reason, now=now, job_id=job_id), now
 
-        until, now = self._run(run)
+        until, now = self.led._run(run)
         wakeups = getattr(self, "wakeups", None)
         if wakeups is not None:  # this process's waiters tick the lane the moment it reopens
             wakeups.tick_at(lane, max(0.0, until - now))
-        self._emit("lane.paused", lane, {"lane": lane, "until": until, "seconds": round(until - now, 3),
+        self.led._emit("lane.paused", lane, {"lane": lane, "until": until, "seconds": round(until - now, 3),
                                          "reason": reason, "job_id": job_id})  # fmt: skip
         return until
 
     def sent_now(self, job_id: str, attempt: int) -> None:
-        """The attempt's request goes out now, not when its lease was picked up (it waited out a provider's
-        pause in between): its charges count a full window from now (+ the send slack), later only."""
         job_id = text("job id", job_id)
 
         def run(cur: Cursor, now: float) -> None:
-            rates.stamp_sent(cur, job_id, int(attempt), now, self.send_slack)
+            rates.stamp_sent(cur, job_id, int(attempt), now, self.led.send_slack)
 
-        self._run(run)
+        self.led._run(run)
 
     def paused_for(self, lane: str) -> float:
-        """Seconds until ``lane`` reopens after a provider's pause (0.0: it is open); one read."""
         lane = text("lane", lane)
 
         def run(cur: Cursor, now: float) -> float:
             until = cur.scalar(queries.LIMITS_API_RUN, {"l": lane})
             return 0.0 if until is None else max(0.0, float(until) - now)
 
-        return self._run(run, write=False)
+        return self.led._run(run, write=False)
 
     def provider_used(self, lane: str, used: Mapping[str, int]) -> None:
-        """The provider's own count of what its limits hold now (``{unit: used}``, its limit less its
-        ``x-ratelimit-remaining-*``): each of the lane's windows holds at least that (use outside the lane
-        counts), never less than it holds (:func:`lane_plugin.ledger.limits.true_up_remaining`)."""
         lane = text("lane", lane)
         clean = {}
         for unit, n in used.items():
@@ -145,4 +133,4 @@ class ProviderLimits:
             for unit, n in clean.items():
                 limits.true_up_remaining(cur, lane, unit, n, now)
 
-        self._run(run)
+        self.led._run(run)
