@@ -72,10 +72,9 @@ def run_bill(cur: Cursor, run_key: str) -> list[BillLine]:
         return []
     params = {f"l{i}": name for i, name in enumerate(lanes)}
     params["r"] = run_key
-    marks = ", ".join(":" + k for k in params if k != "r")
     # ix_job_run is (lane, run_key): naming the lanes lets both databases use it.
     rows = cur.all(
-        queries.bill_jobs_of_run(marks),
+        queries.bill_jobs_of_run(k for k in params if k != "r"),
         params,
     )
     groups: dict[tuple[str, str], dict] = {}

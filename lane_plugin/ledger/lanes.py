@@ -196,8 +196,7 @@ def roll_counters(cur: Cursor, row: LaneRow, now: float) -> LaneRow:
     if row.period != "none" and ps > row.period_start:
         changes.update(period_start=ps, spent=0, overage=0)
     if changes:
-        sets = ", ".join(f"{k} = :{k}" for k in changes)
-        cur.execute(queries.lanes_roll_counters(sets), {**changes, "name": row.name})
+        cur.execute(queries.lanes_roll_counters(changes), {**changes, "name": row.name})
         for k, v in changes.items():
             setattr(row, k, v)
     return row
@@ -291,14 +290,12 @@ def write_lane_settings(cur: Cursor, now: float, name: str, settings: dict, crea
     if current is None:
         checks.new_lane_name(name)
         row = {**NEW_LANE, **clean, "name": name, "updated_at": now}
-        cur.execute(queries.lanes_write_lane_settings_insert_lane(row), row)
+        cur.execute(queries.lanes_insert_lane(row), row)
         if cur.rowcount == 1:
             return read_lane(cur, name)
         lock_lane(cur, name)  # another caller created it a moment ago: change it like an existing one
     if clean:
-        sets = ", ".join(f"{k} = :{k}" for k in clean)
-        cur.execute(queries.lanes_write_lane_settings_update_lane(sets),
-                    {**clean, "now": now, "name": name})
+        cur.execute(queries.lanes_update_settings(clean), {**clean, "now": now, "name": name})
     if current is not None and clean.get("period", current.period) != current.period:
         _repoint_period(cur, current, clean["period"], now)
     if current is not None and clean.get("lease_seconds", current.lease_seconds) < current.lease_seconds:
@@ -353,8 +350,7 @@ def clear_drift(cur: Cursor, now: float, name: str) -> LaneRow:
 def reprioritise(cur: Cursor, row: LaneRow) -> None:
     """The lane's order settings changed: every waiting or parked job's place follows (one set-based UPDATE)."""
     prio, params = row.prio_sql("wait_since")
-    cur.execute(queries.lanes_reprioritise(prio),
-                {**params, "l": row.name})
+    cur.execute(queries.lanes_reprioritise(prio), {**params, "l": row.name})
 
 
 def delete_lane(cur: Cursor, name: str) -> None:
@@ -370,6 +366,6 @@ def delete_lane(cur: Cursor, name: str) -> None:
     users = [r[0] for r in cur.all(queries.LANES_DELETE_LANE_SELECT_LANE, {"n": name})]
     if users:
         raise InvalidInput("lane", name, f"lane(s) {', '.join(users)} fall back to it")
-    for table in ("lane_run", "rate_charge", "run_profile", "tenant"):
-        cur.execute(queries.lanes_delete_lane_delete(table), {"n": name})
+    for sql in queries.LANES_DELETE_ROWS.values():
+        cur.execute(sql, {"n": name})
     cur.execute(queries.LANES_DELETE_LANE_DELETE_LANE, {"n": name})

@@ -68,9 +68,7 @@ def charge(cur: Cursor, lane: str, at: float, charges: list[tuple[str, int, Mapp
 
 def stamp(cur: Cursor, job_id: str, attempt: int, now: float, *, pending_only: bool = False) -> None:
     """:func:`lane_plugin.ledger.rates.stamp` for the attempt's limit charges."""
-    which = "not sent" if pending_only else "(at < :now or not sent)"
-    cur.execute(queries.limits_stamp(which),
-                {"now": now, "j": job_id, "a": attempt, "t": True})
+    cur.execute(queries.RATES_STAMP["limit_charge", pending_only], {"now": now, "j": job_id, "a": attempt, "t": True})
 
 
 def drop_pending(cur: Cursor, job_ids: list[str]) -> None:
@@ -78,7 +76,7 @@ def drop_pending(cur: Cursor, job_ids: list[str]) -> None:
     freed: dict[tuple[str, str], int] = {}
     for i in range(0, len(job_ids), 500):
         part = {f"j{k}": j for k, j in enumerate(job_ids[i:i + 500])}
-        for lane, unit, cost in cur.all(queries.limits_drop_pending_delete_limit_charge(part), part):  # fmt: skip
+        for lane, unit, cost in cur.all(queries.limits_drop_pending(part), part):  # fmt: skip
             freed[(lane, unit)] = freed.get((lane, unit), 0) + cost
     for (lane, unit), cost in sorted(freed.items()):
         cur.execute(queries.LIMITS_DROP_PENDING_UPDATE_LANE_LIMIT,
@@ -187,19 +185,17 @@ def true_up_remaining(cur: Cursor, lane: str, unit: str, provider_used: int, now
     if unit == TOKENS:
         row = rates.slide(cur, row, now)
         amount, used = row.burst_tokens, row.window_used
-        table, where, params = "rate_charge", "lane = :l", {"l": lane}
+        own_sql, params = queries.LIMITS_OWN_SENT_TOKENS, {"l": lane}
     else:
         use = next((u for u in slide(cur, row, now) if u.unit == unit), None)
         if use is None:
             return
         amount, used = use.limit.amount, use.used
-        table, where, params = "limit_charge", "lane = :l and unit = :u", {"l": lane, "u": unit}
+        own_sql, params = queries.LIMITS_OWN_SENT, {"l": lane, "u": unit}
     if amount >= NO_TOKENS_LIMIT:
         return
     # What the lane itself sent in the window (pruned: every row left is in it, or pending) and how many requests.
-    own_sent, own_n = cur.one(
-        queries.limits_true_up_remaining_select(table, where), params,
-    )
+    own_sent, own_n = cur.one(own_sql, params)
     outside = max(0, int(provider_used) - int(own_sent))
     margin = -(-outside // max(int(own_n), 1))
     missing = int(provider_used) + margin - int(used)
@@ -234,7 +230,7 @@ def limit_status(cur: Cursor, row: LaneRow, now: float) -> list[dict]:
                                   {"l": row.name, "u": unit, "cut": now - lim.window_seconds}))
         until = None
         if held >= lim.amount:
-            at = cur.scalar(queries.limits_limit_status_select(unit, TOKENS),
+            at = cur.scalar(queries.LIMITS_FREED_AT_TOKENS if unit == TOKENS else queries.LIMITS_FREED_AT,
                             {"l": row.name, "u": unit, "cut": now - lim.window_seconds, "x": held - lim.amount + 1})
             until = None if at is None else window_expiry(float(at), lim.window_seconds)
         out.append({"unit": unit, "amount": lim.amount, "window_seconds": lim.window_seconds, "used": held,

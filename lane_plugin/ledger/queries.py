@@ -25,7 +25,8 @@ LEASES_OUT_OF_BOUNDS_SELECT_LANE = "select max(lease_seconds) from lane"
 LEASES_OUT_OF_BOUNDS_SELECT_JOB = "select 1 from job where state = 'leased' and lease_until > :far limit 1"
 
 
-def leases_too_far_ahead(limit) -> str:
+def leases_too_far_ahead(limit: int) -> str:
+    """The leases ending too far ahead (:now, :skew), furthest first, at most ``limit``."""
     return (
         "select j.id, j.lane, j.lease_until, l.lease_seconds from job j join lane l on l.name = j.lane "
         "where j.state = 'leased' and j.lease_until > :now + l.lease_seconds + :skew order by j.lease_until desc "
@@ -90,7 +91,9 @@ CLOCK_NOW = "select extract(epoch from clock_timestamp())"  # PostgreSQL: the se
 BILL_LANE_NAMES = "select name from lane order by name"
 
 
-def bill_jobs_of_run(marks: str) -> str:
+def bill_jobs_of_run(keys: Iterable[str]) -> str:
+    """The jobs of run ``:r`` in the lanes named by the parameters ``keys``, with their settlements."""
+    marks = _marks(keys)
     return (
         "select j.id, j.stage, j.lane, j.est, j.created_at, j.admitted_at, j.tenant, j.rate_limited, "
         "s.lane, s.actual, s.overage, s.by_estimate, s.late from job j left join settlement s on s.job_id = j.id "
@@ -167,7 +170,13 @@ WAITERS_HEARTBEAT_INSERT_WAITER = (
 
 
 def _marks(keys: Iterable[str]) -> str:
+    """``:a, :b``: the parameters ``keys``, as a list of values."""
     return ", ".join(":" + k for k in keys)
+
+
+def _assign(cols: Iterable[str]) -> str:
+    """``a = :a, b = :b``: each column set from the parameter of its name."""
+    return ", ".join(f"{k} = :{k}" for k in cols)
 
 
 def waiters_gone(keys: Iterable[str]) -> str:
@@ -207,12 +216,16 @@ RUNS_LAPSE_UPDATE_LANE_RUN = (
 RUNS_LAPSE_UPDATE_LANE = "update lane set finishing = finishing - :f where name = :l"
 
 
-def runs_runs_of(marks) -> str:
-    return f"select run_key, remaining from lane_run where lane = :l and run_key in ({marks})"
+def runs_runs_of(keys: Iterable[str]) -> str:
+    """The runs of lane ``:l`` named by the parameters ``keys``."""
+    return f"select run_key, remaining from lane_run where lane = :l and run_key in ({_marks(keys)})"
 
 
-def runs_fits_of(marks) -> str:
-    return f"select stage, after_tokens, hold_seconds, runs from run_profile where lane = :l and stage in ({marks})"
+def runs_fits_of(keys: Iterable[str]) -> str:
+    """The profile of lane ``:l`` for the stages named by the parameters ``keys``."""
+    return (
+        f"select stage, after_tokens, hold_seconds, runs from run_profile where lane = :l and stage in ({_marks(keys)})"
+    )
 
 
 RUNS_RECORD_INSERT_LANE_RUN = (
@@ -259,8 +272,8 @@ RUNS_REFIT_UPDATE_LANE = (
 )
 
 
-def runs_profile(cols) -> str:
-    return f"select {', '.join(cols)} from run_profile where lane = :l order by stage"
+PROFILE_KEYS = ("stage", "after_tokens", "hold_seconds", "runs", "fitted_at")
+RUNS_PROFILE = f"select {', '.join(PROFILE_KEYS)} from run_profile where lane = :l order by stage"
 
 
 # -- schema ----------------------------------------------------------------------------------------------
@@ -418,25 +431,30 @@ RATES_TRUE_UP_UPDATE_RATE_CHARGE = "update rate_charge set cost = :c where job_i
 RATES_TRUE_UP_UPDATE_LANE = "update lane set window_used = window_used + :d where name = :l"
 
 
-def rates_stamp_update_rate_charge(which) -> str:
+def _stamp(table: str, which: str) -> str:
     return (
-        "update rate_charge set at = case when at < :now then :now else at end, sent = :t "
+        f"update {table} set at = case when at < :now then :now else at end, sent = :t "
         f"where job_id = :j and attempt = :a and {which}"
     )
 
 
-def rates_stamp_update_limit_charge(which) -> str:
-    return (
-        f"update limit_charge set at = case when at < :now then :now else at end, sent = :t "
-        f"where job_id = :j and attempt = :a and {which}"
-    )
+# An attempt's charges in ``table`` (job :j, attempt :a) sent at :now, later only (rates.stamp); with
+# ``pending_only`` True, only the charges still pending.
+RATES_STAMP = {
+    (table, pending_only): _stamp(table, "not sent" if pending_only else "(at < :now or not sent)")
+    for table in ("rate_charge", "limit_charge")
+    for pending_only in (False, True)
+}
 
 
-def rates_drop_pending_delete_rate_charge(part) -> str:
-    return (
-        f"delete from rate_charge where job_id in ({', '.join(':' + k for k in part)}) "
-        "and not sent returning lane, cost"
-    )
+def send_slack_share(window: str) -> str:
+    """PostgreSQL: the default send slack (rates.slack_for) of a lane whose window is the column ``window``."""
+    return f"least(:slack, {window} * :share)"
+
+
+def rates_drop_pending(keys: Iterable[str]) -> str:
+    """The pending rate charges of the jobs named by the parameters ``keys``, deleted."""
+    return f"delete from rate_charge where job_id in ({_marks(keys)}) and not sent returning lane, cost"
 
 
 RATES_DROP_PENDING_UPDATE_LANE = "update lane set window_used = window_used - :c where name = :l"
@@ -526,26 +544,40 @@ ADMISSION_RENEW_UPDATE_JOB = (
 # -- settlement ------------------------------------------------------------------------------------------
 
 
-def settlement_live_sql(RETURNING, tenants) -> str:
-    return (
-        "with lk as (select name from lane where name = :l and period = :per and period_start >= :ps for update), "
-        "j as (update job set state = :st, actual = actual + :a, finished_at = :now, lease_token = null "
-        "where id = :id and lane = :l and state = 'leased' and attempt = :att and lease_attempt = :att "
-        "and exists (select 1 from lk) returning est, est_var, tenant), "
-        "c as (update rate_charge set sent = true, at = greatest(at, :now) where job_id = :id and attempt = :att "
-        "and not sent and exists (select 1 from j)), "
-        "cl as (update limit_charge set sent = true, at = greatest(at, :now) where job_id = :id and attempt = :att "
-        "and not sent and exists (select 1 from j)), "
-        "s as (insert into settlement (job_id, attempt, lane, est, actual, overage, late, by_estimate, outcome, "
-        "settled_at) select :id, :att, :l, est, :a, greatest(:a - est, 0), false, :be, :out, :now from j "
-        "on conflict do nothing returning est, overage), "
-        "u as (update lane set spent = spent + :a, reserved = reserved - "
-        "s.est, reserved_var = reserved_var - j.est_var, "
-        "leased = leased - 1, overage = lane.overage + s.overage, updated_at = :now from j, s where lane.name = :l "
-        f"returning s.est, s.overage, {RETURNING}), "
-        f"t as ({tenants.SETTLE_JOINED_SQL}) "
-        "select (select count(*) from lk), (select count(*) from j), u.* from (select 1) as one left join u on true"
-    )
+def settlement_lane_updates(returning: str) -> dict[str, str]:
+    """The statements of a settlement that return the lane's row (``returning``: its columns, lanes.RETURNING),
+    built once when settlement is imported: ``live_pg``, PostgreSQL's one statement for the common case (the
+    lane's lock, the job, its charges, the settlement row, the lane's counters and the tenant's); ``live`` and
+    ``late``, the lane's counters after a live or a late attempt (the full path)."""
+    return {
+        "live_pg": (
+            "with lk as (select name from lane where name = :l and period = :per and period_start >= :ps for update), "
+            "j as (update job set state = :st, actual = actual + :a, finished_at = :now, lease_token = null "
+            "where id = :id and lane = :l and state = 'leased' and attempt = :att and lease_attempt = :att "
+            "and exists (select 1 from lk) returning est, est_var, tenant), "
+            "c as (update rate_charge set sent = true, at = greatest(at, :now) where job_id = :id and attempt = :att "
+            "and not sent and exists (select 1 from j)), "
+            "cl as (update limit_charge set sent = true, at = greatest(at, :now) where job_id = :id and attempt = :att "
+            "and not sent and exists (select 1 from j)), "
+            "s as (insert into settlement (job_id, attempt, lane, est, actual, overage, late, by_estimate, outcome, "
+            "settled_at) select :id, :att, :l, est, :a, greatest(:a - est, 0), false, :be, :out, :now from j "
+            "on conflict do nothing returning est, overage), "
+            "u as (update lane set spent = spent + :a, reserved = reserved - "
+            "s.est, reserved_var = reserved_var - j.est_var, "
+            "leased = leased - 1, overage = lane.overage + s.overage, updated_at = :now from j, s where lane.name = :l "
+            f"returning s.est, s.overage, {returning}), "
+            f"t as ({TENANTS_SETTLE_JOINED_SQL}) "
+            "select (select count(*) from lk), (select count(*) from j), u.* from (select 1) as one left join u on true"
+        ),
+        "live": (
+            "update lane set spent = spent + :a, reserved = reserved - :e, reserved_var = reserved_var - :v, "
+            f"leased = leased - 1, overage = overage + :o, updated_at = :now where name = :l returning {returning}"
+        ),
+        "late": (
+            f"update lane set spent = spent + :a, overage = overage + :o, updated_at = :now where name = :l "
+            f"returning {returning}"
+        ),
+    }
 
 
 SETTLEMENT_SETTLE_SELECT_SETTLEMENT = "select attempt, actual from settlement where job_id = :j"
@@ -559,21 +591,7 @@ SETTLEMENT_SETTLE_INSERT_SETTLEMENT = (
 )
 
 
-def settlement_settle_update_lane(RETURNING) -> str:
-    return (
-        "update lane set spent = spent + :a, reserved = reserved - :e, reserved_var = reserved_var - :v, "
-        f"leased = leased - 1, overage = overage + :o, updated_at = :now where name = :l returning {RETURNING}"
-    )
-
-
-SETTLEMENT_SETTLE_UPDATE_JOB_2 = "update job set actual = actual + :a where id = :id"
-
-
-def settlement_settle_update_lane_2(RETURNING) -> str:
-    return (
-        f"update lane set spent = spent + :a, overage = overage + :o, updated_at = :now where name = :l "
-        f"returning {RETURNING}"
-    )
+SETTLEMENT_LATE_ACTUAL = "update job set actual = actual + :a where id = :id"
 
 
 SETTLEMENT_SETTLE_LIVE = (
@@ -807,8 +825,9 @@ TENANTS_SET_TENANT_SELECT_SETTLEMENT = (
 )
 
 
-def tenants_set_tenant_update_tenant(assign) -> str:
-    return f"update tenant set {assign}, updated_at = :now where lane = :l and name = :n"
+def tenants_update(cols: Iterable[str]) -> str:
+    """Tenant ``:n`` of lane ``:l``: ``cols`` set from the parameters of their names, ``updated_at`` :now."""
+    return f"update tenant set {_assign(cols)}, updated_at = :now where lane = :l and name = :n"
 
 
 TENANTS_LISTING_SELECT_JOB = "select tenant, count(*) from job where lane = :l and state = 'new' group by tenant"
@@ -845,18 +864,20 @@ def lane_reads(cols: Iterable[str]) -> dict[str, str]:
 LANES_UNKNOWN_LANE = "select name from lane order by name"
 
 
-def lanes_roll_counters(sets) -> str:
-    return f"update lane set {sets} where name = :name"
+def lanes_roll_counters(cols: Iterable[str]) -> str:
+    """Lane ``:name``'s ``cols`` set from the parameters of their names."""
+    return f"update lane set {_assign(cols)} where name = :name"
 
 
-def lanes_write_lane_settings_insert_lane(row) -> str:
-    return (
-        f"insert into lane ({', '.join(row)}) values ({', '.join(':' + k for k in row)}) on conflict (name) do nothing"
-    )
+def lanes_insert_lane(cols: Iterable[str]) -> str:
+    """A new lane row of ``cols`` (parameters of the same names); nothing if the name is taken."""
+    cols = list(cols)
+    return f"insert into lane ({', '.join(cols)}) values ({_marks(cols)}) on conflict (name) do nothing"
 
 
-def lanes_write_lane_settings_update_lane(sets) -> str:
-    return f"update lane set {sets}, updated_at = :now where name = :name"
+def lanes_update_settings(cols: Iterable[str]) -> str:
+    """Lane ``:name``'s settings ``cols`` set from the parameters of their names, ``updated_at`` :now."""
+    return f"update lane set {_assign(cols)}, updated_at = :now where name = :name"
 
 
 LANES_REPOINT_PERIOD_SELECT_SETTLEMENT = (
@@ -870,7 +891,8 @@ LANES_CLEAR_DRIFT_UPDATE_LANE = (
 )
 
 
-def lanes_reprioritise(prio) -> str:
+def lanes_reprioritise(prio: str) -> str:
+    """Every waiting or parked job of lane ``:l`` placed by ``prio`` (:func:`lane_priority`)."""
     return f"update job set prio = {prio} where lane = :l and state in ('new', 'parked')"
 
 
@@ -879,8 +901,10 @@ LANES_DELETE_LANE_SELECT_LANE_MOVE = "select count(*) from lane_move where lane 
 LANES_DELETE_LANE_SELECT_LANE = "select name from lane where fallback = :n order by name"
 
 
-def lanes_delete_lane_delete(table) -> str:
-    return f"delete from {table} where lane = :n"
+# A lane's rows in the other tables, deleted with it (lanes.delete_lane).
+LANES_DELETE_ROWS = {
+    table: f"delete from {table} where lane = :n" for table in ("lane_run", "rate_charge", "run_profile", "tenant")
+}
 
 
 LANES_DELETE_LANE_DELETE_LANE = "delete from lane where name = :n"
@@ -902,18 +926,9 @@ LIMITS_CHARGE_INSERT_LIMIT_CHARGE = (
 LIMITS_CHARGE_UPDATE_LANE_LIMIT = "update lane_limit set used = used + :n where lane = :l and unit = :u"
 
 
-def limits_stamp(which) -> str:
-    return (
-        "update limit_charge set at = case when at < :now then :now else at end, sent = :t "
-        f"where job_id = :j and attempt = :a and {which}"
-    )
-
-
-def limits_drop_pending_delete_limit_charge(part) -> str:
-    return (
-        f"delete from limit_charge where job_id in ({', '.join(':' + k for k in part)}) "
-        "and not sent returning lane, unit, cost"
-    )
+def limits_drop_pending(keys: Iterable[str]) -> str:
+    """The pending limit charges of the jobs named by the parameters ``keys``, deleted."""
+    return f"delete from limit_charge where job_id in ({_marks(keys)}) and not sent returning lane, unit, cost"
 
 
 LIMITS_DROP_PENDING_UPDATE_LANE_LIMIT = "update lane_limit set used = used - :c where lane = :l and unit = :u"
@@ -946,11 +961,17 @@ LIMITS_PAUSE_UPDATE_JOB = "update job set rate_limited = rate_limited + 1 where 
 LIMITS_PAUSE_UPDATE_LANE = "update lane set paused_until = :u, paused_reason = :r, updated_at = :now where name = :l"
 
 
-def limits_true_up_remaining_select(table, where) -> str:
+def _own_sent(table: str, where: str) -> str:
     return (
-        f"select coalesce(sum(case when job_id like 'provider:%' or not sent then 0 else cost end), 0), "
+        "select coalesce(sum(case when job_id like 'provider:%' or not sent then 0 else cost end), 0), "
         f"count(case when job_id like 'provider:%' then null else 1 end) from {table} where {where}"
     )
+
+
+# What lane :l itself sent in its window of ``tokens`` (rate_charge) or of unit :u (limit_charge), and how
+# many requests (limits.true_up_remaining).
+LIMITS_OWN_SENT_TOKENS = _own_sent("rate_charge", "lane = :l")
+LIMITS_OWN_SENT = _own_sent("limit_charge", "lane = :l and unit = :u")
 
 
 LIMITS_TRUE_UP_REMAINING_INSERT_RATE_CHARGE = (
@@ -969,13 +990,18 @@ LIMITS_LIMIT_STATUS_SELECT_LIMIT_CHARGE = (
 )
 
 
-def limits_limit_status_select(unit, TOKENS) -> str:
+def _freed_at(tokens: bool) -> str:
     return (
         "select min(at) from (select at, sum(cost) over (order by at, job_id, attempt rows "
-        f"unbounded preceding) as freed from {'rate_charge' if unit == TOKENS else 'limit_charge'} "
-        f"where lane = :l {'' if unit == TOKENS else 'and unit = :u '}and sent and at > :cut) "
+        f"unbounded preceding) as freed from {'rate_charge' if tokens else 'limit_charge'} "
+        f"where lane = :l {'' if tokens else 'and unit = :u '}and sent and at > :cut) "
         "as w where freed >= :x"
     )
+
+
+# When lane :l's window of ``tokens`` (or of unit :u) will have freed :x (limits.limit_status).
+LIMITS_FREED_AT_TOKENS = _freed_at(True)
+LIMITS_FREED_AT = _freed_at(False)
 
 
 # -- db --------------------------------------------------------------------------------------------------

@@ -115,7 +115,7 @@ def slack_for(send_slack: float | None, window_seconds: float) -> float:
 def slack_sql(send_slack: float | None, window: str) -> tuple[str, dict]:
     """:func:`slack_for` as a SQL expression of the column ``window`` (PostgreSQL), with its parameters."""
     if send_slack is None:
-        return f"least(:slack, {window} * :share)", {"slack": DEFAULT_SLACK, "share": SLACK_SHARE}
+        return queries.send_slack_share(window), {"slack": DEFAULT_SLACK, "share": SLACK_SHARE}
     return ":slack", {"slack": send_slack}
 
 
@@ -130,12 +130,10 @@ def stamp(cur: Cursor, job_id: str, attempt: int, now: float, *, pending_only: b
     the settlement); a charge already sent is left as it is. (PostgreSQL's one-statement settlement does
     this in its own statement.)
     """
-    which = "not sent" if pending_only else "(at < :now or not sent)"
-    cur.execute(queries.rates_stamp_update_rate_charge(which),
-                {"now": now, "j": job_id, "a": attempt, "t": True})
+    params = {"now": now, "j": job_id, "a": attempt, "t": True}
+    cur.execute(queries.RATES_STAMP["rate_charge", pending_only], params)
     # the attempt's charges against the lane's other limits (lane_plugin.ledger.limits) move with it
-    cur.execute(queries.rates_stamp_update_limit_charge(which),
-                {"now": now, "j": job_id, "a": attempt, "t": True})
+    cur.execute(queries.RATES_STAMP["limit_charge", pending_only], params)
 
 
 def drop_pending(cur: Cursor, job_ids: list[str]) -> None:
@@ -146,7 +144,7 @@ def drop_pending(cur: Cursor, job_ids: list[str]) -> None:
     freed: dict[str, int] = {}
     for i in range(0, len(job_ids), 500):
         part = {f"j{k}": j for k, j in enumerate(job_ids[i:i + 500])}
-        for lane, cost in cur.all(queries.rates_drop_pending_delete_rate_charge(part), part):  # fmt: skip
+        for lane, cost in cur.all(queries.rates_drop_pending(part), part):  # fmt: skip
             freed[lane] = freed.get(lane, 0) + cost
     for lane, cost in sorted(freed.items()):
         cur.execute(queries.RATES_DROP_PENDING_UPDATE_LANE, {"c": cost, "l": lane})

@@ -48,9 +48,7 @@ def runs_of(cur: Cursor, lane: str, keys: list[str]) -> dict[str, int]:
     if not keys:
         return {}
     params = {f"r{i}": k for i, k in enumerate(keys)}
-    marks = ", ".join(":" + p for p in params)
-    rows = cur.all(queries.runs_runs_of(marks),
-                   {**params, "l": lane})
+    rows = cur.all(queries.runs_runs_of(params), {**params, "l": lane})
     return {r[0]: r[1] for r in rows}
 
 
@@ -59,9 +57,7 @@ def fits_of(cur: Cursor, lane: str, stages: list[str]) -> dict[str, StageFit]:
     if not stages:
         return {}
     params = {f"s{i}": s for i, s in enumerate(stages)}
-    marks = ", ".join(":" + p for p in params)
-    rows = cur.all(queries.runs_fits_of(marks),
-                   {**params, "l": lane})
+    rows = cur.all(queries.runs_fits_of(params), {**params, "l": lane})
     return {r[0]: StageFit(r[1], r[2], r[3]) for r in rows}
 
 
@@ -135,6 +131,5 @@ def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[st
 
 def profile(cur: Cursor, lane: str) -> list[dict]:
     """The lane's learned profile, one dict per stage (``stage, after_tokens, hold_seconds, runs, fitted_at``)."""
-    cols = ("stage", "after_tokens", "hold_seconds", "runs", "fitted_at")
-    rows = cur.all(queries.runs_profile(cols), {"l": lane})
-    return [dict(zip(cols, r)) for r in rows]
+    rows = cur.all(queries.RUNS_PROFILE, {"l": lane})
+    return [dict(zip(queries.PROFILE_KEYS, r)) for r in rows]

@@ -26,9 +26,8 @@ def _limits_output(row: LaneRow) -> bool:
 # settlement row and the lane's counters (the latest version, read after the lock) follow from what it
 # returned. No row from ``j``: not the live lease (late, parked, moved to another lane, never leased)
 # or a period to roll: the full path decides, under the lane lock.
-_LIVE_SQL = (
-    queries.settlement_live_sql(RETURNING, tenants)
-)
+_SQL = queries.settlement_lane_updates(RETURNING)
+_LIVE_SQL = _SQL["live_pg"]
 
 
 def settle(
@@ -100,13 +99,13 @@ def settle(
         true_up_output(cur, job_id, attempt, actual, now)
     if live:
         after = cur.one(
-            queries.settlement_settle_update_lane(RETURNING),
+            _SQL["live"],
             {"a": actual, "e": est, "v": job["est_var"], "o": overage, "now": now, "l": lane},
         )
     else:
-        cur.execute(queries.SETTLEMENT_SETTLE_UPDATE_JOB_2, {"a": actual, "id": job_id})
+        cur.execute(queries.SETTLEMENT_LATE_ACTUAL, {"a": actual, "id": job_id})
         after = cur.one(
-            queries.settlement_settle_update_lane_2(RETURNING),
+            _SQL["late"],
             {"a": actual, "o": overage, "now": now, "l": lane},
         )
     settled = Settled(job_id, attempt, lane, est if live else 0, actual, overage, not live, outcome,

@@ -151,9 +151,7 @@ def set_tenant(cur: Cursor, now: float, lane: str, name: str, *, create: bool, w
         sets["spent"] = int(cur.scalar(
             queries.TENANTS_SET_TENANT_SELECT_SETTLEMENT, {"l": lane, "n": name, "p": ps}))
     if sets:
-        assign = ", ".join(f"{k} = :{k}" for k in sets)
-        cur.execute(queries.tenants_set_tenant_update_tenant(assign),
-                    {**sets, "now": now, "l": lane, "n": name})
+        cur.execute(queries.tenants_update(sets), {**sets, "now": now, "l": lane, "n": name})
     return next(t for t in listing(cur, now, lane) if t["tenant"] == name)
 
 
