@@ -126,7 +126,7 @@ def set_limits(cur: Cursor, now: float, name: str, changes: Mapping[str, Limit |
     for unit, lim in changes.items():
         if unit == TOKENS:
             burst, window = (NO_TOKENS_LIMIT, row.window_seconds) if lim is None else (lim.amount, lim.window_seconds)
-            cur.execute(queries.LIMITS_SET_LIMITS_UPDATE_LANE_2,
+            cur.execute(queries.LIMITS_SET_BURST,
                         {"b": burst, "w": window, "now": now, "n": name})
         elif lim is None:
             current.pop(unit, None)
@@ -139,7 +139,7 @@ def set_limits(cur: Cursor, now: float, name: str, changes: Mapping[str, Limit |
             if cur.rowcount != 1:
                 cur.execute(queries.LIMITS_SET_LIMITS_INSERT_LANE_LIMIT,
                             {"l": name, "u": unit, "a": lim.amount, "w": lim.window_seconds, "now": now})
-    cur.execute(queries.LIMITS_SET_LIMITS_UPDATE_LANE,
+    cur.execute(queries.LIMITS_SET_SPEC,
                 {"s": spec_of(current.items()), "now": now, "n": name})
     return lock_lane(cur, name)
 

@@ -251,7 +251,7 @@ RUNS_REFIT_UPDATE_LANE_RUN = (
     "update lane_run set remaining = coalesce((select p.after_tokens from run_profile p where p.lane = lane_run.lane "
     "and p.stage = lane_run.stage), 0) where lane = :l and expires_at is not null"
 )
-RUNS_REFIT_SELECT_JOB_2 = "select est from job where lane = :l order by created_at desc limit :n"
+RUNS_LATEST_ESTIMATES = "select est from job where lane = :l order by created_at desc limit :n"
 
 
 RUNS_DRIFT_SAMPLE = (
@@ -277,8 +277,8 @@ RUNS_PROFILE = f"select {', '.join(PROFILE_KEYS)} from run_profile where lane = 
 
 
 # -- schema ----------------------------------------------------------------------------------------------
-SCHEMA_MIGRATION_LOCK_SELECT = "select pg_advisory_lock(%s)"
-SCHEMA_MIGRATION_LOCK_SELECT_2 = "select pg_advisory_unlock(%s)"
+SCHEMA_MIGRATION_LOCK = "select pg_advisory_lock(%s)"
+SCHEMA_MIGRATION_UNLOCK = "select pg_advisory_unlock(%s)"
 
 
 # -- intake ----------------------------------------------------------------------------------------------
@@ -402,11 +402,11 @@ READS_HISTORY = (
     "select created_at, stage, est, actual, run_key, coalesce(rate_cost, est), tenant from job "
     "where state = 'done' and created_at >= :since order by created_at, id"
 )
-READS_QUERY_PRAGMA = "pragma query_only = 1"
+READS_QUERY_ONLY_ON = "pragma query_only = 1"
 READS_QUERY_SAVEPOINT = "savepoint lane_rows"
-READS_QUERY_PRAGMA_2 = "pragma query_only = 0"
-READS_UNDO_ROLLBACK = "rollback to savepoint lane_rows"
-READS_UNDO_SELECT = "select pg_advisory_unlock_all()"
+READS_QUERY_ONLY_OFF = "pragma query_only = 0"
+READS_ROLLBACK_QUERY = "rollback to savepoint lane_rows"
+READS_UNLOCK_ALL = "select pg_advisory_unlock_all()"
 
 
 # -- rates -----------------------------------------------------------------------------------------------
@@ -612,17 +612,17 @@ UPKEEP_INSERT_TAIL = (
     "insert into tail (job_id, lane, stage, est, reason, parked_at, deadline) "
     "values (:job_id, :lane, :stage, :est, :reason, :parked_at, :deadline)"
 )
-UPKEEP_REAP_UPDATE_JOB = (
+UPKEEP_REAP_PARK_GATED = (
     "update job set state = 'parked', lease_token = null, lease_until = 0, finished_at = :now, "
     "reason = :why where lane = :l and state = 'leased' and lease_until < :now and waiter is not null "
     "returning id, stage, est, waiter, est_var"
 )
-UPKEEP_REAP_UPDATE_JOB_2 = (
+UPKEEP_REAP_REQUEUE = (
     "update job set state = 'new', attempt = attempt + 1, lease_token = null, lease_until = 0, "
     "reason = 'lease expired' where lane = :l and state = 'leased' and lease_until < :now "
     "and attempt < :max returning id, est, est_var"
 )
-UPKEEP_REAP_UPDATE_JOB_3 = (
+UPKEEP_REAP_PARK_LAST_ATTEMPT = (
     "update job set state = 'parked', lease_token = null, lease_until = 0, finished_at = :now, "
     "reason = :why where lane = :l and state = 'leased' and lease_until < :now "
     "returning id, stage, est, est_var"
@@ -717,73 +717,73 @@ UPKEEP_DROP_UPDATE_JOB = (
 
 
 # -- audit -----------------------------------------------------------------------------------------------
-AUDIT_AUDIT_SELECT_JOB_4 = (
+AUDIT_LEASED_BY_LANE = (
     "select lane, count(*), coalesce(sum(est), 0), coalesce(sum(est_var), 0) from job "
     "where state = 'leased' group by lane"
 )
-AUDIT_AUDIT_SELECT_SETTLEMENT_3 = (
+AUDIT_SPENT_SINCE = (
     "select coalesce(sum(actual), 0), coalesce(sum(overage), 0) from settlement where lane = :l and settled_at >= :p"
 )
-AUDIT_AUDIT_SELECT_RATE_CHARGE_2 = (
+AUDIT_WINDOW_AND_FINISHING = (
     "select (select coalesce(sum(cost), 0) from rate_charge where lane = :l), (select coalesce(sum(remaining), "
     "0) from lane_run where lane = :l and expires_at is not null)"
 )
-AUDIT_AUDIT_SELECT_LIMIT_CHARGE = (
+AUDIT_LIMIT_USED = (
     "select l.lane, l.unit, l.used, coalesce((select sum(c.cost) from limit_charge c where c.lane = l.lane "
     "and c.unit = l.unit), 0) from lane_limit l"
 )
-AUDIT_AUDIT_SELECT_SETTLEMENT = (
+AUDIT_DOUBLE_SETTLEMENTS = (
     "select job_id, attempt, count(*) from settlement group by job_id, attempt having count(*) > 1"
 )
-AUDIT_AUDIT_SELECT_JOB = (
+AUDIT_ACTUAL_MISMATCH = (
     "select j.id, j.actual, coalesce(s.total, 0) from job j left join (select job_id, sum(actual) as total "
     "from settlement group by job_id) s on s.job_id = j.id where j.actual != coalesce(s.total, 0) limit 20"
 )
-AUDIT_AUDIT_SELECT_RATE_CHARGE = (
+AUDIT_STRAY_PENDING_CHARGES = (
     "select c.job_id, c.attempt, c.lane, j.state from rate_charge c left join job j on j.id = c.job_id "
     "where not c.sent and (j.id is null or j.state != 'leased' or j.attempt != c.attempt) limit 20"
 )
-AUDIT_AUDIT_SELECT_SETTLEMENT_2 = (
+AUDIT_ORPHAN_SETTLEMENTS = (
     "select s.job_id from settlement s left join job j on j.id = s.job_id where j.id is null limit 5"
 )
-AUDIT_AUDIT_SELECT_JOB_2 = (
+AUDIT_PARKED_WITHOUT_TAIL = (
     "select j.id from job j left join tail t on t.job_id = j.id where j.state = 'parked' "
     "and (t.job_id is null or t.deadline is null) limit 20"
 )
-AUDIT_AUDIT_SELECT_TAIL = (
+AUDIT_TAIL_NOT_PARKED = (
     "select t.job_id, j.state from tail t left join job j on j.id = t.job_id "
     "where j.state is null or j.state != 'parked' limit 20"
 )
-AUDIT_AUDIT_SELECT_JOB_3 = "select id, lease_until from job where state = 'leased' and lease_until < :cut limit 20"
-AUDIT_TENANTS_SELECT_TENANT = "select lane, name, spent, ceiling, period_start from tenant"
-AUDIT_TENANTS_SELECT_JOB = (
+AUDIT_EXPIRED_LEASES = "select id, lease_until from job where state = 'leased' and lease_until < :cut limit 20"
+AUDIT_TENANTS = "select lane, name, spent, ceiling, period_start from tenant"
+AUDIT_TENANT_SPEND = (
     "select coalesce(sum(s.actual), 0), coalesce(sum(s.overage), 0), (select coalesce(sum(est), 0) from job "
     "where lane = :l and tenant = :t and state = 'leased') from settlement s join job j on j.id = s.job_id "
     "where s.lane = :l and j.tenant = :t and s.settled_at >= :p"
 )
-AUDIT_ATTEMPTS_SELECT_SETTLEMENT = (
+AUDIT_ATTEMPT_OUT_OF_RANGE = (
     "select s.job_id, s.attempt, j.lease_attempt from settlement s join job j on j.id = s.job_id "
     "where s.attempt < 1 or s.attempt > j.lease_attempt limit 20"
 )
-AUDIT_ATTEMPTS_SELECT_SETTLEMENT_2 = (
+AUDIT_SETTLEMENT_SPLIT_WRONG = (
     "select s.job_id, s.attempt, s.est, s.actual, s.overage, s.late, j.est from settlement s "
     "join job j on j.id = s.job_id where (s.late = :f and (s.est != j.est or s.overage != "
     "case when s.actual > j.est then s.actual - j.est else 0 end)) "
     "or (s.late = :t and (s.est != 0 or s.overage != s.actual)) limit 20"
 )
-AUDIT_ATTEMPTS_SELECT_JOB = (
+AUDIT_DONE_UNSETTLED = (
     "select j.id from job j left join settlement s on s.job_id = j.id and s.attempt = j.attempt "
     "and s.late = :f where j.state = 'done' and s.job_id is null limit 20"
 )
-AUDIT_ATTEMPTS_SELECT_JOB_2 = (
+AUDIT_LEASE_INCONSISTENT = (
     "select j.id, j.attempt, j.lease_attempt, j.lease_token from job j left join settlement s "
     "on s.job_id = j.id and s.attempt = j.attempt where j.state = 'leased' and "
     "(j.lease_token is null or j.lease_attempt != j.attempt or s.job_id is not null) limit 20"
 )
-AUDIT_ATTEMPTS_SELECT_JOB_3 = (
+AUDIT_JOBS_WITHOUT_LANE = (
     "select j.id, j.lane from job j left join lane l on l.name = j.lane where l.name is null limit 20"
 )
-AUDIT_ATTEMPTS_SELECT_SETTLEMENT_3 = (
+AUDIT_SETTLEMENTS_WITHOUT_LANE = (
     "select s.job_id, s.lane from settlement s left join lane l on l.name = s.lane where l.name is null limit 20"
 )
 
@@ -800,8 +800,8 @@ TENANTS_LISTING_OF_LANE = f"select lane, {_TENANT_COLS} from tenant where lane =
 
 TENANTS_OF_LANE_UPDATE_TENANT = "update tenant set spent = 0, period_start = :ps where lane = :l and name = :n"
 TENANTS_RESERVED_OF = "select tenant, sum(est) from job where lane = :l and state = 'leased' group by tenant"
-TENANTS_STATES_UPDATE_TENANT = "update tenant set served = :s where lane = :l and name = :n"
-TENANTS_STATES_UPDATE_TENANT_2 = "update tenant set backlogged = :b where lane = :l and name = :n"
+TENANTS_SET_SERVED = "update tenant set served = :s where lane = :l and name = :n"
+TENANTS_SET_BACKLOGGED = "update tenant set backlogged = :b where lane = :l and name = :n"
 TENANTS_CHARGE = (
     "update tenant set served = served + :d, updated_at = :now where lane = :l and name = :n "
     "and (ceiling is null or spent + :r + :t <= ceiling)"
@@ -945,7 +945,7 @@ LIMITS_FREE_AT = (
     "select min(at) from (select at, sum(cost) over (order by at, job_id, attempt rows unbounded preceding) "
     "as freed from limit_charge where lane = :l and unit = :u and sent) as w where freed >= :x"
 )
-LIMITS_SET_LIMITS_UPDATE_LANE_2 = (
+LIMITS_SET_BURST = (
     "update lane set burst_tokens = :b, window_seconds = :w, updated_at = :now where name = :n"
 )
 LIMITS_SET_LIMITS_DELETE_LIMIT_CHARGE = "delete from limit_charge where lane = :l and unit = :u"
@@ -956,7 +956,7 @@ LIMITS_SET_LIMITS_UPDATE_LANE_LIMIT = (
 LIMITS_SET_LIMITS_INSERT_LANE_LIMIT = (
     "insert into lane_limit (lane, unit, amount, window_seconds, used, window_start) values (:l, :u, :a, :w, 0, 0)"
 )
-LIMITS_SET_LIMITS_UPDATE_LANE = "update lane set limit_spec = :s, updated_at = :now where name = :n"
+LIMITS_SET_SPEC = "update lane set limit_spec = :s, updated_at = :now where name = :n"
 LIMITS_PAUSE_UPDATE_JOB = "update job set rate_limited = rate_limited + 1 where id = :id"
 LIMITS_PAUSE_UPDATE_LANE = "update lane set paused_until = :u, paused_reason = :r, updated_at = :now where name = :l"
 
@@ -1027,4 +1027,4 @@ DB_REVISION = "select version_num from alembic_version"
 
 
 # -- reads -----------------------------------------------------------------------------------------------
-READS_QUERY = "set transaction read only"  # PostgreSQL; SQLite: READS_QUERY_PRAGMA
+READS_READ_ONLY = "set transaction read only"  # PostgreSQL; SQLite: READS_QUERY_ONLY_ON

@@ -86,7 +86,7 @@ def query(cur: Cursor, sql: str, params: dict | None) -> tuple[list[str], list[t
     (:meth:`lane_plugin.Ledger.rows`: pragmas and attached databases die with it).
     """
     sqlite = cur.dialect == "sqlite"
-    cur.execute(queries.READS_QUERY_PRAGMA if sqlite else queries.READS_QUERY)
+    cur.execute(queries.READS_QUERY_ONLY_ON if sqlite else queries.READS_READ_ONLY)
     if not sqlite:
         cur.execute(queries.READS_QUERY_SAVEPOINT)
     try:
@@ -99,7 +99,7 @@ def query(cur: Cursor, sql: str, params: dict | None) -> tuple[list[str], list[t
         raise
     finally:
         if sqlite:
-            cur.execute(queries.READS_QUERY_PRAGMA_2)
+            cur.execute(queries.READS_QUERY_ONLY_OFF)
         else:
             _undo(cur, sql)
 
@@ -107,8 +107,8 @@ def query(cur: Cursor, sql: str, params: dict | None) -> tuple[list[str], list[t
 def _undo(cur: Cursor, sql: str) -> None:
     """PostgreSQL: undo what a caller's query did to the session (its savepoint rolled back, advisory locks released)."""
     try:
-        cur.execute(queries.READS_UNDO_ROLLBACK)
-        cur.execute(queries.READS_UNDO_SELECT)
+        cur.execute(queries.READS_ROLLBACK_QUERY)
+        cur.execute(queries.READS_UNLOCK_ALL)
     except Exception:  # it ended the transaction or released the savepoint itself: refused, never retried
         raise InvalidInput("sql", sql, "Ledger.rows runs one query in a read-only transaction; this statement "
                            "ends the transaction or its savepoint") from None  # fmt: skip

@@ -112,7 +112,7 @@ def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[st
     )
     # The size classes of the order, from the lane's latest estimates (the head of ix_job_lane_created);
     # waiting jobs keep the place they were given, jobs placed from now on get the new boundary.
-    ests = cur.all(queries.RUNS_REFIT_SELECT_JOB_2,
+    ests = cur.all(queries.RUNS_LATEST_ESTIMATES,
                    {"l": lane, "n": SIZE_CLASS_SAMPLE})
     # The drift allowance, from the lane's latest settlements (the head of ix_settlement_lane_at): an
     # estimate billed back for missing usage says nothing about how the estimates drift, nor does a late

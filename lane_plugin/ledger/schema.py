@@ -103,11 +103,11 @@ def _migration_lock(db) -> Iterator[None]:
             yield
         return
     conn = db.connection()
-    conn.execute(queries.SCHEMA_MIGRATION_LOCK_SELECT, (_PG_LOCK_ID,))
+    conn.execute(queries.SCHEMA_MIGRATION_LOCK, (_PG_LOCK_ID,))
     try:
         yield
     finally:
-        conn.execute(queries.SCHEMA_MIGRATION_LOCK_SELECT_2, (_PG_LOCK_ID,))
+        conn.execute(queries.SCHEMA_MIGRATION_UNLOCK, (_PG_LOCK_ID,))
 
 
 def upgrade(db, revision: str = "head") -> str | None:

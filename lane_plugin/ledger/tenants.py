@@ -70,11 +70,11 @@ def states(cur: Cursor, lane: str, rows: dict[str, TenantRow], backlogged: set[s
     served = {n: r.served for n, r in rows.items()}
     was = {n for n, r in rows.items() if r.backlogged}
     for name, floor in lift(served, was, backlogged).items():
-        cur.execute(queries.TENANTS_STATES_UPDATE_TENANT, {"s": floor, "l": lane, "n": name})
+        cur.execute(queries.TENANTS_SET_SERVED, {"s": floor, "l": lane, "n": name})
         rows[name].served = floor
     for name, row in rows.items():
         if row.backlogged != (name in backlogged):
-            cur.execute(queries.TENANTS_STATES_UPDATE_TENANT_2,
+            cur.execute(queries.TENANTS_SET_BACKLOGGED,
                         {"b": name in backlogged, "l": lane, "n": name})
             row.backlogged = name in backlogged
     reserved = reserved_of(cur, lane) if any(r.ceiling is not None for r in rows.values()) else {}

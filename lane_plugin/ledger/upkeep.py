@@ -61,7 +61,7 @@ def reap(cur: Cursor, *, now: float) -> Moved:
     for lane in lanes.values():
         moved.bounded += leases.bound(cur, lane.name, lane.lease_seconds, now=now)
         orphans = cur.all(
-            queries.UPKEEP_REAP_UPDATE_JOB,
+            queries.UPKEEP_REAP_PARK_GATED,
             {"l": lane.name, "now": now, "why": why_gone},
         )
         gone |= {r[3] for r in orphans}
@@ -72,11 +72,11 @@ def reap(cur: Cursor, *, now: float) -> Moved:
         if orphans:
             released[lane.name] = [(r[2], r[4]) for r in orphans]
         requeued = cur.all(
-            queries.UPKEEP_REAP_UPDATE_JOB_2,
+            queries.UPKEEP_REAP_REQUEUE,
             {"l": lane.name, "now": now, "max": lane.max_attempts},
         )
         parked = cur.all(
-            queries.UPKEEP_REAP_UPDATE_JOB_3,
+            queries.UPKEEP_REAP_PARK_LAST_ATTEMPT,
             {"l": lane.name, "now": now, "why": f"lease expired on attempt {lane.max_attempts} of {lane.max_attempts}"},
         )
         moved.requeued += [r[0] for r in requeued]
