@@ -17,6 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+
+def _marks(keys: Iterable[str]) -> str:
+    """``:a, :b``: the parameters ``keys``, as a list of values."""
+    return ", ".join(":" + k for k in keys)
+
+
+def _assign(cols: Iterable[str]) -> str:
+    """``a = :a, b = :b``: each column set from the parameter of its name."""
+    return ", ".join(f"{k} = :{k}" for k in cols)
+
+
 # -- leases ----------------------------------------------------------------------------------------------
 LEASES_BOUND = (
     "update job set lease_until = :until where lane = :l and state = 'leased' and lease_until > :far returning id"
@@ -35,39 +46,10 @@ def leases_too_far_ahead(limit: int) -> str:
 
 
 # -- jobs ------------------------------------------------------------------------------------------------
-
-
-ALL_JOB_COLUMNS = (
-    "id",
-    "lane",
-    "stage",
-    "est",
-    "rate_cost",
-    "est_version",
-    "est_input",
-    "est_var",
-    "actual",
-    "state",
-    "attempt",
-    "lease_attempt",
-    "lease_until",
-    "lease_token",
-    "deadline",
-    "run_key",
-    "key",
-    "fallback",
-    "reason",
-    "created_at",
-    "wait_since",
-    "prio",
-    "finishing",
-    "admitted_at",
-    "finished_at",
-    "waiter",
-    "tenant",
-    "rate_input",
-    "rate_output",
-    "rate_limited",
+ALL_JOB_COLUMNS = tuple(
+    "id lane stage est rate_cost est_version est_input est_var actual state attempt lease_attempt "
+    "lease_until lease_token deadline run_key key fallback reason created_at wait_since prio finishing "
+    "admitted_at finished_at waiter tenant rate_input rate_output rate_limited".split()
 )
 JOB_COLS = (
     "id, lane, stage, est, attempt, run_key, state, lease_until, "
@@ -102,8 +84,6 @@ def bill_jobs_of_run(keys: Iterable[str]) -> str:
 
 
 # -- learning --------------------------------------------------------------------------------------------
-
-
 def learning_output_samples(lane: bool, stage: bool) -> str:
     """The newest ``:w`` learnable jobs per stage; of lane ``:lane`` and stage ``:stage`` when asked."""
     where = ["j.state = 'done'", "j.est_input is not null"]
@@ -119,20 +99,7 @@ def learning_output_samples(lane: bool, stage: bool) -> str:
     )
 
 
-STATE_COLUMNS = (
-    "estimator",
-    "stage",
-    "revision",
-    "allowance",
-    "jobs",
-    "mean",
-    "m2",
-    "mean_input",
-    "p50",
-    "p90",
-    "p99",
-    "fitted_at",
-)
+STATE_COLUMNS = tuple("estimator stage revision allowance jobs mean m2 mean_input p50 p90 p99 fitted_at".split())
 _STATE = f"select {', '.join(STATE_COLUMNS)} from estimator_state"
 LEARNING_READ_STATE = _STATE + " order by estimator, stage"
 LEARNING_READ_STATE_OF = _STATE + " where estimator = :e order by estimator, stage"
@@ -145,20 +112,7 @@ LEARNING_WRITE_STATE = (
 
 # -- waiters ---------------------------------------------------------------------------------------------
 # The own-row read of a waiting job: what its waiter needs to hold the lease it was handed.
-ROW_KEYS = (
-    "id",
-    "lane",
-    "stage",
-    "est",
-    "attempt",
-    "lease_token",
-    "lease_until",
-    "run_key",
-    "rate_cost",
-    "state",
-    "reason",
-    "admitted_at",
-)
+ROW_KEYS = tuple("id lane stage est attempt lease_token lease_until run_key rate_cost state reason admitted_at".split())
 WAITERS_CLAIM = "update job set waiter = :w where id = :id and state = 'new'"
 WAITERS_HEARTBEAT_UPDATE_WAITER = "update waiter set seen = :now, gone_at = null where id = :w"
 
@@ -167,16 +121,6 @@ WAITERS_HEARTBEAT_INSERT_WAITER = (
     "insert into waiter (id, seen) values (:w, :now) on conflict (id) "
     "do update set seen = excluded.seen, gone_at = null"
 )
-
-
-def _marks(keys: Iterable[str]) -> str:
-    """``:a, :b``: the parameters ``keys``, as a list of values."""
-    return ", ".join(":" + k for k in keys)
-
-
-def _assign(cols: Iterable[str]) -> str:
-    """``a = :a, b = :b``: each column set from the parameter of its name."""
-    return ", ".join(f"{k} = :{k}" for k in cols)
 
 
 def waiters_gone(keys: Iterable[str]) -> str:
@@ -282,8 +226,6 @@ SCHEMA_MIGRATION_UNLOCK = "select pg_advisory_unlock(%s)"
 
 
 # -- intake ----------------------------------------------------------------------------------------------
-
-
 INTAKE_JOB_BY_KEY = f"select {JOB_COLS}, est_version from job where key = :k"
 
 
@@ -334,8 +276,6 @@ LIMITS_API_RUN = "select paused_until from lane where name = :l"
 
 
 # -- wakeups ---------------------------------------------------------------------------------------------
-
-
 def listen(channel: str) -> str:
     """PostgreSQL: this session hears the NOTIFYs on ``channel`` (an identifier: no parameter can name it)."""
     return f"listen {channel}"
@@ -345,8 +285,6 @@ CURRENT_SCHEMA = "select current_schema()"
 
 
 # -- reads -----------------------------------------------------------------------------------------------
-
-
 READS_JOB = f"select {', '.join(ALL_JOB_COLUMNS)} from job where id = :id"
 TAIL_KEYS = ("job_id", "lane", "stage", "est", "reason", "parked_at", "deadline")
 READS_TAIL = f"select {', '.join(TAIL_KEYS)} from tail order by parked_at, job_id"
@@ -467,8 +405,6 @@ RATES_USED = "select coalesce(sum(cost), 0) from rate_charge where lane = :l and
 
 
 # -- admission -------------------------------------------------------------------------------------------
-
-
 # The head of one index, (lane, state, finishing, prio, id), read as two ranges: the waiting jobs of
 # runs under way and the rest, each in priority order (finishing jobs must not hide behind starters).
 _COLS = (
@@ -542,8 +478,6 @@ ADMISSION_RENEW_UPDATE_JOB = (
 
 
 # -- settlement ------------------------------------------------------------------------------------------
-
-
 def settlement_lane_updates(returning: str) -> dict[str, str]:
     """The statements of a settlement that return the lane's row (``returning``: its columns, lanes.RETURNING),
     built once when settlement is imported: ``live_pg``, PostgreSQL's one statement for the common case (the
@@ -838,8 +772,6 @@ TENANTS_LISTING_SELECT_SETTLEMENT = (
 
 
 # -- lanes -----------------------------------------------------------------------------------------------
-
-
 def lane_priority(wait: str, finishing: str, size_classes: bool) -> str:
     """A job's place in its lane's order (lane_plugin.policy.order.priority) as an SQL expression over
     ``job.est``, ``wait`` (a column or a parameter) and ``finishing`` (a column or an expression), with the
@@ -945,9 +877,7 @@ LIMITS_FREE_AT = (
     "select min(at) from (select at, sum(cost) over (order by at, job_id, attempt rows unbounded preceding) "
     "as freed from limit_charge where lane = :l and unit = :u and sent) as w where freed >= :x"
 )
-LIMITS_SET_BURST = (
-    "update lane set burst_tokens = :b, window_seconds = :w, updated_at = :now where name = :n"
-)
+LIMITS_SET_BURST = "update lane set burst_tokens = :b, window_seconds = :w, updated_at = :now where name = :n"
 LIMITS_SET_LIMITS_DELETE_LIMIT_CHARGE = "delete from limit_charge where lane = :l and unit = :u"
 LIMITS_SET_LIMITS_DELETE_LANE_LIMIT = "delete from lane_limit where lane = :l and unit = :u"
 LIMITS_SET_LIMITS_UPDATE_LANE_LIMIT = (
@@ -1005,8 +935,6 @@ LIMITS_FREED_AT = _freed_at(False)
 
 
 # -- db --------------------------------------------------------------------------------------------------
-
-
 def sqlite_busy_timeout(ms: int) -> str:
     """SQLite: how long a statement waits for another writer's lock, in milliseconds."""
     return f"pragma busy_timeout={int(ms)}"
@@ -1024,7 +952,5 @@ DB_REVISION = "select version_num from alembic_version"
 
 
 # -- intake ----------------------------------------------------------------------------------------------
-
-
 # -- reads -----------------------------------------------------------------------------------------------
 READS_READ_ONLY = "set transaction read only"  # PostgreSQL; SQLite: READS_QUERY_ONLY_ON
