@@ -68,7 +68,7 @@ class Ledger:
         self.send_slack = None if send_slack is None else number("send_slack", send_slack, low=0.0, high=60.0)
         self.listeners: list[Listener] = list(listeners or [])
         self.preflight = PreflightCache()
-        # Its parts, by responsibility (each method below that is not written out here calls one of them).
+        # Its parts, by responsibility: the methods of the sections named after their modules call them.
         self._admitting = Admitting(self)
         self.wakeups = self._admitting.wakeups
         self._reads = LedgerReads(self)
