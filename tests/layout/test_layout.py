@@ -81,9 +81,12 @@ def test_module_is_at_most_450_lines(name):
 # SQL text, as a string literal (an f-string's pieces joined with "{}") begins: a statement, ...
 SQL_STATEMENT = re.compile(
     r"^\s*(select\s|insert\s+(or\s+\w+\s+)?into\s|replace\s+into\s|update\s+\w+\s+set\s|delete\s+from\s|"
-    r"with\s+\w+\s+as\s*\(|begin\b|commit\b|rollback\b|savepoint\s|release\s|pragma\s|"
-    r"set\s+(transaction|session|local|search_path)\b|listen\s|unlisten\s|notify\s|lock\s+table\s|"
-    r"(create|drop|alter)\s+(table|index|unique|schema|view)\b|vacuum\b|analyze\b|explain\s)",
+    r"with\s+\w+\s+as\s*\(|pragma\s|set\s+(transaction|session|local|search_path)\b|lock\s+table\s|"
+    r"(create|drop|alter)\s+(table|index|unique|schema|view)\b|notify\s+\w|"
+    r"explain\s+(query\s+plan\s+|analyze\s+)?(select|insert|update|delete|with)\b|"
+    # the statements of one or two words, whole (prose may begin with these words)
+    r"(begin(\s+(immediate|exclusive|deferred|transaction))?|commit|rollback(\s+to\s+(savepoint\s+)?\w+)?|"
+    r"savepoint\s+\w+|release\s+(savepoint\s+)?\w+|(listen|unlisten)\s+(\w+|\{\})|vacuum|analyze)\s*\Z)",
     re.S,
 )
 # ... or a piece of one: a clause with a :parameter, an ordering, a lock, an upsert, a join.
@@ -153,12 +156,13 @@ def test_the_sql_check_sees_statements_and_pieces(tmp_path):
         '    """Update the lane set by the caller."""\n'
         '    cur.execute(f"update lane set {cols} where name = :n")\n'
         '    cur.execute("begin immediate")\n'
+        '    raise ValueError("begin the run again, then commit it")\n'
         '    tail = " order by prio, id" if lane else ""\n'
         '    more = "and tenant = :tn"\n'
         '    print("the lane is full; try later")\n'
     )
     assert [line for line, _ in sql_literals(probe, SQL_STATEMENT)] == [3, 6, 7]
-    assert [line for line, _ in sql_literals(probe, SQL_PIECE)] == [3, 6, 8, 9]
+    assert [line for line, _ in sql_literals(probe, SQL_PIECE)] == [3, 6, 9, 10]
 
 
 def test_sql_statements_only_inside_the_ledger():
