@@ -150,7 +150,7 @@ def _row(r) -> LaneRow:
 
 def unknown_lane(cur: Cursor, name: str, hint: str = "lane lanes lists them") -> UnknownLane:
     """The error for a lane there is not, suggesting the closest lane there is ("did you mean 'mylane'?")."""
-    return UnknownLane(name, hint, known=[r[0] for r in cur.all(queries.LANES_UNKNOWN_LANE)])
+    return UnknownLane(name, hint, known=[r[0] for r in cur.all(queries.LANES_NAMES)])
 
 
 def read_lane(cur: Cursor, name: str) -> LaneRow:

@@ -116,7 +116,7 @@ class ProviderLimits:
         lane = text("lane", lane)
 
         def run(cur: Cursor, now: float) -> float:
-            until = cur.scalar(queries.LIMITS_API_RUN, {"l": lane})
+            until = cur.scalar(queries.LIMITS_PAUSED_UNTIL, {"l": lane})
             return 0.0 if until is None else max(0.0, float(until) - now)
 
         return self.led._run(run, write=False)

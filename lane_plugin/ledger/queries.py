@@ -272,7 +272,7 @@ ADMITTING_RECORD_PREFLIGHT = (
 
 
 # -- limits_api ------------------------------------------------------------------------------------------
-LIMITS_API_RUN = "select paused_until from lane where name = :l"
+LIMITS_PAUSED_UNTIL = "select paused_until from lane where name = :l"
 
 
 # -- wakeups ---------------------------------------------------------------------------------------------
@@ -793,7 +793,7 @@ def lane_reads(cols: Iterable[str]) -> dict[str, str]:
     }
 
 
-LANES_UNKNOWN_LANE = "select name from lane order by name"
+LANES_NAMES = "select name from lane order by name"
 
 
 def lanes_roll_counters(cols: Iterable[str]) -> str:
