@@ -97,7 +97,7 @@ class ProviderLimits:
             return limits.pause(cur, lane, until=now + seconds, reason=reason, now=now, job_id=job_id), now
 
         until, now = self.led._run(run)
-        wakeups = getattr(self, "wakeups", None)
+        wakeups = getattr(self.led, "wakeups", None)
         if wakeups is not None:  # this process's waiters tick the lane the moment it reopens
             wakeups.tick_at(lane, max(0.0, until - now))
         self.led._emit("lane.paused", lane, {"lane": lane, "until": until, "seconds": round(until - now, 3),

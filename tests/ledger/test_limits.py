@@ -122,6 +122,15 @@ def test_a_paused_tick_asks_to_be_woken_at_the_reopen(led, clock):
     assert ticked.decision.head_reason == "paused" and ticked.retry_in == pytest.approx(3.0)
 
 
+def test_a_pause_wakes_this_process_waiters_at_the_reopen(led, clock, monkeypatch):
+    """The pause itself (not only a later tick) asks this process's watcher for a tick at the reopen."""
+    _lane(led)
+    asked = []
+    monkeypatch.setattr(led.wakeups, "tick_at", lambda lane, delay: asked.append((lane, delay)))
+    led.pause("l", 4.0, reason="429")
+    assert asked == [("l", pytest.approx(4.0))]
+
+
 def test_a_limit_blocked_tick_asks_to_be_woken_when_its_window_slides(led, clock):
     from lane_plugin.ledger import admission
 
