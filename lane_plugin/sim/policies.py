@@ -89,8 +89,16 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         limits=sim.limits.uses(now) if sim.limits else (),
     )  # fmt: skip
     k = max(cfg.max_leased - sim.leased, 0) + HEAD_SLACK
-    # The deadline rule: the overdue jobs, read first from the head of the deadline order.
-    late = q.overdue(now, k) if q.beta is not None else []
+    # The overtaking budget (rule 12): the least keys waiting and the oldest jobs, as the store reads two index
+    # heads. While the budget has more room than the window could admit this tick it cannot bind: the oldest
+    # need not be read as candidates (an admission of one is then counted as out of order: never less).
+    late: list = []
+    if q.beta is not None:
+        guard = q.guard(k + 2)
+        oldest = q.oldest(k)
+        snap = replace(snap, overtaken=q.overtaken, guard=guard, oldest=tuple(sim.job_id(j) for j in oldest))
+        if guard and guard[0][0] - q.overtaken < q.policy.burst_tokens:
+            late = [q.candidate(j) for j in oldest]
     if sim.tenants is not None and sim.policy == "lane":  # several tenants: the head of each one's queue, merged fairly by admit
         tenants = sim.tenants
         decision = admit(replace(snap, tenants=tenants.states()), late + _tenant_heads(sim, q, k, seen))
@@ -98,6 +106,7 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         decision = admit(snap, late + list(q.head(k, seen)))
     else:
         decision = admit(snap, q.head(k, seen), ordered=True)
+    q.overtaken += decision.overtook
     if decision.admitted or decision.parked:
         admitted = [int(c.id[1:]) for c in decision.admitted]  # sim.index_of
         parked = [sim.index_of(c) for c, _, _ in decision.parked]
