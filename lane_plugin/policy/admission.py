@@ -64,11 +64,11 @@ Rules, in order (docs/admission.md, "The rules in full"):
     first, each tenant's own jobs in rule 7's order); a tenant with a budget keeps its ``spent`` plus its
     leased estimates plus ``est`` at or under its ceiling: a job it keeps out holds no shadow and blocks
     no other tenant, and without a tenant period, a job its ``spent`` alone leaves no room for is parked;
-12. the overtaking budget (:mod:`lane_plugin.policy.overtake`): a job admitted while an older one waits adds
-    its rate tokens to the lane's ``overtaken`` counter, which may never pass the key of a job waiting
-    (``overtaken`` at its arrival plus ``beta`` times the rate tokens it found waiting); a job it keeps out
-    holds no shadow. So at most ``(1 + beta) V`` rate tokens are admitted ahead of a job that found ``V``
-    waiting: within ``1 + beta`` of token-fifo, by construction.
+12. the overtaking budget (:mod:`lane_plugin.policy.overtake`, an option, off by default): a job admitted
+    while an older one waits is allowed only while what younger jobs took ahead of the oldest waiting job
+    (``passed``), with it, stays at most every waiting job's key (``beta`` times the rate tokens it found
+    waiting); a job it keeps out holds no shadow. So at most ``(1 + beta) V`` rate tokens are admitted
+    ahead of a job that found ``V`` waiting: within ``1 + beta`` of token-fifo, by construction.
 
 The order and the bound on how long a job that fits can wait: :mod:`lane_plugin.policy.order`; the
 bound against token-fifo: :mod:`lane_plugin.policy.overtake`; the service-gap bound between tenants:
@@ -106,8 +106,7 @@ class Decision:
     ``var``: what the admitted jobs add to the lane's ``reserved_var``.
     ``limit_need``: for each limit (rule 6b) that blocked a job, the smallest room (in its unit) one needs.
     ``by_tenant``: the tokens admitted per tenant, as ``(tenant, tokens)`` (what their counters and
-    budgets are charged). ``overtook``: the rate tokens admitted out of order (rule 12: what the lane's
-    ``overtaken`` counter grows by).
+    budgets are charged). ``overtook``: the rate tokens admitted out of order (rule 12).
 
     Example:
         >>> from lane_plugin.policy import Candidate, LanePolicy, LaneSnapshot
@@ -201,8 +200,11 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
     # Tenants with a budget (rule 11), and the tokens admitted per tenant in this tick.
     budgets = {name: t for name, t in snapshot.tenants.items() if t.ceiling is not None}
     by_tenant: dict[str, int] = {}
-    budget_ok = Overtaking(snapshot.overtaken, snapshot.guard, snapshot.oldest)
-    for c in candidates if ordered else order(snapshot, candidates):
+    budget_ok = Overtaking(snapshot.passed, snapshot.guard, snapshot.oldest)
+    queue = candidates if ordered else order(snapshot, candidates)
+    if budget_ok.on and budget_ok.spent():  # rule 12: no room to pass anybody, the oldest first in arrival order
+        queue = budget_ok.oldest_first(queue)
+    for c in queue:
         key, est, c_rate, c_var = c.run_key, c.est, c.rate, c.var
         if budgets and c.tenant in budgets:
             budget = budgets[c.tenant]

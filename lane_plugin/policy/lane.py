@@ -94,8 +94,8 @@ class LaneSnapshot:
     weights, budgets; a tenant absent has weight 1 and no budget); ``limits`` the lane's windows
     over ``requests``, ``input_tokens`` and ``output_tokens`` with what each holds (rule 6b);
     ``paused_until`` when a provider's 429 closed the lane until (rule 1b: nothing before);
-    ``overtaken``, ``guard`` and ``oldest`` the overtaking budget (rule 12, :mod:`lane_plugin.policy.overtake`):
-    the lane's counter of out-of-order rate tokens, the least keys of the waiting jobs ``(key, id)``
+    ``passed``, ``guard`` and ``oldest`` the overtaking budget (rule 12, :mod:`lane_plugin.policy.overtake`):
+    what younger jobs took ahead of the oldest waiting job, the least keys of the waiting jobs ``(key, id)``
     ascending, the ids of the oldest waiting jobs in arrival order (``guard`` empty: the rule is off).
 
     Example:
@@ -122,6 +122,6 @@ class LaneSnapshot:
     tenants: Mapping[str, TenantState] = field(default_factory=dict)
     limits: tuple[LimitUse, ...] = ()
     paused_until: float | None = None
-    overtaken: int = 0
+    passed: int = 0
     guard: tuple[tuple[int, str], ...] = ()
     oldest: tuple[str, ...] = ()

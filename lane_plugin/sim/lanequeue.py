@@ -107,7 +107,8 @@ class LaneQueue:
         # (an entry is stale once its job stops waiting or enters again with a new arrival number).
         self.beta = sim.cfg.overtake_beta
         self.waiting_rate = 0
-        self.overtaken = 0
+        self.left_rate = 0  # rate tokens that left the queue (leased or parked)
+        self.pos: dict[int, int] = {}  # left_rate + waiting_rate at each job's arrival
         self.arrived = 0
         self.seq: dict[int, int] = {}
         self.by_key: list[tuple[int, int, int]] = []
@@ -151,6 +152,7 @@ class LaneQueue:
         """Job ``j`` stops waiting (leased or parked): token-fifo's queue no longer holds its rate tokens."""
         if self.beta is not None:
             self.waiting_rate -= self.sim.rate[j]
+            self.left_rate += self.sim.rate[j]
 
     def _first(self, heap: list, n: int) -> list:
         """The first ``n`` live entries of one of the budget's heaps, in order (they stay in it)."""
@@ -171,6 +173,11 @@ class LaneQueue:
         job_id = self.sim.job_id
         return tuple((k, job_id(j)) for k, _, j in self._first(self.by_key, n))
 
+    def passed(self, oldest: int) -> int:
+        """The rate tokens younger than the oldest waiting job that left the queue since it arrived (at least
+        what passed it): what left since, less the ``V`` that waited ahead of it, all gone now."""
+        return self.left_rate - self.pos[oldest]
+
     def oldest(self, n: int) -> list[int]:
         """The ``n`` waiting jobs that entered the queue first, in that order."""
         return [j for _, j in self._first(self.by_age, n)]
@@ -184,7 +191,8 @@ class LaneQueue:
         if self.beta is not None:  # an arrival: its number and key (a job entering again is a new arrival)
             self.arrived += 1
             self.seq[j] = n = self.arrived
-            heappush(self.by_key, (overtake_key(self.overtaken, self.waiting_rate, self.beta), n, j))
+            self.pos[j] = self.left_rate + self.waiting_rate
+            heappush(self.by_key, (overtake_key(self.waiting_rate, self.beta), n, j))
             heappush(self.by_age, (n, j))
             self.waiting_rate += sim.rate[j]
         if self._biggest:

@@ -96,8 +96,9 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     if q.beta is not None:
         guard = q.guard(k + 2)
         oldest = q.oldest(k)
-        snap = replace(snap, overtaken=q.overtaken, guard=guard, oldest=tuple(sim.job_id(j) for j in oldest))
-        if guard and guard[0][0] - q.overtaken < q.policy.burst_tokens:
+        passed = q.passed(oldest[0]) if oldest else 0
+        snap = replace(snap, passed=passed, guard=guard, oldest=tuple(sim.job_id(j) for j in oldest))
+        if guard and guard[0][0] - passed < q.policy.burst_tokens:
             late = [q.candidate(j) for j in oldest]
     if sim.tenants is not None and sim.policy == "lane":  # several tenants: the head of each one's queue, merged fairly by admit
         tenants = sim.tenants
@@ -106,7 +107,6 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         decision = admit(snap, late + list(q.head(k, seen)))
     else:
         decision = admit(snap, q.head(k, seen), ordered=True)
-    q.overtaken += decision.overtook
     if decision.admitted or decision.parked:
         admitted = [int(c.id[1:]) for c in decision.admitted]  # sim.index_of
         parked = [sim.index_of(c) for c, _, _ in decision.parked]

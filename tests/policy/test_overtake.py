@@ -2,8 +2,8 @@
 
 A rate-bound lane (ample budget and lease slots, a sliding window of ``burst`` rate tokens per ``window``
 seconds) admits each second what :func:`admit` chooses (the very code the ledger runs) from random arrivals
-of random sizes in up to three tenants of random weights, the lane keeping the budget's counter and each
-job's key as the module says. The bound its docstring proves, checked for every job J: the rate tokens
+of random sizes in up to three tenants of random weights, the lane keeping the budget's counters (tokens
+waiting, tokens that left) and each job's key and position as the module says. The bound its docstring proves, checked for every job J: the rate tokens
 admitted between J's arrival and its admission are at most ``V_J + floor(beta V_J)``, ``V_J`` the rate
 tokens waiting when J arrived (token-fifo admits exactly ``V_J`` ahead of it).
 """
@@ -44,7 +44,8 @@ def _run(jobs, burst: int, beta: float | None, seed: int = 0, guard_reads: int =
     served = {t: 0.0 for t in weights}
     waiting: dict[str, Candidate] = {}
     keys: dict[str, int] = {}
-    waiting_rate = overtaken = admitted_total = 0
+    waiting_rate = left = admitted_total = 0
+    pos: dict[str, int] = {}
     window: list[tuple[int, int]] = []
     v, start, ahead = {}, {}, {}
     i, now = 0, 0
@@ -54,21 +55,23 @@ def _run(jobs, burst: int, beta: float | None, seed: int = 0, guard_reads: int =
             jid = f"j{i:05d}"
             v[jid], start[jid] = waiting_rate, admitted_total
             if beta is not None:
-                keys[jid] = overtake_key(overtaken, waiting_rate, beta)
+                keys[jid] = overtake_key(waiting_rate, beta)
+                pos[jid] = left + waiting_rate
             waiting[jid] = Candidate(jid, est, float(at), tenant=tenant)
             waiting_rate += est
             i += 1
         window = [(s, r) for s, r in window if s > now - WINDOW]
         tenants = {t: TenantState(weight=w, served=served[t]) for t, w in weights.items()}
         guard = tuple(sorted((keys[j], j) for j in waiting))[:guard_reads] if beta is not None else ()
+        oldest = tuple(sorted(waiting))[:3]
+        passed = left - pos[oldest[0]] if beta is not None and oldest else 0
         snap = LaneSnapshot(policy, spent=0, reserved=0, leased=0, window_used=sum(r for _, r in window),
-                            now=float(now), tenants=tenants, overtaken=overtaken, guard=guard,
-                            oldest=tuple(sorted(waiting))[:3])  # fmt: skip
+                            now=float(now), tenants=tenants, passed=passed, guard=guard, oldest=oldest)  # fmt: skip
         decision = admit(snap, list(waiting.values()))
-        overtaken += decision.overtook
         for c in decision.admitted:
             del waiting[c.id]
             waiting_rate -= c.est
+            left += c.est
             window.append((now, c.est))
             served[c.tenant] += c.est / weights[c.tenant]
             ahead[c.id] = admitted_total - start[c.id]
@@ -101,28 +104,28 @@ def test_without_the_budget_a_big_job_is_passed_by_more_than_the_bound():
 def test_the_oldest_job_passes_nobody_and_a_kept_out_job_holds_no_shadow():
     p = LanePolicy(ceiling=10**9, burst_tokens=1_000, window_seconds=10.0)
     big, small = Candidate("old", 900, 0.0), Candidate("new", 50, 1.0)
-    snap = LaneSnapshot(p, 0, 0, 0, window_used=500, now=2.0, overtaken=100, guard=((120, "old"), (400, "new")),
+    snap = LaneSnapshot(p, 0, 0, 0, window_used=500, now=2.0, passed=100, guard=((120, "old"), (400, "new")),
                         oldest=("old", "new"))  # fmt: skip
     d = admit(snap, [big, small])  # old does not fit the window; new would overtake it by 50 > 120 - 100
     assert d.ids == [] and d.head_reason is not None and d.shadow == big
-    snap = LaneSnapshot(p, 0, 0, 0, window_used=0, now=2.0, overtaken=100, guard=((120, "old"), (400, "new")),
+    snap = LaneSnapshot(p, 0, 0, 0, window_used=0, now=2.0, passed=100, guard=((120, "old"), (400, "new")),
                         oldest=("old", "new"))  # fmt: skip
     d = admit(snap, [big, small])  # the room fits both: old goes in order, new still may not pass it
     assert d.ids == ["old"] and d.overtook == 0
-    snap = LaneSnapshot(p, 0, 0, 0, window_used=0, now=2.0, overtaken=100, guard=((160, "old"), (400, "new")),
+    snap = LaneSnapshot(p, 0, 0, 0, window_used=0, now=2.0, passed=100, guard=((160, "old"), (400, "new")),
                         oldest=("old", "new"))  # fmt: skip
     d = admit(snap, [big, small])  # 100 + 50 <= 160: new passes old, which goes too
     assert d.ids == ["new", "old"] and d.overtook == 50
-    d = admit(LaneSnapshot(p, 0, 0, 0, window_used=0, now=2.0, overtaken=100, guard=((120, "old"),),
+    d = admit(LaneSnapshot(p, 0, 0, 0, window_used=0, now=2.0, passed=100, guard=((120, "old"),),
                            oldest=("old",)), [Candidate("x", 30, 1.0), Candidate("y", 10, 1.0)])  # fmt: skip
     assert d.ids == ["y"] and d.head_reason == OVERTAKE and d.overtook == 10
 
 
 def test_bad_counters_are_refused_by_name():
     try:
-        overtake_key(-1, 10)
+        overtake_key(-1)
     except ValueError as exc:
-        assert "overtaken=-1" in str(exc)
+        assert "waiting_rate=-1" in str(exc)
     else:
         raise AssertionError("a negative counter was accepted")
     assert Overtaking(0, (), ()).allows(Candidate("x", 10**9, 0.0))  # no guard: the rule is off
