@@ -44,7 +44,7 @@ of at most 4% of the burst that is ``1.3`` x token-fifo's p99, on any traffic.
 most about ``beta / (1 + beta)`` of its tokens over the life of a job (20% at 0.25), and a job that arrived
 at a short queue holds everyone to its small key. Measured (docs/admission.md, "Bounding waits against
 first come, first served"): at ``beta = 0.25`` the p99 stays within 1.11x but the p50 gain is mostly lost
-(Azure code trace 0.90x token-fifo's p50, Mooncake 0.62x); even charging each job exactly its own passes
+(Azure code trace 0.90x token-fifo's p50, Mooncake 0.54x); even charging each job exactly its own passes
 (a per-job count, which no index head gives) leaves 0.93x and 0.53x. The jobs whose p50 the size order
 buys are a third of the rate tokens on the Azure trace, more than a ``1 + beta`` bound lets them pass. So
 the rule is an option (``SimConfig.overtake_beta``), off by default, and the ledger does not run it yet.
