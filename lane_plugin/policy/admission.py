@@ -212,7 +212,7 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
                 why = None if budget.resets else tenant_unfit_reason(c.tenant, budget, est)
                 if why is not None:
                     parked.append((c, TENANT_CEILING, why))
-                    budget_ok.left(c)
+                budget_ok.left(c)  # rule 12 counts around it: held by its tenant, not by the order
                 head_reason = head_reason or TENANT_CEILING
                 continue
         kind = FREE if key is None else FINISH if key in started or key in was_started else START
@@ -227,13 +227,14 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
             # Exactly unfit_before_reset's rules without their reasons: with a period and the head's
             # reason known, nothing is parked and no reason read, so the reason is not written.
             if resets and head_reason is not None:
+                budget_ok.left(c)
                 continue
             unfit = unfit_before_reset(p, c, kind, spent=spent, need=need, drift=drift, overrun=overrun, spread=spread)
         if unfit is not None:  # it holds no shadow and blocks nobody
             head_reason = head_reason or unfit[0]
+            budget_ok.left(c)
             if not resets:
                 parked.append((c, *unfit))
-                budget_ok.left(c)
         elif closed:
             head_reason = head_reason or LEASE_CAP
         elif budget_ok.on and not budget_ok.allows(c):  # rule 12: no shadow, it passes nobody

@@ -40,6 +40,12 @@ when J arrived, one for the last head's room): every quantile with it,
 ``p99 <= (1 + beta) (mu / mu') p99_fifo`` plus two windows. With ``beta = 0.25`` and a largest rate cost
 of at most 4% of the burst that is ``1.3`` x token-fifo's p99, on any traffic.
 
+*Jobs held by something else.* A job kept out by its tenant's budget, or that spend (or a limit) keeps
+out until the next reset, is counted around when admission reads it (:meth:`Overtaking.left`, as a parked
+job): with no room left the oldest come first, so such a job at the front is skipped and the next oldest
+goes in order, rather than the lane waiting for the reset behind it (token-fifo would). The bound holds
+for the jobs the order holds; a job held by its own budget or by spend may be passed while so.
+
 **What it costs the order.** A pointwise bound is expensive: a backlogged lane can admit out of order at
 most about ``beta / (1 + beta)`` of its tokens over the life of a job (20% at 0.25), and a job that arrived
 at a short queue holds everyone to its small key. Measured (docs/admission.md, "Bounding waits against

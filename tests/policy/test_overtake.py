@@ -129,3 +129,14 @@ def test_bad_counters_are_refused_by_name():
     else:
         raise AssertionError("a negative counter was accepted")
     assert Overtaking(0, (), ()).allows(Candidate("x", 10**9, 0.0))  # no guard: the rule is off
+
+
+def test_a_job_its_tenant_budget_holds_does_not_stall_the_lane_when_the_budget_is_spent():
+    """The oldest job waits for its tenant's reset; with no room left to pass, the next oldest go in order."""
+    p = LanePolicy(ceiling=10**9, burst_tokens=10_000, window_seconds=10.0)
+    held, a, b = Candidate("j0", 100, 0.0, tenant="capped"), Candidate("j1", 200, 1.0), Candidate("j2", 50, 2.0)
+    tenants = {"capped": TenantState(ceiling=1_000, spent=1_000, resets=True)}
+    snap = LaneSnapshot(p, 0, 0, 0, window_used=0, now=3.0, tenants=tenants, passed=500,
+                        guard=((0, "j1"), (10, "j0"), (40, "j2")), oldest=("j0", "j1", "j2"))  # fmt: skip
+    d = admit(snap, [b, a, held])
+    assert d.ids == ["j1", "j2"] and d.overtook == 0 and d.parked == ()
