@@ -91,7 +91,7 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     k = max(cfg.max_leased - sim.leased, 0) + HEAD_SLACK
     # The overtaking budget (rule 12): the least keys waiting and the oldest jobs, as the store reads two index
     # heads. While the budget has more room than the window could admit this tick it cannot bind: the oldest
-    # need not be read as candidates (an admission of one is then counted as out of order: never less).
+    # need not be read as candidates (the snapshot still names them, so one read in the head goes in order).
     late: list = []
     if q.beta is not None:
         guard = q.guard(k + 2)
