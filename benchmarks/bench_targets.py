@@ -4,7 +4,7 @@ Prints a table per scenario and the targets, each with the figure that meets
 or misses it, and writes ``docs/performance_targets.md`` (the section
 ``benchmarks/run_all.py`` puts into ``docs/performance.md``).
 
-Run:  .venv/bin/python benchmarks/bench_targets.py [--quick] [--no-write] [--tenants SPEC] [--overdue-beta B]
+Run:  .venv/bin/python benchmarks/bench_targets.py [--quick] [--no-write] [--tenants SPEC] [--overtake-beta B|off]
 
 Scenarios (every policy under the same lease cap and the same sliding burst
 window; the real traces are read with est = input + 256 and rate_cost =
@@ -84,9 +84,9 @@ def days_for(quick: bool) -> float:
 # --tenants NAME:WEIGHT:SHARE,...: the same scenarios with the lane shared by these tenants, each request
 # (a trace row, a generated run) given one by hashing its id (lane_plugin.sim.tenants.assign_by_hash).
 TENANTS: list[tuple[str, float, float]] = []
-# --overdue-beta B: every job of `lane` given a deadline B x token-fifo's wait past its arrival
-# (lane_plugin.policy.order.due_at); None: none, as the ledger does today.
-OVERDUE_BETA: list[float | None] = [None]
+# --overtake-beta B: the overtaking budget's beta (lane_plugin.policy.overtake; the default OVERTAKE_BETA);
+# "off": the order alone.
+OVERTAKE: list[dict] = [{}]
 
 
 def traffic(name: str, quick: bool):
@@ -105,7 +105,7 @@ def config(name: str, trace) -> SimConfig:
     spec = SCENARIOS[name]
     extra = {"horizon": math.ceil(trace.span)} if spec.get("horizon") else {}
     return SimConfig(**spec["cfg"], **extra, tenant_weights=tuple((n, w) for n, w, _ in TENANTS),
-                     overdue_beta=OVERDUE_BETA[0])
+                     **OVERTAKE[0])
 
 
 def command(name: str, trace, cfg: SimConfig, quick: bool) -> str:
@@ -406,12 +406,12 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="Print only; do not write docs/performance_targets.md.")
     ap.add_argument("--tenants", metavar="NAME:WEIGHT:SHARE,...",
                     help="Share every lane between these tenants (by hashing each request's id); implies --no-write.")
-    ap.add_argument("--overdue-beta", type=float, metavar="B",
-                    help="Give `lane`'s jobs deadlines B x token-fifo's wait past arrival (the deadline rule); "
+    ap.add_argument("--overtake-beta", metavar="B|off",
+                    help="The overtaking budget's beta (default: lane_plugin.policy.overtake.OVERTAKE_BETA), or off; "
                          "implies --no-write.")
     args = ap.parse_args()
-    if args.overdue_beta is not None:
-        OVERDUE_BETA[0] = args.overdue_beta
+    if args.overtake_beta is not None:
+        OVERTAKE[0] = {"overtake_beta": None if args.overtake_beta == "off" else float(args.overtake_beta)}
         args.no_write = True
     if args.tenants:
         TENANTS[:] = parse_tenants(args.tenants)

@@ -63,10 +63,16 @@ Rules, in order (docs/admission.md, "The rules in full"):
     tokens in rule 7 (the Virtual Token Counter: the backlogged tenant with the least weighted service
     first, each tenant's own jobs in rule 7's order); a tenant with a budget keeps its ``spent`` plus its
     leased estimates plus ``est`` at or under its ceiling: a job it keeps out holds no shadow and blocks
-    no other tenant, and without a tenant period, a job its ``spent`` alone leaves no room for is parked.
+    no other tenant, and without a tenant period, a job its ``spent`` alone leaves no room for is parked;
+12. the overtaking budget (:mod:`lane_plugin.policy.overtake`, an option, off by default): a job admitted
+    while an older one waits is allowed only while what younger jobs took ahead of the oldest waiting job
+    (``passed``), with it, stays at most every waiting job's key (``beta`` times the rate tokens it found
+    waiting); a job it keeps out holds no shadow. So at most ``(1 + beta) V`` rate tokens are admitted
+    ahead of a job that found ``V`` waiting: within ``1 + beta`` of token-fifo, by construction.
 
 The order and the bound on how long a job that fits can wait: :mod:`lane_plugin.policy.order`; the
-service-gap bound between tenants: :mod:`lane_plugin.policy.fairness`.
+bound against token-fifo: :mod:`lane_plugin.policy.overtake`; the service-gap bound between tenants:
+:mod:`lane_plugin.policy.fairness`.
 """
 
 from __future__ import annotations
@@ -80,7 +86,8 @@ from .fairness import tenant_room, tenant_unfit_reason
 from .lane import LaneSnapshot
 from .limits import blocking_limit
 from .order import order
-from .rules import BURST, LEASE_CAP, LIMIT_PREFIX, PAUSED, STOPPED, TENANT_CEILING, _rule, unfit_before_reset
+from .overtake import Overtaking
+from .rules import BURST, LEASE_CAP, LIMIT_PREFIX, OVERTAKE, PAUSED, STOPPED, TENANT_CEILING, _rule, unfit_before_reset
 
 # Admission reads the head of its indexes: the free lease slots plus this many rows.
 HEAD_SLACK = 16
@@ -99,7 +106,7 @@ class Decision:
     ``var``: what the admitted jobs add to the lane's ``reserved_var``.
     ``limit_need``: for each limit (rule 6b) that blocked a job, the smallest room (in its unit) one needs.
     ``by_tenant``: the tokens admitted per tenant, as ``(tenant, tokens)`` (what their counters and
-    budgets are charged).
+    budgets are charged). ``overtook``: the rate tokens admitted out of order (rule 12).
 
     Example:
         >>> from lane_plugin.policy import Candidate, LanePolicy, LaneSnapshot
@@ -123,6 +130,7 @@ class Decision:
     units: tuple[tuple[str, int], ...] = ()
     # (derived from ``admitted``: not compared, so a decision equals one built without it)
     by_tenant: tuple[tuple[str, int], ...] = field(default=(), compare=False)
+    overtook: int = field(default=0, compare=False)
 
     @property
     def ids(self) -> list[str]:
@@ -192,7 +200,11 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
     # Tenants with a budget (rule 11), and the tokens admitted per tenant in this tick.
     budgets = {name: t for name, t in snapshot.tenants.items() if t.ceiling is not None}
     by_tenant: dict[str, int] = {}
-    for c in candidates if ordered else order(snapshot, candidates):
+    budget_ok = Overtaking(snapshot.passed, snapshot.guard, snapshot.oldest)
+    queue = candidates if ordered else order(snapshot, candidates)
+    if budget_ok.on and budget_ok.spent():  # rule 12: no room to pass anybody, the oldest first in arrival order
+        queue = budget_ok.oldest_first(queue)
+    for c in queue:
         key, est, c_rate, c_var = c.run_key, c.est, c.rate, c.var
         if budgets and c.tenant in budgets:
             budget = budgets[c.tenant]
@@ -200,6 +212,7 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
                 why = None if budget.resets else tenant_unfit_reason(c.tenant, budget, est)
                 if why is not None:
                     parked.append((c, TENANT_CEILING, why))
+                budget_ok.left(c)  # rule 12 counts around it: held by its tenant, not by the order
                 head_reason = head_reason or TENANT_CEILING
                 continue
         kind = FREE if key is None else FINISH if key in started or key in was_started else START
@@ -214,14 +227,18 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
             # Exactly unfit_before_reset's rules without their reasons: with a period and the head's
             # reason known, nothing is parked and no reason read, so the reason is not written.
             if resets and head_reason is not None:
+                budget_ok.left(c)
                 continue
             unfit = unfit_before_reset(p, c, kind, spent=spent, need=need, drift=drift, overrun=overrun, spread=spread)
         if unfit is not None:  # it holds no shadow and blocks nobody
             head_reason = head_reason or unfit[0]
+            budget_ok.left(c)
             if not resets:
                 parked.append((c, *unfit))
         elif closed:
             head_reason = head_reason or LEASE_CAP
+        elif budget_ok.on and not budget_ok.allows(c):  # rule 12: no shadow, it passes nobody
+            head_reason = head_reason or OVERTAKE
         else:
             held = shadow is not None and (sh_kind == FINISH or kind != FINISH)
             with_shadow = committed + (sh_est if held else 0)
@@ -252,6 +269,7 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
                     lim_need[blocked] = min(lim_need.get(blocked, room), room)
             if rule is None:
                 admitted.append(c)
+                budget_ok.admitted(c)
                 tokens += est
                 rate += c_rate
                 committed += est
@@ -296,4 +314,5 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
         tuple(sorted(lim_need.items())),
         tuple(lim_used.items()),
         tuple(by_tenant.items()),
+        budget_ok.overtook,
     )

@@ -28,8 +28,6 @@ class Candidate:
     ``tenant`` who it belongs to inside its lane (:mod:`lane_plugin.policy.fairness`).
     ``input_cost`` and ``output_cost`` its input tokens and output allowance for the limits over
     ``input_tokens`` and ``output_tokens`` (None: unknown, its whole rate cost counts against each).
-    ``due_at`` its deadline (:func:`lane_plugin.policy.order.due_at`): from then on it is *overdue* and goes
-    ahead of the size and fair order (None: no deadline).
 
     Example:
         >>> Candidate("j1", est=300, waiting_since=0.0).rate, Candidate("j2", 300, 0.0, rate_cost=800).rate
@@ -48,7 +46,6 @@ class Candidate:
     tenant: str = "default"
     input_cost: int | None = None
     output_cost: int | None = None
-    due_at: float | None = None
 
     @property
     def rate(self) -> int:

@@ -55,11 +55,12 @@ in its tenant's order are admitted within the time the lane takes to serve ``W /
 tokens plus ``(k - 1) W (U + L O)``. A tenant alone (one tenant, or one backlogged) is served in
 today's order exactly: its waits, and the lane's p99, are today's.
 
-**With deadlines** (:mod:`lane_plugin.policy.order`, the deadline rule): the overdue candidates go first,
-by deadline, whatever their tenant; the fair merge orders the rest. So the service-gap bound holds over
-any span in which no candidate is overdue (overdue admissions still charge their tenant's counter, so a
-tenant served out of turn pays it back afterwards), and every job's wait stays within ``1 + beta`` of
-token-fifo's whatever the tenants' weights: the lane's p99 with several tenants is bounded as with one.
+**With the overtaking budget** (rule 12, :mod:`lane_plugin.policy.overtake`): the budget applies to every
+admission whatever its tenant, so the service-gap bound holds over any span in which it does not bind (no
+candidate kept out by it); while it binds the oldest jobs go first (their admissions still charge their
+tenant's counter, so a tenant served out of turn pays it back afterwards), and every job's wait stays within
+``1 + beta`` of token-fifo's in tokens whatever the tenants' weights: the lane's p99 with several tenants is
+bounded as with one.
 
 Pure functions: no database, no clock.
 """

@@ -93,7 +93,10 @@ class LaneSnapshot:
     tenants with jobs among the candidates (:class:`lane_plugin.policy.fairness.TenantState`: counters,
     weights, budgets; a tenant absent has weight 1 and no budget); ``limits`` the lane's windows
     over ``requests``, ``input_tokens`` and ``output_tokens`` with what each holds (rule 6b);
-    ``paused_until`` when a provider's 429 closed the lane until (rule 1b: nothing before).
+    ``paused_until`` when a provider's 429 closed the lane until (rule 1b: nothing before);
+    ``passed``, ``guard`` and ``oldest`` the overtaking budget (rule 12, :mod:`lane_plugin.policy.overtake`):
+    what younger jobs took ahead of the oldest waiting job, the least keys of the waiting jobs ``(key, id)``
+    ascending, the ids of the oldest waiting jobs in arrival order (``guard`` empty: the rule is off).
 
     Example:
         >>> s = LaneSnapshot(LanePolicy(ceiling=1_000), spent=600, reserved=300, leased=2, window_used=0, now=0.0)
@@ -119,3 +122,6 @@ class LaneSnapshot:
     tenants: Mapping[str, TenantState] = field(default_factory=dict)
     limits: tuple[LimitUse, ...] = ()
     paused_until: float | None = None
+    passed: int = 0
+    guard: tuple[tuple[int, str], ...] = ()
+    oldest: tuple[str, ...] = ()

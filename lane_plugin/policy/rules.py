@@ -24,6 +24,8 @@ START_LIMIT = "start_limit"
 BURST = "burst"
 # A job its tenant's budget keeps out (lane_plugin.policy.fairness): it holds no shadow, blocks no other tenant.
 TENANT_CEILING = "tenant_ceiling"
+# Rule 12: the overtaking budget (lane_plugin.policy.overtake) keeps a younger job from passing the older ones.
+OVERTAKE = "overtake"
 # Rule 1b: a provider's 429 closed the lane until its retry-after (lane.paused_until).
 PAUSED = "paused"
 # Rule 6b: "limit:requests", "limit:input_tokens", ...: the limit over that unit is full (policy.limits).

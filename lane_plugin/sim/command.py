@@ -230,6 +230,10 @@ def simulate(
     count_slots: Optional[int] = typer.Option(None, help="K of the count policy [max_leased]."),
     horizon: Optional[float] = typer.Option(None, help="Stop the clock here, in seconds (default: until drained)."),
     starve_after: float = typer.Option(3_600.0, help="A never-admitted, overtaken job waiting this long is starved."),
+    overtake_beta: Optional[float] = typer.Option(
+        None, "--overtake-beta", help="The lane row's overtaking budget (rule 12): younger jobs take at most this "
+        "times the rate tokens a job found waiting ahead of it (0.25: within 1.25x of token-fifo's). Default: off."
+    ),
     policies: str = typer.Option(
         ",".join(POLICIES),
         help=f"Comma-separated policies to compare (default: {', '.join(POLICIES)})",
@@ -306,7 +310,7 @@ def simulate(
             **settings, workers=workers, service_base=service_base, service_per_token=service_per_token,
             service_per_output_token=service_per_output_token, sleep_seconds=sleep_seconds, sleep_every=sleep_every,
             preflight=preflight, deadline=deadline, count_slots=count_slots, horizon=horizon,
-            starve_after=starve_after, chain=chain, estimator=estimator, warmup=warmup,
+            starve_after=starve_after, chain=chain, estimator=estimator, warmup=warmup, overtake_beta=overtake_beta,
         )  # fmt: skip
         if tenant_spec is not None:  # --tenants' weights, over those of the --lane's tenants
             cfg = replace(cfg, tenant_weights=tuple((n, w) for n, w, _ in tenant_spec))

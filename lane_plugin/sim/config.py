@@ -62,9 +62,10 @@ class SimConfig:
     estimator: str | None = None
     warmup: int = 200
     tenant_weights: tuple[tuple[str, float], ...] = ()  # (tenant, weight); a tenant not named has weight 1
-    # The deadline rule (lane_plugin.policy.order.due_at): each job of the ``lane`` policy is given a deadline
-    # this fraction of token-fifo's wait past its arrival. None: no deadlines (what the ledger does today).
-    overdue_beta: float | None = None
+    # The overtaking budget (rule 12, lane_plugin.policy.overtake) of the ``lane`` policy: at most (1 + beta) x the
+    # rate tokens a job found waiting are admitted ahead of it (lane_plugin.policy.overtake.OVERTAKE_BETA: 0.25).
+    # None: off, the default (the order alone; docs/admission.md, "Bounding waits against first come, first served").
+    overtake_beta: float | None = None
     # The lane's limits other than tokens (requests, input_tokens, output_tokens): LanePolicy.limits.
     limits: tuple[tuple[str, Limit], ...] = ()
 
@@ -83,6 +84,8 @@ class SimConfig:
             raise ValueError(f"headroom_sigmas={self.headroom_sigmas!r} must be >= 0")
         if not self.warmup >= 0:
             raise ValueError(f"warmup={self.warmup!r} must be >= 0")
+        if self.overtake_beta is not None and not self.overtake_beta >= 0:
+            raise ValueError(f"overtake_beta={self.overtake_beta!r} must be >= 0 (or None: off)")
         check_name(self.estimator)
         if self.rate_basis not in ("request", "actual"):
             raise ValueError(f"rate_basis={self.rate_basis!r} must be 'request' or 'actual'")

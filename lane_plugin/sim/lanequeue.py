@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 from ..policy import Candidate
 from ..policy.drift import DRIFT_SAMPLE, drift_cap, fit_drift_arrays
-from ..policy.order import due_at, priority
+from ..policy.order import priority
+from ..policy.overtake import overtake_key
 from ..policy.fairness import DEFAULT_TENANT
 from ..policy.sizeclass import SIZE_CLASS_SAMPLE, size_class_boundary
 from .runs import RunBook
@@ -100,12 +101,18 @@ class LaneQueue:
         self.fin_est: list[tuple[int, int]] = []
         self.dcap = drift_cap(self.policy.ceiling)
         self.other_est: dict[object, list[tuple[int, int]]] = {}
-        # The deadline rule (SimConfig.overdue_beta): the rate tokens waiting in the lane (what token-fifo
-        # serves before a job arriving now), each job's deadline, and the waiting jobs by (deadline, index).
-        self.beta = sim.cfg.overdue_beta
+        # The overtaking budget (rule 12, SimConfig.overtake_beta; None: off), as the ledger keeps it: the rate
+        # tokens waiting in the lane (what token-fifo serves before a job arriving now), the counter of
+        # out-of-order rate tokens, and the waiting jobs by (key, arrival) and by arrival, lazily deleted
+        # (an entry is stale once its job stops waiting or enters again with a new arrival number).
+        self.beta = sim.cfg.overtake_beta
         self.waiting_rate = 0
-        self.due: dict[int, float] = {}
-        self.by_due: list[tuple[float, int]] = []
+        self.left_rate = 0  # rate tokens that left the queue (leased or parked)
+        self.pos: dict[int, int] = {}  # left_rate + waiting_rate at each job's arrival
+        self.arrived = 0
+        self.seq: dict[int, int] = {}
+        self.by_key: list[tuple[int, int, int]] = []
+        self.by_age: list[tuple[int, int]] = []
 
     def prio(self, j: int) -> float:
         """Job ``j``'s place, given once (at intake, by the boundary known then and whether its run is
@@ -145,22 +152,35 @@ class LaneQueue:
         """Job ``j`` stops waiting (leased or parked): token-fifo's queue no longer holds its rate tokens."""
         if self.beta is not None:
             self.waiting_rate -= self.sim.rate[j]
+            self.left_rate += self.sim.rate[j]
 
-    def overdue(self, now: float, n: int) -> list[Candidate]:
-        """The first ``n`` waiting jobs whose deadline has passed, by ``(deadline, index)``."""
-        by_due, state = self.by_due, self.sim.state
-        while by_due and state[by_due[0][1]] != WAITING:
-            heappop(by_due)
-        if not by_due or by_due[0][0] > now:
-            return []
+    def _first(self, heap: list, n: int) -> list:
+        """The first ``n`` live entries of one of the budget's heaps, in order (they stay in it)."""
+        state, seq = self.sim.state, self.seq
+        while heap and (state[heap[0][-1]] != WAITING or seq.get(heap[0][-1]) != heap[0][-2]):
+            heappop(heap)
         out = []
-        while by_due and len(out) < n and by_due[0][0] <= now:
-            e = heappop(by_due)
-            if state[e[1]] == WAITING:
+        while heap and len(out) < n:
+            e = heappop(heap)
+            if state[e[-1]] == WAITING and seq.get(e[-1]) == e[-2]:
                 out.append(e)
-        for e in out:  # still waiting until admission decides: back in
-            heappush(by_due, e)
-        return [self.candidate(j) for _, j in out]
+        for e in out:
+            heappush(heap, e)
+        return out
+
+    def guard(self, n: int) -> tuple[tuple[int, str], ...]:
+        """The least ``n`` keys of the waiting jobs, ``(key, id)`` ascending (LaneSnapshot.guard)."""
+        job_id = self.sim.job_id
+        return tuple((k, job_id(j)) for k, _, j in self._first(self.by_key, n))
+
+    def passed(self, oldest: int) -> int:
+        """The rate tokens younger than the oldest waiting job that left the queue since it arrived (at least
+        what passed it): what left since, less the ``V`` that waited ahead of it, all gone now."""
+        return self.left_rate - self.pos[oldest]
+
+    def oldest(self, n: int) -> list[int]:
+        """The ``n`` waiting jobs that entered the queue first, in that order."""
+        return [j for _, j in self._first(self.by_age, n)]
 
     def push(self, j: int) -> None:
         sim = self.sim
@@ -168,10 +188,12 @@ class LaneQueue:
         if p is None:  # a job entering the lane: its estimate is one the boundary learns from
             p = self.prio(j)
             self.recent.append(sim.est[j])
-        if self.beta is not None:
-            if j not in self.due:
-                self.due[j] = due_at(self.policy, sim.waiting_since[j], self.waiting_rate, self.beta)
-            heappush(self.by_due, (self.due[j], j))
+        if self.beta is not None:  # an arrival: its number and key (a job entering again is a new arrival)
+            self.arrived += 1
+            self.seq[j] = n = self.arrived
+            self.pos[j] = self.left_rate + self.waiting_rate
+            heappush(self.by_key, (overtake_key(self.waiting_rate, self.beta), n, j))
+            heappush(self.by_age, (n, j))
             self.waiting_rate += sim.rate[j]
         if self._biggest:
             heappush(self.biggest, (-sim.est[j], j))
@@ -309,4 +331,4 @@ def candidate_for(sim: Sim, j: int) -> Candidate:
     return Candidate(sim.job_id(j), sim.est[j], sim.waiting_since[j], tr.run_key[j], sim.rate[j], tr.stage[j],
                      q.runs.after(tr.stage[j]) if tr.run_key[j] is not None else 0, q.prio(j), sim.var[j],
                      tr.tenant[j] or DEFAULT_TENANT, units and units["input_tokens"],
-                     units and units["output_tokens"], due_at=q.due.get(j))  # fmt: skip
+                     units and units["output_tokens"])  # fmt: skip

@@ -89,8 +89,17 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         limits=sim.limits.uses(now) if sim.limits else (),
     )  # fmt: skip
     k = max(cfg.max_leased - sim.leased, 0) + HEAD_SLACK
-    # The deadline rule: the overdue jobs, read first from the head of the deadline order.
-    late = q.overdue(now, k) if q.beta is not None else []
+    # The overtaking budget (rule 12): the least keys waiting and the oldest jobs, as the store reads two index
+    # heads. While the budget has more room than the window could admit this tick it cannot bind: the oldest
+    # need not be read as candidates (the snapshot still names them, so one read in the head goes in order).
+    late: list = []
+    if q.beta is not None:
+        guard = q.guard(k + 2)
+        oldest = q.oldest(k)
+        passed = q.passed(oldest[0]) if oldest else 0
+        snap = replace(snap, passed=passed, guard=guard, oldest=tuple(sim.job_id(j) for j in oldest))
+        if guard and guard[0][0] - passed < q.policy.burst_tokens:
+            late = [q.candidate(j) for j in oldest]
     if sim.tenants is not None and sim.policy == "lane":  # several tenants: the head of each one's queue, merged fairly by admit
         tenants = sim.tenants
         decision = admit(replace(snap, tenants=tenants.states()), late + _tenant_heads(sim, q, k, seen))

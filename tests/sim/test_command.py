@@ -132,3 +132,11 @@ def test_reading_a_ledger_that_is_not_there_creates_none(tmp_path, flags):
     res = run(*flags, "--db", f"sqlite:///{db}")
     assert res.exit_code == 2 and "no ledger at" in res.output, res.output
     assert not db.exists()
+
+
+def test_overtake_beta_runs_the_budget_and_a_negative_one_is_refused_by_name():
+    on = run("--jobs", "300", "--burst-tokens", "20000", "--overtake-beta", "0.25", "--policies", "lane,token-fifo",
+             "--json", "--no-progress")  # fmt: skip
+    assert on.exit_code == 0, on.output
+    bad = run("--jobs", "300", "--overtake-beta", "-1", "--no-progress")
+    assert bad.exit_code == 2 and "overtake_beta=-1.0 must be >= 0" in bad.output
