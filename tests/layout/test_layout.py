@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "lane_plugin"
-SQL = re.compile(r"^\s*(select\s.+\sfrom\s|insert\s+into\s|update\s+\w+\s+set\s|delete\s+from\s)", re.I | re.S)
 
 
 def modules() -> dict[str, Path]:
@@ -164,16 +163,6 @@ def test_the_sql_check_sees_statements_and_pieces(tmp_path):
     assert [line for line, _ in sql_literals(probe, SQL_STATEMENT)] == [3, 6, 7]
     assert [line for line, _ in sql_literals(probe, SQL_PIECE)] == [3, 6, 9, 10]
 
-
-def test_sql_statements_only_inside_the_ledger():
-    outside = []
-    for name, path in modules().items():
-        if name.startswith("lane_plugin.ledger"):
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and SQL.match(node.value):
-                outside.append(f"{name}:{node.lineno}: {node.value[:60]!r}")
-    assert not outside, "SQL outside lane_plugin.ledger:\n" + "\n".join(outside)
 
 
 # Issue 25: the admission policy is one package, lane_plugin/policy/, and stays pure.
