@@ -400,4 +400,3 @@ def fault_point(name: str) -> None:
     import signal
 
     os.kill(os.getpid(), signal.SIGKILL)
-

@@ -223,8 +223,9 @@ def test_an_exception_at_any_line_leaves_nothing_held(db, mode, request, tmp_pat
         nexts: list[tuple[float, str]] = []
         for at in points:
             key = f"inj-{at}"
-            outcome, _, fired_at, landed = _within(worker.submit(_injected_call, led, key, mode, at), 10,
-                                                   f"the injected call at line {at}")
+            outcome, _, fired_at, landed = _within(
+                worker.submit(_injected_call, led, key, mode, at), 10, f"the injected call at line {at}"
+            )
             if outcome == "raised":
                 raised += 1
                 landed_at.add(landed)
@@ -232,7 +233,9 @@ def test_an_exception_at_any_line_leaves_nothing_held(db, mode, request, tmp_pat
             if db == "sqlite":
                 waits.append(_outside_write_lock_within(led.url.path))
             else:
-                assert _idle_in_transaction(led, app) == [], f"backend idle in transaction after injection at {fired_at}"
+                assert _idle_in_transaction(led, app) == [], (
+                    f"backend idle in transaction after injection at {fired_at}"
+                )
                 open_now = len(_backends(led, app))
                 assert open_now <= PG_POOL + 1, (f"{open_now} backends open after the injection at {fired_at} (line "
                                                  f"{at}): more than the pool's {PG_POOL} and the watcher's 1")  # fmt: skip
@@ -250,7 +253,9 @@ def test_an_exception_at_any_line_leaves_nothing_held(db, mode, request, tmp_pat
             job_id = led.rows(f"select id from job where key = '{key}'")[1]
             live = [h for h in list(renewer()._held) if job_id and h.lease.job_id == job_id[0][0]
                     and not h.holder_gone()]  # fmt: skip
-            assert not live, f"lease of the interrupted holder still renewed after injection at {fired_at} (line {at}, landed {landed})"
+            assert not live, (
+                f"lease of the interrupted holder still renewed after injection at {fired_at} (line {at}, landed {landed})"
+            )
             assert led.audit() == [], f"invariants broken after injection at {fired_at}"
         # every lease a dead holder kept expires and is reaped: none was renewed
         time.sleep(LEASE_SECONDS + 0.3)
@@ -263,8 +268,10 @@ def test_an_exception_at_any_line_leaves_nothing_held(db, mode, request, tmp_pat
         backends = ""
         if db == "postgresql":
             open_after, left = _pool_backends_after_close(led, app)
-            backends = (f"; backends of the application {backends_before} before, {open_after} after (pool "
-                        f"{PG_POOL} + watcher 1), {len(left)} of the ledger's transactions left after closing its pool")
+            backends = (
+                f"; backends of the application {backends_before} before, {open_after} after (pool "
+                f"{PG_POOL} + watcher 1), {len(left)} of the ledger's transactions left after closing its pool"
+            )
         took = time.monotonic() - t_start
         figure(f"async exception ({db}, {mode}): {len(points)} injection points of {total} traced lines "
                f"(stride {stride}), raised in the library at {raised} ({len(landed_at)} distinct lines), "
@@ -275,7 +282,9 @@ def test_an_exception_at_any_line_leaves_nothing_held(db, mode, request, tmp_pat
         # call may return before the next bytecode that checks for it)
         assert raised >= 0.9 * len(points), (raised, len(points))
         slow = sorted((t, what) for t, what in nexts if t > 1.0)
-        assert len(slow) <= max(2, SLOW_SHARE * len(nexts)), f"{len(slow)} of {len(nexts)} next calls over 1 s: {slow[-5:]}"
+        assert len(slow) <= max(2, SLOW_SHARE * len(nexts)), (
+            f"{len(slow)} of {len(nexts)} next calls over 1 s: {slow[-5:]}"
+        )
         if db == "postgresql":  # no backend left over: every connection a transaction opened is the pool's
             assert open_after <= PG_POOL + 1, (open_after, backends_before)
             assert left == [], f"backends {left} left open by the ledger's transactions after closing its pool"
