@@ -35,17 +35,17 @@ class Slot:
         self._pool = weakref.ref(pool)
         self._pid = os.getpid()
 
-    def __del__(self) -> None:
+    def __del__(self, _getpid=os.getpid) -> None:  # (bound early: module globals may be gone at exit)
         pool, conn = self._pool(), self.conn
-        if self._pid != os.getpid():  # a parent's, copied by fork: psycopg leaves its session alone
+        if self._pid != _getpid():  # a parent's, copied by fork: psycopg leaves its session alone
             return
-        if conn is not None:
-            try:
+        try:
+            if conn is not None:
                 conn.close()
-            except Exception:
-                pass
-        if pool is not None:  # the pool is alive: the slot was lost on its way, not dropped with the pool
-            pool.put(Slot(pool))
+            if pool is not None:  # the pool is alive: the slot was lost on its way, not dropped with the pool
+                pool.put(type(self)(pool))
+        except Exception:  # interpreter shutdown: nothing left to give back to
+            pass
 
 
 def new_pool() -> queue.SimpleQueue:

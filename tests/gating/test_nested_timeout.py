@@ -24,8 +24,8 @@ from lane_plugin.gating import get_ledger
 
 from ..conftest import PgSchema, postgres_or_skip
 
-pytestmark = [pytest.mark.usefixtures("prefect_server"), pytest.mark.timeout(300, method="thread")]
 FULL = os.environ.get("LANE_FAULT_FULL") == "1"
+pytestmark = [pytest.mark.usefixtures("prefect_server"), pytest.mark.timeout(1200 if FULL else 300, method="thread")]
 
 
 @task(timeout_seconds=1)
