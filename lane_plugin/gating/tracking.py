@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from ..ledger import Ledger
+from .current import current_gate
 from .ratelimits import DEFAULT_PAUSE, MAX_PAUSE, remaining_of, wait_from_headers
 
 log = logging.getLogger("lane_plugin.track_limits")
@@ -55,8 +56,9 @@ def track_limits(client: Any, lane: str = "free", *, ledger: Ledger | str | None
                 what = f"{said[1]} {headers.get(said[1], '')}".strip() if said else "no reset header"
                 led.pause(lane, seconds, reason=f"a 429 seen by track_limits ({what})")
             used = remaining_of(headers)
-            if used:
-                led.provider_used(lane, used)
+            if used:  # counted at the request's arrival: compared with what the lane had sent by then
+                gate = current_gate()
+                led.provider_used(lane, used, job_id=getattr(gate, "job_id", None), refused=response.status_code == 429)
         except Exception as exc:  # the caller's request must never fail for the lane's bookkeeping
             log.warning("track_limits: lane %s not trued up: %s", lane, exc)
 
