@@ -18,6 +18,7 @@ waiters' watcher ticks the lane at that moment (:mod:`.wakeups`).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Mapping
 
@@ -27,9 +28,6 @@ from ..policy.window import window_expiry
 from . import rates, waiters
 from .db import Cursor
 from .lanes import LaneRow, lock_lane
-
-# The margin a provider's count adds for the outside spend to come, in expected spends between two counts.
-SAFETY = 2
 
 
 def slide(cur: Cursor, row: LaneRow, now: float) -> tuple[LimitUse, ...]:
@@ -192,22 +190,24 @@ def true_up_remaining(cur: Cursor, lane: str, unit: str, provider_used: int, now
     with another client stays shared, so the outside spend a count shows is expected to hold the window for a
     window after it (dated at the first count only, it would leave the window while the other client keeps
     spending, and a lane waiting on its own window would then admit a burst into a full one). A lower count
-    lowers it (the other client slowed down). The *margin*: the outside spend expected before the next count
+    lowers it (the other client slowed down), but no faster than the charge it replaces would have left the
+window (its cost times the share of the window still ahead of it): counts come back out of order (a long
+answer's count is older than a short one's after it), and the lane's requests sent together are ordered
+only roughly against the counted one, so one low reading must not empty the window. The *margin*: the outside spend expected before the next count
     (the outside spend divided by the counts a window brings: one per response of the lane's own requests in
-    it, at least one), :data:`SAFETY` times over: the other client spends in chunks at random moments, not
-    evenly, and the lane's requests sent together go out before any of them brings a count. ``tokens``: the burst window's ``rate_charge``; the others: ``limit_charge``. The window
+    it, at least one). ``tokens``: the burst window's ``rate_charge``; the others: ``limit_charge``. The window
     is slid to ``now`` first, so a charge that left the provider's window does not hide outside spend.
     """
     row = lock_lane(cur, lane)
     if unit == TOKENS:
         row = rates.slide(cur, row, now)
-        amount = row.burst_tokens
+        amount, window = row.burst_tokens, row.window_seconds
         table, where, params = "rate_charge", "lane = :l", {"l": lane}
     else:
         use = next((u for u in slide(cur, row, now) if u.unit == unit), None)
         if use is None:
             return
-        amount = use.limit.amount
+        amount, window = use.limit.amount, use.limit.window_seconds
         table, where, params = "limit_charge", "lane = :l and unit = :u", {"l": lane, "u": unit}
     if amount >= NO_TOKENS_LIMIT:
         return
@@ -222,14 +222,16 @@ def true_up_remaining(cur: Cursor, lane: str, unit: str, provider_used: int, now
         {**params, "asof": as_of, "r": job_id if refused else ""},
     )  # fmt: skip
     outside = max(0, int(provider_used) - int(own_sent))
-    lump = outside + SAFETY * -(-outside // max(int(own_n), 1))
+    lump = outside + -(-outside // max(int(own_n), 1))
     source = f"provider:{lane}"
     key = {**params, "j": source}
-    old = cur.scalar(f"select cost from {table} where job_id = :j and {where}", key)
-    old = 0 if old is None else int(old)
+    held = cur.one(f"select cost, at from {table} where job_id = :j and {where}", key)
+    old = 0 if held is None else int(held[0])
+    if old:  # a lower count lowers it over a window, not at once (see above)
+        lump = max(lump, math.ceil(old * min(1.0, max(0.0, 1.0 - (now - float(held[1])) / window))))
     if lump == old and old == 0:
         return
-    if old or cur.scalar(f"select count(*) from {table} where job_id = :j and {where}", key):
+    if held is not None:
         cur.execute(f"update {table} set cost = :c, at = :at where job_id = :j and {where}", {**key, "c": lump, "at": now})
     elif unit == TOKENS:
         cur.execute("insert into rate_charge (job_id, attempt, lane, at, cost, sent) values (:j, 0, :l, :at, :c, :s)",

@@ -140,16 +140,20 @@ def test_the_providers_count_trues_the_window_up_with_a_margin_for_the_outside_s
         led.submit("s", 10, "l")
     assert len(led.tick("l")) == 4  # the lane's own 4, sent
     # The provider counts 10: 6 outside the lane. 4 of the lane's requests in the window bring 4 counts a
-    # window, so the outside spend expected before the next count is 6 / 4, rounded up: 2, held twice over
-    # (SAFETY). The window holds 10 + 4 = 14 of 20: 6 more fit.
+    # window, so the outside spend expected before the next count is 6 / 4, rounded up: 2. The window holds
+    # 10 + 2 = 12 of 20: 8 more fit.
     led.provider_used("l", {"requests": 10})
     for _ in range(10):
         led.submit("s", 10, "l")
-    assert len(led.tick("l")) == 6
-    # A lower count lowers the outside spend it shows (the other client slowed down), never the lane's own:
-    # 10 of its own, a count of 11 shows 1 outside and 2 x 1 more expected: 13 of 20, the 4 waiting fit.
-    led.provider_used("l", {"requests": 11})
-    assert len(led.tick("l")) == 4
+    assert len(led.tick("l")) == 8
+    # A lower count lowers the outside spend (the other client slowed down), never the lane's own, and no faster
+    # than the charge it replaces would have left the window: 12 of its own, a count of 13 shows 1 outside and
+    # 1 more expected (2), but the 8 held a moment ago stay (counts come back out of order)
+    led.provider_used("l", {"requests": 13})
+    assert led.tick("l") == []
+    clock.t += 30.0  # half the window later: the 8 count for 4; 12 + 4 of 20, the 2 waiting fit
+    led.provider_used("l", {"requests": 13})
+    assert len(led.tick("l")) == 2
     assert led.audit() == []
 
 
@@ -167,9 +171,9 @@ def test_a_count_is_compared_with_what_the_lane_had_sent_when_the_counted_reques
     led.provider_used("l", {"requests": 7}, job_id=first)
     for _ in range(10):
         led.submit("s", 10, "l")
-    # 6 of its own, 6 outside and 6 / 6 = 1 more expected before the next count, twice over: 14 of 20, 6 fit
-    # (compared with all 6 of its own, the 7 would have shown 1 outside and let 11 in: 3 over the provider's 20)
-    assert len(led.tick("l")) == 6
+    # 6 of its own, 6 outside and 6 / 6 = 1 more expected before the next count: 13 of 20, 7 fit (compared
+    # with all 6 of its own, the 7 would have shown 1 outside and let 12 in: 4 over the provider's 20)
+    assert len(led.tick("l")) == 7
     assert led.audit() == []
 
 
@@ -179,7 +183,7 @@ def test_the_outside_spend_a_count_shows_holds_the_window_for_a_window_after_the
     _lane(led, limits=["requests=40/10s"])
     led.submit("s", 10, "l")
     assert len(led.tick("l")) == 1
-    led.provider_used("l", {"requests": 9})  # 8 outside, 2 x 8 more expected: 25 of 40
+    led.provider_used("l", {"requests": 9})  # 8 outside, 8 more expected: 17 of 40
     clock.t += 8.0
     led.submit("s", 10, "l")
     assert len(led.tick("l")) == 1
@@ -187,8 +191,8 @@ def test_the_outside_spend_a_count_shows_holds_the_window_for_a_window_after_the
     clock.t += 3.0  # 11 s after the first count: the lane's first request left the window, the outside did not
     for _ in range(30):
         led.submit("s", 10, "l")
-    # its 1 in the window (3 s ago), 8 outside and 2 x 8 / 2 = 8 more expected: 17 of 40, 23 fit
-    assert len(led.tick("l")) == 23
+    # its 1 in the window (3 s ago), 8 outside and 8 / 2 = 4 more expected: 13 of 40, 27 fit
+    assert len(led.tick("l")) == 27
     assert led.audit() == []
 
 
