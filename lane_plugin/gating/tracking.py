@@ -4,11 +4,13 @@ A key shared with traffic outside the lane (another app, a notebook) makes the l
 optimistic: it counts only what it admitted. The provider counts everything and says so on every
 response (``x-ratelimit-limit-*`` / ``x-ratelimit-remaining-*``; Anthropic's
 ``anthropic-ratelimit-*-limit`` / ``-remaining``). :func:`track_limits` adds an httpx response hook to
-the client that trues the lane's windows up to that count (:meth:`lane_plugin.Ledger.provider_used`:
-never down), and closes the lane on a 429 the SDK would retry on its own
+the client that trues the lane's windows up to that count (:meth:`lane_plugin.Ledger.provider_used`, read
+against what the lane had sent when the counted request, the body's gate's job, went out; the lane's own
+charges never lowered), and closes the lane on a 429 the SDK would retry on its own
 (:meth:`lane_plugin.Ledger.pause`), so every worker waits for the reset, not only this one. A request the
-client is about to send while the lane is paused (its lease was granted before the pause) waits for the
-reopen first: no request of a tracked client goes into a closed window.
+client is about to send while the lane is paused (its lease was granted before the pause, or it is the
+SDK's own retry after the 429) waits for the reopen first, read in the request hook, the last moment before
+it leaves.
 """
 
 from __future__ import annotations
