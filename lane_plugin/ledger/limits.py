@@ -18,6 +18,7 @@ waiters' watcher ticks the lane at that moment (:mod:`.wakeups`).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Mapping
 
@@ -175,58 +176,74 @@ def pause(cur: Cursor, lane: str, *, until: float, reason: str, now: float, job_
     return until
 
 
-def true_up_remaining(cur: Cursor, lane: str, unit: str, provider_used: int, now: float) -> None:
-    """The provider says ``provider_used`` units of its limit are spent now (its limit less what remains): the
-    lane's window holds at least that, plus the outside spend expected before the provider's next count.
+def true_up_remaining(cur: Cursor, lane: str, unit: str, provider_used: int, now: float,
+                      job_id: str | None = None, refused: bool = False) -> None:  # fmt: skip
+    """The provider says ``provider_used`` units of its limit are spent (its limit less what remains), counted
+    when the request of ``job_id`` reached it (None: now; ``refused``: the count on its 429, which did not
+    count the request itself): the lane's window holds the spend outside the lane that count shows, plus a
+    margin for the outside spend to come, as one charge dated ``now``.
 
-    Use outside the lane (a key shared with another client) is seen only when a response brings the count,
-    after the fact: between two counts the lane would admit into room the other client has already taken.
-    So the window also holds a *margin*: the outside spend the provider counts in its window (its count less
-    what the lane sent in it) divided by the counts a window brings (one per response of the lane's own
-    requests in it, at least the one just read), i.e. the outside spend expected between two counts at the
-    rate the window shows. Each count nets the margin it expected against what it finds (the window already
-    holds the last one), so in steady state the window holds the lane's own, the outside spend seen and one
-    margin ahead. Written as a charge of the difference at ``now`` whose job id names the source
-    (``provider:``); never lowers a window (the provider's count may lag this lane's own admissions).
-    ``tokens``: the burst window's ``rate_charge``; the others: ``limit_charge``. The window is slid to ``now``
-    first, so a charge that left the provider's window does not hide outside spend.
+    Outside spend: the count less what the lane itself had sent in the window by the counted request's send
+    (the lane's charges dated at or before it; those sent later are not in the count yet, and counting them
+    would read the lane's own requests in flight as outside spend gone). It is kept as one charge per limit
+    whose job id names the source (``provider:LANE``), re-dated and re-sized at every count: a key shared
+    with another client stays shared, so the outside spend a count shows is expected to hold the window for a
+    window after it (dated at the first count only, it would leave the window while the other client keeps
+    spending, and a lane waiting on its own window would then admit a burst into a full one). A lower count
+    lowers it (the other client slowed down), but no faster than the charge it replaces would have left the
+window (its cost times the share of the window still ahead of it): counts come back out of order (a long
+answer's count is older than a short one's after it), and the lane's requests sent together are ordered
+only roughly against the counted one, so one low reading must not empty the window. The *margin*: the outside spend expected before the next count
+    (the outside spend divided by the counts a window brings: one per response of the lane's own requests in
+    it, at least one). ``tokens``: the burst window's ``rate_charge``; the others: ``limit_charge``. The window
+    is slid to ``now`` first, so a charge that left the provider's window does not hide outside spend.
     """
     row = lock_lane(cur, lane)
     if unit == TOKENS:
         row = rates.slide(cur, row, now)
-        amount, used = row.burst_tokens, row.window_used
+        amount, window = row.burst_tokens, row.window_seconds
         table, where, params = "rate_charge", "lane = :l", {"l": lane}
     else:
         use = next((u for u in slide(cur, row, now) if u.unit == unit), None)
         if use is None:
             return
-        amount, used = use.limit.amount, use.used
+        amount, window = use.limit.amount, use.limit.window_seconds
         table, where, params = "limit_charge", "lane = :l and unit = :u", {"l": lane, "u": unit}
     if amount >= NO_TOKENS_LIMIT:
         return
-    # What the lane itself sent in the window (pruned: every row left is in it, or pending) and how many requests.
+    as_of = None
+    if job_id is not None:
+        as_of = cur.scalar(f"select max(at) from {table} where job_id = :j and sent"
+                           f"{'' if unit == TOKENS else ' and unit = :u'}", {"j": job_id, "u": unit})  # fmt: skip
+    as_of = now if as_of is None else float(as_of)
     own_sent, own_n = cur.one(
-        f"select coalesce(sum(case when job_id like 'provider:%' or not sent then 0 else cost end), 0), "
-        f"count(case when job_id like 'provider:%' then null else 1 end) from {table} where {where}", params,
+        f"select coalesce(sum(case when job_id like 'provider:%' or not sent or at > :asof or job_id = :r then 0 "
+        f"else cost end), 0), count(case when job_id like 'provider:%' then null else 1 end) from {table} where {where}",
+        {**params, "asof": as_of, "r": job_id if refused else ""},
     )  # fmt: skip
     outside = max(0, int(provider_used) - int(own_sent))
-    margin = -(-outside // max(int(own_n), 1))
-    missing = int(provider_used) + margin - int(used)
-    if missing <= 0:
+    lump = outside + -(-outside // max(int(own_n), 1))
+    source = f"provider:{lane}"
+    key = {**params, "j": source}
+    held = cur.one(f"select cost, at from {table} where job_id = :j and {where}", key)
+    old = 0 if held is None else int(held[0])
+    if old:  # a lower count lowers it over a window, not at once (see above)
+        lump = max(lump, math.ceil(old * min(1.0, max(0.0, 1.0 - (now - float(held[1])) / window))))
+    if lump == old and old == 0:
         return
-    job_id = f"provider:{lane}:{now!r}"
-    if unit == TOKENS:
-        cur.execute("insert into rate_charge (job_id, attempt, lane, at, cost, sent) values (:j, 0, :l, :at, :c, :s) "
-                    "on conflict (job_id, attempt) do update set cost = rate_charge.cost + excluded.cost",
-                    {"j": job_id, "l": lane, "at": now, "c": missing, "s": True})  # fmt: skip
-        cur.execute("update lane set window_used = window_used + :c where name = :l", {"c": missing, "l": lane})
+    if held is not None:
+        cur.execute(f"update {table} set cost = :c, at = :at where job_id = :j and {where}", {**key, "c": lump, "at": now})
+    elif unit == TOKENS:
+        cur.execute("insert into rate_charge (job_id, attempt, lane, at, cost, sent) values (:j, 0, :l, :at, :c, :s)",
+                    {**key, "at": now, "c": lump, "s": True})  # fmt: skip
     else:
         cur.execute("insert into limit_charge (job_id, attempt, unit, lane, at, cost, sent) "
-                    "values (:j, 0, :u, :l, :at, :c, :s) on conflict (job_id, attempt, unit) "
-                    "do update set cost = limit_charge.cost + excluded.cost",
-                    {"j": job_id, "u": unit, "l": lane, "at": now, "c": missing, "s": True})  # fmt: skip
+                    "values (:j, 0, :u, :l, :at, :c, :s)", {**key, "at": now, "c": lump, "s": True})  # fmt: skip
+    if unit == TOKENS:
+        cur.execute("update lane set window_used = window_used + :c where name = :l", {"c": lump - old, "l": lane})
+    else:
         cur.execute("update lane_limit set used = used + :c where lane = :l and unit = :u",
-                    {"c": missing, "l": lane, "u": unit})  # fmt: skip
+                    {"c": lump - old, "l": lane, "u": unit})  # fmt: skip
 
 
 def _clock(t: float) -> str:

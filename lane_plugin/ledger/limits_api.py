@@ -130,11 +130,15 @@ class ProviderLimits:
 
         return self._run(run, write=False)
 
-    def provider_used(self, lane: str, used: Mapping[str, int]) -> None:
-        """The provider's own count of what its limits hold now (``{unit: used}``, its limit less its
-        ``x-ratelimit-remaining-*``): each of the lane's windows holds at least that (use outside the lane
-        counts), never less than it holds (:func:`lane_plugin.ledger.limits.true_up_remaining`)."""
+    def provider_used(self, lane: str, used: Mapping[str, int], *, job_id: str | None = None,
+                      refused: bool = False) -> None:
+        """The provider's own count of what its limits hold (``{unit: used}``, its limit less its
+        ``x-ratelimit-remaining-*``), on the response to ``job_id``'s request (None: a count of now;
+        ``refused``: its 429, which did not count it): each of
+        the lane's windows holds the spend outside the lane it shows, and a margin for more
+        (:func:`lane_plugin.ledger.limits.true_up_remaining`)."""
         lane = text("lane", lane)
+        job_id = text("job id", job_id, required=False)
         clean = {}
         for unit, n in used.items():
             if unit not in UNITS:
@@ -143,6 +147,6 @@ class ProviderLimits:
 
         def run(cur: Cursor, now: float) -> None:
             for unit, n in clean.items():
-                limits.true_up_remaining(cur, lane, unit, n, now)
+                limits.true_up_remaining(cur, lane, unit, n, now, job_id, refused)
 
         self._run(run)
