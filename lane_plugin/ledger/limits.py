@@ -279,7 +279,8 @@ def held_back(row: LaneRow, uses: list[dict], now: float) -> str | None:
     """What holds the lane back, in words: the provider's pause, else the full limits (with when each has room).
 
     Example:
-        >>> held_back(type("R", (), {"paused_until": None})(), [{"limit": "requests 500/60s", "full_until": 0.0}], 0)
+        >>> held_back(type("R", (), {"paused_until": None})(), [{"limit": "requests 500/60s", "used": 500, "amount": 500,
+        ...           "full_until": 0.0}], 0)
         'requests 500/60s full until 00:00:00'
     """
     if row.paused_until is not None and row.paused_until > now:
