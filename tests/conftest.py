@@ -131,8 +131,9 @@ LONG_FILES = (
     "tests/faults/test_prefect_machines.py",  # 80 s
     "tests/faults/test_sigterm.py",  # about 80 s (stuck workers waiting out their grace, a Prefect flow run)
     "tests/faults/test_tenant_ceiling.py",  # about 45 s (8 processes, kill -9, both databases)
-    "tests/faults/test_async_exc.py",  # about 40 s (an injection at every 4th line and more)
-    "tests/gating/test_nested_timeout.py",  # about 35 s (timeout_test_flow x10)
+    "tests/faults/test_async_exc.py",  # about 110 s at load 10 (30 points a leg, four legs, the pool test)
+    "tests/gating/test_nested_timeout.py",  # about 55 s (timeout_test_flow x10 on SQLite and on PostgreSQL)
+    "tests/faults/test_timeout_storm.py",  # about 45 s (120 Prefect runs with timeouts, on both databases)
     "tests/e2e/test_ui.py",  # 78 s
     "tests/e2e/test_real_server.py",  # 75 s
     "tests/cli/test_estimators_cli.py",  # 75 s

@@ -40,6 +40,11 @@ class AdmissionWait:
             lease = next((x for x in leases if x.job_id == self.job_id), None)
             if lease is None and busy:  # another tick is running: it (or the watcher, shortly) leases what fits
                 led.wakeups.retick(w.lane)
+            elif lease is None and not w.event.is_set():
+                # Leased already? Another thread's tick or hand-off between the intake's commit and the register
+                # found no waiter to wake, and this tick leases only what is new: one look at the row, or the
+                # wait lasted until the watcher's next read of it (PostgreSQL: its 1 s safety poll).
+                lease = waiting.take(led, self._job, w)
         if lease is None and w.event.is_set():  # leased by a tick or a hand-off, here or in another process
             lease = waiting.take(led, self._job, w)
         if lease is not None:

@@ -8,7 +8,7 @@ import time
 
 from ..ledger import Lease, Ledger
 from .ledgers import run_logger
-from .ratelimits import rate_limit_info
+from .ratelimits import headers_of, rate_limit_info, remaining_of
 
 
 class ProviderPause:
@@ -61,3 +61,16 @@ class ProviderPause:
         run_logger().warning("lane gate: %s job %s met the provider's rate limit (%s): lane %s paused for %.3gs "
                              "(until %s) for every worker", self.stage, self.job_id, said.what, lane, said.seconds,
                              time.strftime("%H:%M:%S", time.gmtime(until)))  # fmt: skip
+        self._true_up(led, lane, exc)
+
+    def _true_up(self, led: Ledger, lane: str, exc: BaseException) -> None:
+        """The 429 carries the provider's own count (``x-ratelimit-limit-*`` less ``-remaining-*``): the lane's
+        windows hold at least that from now (:meth:`Ledger.provider_used`), so it reopens knowing the spend
+        outside it that made the 429, instead of on a window it thinks has room and a burst of sends into it."""
+        used = remaining_of(headers_of(exc))
+        if not used:
+            return
+        try:
+            led.provider_used(lane, used, job_id=self.job_id, refused=True)
+        except Exception as error:  # noqa: BLE001 - the pause is written; the window stays as it was
+            run_logger().warning("lane gate: lane %s not trued up to the provider's count after a 429: %s", lane, error)

@@ -8,8 +8,15 @@ longest that applies:
 
 - ``retry-after-ms`` (milliseconds), else ``retry-after`` (seconds, or an HTTP date);
 - ``x-ratelimit-reset-requests`` / ``x-ratelimit-reset-tokens`` (OpenAI: ``"6m0s"``, ``"1s"``, ``"20ms"``)
-  of the limits that ran out (``x-ratelimit-remaining-*`` 0; both when it does not say);
-- ``anthropic-ratelimit-*-reset`` (an RFC 3339 time) of the limits that ran out.
+  of the limits that ran out (``x-ratelimit-remaining-*`` 0; both when none says so and no ``retry-after``
+  does);
+- ``anthropic-ratelimit-*-reset`` (an RFC 3339 time) of the limits that ran out (the same rule).
+
+A limit's reset is when it is back to full, not when this request fits: a tokens limit with room left but
+not enough for the request says ``retry-after`` (when the oldest charges leave) and a reset a whole window
+away. Pausing the lane until that reset would idle it for a window after every 429 (and a lane that reopens
+on an empty window it knows nothing of meets the outside spend again at once), so the reset counts only
+for the limits that ran out, or when the provider says nothing else.
 
 No header at all: :data:`DEFAULT_PAUSE` seconds (a 429 with nothing to go by still means "not now").
 """
@@ -105,6 +112,9 @@ def wait_from_headers(headers: Mapping[str, str], now: float | None = None) -> t
         (360.0, 'x-ratelimit-reset-requests')
         >>> wait_from_headers({"retry-after-ms": "1500"})
         (1.5, 'retry-after-ms')
+        >>> wait_from_headers({"retry-after-ms": "300", "x-ratelimit-reset-tokens": "9.9s",
+        ...                    "x-ratelimit-remaining-tokens": "220"})   # room left, not enough: not a window
+        (0.3, 'retry-after-ms')
     """
     now = time.time() if now is None else now
     found: list[tuple[float, str]] = []
@@ -118,18 +128,21 @@ def wait_from_headers(headers: Mapping[str, str], now: float | None = None) -> t
         s := _retry_after(headers["retry-after"], now)
     ) is not None:
         found.append((s, "retry-after"))
+    said_when = bool(found)  # retry-after(-ms): the provider's word on when this request fits
     out_of = [k[len("x-ratelimit-remaining-"):] for k, v in headers.items()
               if k.startswith("x-ratelimit-remaining-") and v.strip() in ("0", "0.0")]  # fmt: skip
     for kind in ("requests", "tokens"):
         key = f"x-ratelimit-reset-{kind}"
-        if key in headers and (not out_of or kind in out_of) and (s := openai_duration(headers[key])) is not None:
+        applies = kind in out_of if (out_of or said_when) else True
+        if key in headers and applies and (s := openai_duration(headers[key])) is not None:
             found.append((s, key))
     empty = [k.split("-")[2] for k, v in headers.items()
              if k.startswith("anthropic-ratelimit-") and k.endswith("-remaining") and v.strip() == "0"]  # fmt: skip
     for k, v in headers.items():
         if k.startswith("anthropic-ratelimit-") and k.endswith("-reset"):
             kind = k[len("anthropic-ratelimit-"):-len("-reset")]
-            if (not empty or kind.split("-")[0] in empty) and (s := _rfc3339_in(v, now)) is not None:
+            applies = kind.split("-")[0] in empty if (empty or said_when) else True
+            if applies and (s := _rfc3339_in(v, now)) is not None:
                 found.append((s, k))
     if not found:
         return None

@@ -38,10 +38,48 @@ def shield():
     except RuntimeError:
         pass
     try:
-        from prefect._internal.concurrency.cancellation import shield
+        from prefect._internal.concurrency.cancellation import _get_thread_shield
     except ImportError:  # pragma: no cover - a Prefect without it: nothing to defer
         return contextlib.nullcontext()
-    return shield()
+    return _thread_shield(_get_thread_shield(threading.current_thread()))
+
+
+@contextlib.contextmanager
+def _thread_shield(shield: Any):
+    """Prefect's ``shield()`` for a thread with no event loop, entered with :func:`enter_shield`."""
+    enter_shield(shield)
+    try:
+        yield
+    finally:
+        shield.__exit__(None, None, None)  # (raises a timeout deferred by the shield, as Prefect's does)
+
+
+def enter_shield(shield: Any) -> None:
+    """Enter Prefect's ``ThreadShield`` of this thread without ever blocking inside its lock.
+
+    The shield is a pure-Python ``threading._RLock``, and a timeout's enforcer holds it while it raises the timeout
+    into this thread. A thread that blocked on the shield meanwhile won its inner lock the moment the enforcer let
+    go, and the pending exception was raised right after, inside ``_RLock.acquire`` before it recorded its owner:
+    the shield stayed locked for ever, and the next gated call of that thread (and every later enforcer of it) hung
+    on it (issue 27's 120-run reproduction, one in a few runs of 120). Here the inner lock is only tried, with
+    sleeps between: an exception set while the enforcer held it is raised in a sleep, before the try that wins,
+    and none can be set after it (the enforcer would first need the lock this thread then holds).
+    """
+    lock = getattr(shield, "_lock", None)
+    block = getattr(lock, "_block", None)
+    if block is None or not hasattr(lock, "_owner"):  # pragma: no cover - another Prefect: its own entry
+        shield.__enter__()
+        return
+    me = threading.get_ident()
+    if lock._owner == me:
+        lock._count += 1
+        return
+    delay = 0.0002
+    while not block.acquire(False):
+        time.sleep(delay)
+        delay = min(delay * 2, 0.005)
+    lock._owner = me
+    lock._count = 1
 
 
 def injected() -> bool:
@@ -106,7 +144,7 @@ class BodyShield:
             return self
         _install_nested_scope_hook()
         shield = _get_thread_shield(threading.current_thread())
-        shield.__enter__()
+        enter_shield(shield)
         self._shield = shield
         _bodies.held += 1
         return self
@@ -152,7 +190,7 @@ def _install_nested_scope_hook() -> None:
                 self._lane_suspended = 0
                 shield = _get_thread_shield(threading.current_thread())
                 for _ in range(n):
-                    shield.__enter__()
+                    enter_shield(shield)
                 _bodies.held += n
 
     WatcherThreadCancelScope.__enter__ = __enter__  # type: ignore[method-assign]

@@ -4,11 +4,13 @@ A key shared with traffic outside the lane (another app, a notebook) makes the l
 optimistic: it counts only what it admitted. The provider counts everything and says so on every
 response (``x-ratelimit-limit-*`` / ``x-ratelimit-remaining-*``; Anthropic's
 ``anthropic-ratelimit-*-limit`` / ``-remaining``). :func:`track_limits` adds an httpx response hook to
-the client that trues the lane's windows up to that count (:meth:`lane_plugin.Ledger.provider_used`:
-never down), and closes the lane on a 429 the SDK would retry on its own
+the client that trues the lane's windows up to that count (:meth:`lane_plugin.Ledger.provider_used`, read
+against what the lane had sent when the counted request, the body's gate's job, went out; the lane's own
+charges never lowered), and closes the lane on a 429 the SDK would retry on its own
 (:meth:`lane_plugin.Ledger.pause`), so every worker waits for the reset, not only this one. A request the
-client is about to send while the lane is paused (its lease was granted before the pause) waits for the
-reopen first: no request of a tracked client goes into a closed window.
+client is about to send while the lane is paused (its lease was granted before the pause, or it is the
+SDK's own retry after the 429) waits for the reopen first, read in the request hook, the last moment before
+it leaves.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from typing import Any
 
 from ..ledger import Ledger
+from .current import current_gate
 from .ratelimits import DEFAULT_PAUSE, MAX_PAUSE, remaining_of, wait_from_headers
 
 log = logging.getLogger("lane_plugin.track_limits")
@@ -55,8 +58,9 @@ def track_limits(client: Any, lane: str = "free", *, ledger: Ledger | str | None
                 what = f"{said[1]} {headers.get(said[1], '')}".strip() if said else "no reset header"
                 led.pause(lane, seconds, reason=f"a 429 seen by track_limits ({what})")
             used = remaining_of(headers)
-            if used:
-                led.provider_used(lane, used)
+            if used:  # counted at the request's arrival: compared with what the lane had sent by then
+                gate = current_gate()
+                led.provider_used(lane, used, job_id=getattr(gate, "job_id", None), refused=response.status_code == 429)
         except Exception as exc:  # the caller's request must never fail for the lane's bookkeeping
             log.warning("track_limits: lane %s not trued up: %s", lane, exc)
 

@@ -599,8 +599,11 @@ class Ledger:
         """Seconds until ``lane`` reopens after a provider's pause (0.0: it is open); one read."""
         return self._limits.paused_for(lane)
 
-    def provider_used(self, lane: str, used: Mapping[str, int]) -> None:
-        """The provider's own count of what its limits hold now (``{unit: used}``, its limit less its
-        ``x-ratelimit-remaining-*``): each of the lane's windows holds at least that (use outside the lane
-        counts), never less than it holds (:func:`lane_plugin.ledger.limits.true_up_remaining`)."""
-        self._limits.provider_used(lane, used)
+    def provider_used(self, lane: str, used: Mapping[str, int], *, job_id: str | None = None,
+                      refused: bool = False) -> None:
+        """The provider's own count of what its limits hold (``{unit: used}``, its limit less its
+        ``x-ratelimit-remaining-*``), on the response to ``job_id``'s request (None: a count of now;
+        ``refused``: its 429, which did not count it): each of
+        the lane's windows holds the spend outside the lane it shows, and a margin for more
+        (:func:`lane_plugin.ledger.limits.true_up_remaining`)."""
+        self._limits.provider_used(lane, used, job_id=job_id, refused=refused)

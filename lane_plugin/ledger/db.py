@@ -23,12 +23,13 @@ from ..errors import DatabaseError, LaneError, NoLedger, NotALedger
 from . import queries
 from .cursor import Cursor as Cursor  # (re-exported: the ledger modules import it from here)
 from .cursor import DatabaseClock, Stats
+from .pool import PG_POOL as PG_POOL  # (re-exported)
+from .pool import Slot, discard_slot, idle, new_pool
 from .schema import HEAD_REVISION, check_revision, upgrade
 from .url import DatabaseURL, make_default_home
 
 T = TypeVar("T")
 
-PG_POOL = 8  # PostgreSQL connections per ledger per process, shared by its threads
 TRY_LOCK_MS = 50  # SQLite: how long a try-locking tick waits for another writer before it gives up
 # The retry jitter's own generator: drawn from the global random module, the gate's watcher threads moved
 # a user's seeded sequence (and Hypothesis's draws, read as "random inside strategies") from another thread.
@@ -95,7 +96,7 @@ class Database:
         self._check_lock = threading.Lock()
         self.stats = Stats()
         self.backend_pids: set[int] = set()
-        self._pool = _new_pool()
+        self._pool = new_pool()
         self._pool_pid = os.getpid()
 
     # -- connections ---------------------------------------------------------
@@ -176,59 +177,44 @@ class Database:
 
     def close(self) -> None:
         self.discard()
+        if self._pool_pid != os.getpid():
+            return
         idle = []
-        if self._pool_pid == os.getpid():
-            while True:
+        while True:  # the idle connections are closed; their slots stay (a later transaction connects again)
+            try:
+                idle.append(self._pool.get_nowait())
+            except queue.Empty:
+                break
+        for slot in idle:
+            conn, slot.conn = slot.conn, None
+            if conn is not None:
                 try:
-                    slot = self._pool.get_nowait()
-                except queue.Empty:
-                    break
-                idle.append(slot)
-                if slot is not None:
-                    try:
-                        slot.close()
-                    except Exception:
-                        pass
-            for _ in idle:
-                self._pool.put(None)  # the slots stay: a later transaction connects again
+                    conn.close()
+                except Exception:
+                    pass
+            self._pool.put(slot)
 
     # -- PostgreSQL's pool -----------------------------------------------------
-    def _checkout(self):
-        """PostgreSQL: a connection from this process's pool of at most :data:`PG_POOL` (a thousand waiting
-        threads share a few connections; each transaction holds one only while it runs).
-
-        The pool is a :class:`queue.SimpleQueue` of slots (a connection, or None for one not open): taking
-        and giving back a slot are single C calls, so an exception raised asynchronously into a thread
-        (Prefect's timeout) cannot leave a Python-level lock held that every other thread then waits on.
-        """
+    def _checkout(self) -> Slot:
+        """PostgreSQL: a slot of this process's pool of at most :data:`PG_POOL` (a thousand waiting threads
+        share a few connections; each transaction holds one only while it runs). See :class:`~lane_plugin.ledger.pool.Slot`."""
         if self._pool_pid != os.getpid():  # forked: the parent's connections are not ours
-            self._pool, self._pool_pid = _new_pool(), os.getpid()
+            self._pool, self._pool_pid = new_pool(), os.getpid()
         return self._pool.get()
-
-    def _checkin(self, conn, exc: BaseException | None) -> None:
-        """Give the slot back: the connection itself only if it is idle (no transaction left open: a backend
-        "idle in transaction" holds its locks) and was not interrupted; else it is closed, never reused."""
-        from psycopg.pq import TransactionStatus
-
-        reuse = conn is not None and not conn.closed and not conn.broken
-        if reuse and exc is not None:  # a restart, a killed session, an interrupted statement: never reused
-            reuse = isinstance(exc, Exception) and not _is_transient(exc)
-        if reuse and conn.info.transaction_status != TransactionStatus.IDLE:
-            reuse = False
-        if not reuse and conn is not None:
-            try:
-                conn.close()  # the server rolls back what the session left open
-            except Exception:
-                pass
-        self._pool.put(conn if reuse else None)
 
     # -- transactions --------------------------------------------------------
     def _pg_once(self, fn: Callable[[Cursor], T], write: bool, fault: str | None) -> T:
-        slot = conn = _NO_SLOT
-        failed: BaseException | None = None
+        # The slot held, in a list: taking it (``append(get())``) and giving it back (``put(pop())``) are single
+        # C calls, so an exception raised asynchronously into this thread (Prefect's timeout) leaves it either
+        # here, for the ``finally`` to close and give back, or on the evaluation stack only, whose drop puts a
+        # fresh slot in its place (``Slot.__del__``). Never both: a slot is never given back twice.
+        held: list[Slot] = []
         try:
-            slot = conn = self._checkout()
-            conn = slot if slot is not None and not slot.closed else self._connect()
+            held.append(self._checkout())
+            conn = held[0].conn
+            if conn is None or conn.closed:
+                held[0].conn = None
+                conn = held[0].conn = self._connect()
             # A read sees one snapshot of every table (READ COMMITTED gives each statement its own:
             # `lane status` could count a lease in one query and miss it in the next), read-only.
             # Set on the connection, it rides on the BEGIN: no extra round trip.
@@ -245,13 +231,18 @@ class Database:
                     fault_point(fault + ".before_commit")
             if cur.locked_at is not None:  # committed: the lane's lock is released now
                 self.stats.lock_holds.append(time.perf_counter() - cur.locked_at)
+            if idle(conn):  # no transaction left open (a backend "idle in transaction" holds its locks)
+                self._pool.put(held.pop())
             return result
-        except BaseException as exc:
-            failed = exc
+        except Exception as exc:
+            # an error the transaction's own exit rolled back (a constraint, a refused input): the connection
+            # is reused; a restart, a killed session, anything transient: closed (below)
+            if held and not _is_transient(exc) and idle(held[0].conn):
+                self._pool.put(held.pop())
             raise
         finally:
-            if slot is not _NO_SLOT:
-                self._checkin(None if conn is _NO_SLOT else conn, failed)
+            if held:  # interrupted (or failed on the connection itself): closed, never reused
+                discard_slot(self._pool, held)
 
     def _sqlite_once(self, fn: Callable[[Cursor], T], write: bool, try_lock: bool, fault: str | None) -> T:
         conn = self.connection()
@@ -390,17 +381,10 @@ class Database:
                 if type(exc).__module__.startswith("sqlalchemy") and isinstance(orig, Exception):
                     raise orig from exc
                 raise
+            finally:
+                if self.dialect == "postgresql":  # the checks' own connection: transactions use the pool's
+                    self.discard()
             self._checked = True
-
-
-_NO_SLOT = object()  # no slot taken from the pool yet
-
-
-def _new_pool() -> queue.SimpleQueue:
-    pool: queue.SimpleQueue = queue.SimpleQueue()
-    for _ in range(PG_POOL):
-        pool.put(None)
-    return pool
 
 
 def fault_point(name: str) -> None:
@@ -417,4 +401,3 @@ def fault_point(name: str) -> None:
     import signal
 
     os.kill(os.getpid(), signal.SIGKILL)
-

@@ -18,6 +18,7 @@ waiters' watcher ticks the lane at that moment (:mod:`.wakeups`).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Mapping
 
@@ -165,52 +166,62 @@ def pause(cur: Cursor, lane: str, *, until: float, reason: str, now: float, job_
     return until
 
 
-def true_up_remaining(cur: Cursor, lane: str, unit: str, provider_used: int, now: float) -> None:
-    """The provider says ``provider_used`` units of its limit are spent now (its limit less what remains): the
-    lane's window holds at least that, plus the outside spend expected before the provider's next count.
+def true_up_remaining(cur: Cursor, lane: str, unit: str, provider_used: int, now: float,
+                      job_id: str | None = None, refused: bool = False) -> None:  # fmt: skip
+    """The provider says ``provider_used`` units of its limit are spent (its limit less what remains), counted
+    when the request of ``job_id`` reached it (None: now; ``refused``: the count on its 429, which did not
+    count the request itself): the lane's window holds the spend outside the lane that count shows, plus a
+    margin for the outside spend to come, as one charge dated ``now``.
 
-    Use outside the lane (a key shared with another client) is seen only when a response brings the count,
-    after the fact: between two counts the lane would admit into room the other client has already taken.
-    So the window also holds a *margin*: the outside spend the provider counts in its window (its count less
-    what the lane sent in it) divided by the counts a window brings (one per response of the lane's own
-    requests in it, at least the one just read), i.e. the outside spend expected between two counts at the
-    rate the window shows. Each count nets the margin it expected against what it finds (the window already
-    holds the last one), so in steady state the window holds the lane's own, the outside spend seen and one
-    margin ahead. Written as a charge of the difference at ``now`` whose job id names the source
-    (``provider:``); never lowers a window (the provider's count may lag this lane's own admissions).
-    ``tokens``: the burst window's ``rate_charge``; the others: ``limit_charge``. The window is slid to ``now``
-    first, so a charge that left the provider's window does not hide outside spend.
+    Outside spend: the count less what the lane itself had sent in the window by the counted request's send
+    (the lane's charges dated at or before it; those sent later are not in the count yet, and counting them
+    would read the lane's own requests in flight as outside spend gone). It is kept as one charge per limit
+    whose job id names the source (``provider:LANE``), re-dated and re-sized at every count: a key shared
+    with another client stays shared, so the outside spend a count shows is expected to hold the window for a
+    window after it (dated at the first count only, it would leave the window while the other client keeps
+    spending, and a lane waiting on its own window would then admit a burst into a full one). A lower count
+    lowers it (the other client slowed down), but no faster than the charge it replaces would have left the
+window (its cost times the share of the window still ahead of it): counts come back out of order (a long
+answer's count is older than a short one's after it), and the lane's requests sent together are ordered
+only roughly against the counted one, so one low reading must not empty the window. The *margin*: the outside spend expected before the next count
+    (the outside spend divided by the counts a window brings: one per response of the lane's own requests in
+    it, at least one). ``tokens``: the burst window's ``rate_charge``; the others: ``limit_charge``. The window
+    is slid to ``now`` first, so a charge that left the provider's window does not hide outside spend.
     """
     row = lock_lane(cur, lane)
     if unit == TOKENS:
         row = rates.slide(cur, row, now)
-        amount, used = row.burst_tokens, row.window_used
-        own_sql, params = queries.LIMITS_OWN_SENT_TOKENS, {"l": lane}
+        amount, window = row.burst_tokens, row.window_seconds
+        params = {"l": lane}
     else:
         use = next((u for u in slide(cur, row, now) if u.unit == unit), None)
         if use is None:
             return
-        amount, used = use.limit.amount, use.used
-        own_sql, params = queries.LIMITS_OWN_SENT, {"l": lane, "u": unit}
+        amount, window = use.limit.amount, use.limit.window_seconds
+        params = {"l": lane, "u": unit}
     if amount >= NO_TOKENS_LIMIT:
         return
-    # What the lane itself sent in the window (pruned: every row left is in it, or pending) and how many requests.
-    own_sent, own_n = cur.one(own_sql, params)
+    sql = queries.LIMITS_TRUE_UP[unit == TOKENS]
+    as_of = None
+    if job_id is not None:
+        as_of = cur.scalar(sql["last_sent"], {"j": job_id, "u": unit})
+    as_of = now if as_of is None else float(as_of)
+    own_sent, own_n = cur.one(sql["own_sent"], {**params, "asof": as_of, "r": job_id if refused else ""})
     outside = max(0, int(provider_used) - int(own_sent))
-    margin = -(-outside // max(int(own_n), 1))
-    missing = int(provider_used) + margin - int(used)
-    if missing <= 0:
+    lump = outside + -(-outside // max(int(own_n), 1))
+    source = f"provider:{lane}"
+    key = {**params, "j": source}
+    held = cur.one(sql["held"], key)
+    old = 0 if held is None else int(held[0])
+    if old:  # a lower count lowers it over a window, not at once (see above)
+        lump = max(lump, math.ceil(old * min(1.0, max(0.0, 1.0 - (now - float(held[1])) / window))))
+    if lump == old and old == 0:
         return
-    job_id = f"provider:{lane}:{now!r}"
-    if unit == TOKENS:
-        cur.execute(queries.LIMITS_TRUE_UP_REMAINING_INSERT_RATE_CHARGE,
-                    {"j": job_id, "l": lane, "at": now, "c": missing, "s": True})
-        cur.execute(queries.LIMITS_TRUE_UP_REMAINING_UPDATE_LANE, {"c": missing, "l": lane})
+    if held is not None:
+        cur.execute(sql["rehold"], {**key, "c": lump, "at": now})
     else:
-        cur.execute(queries.LIMITS_TRUE_UP_REMAINING_INSERT_LIMIT_CHARGE,
-                    {"j": job_id, "u": unit, "l": lane, "at": now, "c": missing, "s": True})
-        cur.execute(queries.LIMITS_TRUE_UP_REMAINING_UPDATE_LANE_LIMIT,
-                    {"c": missing, "l": lane, "u": unit})
+        cur.execute(sql["hold"], {**key, "at": now, "c": lump, "s": True})
+    cur.execute(sql["count"], {**params, "c": lump - old})
 
 
 def _clock(t: float) -> str:
@@ -242,7 +253,8 @@ def held_back(row: LaneRow, uses: list[dict], now: float) -> str | None:
     """What holds the lane back, in words: the provider's pause, else the full limits (with when each has room).
 
     Example:
-        >>> held_back(type("R", (), {"paused_until": None})(), [{"limit": "requests 500/60s", "full_until": 0.0}], 0)
+        >>> held_back(type("R", (), {"paused_until": None})(), [{"limit": "requests 500/60s", "used": 500, "amount": 500,
+        ...           "full_until": 0.0}], 0)
         'requests 500/60s full until 00:00:00'
     """
     if row.paused_until is not None and row.paused_until > now:

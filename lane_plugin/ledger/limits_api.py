@@ -121,8 +121,10 @@ class ProviderLimits:
 
         return self.led._run(run, write=False)
 
-    def provider_used(self, lane: str, used: Mapping[str, int]) -> None:
+    def provider_used(self, lane: str, used: Mapping[str, int], *, job_id: str | None = None,
+                      refused: bool = False) -> None:
         lane = text("lane", lane)
+        job_id = text("job id", job_id, required=False)
         clean = {}
         for unit, n in used.items():
             if unit not in UNITS:
@@ -131,6 +133,6 @@ class ProviderLimits:
 
         def run(cur: Cursor, now: float) -> None:
             for unit, n in clean.items():
-                limits.true_up_remaining(cur, lane, unit, n, now)
+                limits.true_up_remaining(cur, lane, unit, n, now, job_id, refused)
 
         self.led._run(run)

@@ -891,30 +891,38 @@ LIMITS_PAUSE_UPDATE_JOB = "update job set rate_limited = rate_limited + 1 where 
 LIMITS_PAUSE_UPDATE_LANE = "update lane set paused_until = :u, paused_reason = :r, updated_at = :now where name = :l"
 
 
-def _own_sent(table: str, where: str) -> str:
-    return (
-        "select coalesce(sum(case when job_id like 'provider:%' or not sent then 0 else cost end), 0), "
-        f"count(case when job_id like 'provider:%' then null else 1 end) from {table} where {where}"
-    )
+def _true_up(tokens: bool) -> dict[str, str]:
+    table = "rate_charge" if tokens else "limit_charge"
+    where = "lane = :l" if tokens else "lane = :l and unit = :u"
+    if tokens:
+        hold = "insert into rate_charge (job_id, attempt, lane, at, cost, sent) values (:j, 0, :l, :at, :c, :s)"
+        count = "update lane set window_used = window_used + :c where name = :l"
+    else:
+        hold = (
+            "insert into limit_charge (job_id, attempt, unit, lane, at, cost, sent) values (:j, 0, :u, :l, :at, :c, :s)"
+        )
+        count = "update lane_limit set used = used + :c where lane = :l and unit = :u"
+    return {
+        "last_sent": f"select max(at) from {table} where job_id = :j and sent{'' if tokens else ' and unit = :u'}",
+        "own_sent": (
+            "select coalesce(sum(case when job_id like 'provider:%' or not sent or at > :asof or job_id = :r then 0 "
+            f"else cost end), 0), count(case when job_id like 'provider:%' then null else 1 end) from {table} "
+            f"where {where}"
+        ),
+        "held": f"select cost, at from {table} where job_id = :j and {where}",
+        "rehold": f"update {table} set cost = :c, at = :at where job_id = :j and {where}",
+        "hold": hold,
+        "count": count,
+    }
 
 
-# What lane :l itself sent in its window of ``tokens`` (rate_charge) or of unit :u (limit_charge), and how
-# many requests (limits.true_up_remaining).
-LIMITS_OWN_SENT_TOKENS = _own_sent("rate_charge", "lane = :l")
-LIMITS_OWN_SENT = _own_sent("limit_charge", "lane = :l and unit = :u")
+# limits.true_up_remaining's statements (the provider's count, as one outside-spend charge per window), for
+# the burst window's rate_charge (True: unit ``tokens``) or a limit's limit_charge (False: unit :u): the last
+# send of the counted job (:j), what the lane sent by then (:asof; :r a refused request's job), the
+# ``provider:LANE`` charge held, re-dated and re-sized or written, and the window's count moved by :c.
+LIMITS_TRUE_UP = {tokens: _true_up(tokens) for tokens in (True, False)}
 
 
-LIMITS_TRUE_UP_REMAINING_INSERT_RATE_CHARGE = (
-    "insert into rate_charge (job_id, attempt, lane, at, cost, sent) values (:j, 0, :l, :at, :c, :s) "
-    "on conflict (job_id, attempt) do update set cost = rate_charge.cost + excluded.cost"
-)
-LIMITS_TRUE_UP_REMAINING_UPDATE_LANE = "update lane set window_used = window_used + :c where name = :l"
-LIMITS_TRUE_UP_REMAINING_INSERT_LIMIT_CHARGE = (
-    "insert into limit_charge (job_id, attempt, unit, lane, at, cost, sent) "
-    "values (:j, 0, :u, :l, :at, :c, :s) on conflict (job_id, attempt, unit) "
-    "do update set cost = limit_charge.cost + excluded.cost"
-)
-LIMITS_TRUE_UP_REMAINING_UPDATE_LANE_LIMIT = "update lane_limit set used = used + :c where lane = :l and unit = :u"
 LIMITS_LIMIT_STATUS_SELECT_LIMIT_CHARGE = (
     "select coalesce(sum(cost), 0) from limit_charge where lane = :l and unit = :u and (at > :cut or not sent)"
 )

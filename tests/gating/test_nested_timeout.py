@@ -5,8 +5,9 @@
   exit waited for the enforcer) and the lease was renewed for ever. It must end like the plain-task control:
   ``TaskRunTimeoutError``, the lease settled.
 * Prefect's ``timeout_test_flow`` (tests/test_tasks.py: a task with ``timeout_seconds=0.1`` sleeping 2 s,
-  one depending on it, an independent one) through ``lane_task`` N times in one process never hangs, and
-  a plain gated task after it runs within 1 s. N = 10, 100 under ``LANE_FAULT_FULL=1``.
+  one depending on it, an independent one) through ``lane_task`` N times in one process, on SQLite and on
+  PostgreSQL, never hangs, and a plain gated task after it runs within 1 s. N = 10, 100 under
+  ``LANE_FAULT_FULL=1`` (issue 22's first "done when"); the count and the times are printed.
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ from prefect import flow, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from lane_plugin import NO_USAGE, lane_task
+from lane_plugin.gating import get_ledger
 
-pytestmark = [pytest.mark.usefixtures("prefect_server"), pytest.mark.timeout(300, method="thread")]
+from ..conftest import PgSchema, postgres_or_skip
+
 FULL = os.environ.get("LANE_FAULT_FULL") == "1"
+pytestmark = [pytest.mark.usefixtures("prefect_server"), pytest.mark.timeout(1200 if FULL else 300, method="thread")]
 
 
 @task(timeout_seconds=1)
@@ -105,7 +109,21 @@ def timeout_test_flow():  # Prefect's own (tests/test_tasks.py), with lane_task 
     return ta, tb, tc
 
 
-def test_prefects_timeout_test_flow_through_lane_task_never_hangs(ledger):
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_ledger(request, tmp_path, monkeypatch):
+    """The gate's ledger in this test, on SQLite (a fresh file) and on PostgreSQL (a private schema)."""
+    schema = PgSchema(postgres_or_skip()) if request.param == "postgresql" else None
+    url = schema.url if schema else f"sqlite:///{tmp_path / 'lane.db'}"
+    monkeypatch.setenv("LANE_DATABASE_URL", url)
+    led = get_ledger(url)
+    yield led
+    led.close()
+    if schema:
+        schema.drop()
+
+
+def test_prefects_timeout_test_flow_through_lane_task_never_hangs(any_ledger):
+    ledger = any_ledger
     ledger.lanes()
     n = 100 if FULL else 10
     t0 = time.monotonic()
@@ -124,7 +142,7 @@ def test_prefects_timeout_test_flow_through_lane_task_never_hangs(ledger):
     # The gate's part of it, from the ledger's own clock: intake to lease (the flow run's server round trips,
     # seconds on a loaded machine, are Prefect's, not a lock or a lease left held).
     _, waited = ledger.rows("select admitted_at - created_at from job where stage = 'plain'")
-    print(f"\ntimeout_test_flow x{n} through lane_task: {took:.1f}s; a plain gated flow after it: {plain_took:.2f}s, "
+    print(f"\ntimeout_test_flow x{n} through lane_task ({ledger.db.dialect}): {took:.1f}s; a plain gated flow after it: {plain_took:.2f}s, "
           f"its task admitted {waited[0][0]:.3f}s after intake")  # fmt: skip
     assert len(waited) == 1 and waited[0][0] < 1.0, waited
     assert plain_took < 30.0  # never hangs

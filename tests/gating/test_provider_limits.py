@@ -137,3 +137,45 @@ def test_a_lease_granted_before_another_workers_429_waits_for_the_reopen_before_
     assert started >= paused["until"] - 0.01  # the body began only once the lane reopened
     at = ledger._run(lambda cur, now: cur.scalar("select max(at) from rate_charge where job_id = :j", {"j": job_id}))
     assert at >= paused["until"] - 0.01  # its charge counts from when its request went out
+
+
+def test_the_pause_lasts_until_the_request_fits_not_until_a_limit_with_room_left_is_back_to_full():
+    # A tokens limit with room left, not enough for the request: retry-after says when the oldest charges leave
+    # and let it in; the limit's reset (back to full) is a window away and is no word on this request.
+    req = httpx.Request("POST", "http://x/v1/chat/completions")
+    short = httpx.Response(429, headers={"retry-after": "1", "retry-after-ms": "300", "x-ratelimit-limit-tokens": "1000",
+                                         "x-ratelimit-remaining-tokens": "220", "x-ratelimit-reset-tokens": "9.9s"},
+                           request=req)  # fmt: skip
+    said = rate_limit_info(httpx.HTTPStatusError("429", request=req, response=short))
+    assert said.seconds == 0.3 and said.source == "retry-after-ms"
+    # a limit that ran out: its reset applies (the longest word wins)
+    out = httpx.Response(429, headers={"retry-after-ms": "300", "x-ratelimit-remaining-requests": "0",
+                                       "x-ratelimit-reset-requests": "2s"}, request=req)  # fmt: skip
+    assert rate_limit_info(httpx.HTTPStatusError("429", request=req, response=out)).seconds == 2.0
+    # nothing but resets: they are all there is to go by
+    bare = httpx.Response(429, headers={"x-ratelimit-remaining-tokens": "220", "x-ratelimit-reset-tokens": "9.9s"},
+                          request=req)  # fmt: skip
+    assert rate_limit_info(httpx.HTTPStatusError("429", request=req, response=bare)).seconds == pytest.approx(9.9)
+
+
+def test_a_429_trues_the_lane_up_to_the_providers_count_it_carries(ledger):
+    # Without track_limits the lane hears the provider only on a 429: its headers hold the provider's count,
+    # so the lane reopens knowing the outside spend that made it, not on a window it thinks is empty.
+    ledger.set_lane("q", allowance=10**6, ceiling=10**6, max_leased=10, limits=["tokens=1000/10s"])
+    with ProviderEmulator(tpm=1000, rpm=None, window_seconds=10.0, output_lengths=[5]) as emu:
+        assert emu.spend_outside(900)  # another client on the key
+        client = openai.OpenAI(base_url=emu.base_url, api_key="k", max_retries=0)
+
+        @flow
+        def one():
+            with gate(stage="s", estimate=200, rate_cost=150, lane="q"):
+                client.chat.completions.create(model="m", max_tokens=50, messages=_msgs(100))
+
+        with pytest.raises(openai.RateLimitError):
+            one()
+        assert [r.status for r in emu.records] == [429]  # the lane's request met the 429
+    use = {u["unit"]: u for u in {s["lane"]: s for s in ledger.lanes()}["q"]["limit_use"]}
+    # the provider's 900 (all outside: the refused request was not counted), one more 900 expected before the
+    # next count (the lane has no request of its own in the window to bring one), and its own attempt's 150
+    assert use["tokens"]["used"] >= 900
+    assert ledger.paused_for("q") > 5.0

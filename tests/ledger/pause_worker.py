@@ -1,7 +1,9 @@
-"""A worker process for the two-process pause test: submit a job, poll for its lease, "send", settle; again.
+"""A worker process for the two-process pause test: a gated block ("send") again and again, as a task would.
 
 Usage: python -m tests.ledger.pause_worker URL LANE SECONDS
-Prints one JSON line: the number of jobs it ran.
+Each block is :func:`lane_plugin.gate`: intake, admission, the provider-pause check before the body, then the
+body (which only notes the moment it would send) and the settlement. Prints one JSON line: the number of
+blocks it ran and the moments (epoch seconds) their bodies began.
 """
 
 from __future__ import annotations
@@ -10,22 +12,18 @@ import json
 import sys
 import time
 
-from lane_plugin import Ledger
-from lane_plugin.ledger import wait_and_acquire
+from lane_plugin import Ledger, gate
 
 
 def main(url: str, lane: str, seconds: float) -> None:
     led = Ledger(url)
-    ran = 0
+    sent: list[float] = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        job = led.submit("send", 10, lane)
-        lease = wait_and_acquire(led, job, timeout=30.0, poll=0.02)
-        if lease is None:
-            break
-        led.settle(lease, 10)
-        ran += 1
-    print(json.dumps({"ran": ran}))
+        with gate(stage="send", estimate=10, lane=lane, ledger=led, key=f"send-{len(sent)}-{time.time()}") as g:
+            sent.append(time.time())  # the request would leave now
+            g.report(10)
+    print(json.dumps({"ran": len(sent), "sent": sent}))
 
 
 if __name__ == "__main__":

@@ -155,10 +155,53 @@ def test_the_providers_count_trues_the_window_up_with_a_margin_for_the_outside_s
     for _ in range(10):
         led.submit("s", 10, "l")
     assert len(led.tick("l")) == 8
-    led.provider_used("l", {"requests": 2})  # a lower count never lowers the window
+    # A lower count lowers the outside spend (the other client slowed down), never the lane's own, and no faster
+    # than the charge it replaces would have left the window: 12 of its own, a count of 13 shows 1 outside and
+    # 1 more expected (2), but the 8 held a moment ago stay (counts come back out of order)
+    led.provider_used("l", {"requests": 13})
     assert led.tick("l") == []
-    clock.t += 60.0
+    clock.t += 30.0  # half the window later: the 8 count for 4; 12 + 4 of 20, the 2 waiting fit
+    led.provider_used("l", {"requests": 13})
     assert len(led.tick("l")) == 2
+    assert led.audit() == []
+
+
+def test_a_count_is_compared_with_what_the_lane_had_sent_when_the_counted_request_arrived(led, clock):
+    # The provider counts a request when it arrives; the response comes back a moment later, after the lane
+    # has sent more. Those are not in the count: read as the lane's own, they would hide outside spend.
+    _lane(led, limits=["requests=20/10s"])
+    first = led.submit("s", 10, "l")
+    assert len(led.tick("l")) == 1
+    clock.t += 0.5
+    for _ in range(5):
+        led.submit("s", 10, "l")
+    assert len(led.tick("l")) == 5  # sent while the first request was answered
+    # the count on the first request's response: its own 1 and 6 outside
+    led.provider_used("l", {"requests": 7}, job_id=first)
+    for _ in range(10):
+        led.submit("s", 10, "l")
+    # 6 of its own, 6 outside and 6 / 6 = 1 more expected before the next count: 13 of 20, 7 fit (compared
+    # with all 6 of its own, the 7 would have shown 1 outside and let 12 in: 4 over the provider's 20)
+    assert len(led.tick("l")) == 7
+    assert led.audit() == []
+
+
+def test_the_outside_spend_a_count_shows_holds_the_window_for_a_window_after_the_latest_count(led, clock):
+    # A shared key stays shared: the outside spend is there as long as counts keep showing it. Dated at the
+    # first count only, it would leave the lane's window while the other client keeps spending.
+    _lane(led, limits=["requests=40/10s"])
+    led.submit("s", 10, "l")
+    assert len(led.tick("l")) == 1
+    led.provider_used("l", {"requests": 9})  # 8 outside, 8 more expected: 17 of 40
+    clock.t += 8.0
+    led.submit("s", 10, "l")
+    assert len(led.tick("l")) == 1
+    led.provider_used("l", {"requests": 10})  # the other client's 8 again (its first 8 left, 8 new came)
+    clock.t += 3.0  # 11 s after the first count: the lane's first request left the window, the outside did not
+    for _ in range(30):
+        led.submit("s", 10, "l")
+    # its 1 in the window (3 s ago), 8 outside and 8 / 2 = 4 more expected: 13 of 40, 27 fit
+    assert len(led.tick("l")) == 27
     assert led.audit() == []
 
 

@@ -1,9 +1,11 @@
 """Two processes on PostgreSQL: a 429 met in one stops the other from sending (issue 24).
 
-Process B submits, polls for its lease and settles, again and again. This process meets the provider's
-429 and pauses the lane (what the gate does, :meth:`Ledger.pause`). The test proves the pause happened
-while B was sending (B's grants before it, the pause row committed), then that B was granted nothing from
-one transaction's time after the pause until it ended, and that B resumed once it did.
+Process B runs gated blocks (:func:`lane_plugin.gate`: admission, the pause check before the body, the
+body, the settlement) again and again, each body noting when it would send. This process meets the
+provider's 429 and pauses the lane (what the gate does, :meth:`Ledger.pause`). The test proves the pause
+happened while B was sending (B's grants before it, the pause row committed), then that no body of B began
+(sent) from one transaction's time after the pause until it ended, nor was B granted a lease then, and that
+B resumed once it did.
 """
 
 from __future__ import annotations
@@ -51,7 +53,11 @@ def test_a_429_in_one_process_stops_the_other_from_sending(ledger_url):
                                      "order by admitted_at")[1]]  # fmt: skip
     during = [g for g in grants if paused_at + ONE_TRANSACTION <= g < until]
     assert during == [], f"B was granted {len(during)} leases while the lane was paused"
-    after = [g for g in grants if g >= until]
-    assert after, "B never resumed after the pause"
-    assert json.loads(out.strip().splitlines()[-1])["ran"] == len(grants)
+    report = json.loads(out.strip().splitlines()[-1])
+    sent = report["sent"]
+    assert [t for t in sent if t < paused_at], "B sent nothing before the pause"
+    into = [round(t - paused_at, 3) for t in sent if paused_at + ONE_TRANSACTION <= t < until]
+    assert into == [], f"B sent into the closed window (s after the pause): {into}"
+    assert [t for t in sent if t >= until], "B never sent again after the pause"
+    assert report["ran"] == len(grants)
     assert led.audit() == []
