@@ -265,6 +265,16 @@ class Gate(AdmissionWait, ProviderPause):
         if not self._stepwise:
             self._token = _current.set(self)
 
+    def _forget_current(self) -> None:
+        # Admitted, then failed before the block began (the provider's pause, a timeout): report_usage() in this
+        # thread must not go on adding to a gate that is gone.
+        token, self._token = self._token, None
+        if token is not None:
+            try:
+                _current.reset(token)
+            except ValueError:  # set in another context (an async gate resumed elsewhere): clear it here
+                _current.set(None)
+
     def _block_frame(self) -> Any:
         """The frame whose ``with`` this gate is (the caller of ``__enter__``), for the renewer's liveness check."""
         f: Any = sys._getframe(1)
@@ -304,6 +314,7 @@ class Gate(AdmissionWait, ProviderPause):
             self._resent(led)
             return self
         except BaseException as exc:
+            self._forget_current()
             waiting.abandon(led, self, exc)
             raise
 
@@ -327,6 +338,7 @@ class Gate(AdmissionWait, ProviderPause):
             self._resent(led)
             return self
         except BaseException as exc:
+            self._forget_current()
             waiting.abandon(led, self, exc)
             raise
 

@@ -236,6 +236,26 @@ def test_report_usage_outside_a_gate_is_an_error():
         report_usage(5)
 
 
+def test_a_gate_failing_between_its_admission_and_its_block_leaves_no_current_gate(ledger, monkeypatch):
+    from lane_plugin import gate
+    from lane_plugin.gating.context import Gate
+
+    held = []
+
+    def pause_read_fails(self, led):  # read once the gate holds its lease, before its block begins
+        held.append(self.lease)
+        raise RuntimeError("the pause could not be read")
+
+    monkeypatch.setattr(Gate, "_paused_for", pause_read_fails)
+    with pytest.raises(RuntimeError, match="could not be read"):
+        with gate(stage="s", estimate=10):
+            pass
+    assert held and held[0] is not None  # the fault happened after the admission
+    assert ledger.job(held[0].job_id)["state"] != "leased"  # and the lease was given back
+    with pytest.raises(LaneError, match="outside a gated block"):  # main: the gone gate took these tokens
+        report_usage(5)
+
+
 def test_plain_task_with_the_gate_context_manager(ledger):
     from lane_plugin import gate
 
