@@ -41,10 +41,10 @@ LANE = "shared"
 RUN_JOBS = 5
 
 
-def lane_settings(rate: float, window: float, max_leased: int) -> dict:
+def lane_settings(rate: float, window: float, max_leased: int, max_wait: float) -> dict:
     burst = int(rate * window)
     return dict(allowance=10**12, ceiling=10**12, start_fraction=1.0, burst_tokens=burst, window_seconds=window,
-                max_leased=max_leased)  # fmt: skip
+                max_leased=max_leased, max_wait_seconds=max_wait)  # fmt: skip
 
 
 # ---------------------------------------------------------------- the two processes
@@ -183,7 +183,8 @@ def render(a: argparse.Namespace, r: dict, command: str) -> str:
     lines = [
         f"Command: `{command}`", "",
         f"Lane: {a.rate:.0f} tokens/s ({int(a.rate * a.window)} tokens per {a.window:g} s sliding window), "
-        f"max_leased {a.max_leased}; jobs of {a.size} tokens whose bodies sleep {a.ms_per_1k:g} ms per 1,000 "
+        f"max_leased {a.max_leased}, max_wait_seconds {a.max_wait:g} (a job is due after "
+        f"{a.max_wait * a.size / (a.rate * a.window):.0f} s); jobs of {a.size} tokens whose bodies sleep {a.ms_per_1k:g} ms per 1,000 "
         f"(the slots could run {a.max_leased * 1e6 / a.ms_per_1k:.0f} tokens/s: the window binds); "
         f"interactive weight {a.weight:g}; ledger {a.db.split(':', 1)[0]}; {os.cpu_count()} cores, shared.", "",
         f"Interactive alone: {len(ia)} runs of {RUN_JOBS} jobs, completion p50 {p50a:.2f} s, p99 {p99a:.2f} s. "
@@ -222,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=1000, help="tokens per job, both tenants (default 1000)")
     ap.add_argument("--ms-per-1k", type=float, default=400.0, help="body sleep per 1,000 tokens (default 400)")
     ap.add_argument("--weight", type=float, default=1.0, help="the interactive tenant's weight (default 1)")
+    ap.add_argument("--max-wait", type=float, default=600.0,
+                    help="the lane's max_wait_seconds (default 600, the lane default): a job is *due* after "
+                         "max_wait x size / burst_tokens seconds, and due jobs go first, whatever their tenant")
     ap.add_argument("--alone-runs", type=int, default=8, help="interactive runs on the empty lane (default 8)")
     # the child processes
     ap.add_argument("--child", choices=("backfill", "interactive"), help=argparse.SUPPRESS)
@@ -237,12 +241,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.quick and a.jobs == 2000:
         a.jobs = 500
-    for name in ("jobs", "every", "rate", "window", "max_leased", "size", "ms_per_1k", "weight", "alone_runs"):
+    for name in ("jobs", "every", "rate", "window", "max_leased", "max_wait", "size", "ms_per_1k", "weight", "alone_runs"):
         if getattr(a, name) <= 0:
             ap.error(f"--{name.replace('_', '-')} must be positive, got {getattr(a, name)}")
     tmp = Path(tempfile.mkdtemp(prefix="bench-tenants-"))
     a.db = a.db or f"sqlite:///{tmp / 'lane.db'}"
-    reset_lane(a.db, lane_settings(a.rate, a.window, a.max_leased), a.weight)
+    reset_lane(a.db, lane_settings(a.rate, a.window, a.max_leased, a.max_wait), a.weight)
     from tests.realserver import real_server
 
     t0 = time.monotonic()
