@@ -28,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -132,7 +133,7 @@ def collect(p: subprocess.Popen, out: Path, tmp: Path, name: str, timeout: float
         rc = p.wait(timeout)
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, 9)
-        raise SystemExit(f"{name} did not finish in {timeout:.0f} s; log: {tmp / (name + '.log')}")
+        raise SystemExit(f"{name} did not finish in {timeout:.0f} s; log: {tmp / (name + '.log')}") from None
     if rc != 0 or not out.exists():
         raise SystemExit(f"{name} failed ({rc}):\n{(tmp / (name + '.log')).read_text()[-3000:]}")
     return json.loads(out.read_text())
@@ -194,7 +195,10 @@ def render(a: argparse.Namespace, r: dict, command: str) -> str:
         "|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     verdicts = {}
-    for label, name in (("fair", "tenants (`backfill`, `interactive`)"), ("fcfs", "one tenant (first come, first served)")):
+    for label, name in (
+        ("fair", "tenants (`backfill`, `interactive`)"),
+        ("fcfs", "one tenant (first come, first served)"),
+    ):
         it, b = r[f"i_{label}"]["times"], r[f"b_{label}"]["rate"]
         if not it:
             lines.append(f"| {name} | 0 | - | - | - | {b:.0f} | {b / ba:.3f} |")
@@ -206,8 +210,12 @@ def render(a: argparse.Namespace, r: dict, command: str) -> str:
     lines.append("")
     if "fair" in verdicts:
         x, y = verdicts["fair"]
-        lines.append(f"{'met   ' if x <= 2 else 'MISSED'} interactive completion p99 <= 2x alone, with tenants ({x:.2f}x)")
-        lines.append(f"{'met   ' if y >= 0.95 else 'MISSED'} backfill tokens/s >= 0.95 of alone, with tenants ({y:.3f})")
+        lines.append(
+            f"{'met   ' if x <= 2 else 'MISSED'} interactive completion p99 <= 2x alone, with tenants ({x:.2f}x)"
+        )
+        lines.append(
+            f"{'met   ' if y >= 0.95 else 'MISSED'} backfill tokens/s >= 0.95 of alone, with tenants ({y:.3f})"
+        )
     return "\n".join(lines)
 
 
@@ -223,9 +231,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=1000, help="tokens per job, both tenants (default 1000)")
     ap.add_argument("--ms-per-1k", type=float, default=400.0, help="body sleep per 1,000 tokens (default 400)")
     ap.add_argument("--weight", type=float, default=1.0, help="the interactive tenant's weight (default 1)")
-    ap.add_argument("--max-wait", type=float, default=600.0,
-                    help="the lane's max_wait_seconds (default 600, the lane default): a job is *due* after "
-                         "max_wait x size / burst_tokens seconds, and due jobs go first, whatever their tenant")
+    ap.add_argument(
+        "--max-wait",
+        type=float,
+        default=600.0,
+        help="the lane's max_wait_seconds (default 600, the lane default): a job is *due* after "
+        "max_wait x size / burst_tokens seconds, and due jobs go first, whatever their tenant",
+    )
     ap.add_argument("--alone-runs", type=int, default=8, help="interactive runs on the empty lane (default 8)")
     # the child processes
     ap.add_argument("--child", choices=("backfill", "interactive"), help=argparse.SUPPRESS)
@@ -241,7 +253,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.quick and a.jobs == 2000:
         a.jobs = 500
-    for name in ("jobs", "every", "rate", "window", "max_leased", "max_wait", "size", "ms_per_1k", "weight", "alone_runs"):
+    for name in (
+        "jobs",
+        "every",
+        "rate",
+        "window",
+        "max_leased",
+        "max_wait",
+        "size",
+        "ms_per_1k",
+        "weight",
+        "alone_runs",
+    ):
         if getattr(a, name) <= 0:
             ap.error(f"--{name.replace('_', '-')} must be positive, got {getattr(a, name)}")
     tmp = Path(tempfile.mkdtemp(prefix="bench-tenants-"))
@@ -254,7 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         env["PREFECT_LOGGING_LEVEL"] = "WARNING"
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
         r = phases(a, env, tmp)
-    command = "python benchmarks/bench_tenants.py" + "".join(f" {x}" for x in (argv if argv is not None else sys.argv[1:]))
+    command = "python benchmarks/bench_tenants.py" + "".join(
+        f" {x}" for x in (argv if argv is not None else sys.argv[1:])
+    )
     print(f"\n({time.monotonic() - t0:.0f} s)\n")
     print(render(a, r, command))
     from lane_plugin import Ledger
@@ -263,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     problems = led.audit()
     led.close()
     print("ledger audit:", problems or "sound")
+    if not problems:
+        shutil.rmtree(tmp, ignore_errors=True)  # the Prefect server's database and the logs: ~70 MB a quick run
     return 0 if not problems else 1
 
 
