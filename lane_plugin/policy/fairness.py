@@ -13,10 +13,13 @@ The rule (admission rule 7, across tenants; :func:`fair_order`):
   bound). In one tick the candidates are merged by *tags*: the ``i``-th candidate of tenant ``t`` in
   its own order gets ``S_t + (e_1 + ... + e_{i-1}) / w_t``, what ``S_t`` will be when its turn comes if
   the ones before it are admitted; ascending tags, ties by today's order. That is exactly "least
-  counter next", one admission after another. It ranks the *due* jobs (whose place in today's order,
-  ``prio``, is at or before now: a small job at once, a job above the size-class boundary once it has
-  waited ``max_wait_seconds``) before the others, each set by tags: as in one queue, a young big job
-  waits behind the small ones, whichever tenant is least served;
+  counter next", one admission after another. A *due* job (whose place in today's order, ``prio``, is at
+  or before now: a small job at once, a job above the size-class boundary once it has waited
+  ``max_wait_seconds``) goes before the least-served tenant's head when that head is not due yet, but only
+  while its own tenant's tag is within ``R`` of the least (``R`` the largest ``e / w`` among the heads): as
+  in one queue, a young big job does not go before the small jobs of others, yet a backlog that has waited
+  out its age bound does not shut out a tenant that just arrived (with due jobs first whatever the tags, a
+  2,000-job backfill past ``max_wait_seconds`` kept an interactive run's jobs behind 200 of its own);
 - a tenant that comes back from idle is lifted to the least counter among the tenants backlogged now
   (:func:`lift`; with none backlogged, to the largest counter of the lane): no credit is banked while
   idle, and a tenant that was served more before it went idle keeps its debt;
@@ -38,7 +41,8 @@ in the interval, if it held when it began (lifting makes it hold for a tenant th
 
 *Proof.* By induction over admissions. A job of ``f`` is admitted only when its tag is the least,
 i.e. ``S_f <= S_g``; afterwards ``S_f' = S_f + e / w_f <= S_g + U`` and ``S_g - S_f' <= S_g - S_f <=
-U``. Admissions of a third tenant change neither. Settlement moves ``S_f`` by ``(a - e) / w_f``, at
+U``. (A due job passing a head that is not due yet is admitted with ``S_f <= S_g + R``, ``R <= U``: then
+``S_f' <= S_g + 2U``, so when not every head is due the bound is ``2U`` where it reads ``U`` below.) Admissions of a third tenant change neither. Settlement moves ``S_f`` by ``(a - e) / w_f``, at
 most ``o / w_f`` up (``o`` the job's overrun, ``a - e``) and at most ``e / w_f`` down, so with ``L``
 jobs of ``f`` in flight, trued up at any time, ``|S_f - S_g| <= U + L * O`` with ``O`` the largest
 overrun. With ``L <= 2`` leases per tenant in flight (or no overrun) this is ``<= 2 (E + O)``: the
@@ -67,7 +71,6 @@ Pure functions: no database, no clock.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 
@@ -139,28 +142,33 @@ def fair_order(
         groups.setdefault(c.tenant, []).append(c)
     if len(groups) <= 1:
         return sorted(next(iter(groups.values()), []), key=within)
-    def later(key: tuple[float, str]) -> bool:
-        return now is not None and key[0] > now
-
-    heap: list[tuple[bool, float, tuple[float, str], int, str]] = []
     queues: dict[str, list[Candidate]] = {}
+    tags: dict[str, float] = {}
+    weights: dict[str, float] = {}
     for name, group in groups.items():
         group.sort(key=within, reverse=True)  # popped from the end: its own order
         queues[name] = group
         state = tenants.get(name, UNKNOWN_TENANT)
-        key = within(group[-1])
-        heap.append((later(key), state.served, key, 0, name))
-    heapq.heapify(heap)
+        tags[name], weights[name] = state.served, state.weight
+    # A due head may go before the least-served tenant's head that is not due yet only while its own tag is
+    # within one head's weighted size of the least (``reach``): small jobs are not kept behind a young big job,
+    # and a backlog that has waited out its age bound does not shut a tenant that just arrived out.
+    reach = max(c.est / weights[c.tenant] for group in groups.values() for c in group)
     out: list[Candidate] = []
-    while heap:
-        _, tag, _, n, name = heapq.heappop(heap)
-        queue = queues[name]
+    while queues:
+        heads = {name: (tags[name], within(queue[-1]), name) for name, queue in queues.items()}
+        least = min(heads.values())
+        pick = least[2]
+        if now is not None and least[1][0] > now:
+            due = [h for h in heads.values() if h[1][0] <= now and h[0] <= least[0] + reach]
+            if due:
+                pick = min(due)[2]
+        queue = queues[pick]
         c = queue.pop()
         out.append(c)
-        if queue:
-            weight = tenants.get(name, UNKNOWN_TENANT).weight
-            key = within(queue[-1])
-            heapq.heappush(heap, (later(key), tag + c.est / weight, key, n + 1, name))
+        tags[pick] += c.est / weights[pick]
+        if not queue:
+            del queues[pick]
     return out
 
 

@@ -124,3 +124,22 @@ def test_lifting_banks_no_credit_and_never_lowers_a_counter(served, data):
     after = {**served, **lifted}
     if staying:
         assert all(after[t] >= min(served[s] for s in staying) for t in now - was)
+
+
+def test_a_backlog_past_its_age_bound_does_not_shut_out_a_tenant_that_just_arrived():
+    """Seen in benchmarks/bench_tenants.py: due jobs first whatever the tags kept an interactive run behind every
+    backfill job that had waited out its age bound (FCFS again once the backfill was old enough)."""
+    place = lambda c: (c.waiting_since + 60.0, c.id)  # noqa: E731  (a 1,000-token job's place: its arrival + 60 s)
+    backfill = [Candidate(f"b{i:03}", 1_000, 0.0, tenant="backfill") for i in range(200)]
+    interactive = [Candidate(f"i{i}", 1_000, 95.0, tenant="interactive") for i in range(5)]
+    equal = {"backfill": TenantState(served=50_000.0), "interactive": TenantState(served=50_000.0)}  # lifted
+    order = [c.id for c in fair_order(equal, backfill + interactive, place, now=100.0)]
+    # the backfill is due (place 60 <= now 100), the interactive is not (place 155)
+    first = [order.index(f"i{i}") for i in range(5)]
+    assert max(first) < 15, first  # each interactive job within a few backfill jobs, not after all 200
+    # and a young big job of the least-served tenant still does not go before the small due jobs of the others
+    small = [Candidate(f"s{i}", 100, 0.0, tenant="a") for i in range(30)]
+    big = Candidate("big", 3_000, 99.0, tenant="b")
+    ts = {"a": TenantState(served=10_000.0), "b": TenantState(served=9_000.0)}
+    order = [c.id for c in fair_order(ts, small + [big], lambda c: (c.waiting_since + c.est / 10, c.id), now=50.0)]
+    assert order.index("big") >= 10, order  # the small ones get at least R (one big job's worth) first
