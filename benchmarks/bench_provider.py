@@ -211,6 +211,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--verbose", action="store_true", help="show Prefect's logs (failed tasks log tracebacks)")
     p.add_argument("--limits", action="store_true", help="run issue 24's variants instead (provider_limits.py): "
                    "RPM-bound, requests + tokens, Anthropic style, a shared key; writes docs/performance_provider_limits.md")
+    p.add_argument("--only", help="with --limits: the variants to run, e.g. 4 or 14 (prints, writes no docs)")
     args = p.parse_args(argv)
     args.calls = args.calls or (60 if args.quick else 300)
     args.window = args.window or (8.0 if args.quick else 60.0)
@@ -286,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         import provider_limits
 
         section = provider_limits.run(args, lambda name: f"sqlite:///{tmp / (name + '.db')}")
-        (ROOT / "docs" / "performance_provider_limits.md").write_text(section)
+        if not args.only:
+            (ROOT / "docs" / "performance_provider_limits.md").write_text(section)
         print(section)
         return 0
     work = workload(args.calls, args.trace, args.max_tokens, args.seed)

@@ -162,6 +162,8 @@ def run(args, url_for) -> str:
     req_bound = calls / RPM * WINDOW
 
     def measure(name, emu, fns, bound, target, ledger_url=None, extra=None):
+        if args.only and name[0] not in args.only:
+            return None
         print(f"running {name} ...", flush=True)
         emu.reset()
         stop = threading.Event()

@@ -596,8 +596,33 @@ class Ledger:
         self._limits.sent_now(job_id, attempt)
 
     def paused_for(self, lane: str) -> float:
-        """Seconds until ``lane`` reopens after a provider's pause (0.0: it is open); one read."""
+        """Seconds until ``lane`` reopens after a provider's pause (0.0: it is open): this process's memory
+        (:meth:`remember_pause`), else one read."""
         return self._limits.paused_for(lane)
+
+    def remember_pause(self, lane: str, seconds: float) -> float:
+        """Close ``lane`` for ``seconds`` in this process's memory only (:meth:`pause` does it before its
+        write, which may wait for the database's lock while other workers send); returns when it reopens.
+
+        Lock-free (a timeout may be raised into the thread at any bytecode): the later of two pauses wins, as
+        in the ledger row. The entry stays after it ends, as the mark of a lane reopening (:meth:`pause_ended`),
+        until :meth:`reopened` clears it.
+        """
+        return self._limits.remember_pause(lane, seconds)
+
+    def paused_here(self, lane: str) -> float:
+        """Seconds this process knows ``lane`` stays closed (:meth:`remember_pause`), with no database read."""
+        return self._limits.paused_here(lane)
+
+    def pause_ended(self, lane: str) -> float | None:
+        """When the pause this process knows of for ``lane`` ended (``time.time()``), if it did and the lane
+        has not been seen open since (:meth:`reopened`); None otherwise."""
+        return self._limits.pause_ended(lane)
+
+    def reopened(self, lane: str, ended: float) -> None:
+        """A request after the pause that ended at ``ended`` went through: the lane is open (a later pause
+        since is kept)."""
+        self._limits.reopened(lane, ended)
 
     def provider_used(self, lane: str, used: Mapping[str, int], *, job_id: str | None = None,
                       refused: bool = False) -> None:

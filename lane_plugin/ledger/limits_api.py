@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -85,6 +86,9 @@ class ProviderLimits:
 
     def __init__(self, ledger: Any) -> None:  # the Ledger (api.py imports this module)
         self.led = ledger
+        # lane -> until (time.time()): this process's memory of its pauses (remember_pause); single dict
+        # operations only, no lock (a timeout may be raised into the thread at any bytecode)
+        self.paused_here_until: dict[str, float] = {}
 
 
     def pause(self, lane: str, seconds: float, *, reason: str, job_id: str | None = None) -> float:
@@ -92,6 +96,7 @@ class ProviderLimits:
         seconds = number("seconds", seconds, low=0.001, high=MAX_PAUSE_SECONDS)
         reason = text("reason", reason, limit=500)
         job_id = text("job id", job_id, required=False)
+        self.remember_pause(lane, seconds)  # this process's gates stop at once, not after the write's lock wait
 
         def run(cur: Cursor, now: float) -> tuple[float, float]:
             return limits.pause(cur, lane, until=now + seconds, reason=reason, now=now, job_id=job_id), now
@@ -112,8 +117,27 @@ class ProviderLimits:
 
         self.led._run(run)
 
+    def remember_pause(self, lane: str, seconds: float) -> float:
+        until = time.time() + float(seconds)
+        if self.paused_here_until.get(lane, 0.0) < until:
+            self.paused_here_until[lane] = until
+        return until
+
+    def paused_here(self, lane: str) -> float:
+        return max(0.0, self.paused_here_until.get(lane, 0.0) - time.time())
+
+    def pause_ended(self, lane: str) -> float | None:
+        until = self.paused_here_until.get(lane)
+        return until if until is not None and until <= time.time() else None
+
+    def reopened(self, lane: str, ended: float) -> None:
+        if self.paused_here_until.get(lane) == ended:
+            self.paused_here_until.pop(lane, None)
+
     def paused_for(self, lane: str) -> float:
         lane = text("lane", lane)
+        if (left := self.paused_here(lane)) > 0:
+            return left
 
         def run(cur: Cursor, now: float) -> float:
             until = cur.scalar(queries.LIMITS_PAUSED_UNTIL, {"l": lane})

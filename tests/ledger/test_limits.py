@@ -232,3 +232,26 @@ def test_the_output_charge_counts_from_the_settlement_as_the_provider_counts_out
     clock.t += 49.0
     assert [x.job_id for x in led.tick("l")] == [b] and led.job(a)["state"] == "done"
     assert led.audit() == []
+
+
+def test_a_pause_is_seen_in_its_process_before_its_write_commits(led):
+    # The write may wait for the database's lock under load: this process's workers must not send meanwhile.
+    _lane(led)
+    run = led._run
+    seen: list[float] = []
+
+    def slow_write(fn, **kw):
+        if kw.get("write", True) and not seen:  # the pause's write, before it commits: another worker checks
+            seen.append(-1.0)
+            seen.append(led.paused_for("l"))
+        return run(fn, **kw)
+
+    led._run = slow_write
+    try:
+        led.pause("l", 5.0, reason="429 from the provider")
+    finally:
+        led._run = run
+    assert seen[0] == -1.0  # the check ran inside the write
+    assert 4.0 < seen[1] <= 5.0  # and found the lane closed
+    assert led.pause_ended("l") is None  # still closed, not reopening
+    assert led.rows("select paused_until from lane where name = 'l'")[1][0][0] is not None  # and written
