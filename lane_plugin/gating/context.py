@@ -315,6 +315,7 @@ class Gate(AdmissionWait, ProviderPause):
             return self
         except BaseException as exc:
             self._forget_current()
+            self._drop_probe()
             waiting.abandon(led, self, exc)
             raise
 
@@ -339,13 +340,18 @@ class Gate(AdmissionWait, ProviderPause):
             return self
         except BaseException as exc:
             self._forget_current()
+            self._drop_probe()
             waiting.abandon(led, self, exc)
             raise
 
     # -- exit -----------------------------------------------------------------------
     def __exit__(self, exc_type: type[BaseException] | None, *exc_and_traceback: object) -> None:
         with self._shield, timeouts.shield():  # a timeout (deferred, or landing now) is raised after the settlement
-            self._exit(exc_type, exc_and_traceback[0] if exc_and_traceback else None)
+            exc = exc_and_traceback[0] if exc_and_traceback else None
+            try:
+                self._exit(exc_type, exc)
+            finally:
+                self._probe_done(get_ledger(self._ledger_arg), exc if isinstance(exc, BaseException) else None)
             if self._shielded and exc_type is None and timeouts.task_timed_out():
                 timeouts.raise_timeout()  # the body overran timeout_seconds: the task run ends timed out, as in Prefect
 

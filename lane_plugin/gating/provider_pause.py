@@ -1,14 +1,30 @@
 """A provider's pause, as a gate meets it: a 429 that ended the body closes the lane for every process, and
 a lease granted before another worker's 429 waits for the reopen before its body sends; a mixin of
-:class:`lane_plugin.gating.context.Gate`."""
+:class:`lane_plugin.gating.context.Gate`.
+
+A lane reopens half-way: the pause says when the provider's window has room, not how much of it a client
+outside the lane (a shared key) spends meanwhile, so the first gate to pass after a pause this process knew of
+sends alone (the probe) and the lane's other gates in this process hold until it returns: a success opens the
+lane, a 429 pauses it again. Without it every lease granted at the reopen sends at once, and all but the
+first arrive in the window the first one's 429 closed.
+"""
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from ..ledger import Lease, Ledger
 from .ledgers import run_logger
 from .ratelimits import headers_of, rate_limit_info, remaining_of
+
+# How often a gate held behind a probe looks again, and the longest it holds (a probe that hangs must not
+# stall the lane: its holders then send as before).
+PROBE_POLL = 0.02
+PROBE_HOLD = 10.0
+# (id(ledger), lane) -> (the probing gate, when its hold ends); single dict operations only, no lock: a
+# timeout raised into a thread at any bytecode never leaves one held.
+_probes: dict[tuple[int, str], tuple[Any, float]] = {}
 
 
 class ProviderPause:
@@ -19,22 +35,63 @@ class ProviderPause:
     job_id: str | None
     lease: Lease | None
     _waited_pause: bool
+    _probe: tuple[tuple[int, str], float] | None = None
 
     def _paused_for(self, led: Ledger) -> float:
-        """Seconds the provider's pause still closes the lane (0.0: open), read at the last moment before the
-        body: a lease granted before another worker's 429 paused the lane waits for the reopen, its lease
-        renewed meanwhile, instead of sending into the closed window."""
+        """Seconds to wait before the body (0.0: send now), read at the last moment before it: a lease granted
+        before another worker's 429 paused the lane waits for the reopen, its lease renewed meanwhile, instead
+        of sending into the closed window. This process's memory of the pause first (no database round trip:
+        a 429 met here is known before its ledger write commits), else the ledger's row (another process's)."""
         assert self.lease is not None
-        try:
-            left = led.paused_for(self.lease.lane)
-        except Exception as exc:  # noqa: BLE001 - the body runs as it would have without the check
-            run_logger().warning("lane gate: could not read lane %s's pause: %s", self.lease.lane, exc)
-            return 0.0
+        lane = self.lease.lane
+        left = led.paused_here(lane)
+        if left <= 0:
+            try:
+                left = led.paused_for(lane)
+            except Exception as exc:  # noqa: BLE001 - the body runs as it would have without the check
+                run_logger().warning("lane gate: could not read lane %s's pause: %s", lane, exc)
+                return 0.0
+            if left > 0:  # another process's pause: this one reopens half-way too
+                led.remember_pause(lane, left)
+        if left <= 0:
+            left = self._behind_probe(led, lane)
         if left > 0:
+            if not self._waited_pause:
+                run_logger().info("lane gate: %s job %s waits for lane %s to reopen after a provider's 429",
+                                  self.stage, self.job_id, lane)  # fmt: skip
             self._waited_pause = True
-            run_logger().info("lane gate: %s job %s waits %.3gs for lane %s to reopen after a provider's 429",
-                              self.stage, self.job_id, left, self.lease.lane)  # fmt: skip
         return left
+
+    def _behind_probe(self, led: Ledger, lane: str) -> float:
+        """After a pause ended: 0.0 for the gate that sends first (the probe), a short wait for the others
+        until it returns (:meth:`_probe_done`) or :data:`PROBE_HOLD` passes."""
+        ended = led.pause_ended(lane)
+        if ended is None:
+            return 0.0
+        key = (id(led), lane)
+        claim = _probes.setdefault(key, (self, time.time() + PROBE_HOLD))
+        if claim[0] is self:
+            self._probe = (key, ended)
+            return 0.0
+        if time.time() > claim[1]:  # the probe hangs: let this one through, as before the probe rule
+            return 0.0
+        return PROBE_POLL
+
+    def _probe_done(self, led: Ledger, exc: BaseException | None) -> None:
+        """The probe returned: the lane is open unless it met a 429 (:meth:`_heard_provider` paused it again,
+        in memory first); either way its holders look again."""
+        probe = self._probe
+        if probe is None:
+            return
+        if exc is None or rate_limit_info(exc) is None:
+            led.reopened(probe[0][1], probe[1])
+        self._drop_probe()
+
+    def _drop_probe(self) -> None:
+        """Give up the probe without a word on the lane (its body never ran): the next gate probes."""
+        probe, self._probe = self._probe, None
+        if probe is not None and _probes.get(probe[0], (None,))[0] is self:
+            _probes.pop(probe[0], None)
 
     def _resent(self, led: Ledger) -> None:
         """After waiting out a pause, the request goes out now: its charges count from now."""

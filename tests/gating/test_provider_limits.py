@@ -179,3 +179,48 @@ def test_a_429_trues_the_lane_up_to_the_providers_count_it_carries(ledger):
     # next count (the lane has no request of its own in the window to bring one), and its own attempt's 150
     assert use["tokens"]["used"] >= 900
     assert ledger.paused_for("q") > 5.0
+
+
+class _Http429(Exception):
+    def __init__(self, seconds: float):
+        super().__init__("Too Many Requests")
+        self.response = type("R", (), {"status_code": 429, "headers": {"retry-after": str(seconds)}})()
+
+
+def test_after_a_pause_one_request_probes_and_the_others_hold_until_it_returns(ledger):
+    from concurrent.futures import ThreadPoolExecutor
+
+    # Blind to a client outside the lane, the lane reopens on the provider's reset with every lease granted
+    # at once: all but the first would arrive in the window the first one's 429 closes.
+    ledger.set_lane("h", allowance=10**6, ceiling=10**6, burst_tokens=10**5, window_seconds=60.0, max_leased=10)
+    starts: list[tuple[float, int]] = []
+    ends: list[float] = []
+    first_429 = {"left": 1}
+
+    def one(i: int) -> None:
+        with gate(stage="s", estimate=20, lane="h") as g:
+            starts.append((time.time(), i))
+            time.sleep(0.3)
+            if first_429["left"]:  # the probe meets the provider's limit again: the lane pauses once more
+                first_429["left"] = 0
+                ends.append(time.time())
+                raise _Http429(0.4)
+            ends.append(time.time())
+            g.report({"prompt_tokens": 10, "completion_tokens": 5})
+
+    @flow
+    def four():
+        until = ledger.pause("h", 0.5, reason="a 429 on another job")
+        with ThreadPoolExecutor(4) as pool:
+            done = [f.exception() for f in [pool.submit(one, i) for i in range(4)]]
+        return until, done
+
+    until, errors = four()
+    assert sum(isinstance(e, _Http429) for e in errors) == 1 and errors.count(None) == 3  # the 429 happened
+    at = sorted(t for t, _ in starts)
+    ends.sort()
+    assert at[0] >= until - 0.01  # nobody sent into the pause
+    assert at[1] >= ends[0] + 0.39  # the probe met a 429: the others waited for it, then for the new pause
+    assert at[2] >= at[1] + 0.29 and at[3] >= at[1] + 0.29  # the second probe went alone, and then the rest
+    assert at[3] - at[2] < 0.2  # once it returned the lane was open to them together
+    assert ledger.pause_ended("h") is None  # open
