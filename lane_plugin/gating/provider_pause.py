@@ -45,6 +45,8 @@ class ProviderPause:
         assert self.lease is not None
         lane = self.lease.lane
         left = led.paused_here(lane)
+        if left <= 0 and self._probe_out(led, lane):
+            left = PROBE_POLL  # another gate's probe is out: nothing to read until it returns
         if left <= 0:
             try:
                 left = led.paused_for(lane)
@@ -62,6 +64,10 @@ class ProviderPause:
             self._waited_pause = True
         return left
 
+    def _probe_out(self, led: Ledger, lane: str) -> bool:
+        claim = _probes.get((id(led), lane))
+        return claim is not None and claim[0] is not self and time.time() <= claim[1]
+
     def _behind_probe(self, led: Ledger, lane: str) -> float:
         """After a pause ended: 0.0 for the gate that sends first (the probe), a short wait for the others
         until it returns (:meth:`_probe_done`) or :data:`PROBE_HOLD` passes."""
@@ -73,7 +79,10 @@ class ProviderPause:
         if claim[0] is self:
             self._probe = (key, ended)
             return 0.0
-        if time.time() > claim[1]:  # the probe hangs: let this one through, as before the probe rule
+        if time.time() > claim[1]:  # the probe hangs: the lane opens, as before the probe rule
+            led.reopened(lane, ended)
+            if _probes.get(key) is claim:
+                _probes.pop(key, None)
             return 0.0
         return PROBE_POLL
 

@@ -1,0 +1,69 @@
+"""The half-way reopen after a provider's pause, within one process (issue 24): one probe, the others held
+until it returns, and a probe that hangs does not stall the lane. No Prefect server: the gate's mixin alone."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from lane_plugin import Ledger
+from lane_plugin.gating import provider_pause
+from lane_plugin.gating.provider_pause import PROBE_POLL, ProviderPause
+
+
+class _Gate(ProviderPause):
+    def __init__(self, i: int):
+        self.stage, self.lane, self.job_id = "s", "l", f"j{i}"
+        self.lease = SimpleNamespace(lane="l", job_id=f"j{i}", attempt=1)
+        self._waited_pause = False
+
+
+@pytest.fixture
+def led(tmp_path):
+    led = Ledger(f"sqlite:///{tmp_path / 'lane.db'}")
+    led.set_lane("l", allowance=10**6, ceiling=10**6)
+    yield led
+    led.close()
+
+
+def _reopen(led: Ledger) -> None:
+    led.pause("l", 0.05, reason="a 429")
+    while led.paused_for("l") > 0:
+        time.sleep(0.01)
+
+
+def test_one_probe_goes_and_its_success_opens_the_lane_to_the_others(led):
+    g1, g2, g3 = _Gate(1), _Gate(2), _Gate(3)
+    assert g1._paused_for(led) == 0.0  # open, never paused: everyone sends
+    _reopen(led)
+    assert g1._paused_for(led) == 0.0  # the probe
+    assert g2._paused_for(led) == PROBE_POLL and g3._paused_for(led) == PROBE_POLL  # held behind it
+    g1._probe_done(led, None)
+    assert g2._paused_for(led) == 0.0 and g3._paused_for(led) == 0.0
+    assert g2._probe is None and g3._probe is None  # open: no second probe
+
+
+def test_a_probe_that_meets_a_429_keeps_the_lane_closed(led):
+    g1, g2 = _Gate(1), _Gate(2)
+    _reopen(led)
+    assert g1._paused_for(led) == 0.0
+    err = type("RateLimitError", (Exception,), {})()
+    err.response = SimpleNamespace(status_code=429, headers={"retry-after": "5"})
+    g1._heard_provider(led, err)  # as the gate's exit does with the probe's 429
+    g1._probe_done(led, err)
+    assert g2._paused_for(led) > 4.0  # the new pause, not an open lane
+
+
+def test_a_probe_that_hangs_past_its_hold_opens_the_lane(led, monkeypatch):
+    monkeypatch.setattr(provider_pause, "PROBE_HOLD", 0.05)
+    g1, g2, g3 = _Gate(1), _Gate(2), _Gate(3)
+    _reopen(led)
+    assert g1._paused_for(led) == 0.0
+    assert g2._paused_for(led) == PROBE_POLL
+    time.sleep(0.06)
+    assert g2._paused_for(led) == 0.0 and g3._paused_for(led) == 0.0  # no one waits on it any longer
+    _reopen(led)  # and the next pause gets its own probe, not the hung one's claim
+    assert g3._paused_for(led) == 0.0 and g3._probe is not None
+    assert g2._paused_for(led) == PROBE_POLL
