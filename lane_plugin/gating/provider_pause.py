@@ -55,6 +55,8 @@ class ProviderPause:
                 return 0.0
             if left > 0:  # another process's pause: this one reopens half-way too
                 led.remember_pause(lane, left)
+            else:  # a 429 met in this process while the read was out (measured: it happens)
+                left = led.paused_here(lane)
         if left <= 0:
             left = self._behind_probe(led, lane)
         if left > 0:
