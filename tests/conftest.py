@@ -84,8 +84,9 @@ class PgSchema:
         sep = "&" if "?" in base else "?"
         # Named after the schema (a test naming its own application_name later in the URL overrides it), so that
         # drop() can end what the test left connected: a ledger a test never closed keeps its pool open while its
-        # wake-up watcher lives, and one suite worker reached 48 connections, past PostgreSQL's 100 with three.
-        self.url = f"{base}{sep}options={quote('-csearch_path=' + self.name)}&application_name={self.name}"
+        # wake-up watcher lives, and one suite worker reached 48 connections (PostgreSQL allows 100). The search_path
+        # stays last: tests read the schema from the URL's end.
+        self.url = f"{base}{sep}application_name={self.name}&options={quote('-csearch_path=' + self.name)}"
 
     def drop(self) -> None:
         import psycopg
