@@ -25,6 +25,7 @@ from .cursor import Cursor as Cursor  # (re-exported: the ledger modules import 
 from .cursor import DatabaseClock, Stats
 from .pool import PG_POOL as PG_POOL  # (re-exported)
 from .pool import Slot, discard_slot, idle, new_pool
+from .pool import empty as empty_slot
 from .schema import HEAD_REVISION, check_revision, upgrade
 from .url import DatabaseURL, make_default_home
 
@@ -186,12 +187,7 @@ class Database:
             except queue.Empty:
                 break
         for slot in idle:
-            conn, slot.conn = slot.conn, None
-            if conn is not None:
-                try:
-                    conn.close()
-                except Exception:
-                    pass
+            empty_slot(slot)
             self._pool.put(slot)
 
     # -- PostgreSQL's pool -----------------------------------------------------

@@ -58,11 +58,15 @@ def new_pool() -> queue.SimpleQueue:
 def discard_slot(pool: queue.SimpleQueue, held: list) -> None:
     """Close the connection of the slot in ``held`` (the server rolls back what its session left open) and give the
     slot back empty: the transaction failed or was interrupted, its connection is never reused."""
-    slot = held[0]
+    empty(held[0])
+    pool.put(held.pop())
+
+
+def empty(slot: Slot) -> None:
+    """Close the slot's connection, if it has one; the slot stays, to connect again when next taken."""
     conn, slot.conn = slot.conn, None
     if conn is not None:
         try:
             conn.close()
         except Exception:
             pass
-    pool.put(held.pop())
