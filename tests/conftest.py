@@ -13,8 +13,10 @@ reason, unless LANE_REQUIRE_POSTGRES=1 (CI), where that is a failure.
 
 from __future__ import annotations
 
+import faulthandler
 import hashlib
 import os
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -92,8 +94,9 @@ class PgSchema:
         import psycopg
 
         with psycopg.connect(**self.kwargs, autocommit=True) as conn:
-            conn.execute("select pg_terminate_backend(pid) from pg_stat_activity where application_name = %s",
-                         (self.name,))
+            conn.execute(
+                "select pg_terminate_backend(pid) from pg_stat_activity where application_name = %s", (self.name,)
+            )
             conn.execute(f'drop schema if exists "{self.name}" cascade')
 
 
@@ -147,6 +150,83 @@ LONG_FILES = (
     "tests/cli/test_first_hour.py",  # about 60 s
     "tests/cli/test_cli.py",  # about 60 s
 )
+
+
+# -- a hang ends its worker (a backstop under pytest-timeout) -------------------------------------
+BACKSTOP_GRACE = 120  # seconds past a test's own timeout
+
+
+def _running_marker(item) -> Path | None:
+    """A file naming the test an xdist worker runs now (and that worker), left behind if it dies on it."""
+    workerinput = getattr(item.config, "workerinput", None)
+    if workerinput is None:
+        return None
+    folder = Path(tempfile.gettempdir()) / f"lane-tests-running-{workerinput['testrunuid']}"
+    folder.mkdir(exist_ok=True)
+    return folder / hashlib.sha1(item.nodeid.encode()).hexdigest()
+
+
+_STACKS: dict[str, object] = {}  # this worker's file for the backstop's stack dump, opened once
+
+
+def _stacks_file(marker: Path | None):
+    if marker is None:
+        return sys.__stderr__
+    path = marker.parent / f"stacks-{os.getpid()}.txt"
+    if str(path) not in _STACKS:
+        _STACKS[str(path)] = open(path, "w")  # noqa: SIM115 (kept open: faulthandler writes to it from C)
+    return _STACKS[str(path)]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Past its timeout plus :data:`BACKSTOP_GRACE`, a test's process dumps every thread's stack and exits.
+
+    pytest-timeout's thread starts with ``threading``, which a lock left held by an interrupted thread
+    (the defect class this project tests for) can stop; faulthandler's watchdog is C, outside the
+    interpreter's locks. Under xdist the worker's exit fails that test by name and a new worker takes the
+    rest of its file. xdist hands the new worker the dead test again: it fails at once the second time
+    (:func:`pytest_runtest_setup`) with the stacks the dead worker dumped, so a hang costs its test and
+    shows where it hung, never the whole CI run.
+    """
+    mark = item.get_closest_marker("timeout")
+    limit = mark.args[0] if mark and mark.args else (mark.kwargs.get("timeout") if mark else None)
+    if limit is None:
+        try:
+            limit = item.config.getini("timeout")
+        except ValueError:  # pytest-timeout not loaded
+            limit = None
+    marker = _running_marker(item)
+    died_before = marker is not None and marker.exists()
+    item.stash[_DIED_ON_BEFORE] = marker.read_text() if died_before else None
+    stacks = _stacks_file(marker)
+    if marker is not None and not died_before:
+        marker.write_text(getattr(stacks, "name", ""))
+    faulthandler.dump_traceback_later(float(limit or 900) + BACKSTOP_GRACE, exit=True, file=stacks)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        if marker is not None and not died_before:
+            marker.unlink(missing_ok=True)
+
+
+_DIED_ON_BEFORE = pytest.StashKey[str | None]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    stacks_path = item.stash.get(_DIED_ON_BEFORE, None)
+    if stacks_path is not None:
+        try:
+            stacks = Path(stacks_path).read_text() or "(no stacks dumped: the worker crashed)"
+        except OSError:
+            stacks = "(no stacks file)"
+        pytest.fail(
+            f"a test worker died on this test before (a crash, or the hang backstop); not run twice. "
+            f"What its threads were doing:\n{stacks}",
+            pytrace=False,
+        )
 
 
 def pytest_collection_modifyitems(config, items):
