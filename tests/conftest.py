@@ -89,6 +89,9 @@ class PgSchema:
         # wake-up watcher lives, and one suite worker reached 48 connections (PostgreSQL allows 100). The search_path
         # stays last: tests read the schema from the URL's end.
         self.url = f"{base}{sep}application_name={self.name}&options={quote('-csearch_path=' + self.name)}"
+        if os.environ.get("LANE_TEST_PG_MAP"):  # which test holds which schema, for a connection monitor
+            with open(os.environ["LANE_TEST_PG_MAP"], "a") as f:
+                f.write(f"{self.name} {os.environ.get('PYTEST_CURRENT_TEST', '?')}\n")
 
     def drop(self) -> None:
         import psycopg

@@ -12,7 +12,7 @@ from lane_plugin import Ledger
 from .conftest import assert_audit_clean, figure, make_lane, read_json_lines, spawn, wait_all
 
 SKEW = 300.0
-LEASE = 3.0
+LEASE = 15.0  # long enough that the "early" reap below is early even on a loaded machine (it proves it was)
 
 
 def _run(mode, tmp_path, name, *args):
@@ -38,7 +38,9 @@ def test_skewed_workers_use_the_database_clock(pg_url, tmp_path):
     assert [x.job_id for x in led.tick("free")] == [b]
     leased = {j: led.job(j) for j in (a, b)}
     behind = _run("reap_only", tmp_path, "behind-early", pg_url, -SKEW)
-    assert behind["reaped"] == []
+    first_end = min(leased[a]["lease_until"], leased[b]["lease_until"])
+    assert behind["ledger_now"] < first_end, "the early reap ran after a lease ended (machine too slow for LEASE)"
+    assert behind["reaped"] == [], "a worker 300 s behind expired a live lease early"
     _, [(charged_at,)] = led.rows("select max(at) from rate_charge where lane = 'free'")
     assert abs(charged_at - db_now) <= 61, f"rate window charge at {charged_at} is not on the database clock {db_now}"
     until = max(leased[a]["lease_until"], leased[b]["lease_until"])

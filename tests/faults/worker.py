@@ -169,8 +169,9 @@ def reap_only(url: str, offset: str, out: str) -> None:
     time.time = lambda: real() + float(offset)
     from lane_plugin import Ledger
 
-    moved = Ledger(url).reap()
-    _out(out, reaped=list(moved.requeued))
+    led = Ledger(url)
+    moved = led.reap()
+    _out(out, reaped=list(moved.requeued), ledger_now=led.now())  # now: the reap ran at or before it
 
 
 def prefect_flow(url: str, lane: str, n: str, est: str, out: str) -> None:

@@ -27,11 +27,12 @@ ONE_TRANSACTION = 0.25  # a grant whose transaction held the lane lock as the pa
 
 
 @pytest.mark.parametrize("ledger_url", ["postgresql"], indirect=True)
-def test_a_429_in_one_process_stops_the_other_from_sending(ledger_url):
+def test_a_429_in_one_process_stops_the_other_from_sending(ledger_url, tmp_path):
     led = Ledger(ledger_url)
     led.set_lane("two", allowance=10**9, ceiling=10**9, burst_tokens=10**6, max_leased=4)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    b = subprocess.Popen([sys.executable, "-m", "tests.ledger.pause_worker", ledger_url, "two", "7"],
+    stop = tmp_path / "stop"
+    b = subprocess.Popen([sys.executable, "-m", "tests.ledger.pause_worker", ledger_url, "two", str(stop)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)  # fmt: skip
     try:
         deadline = time.monotonic() + 60
@@ -44,6 +45,12 @@ def test_a_429_in_one_process_stops_the_other_from_sending(ledger_url):
         assert led.lane("two").paused_until == until
         before = led.rows("select count(*) from job where lane = 'two' and admitted_at < :p", {"p": paused_at})[1][0][0]
         assert before >= 5
+        # B runs until told: once it has been granted a lease after the pause ended (or 60 s)
+        deadline = time.monotonic() + 60
+        while led.rows("select count(*) from job where lane = 'two' and admitted_at >= :u", {"u": until})[1][0][0] < 3:
+            assert time.monotonic() < deadline and b.poll() is None, "process B never resumed after the pause"
+            time.sleep(0.05)
+        stop.touch()
         out, err = b.communicate(timeout=120)
     finally:
         if b.poll() is None:
