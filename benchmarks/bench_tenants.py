@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-tenants-"))
     a.db = a.db or f"sqlite:///{tmp / 'lane.db'}"
     reset_lane(a.db, lane_settings(a.rate, a.window, a.max_leased, a.max_wait), a.weight)
-    from tests.realserver import real_server
+    from lane_plugin.testing.prefect_server import real_server
 
     t0 = time.monotonic()
     with real_server(tmp) as (_api, env):
