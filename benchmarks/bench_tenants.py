@@ -80,9 +80,10 @@ def child_backfill(a: argparse.Namespace) -> dict:
         if a.go_when_queued:  # Prefect starts the task runs a few a second: wait until every job is in the ledger
             while queued(a.db, str(flow_run.id)) < n and not all(f.state.is_final() for f in futures):
                 time.sleep(0.2)
+        queued_at = time.time()
         Path(a.go).touch()  # the interactive process may start
         return {"run": str(flow_run.id), "jobs": [f.result() for f in futures], "submitted": submitted,
-                "queued": time.time()}  # fmt: skip
+                "queued": queued_at}  # fmt: skip
 
     t0 = time.time()
     res = backfill(a.jobs)
