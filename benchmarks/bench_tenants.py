@@ -10,7 +10,9 @@ processes, each running a real Prefect flow of ``@lane_task(tenant=...)`` tasks 
 
 - process A, tenant ``backfill``: one flow submitting ``--jobs`` jobs of ``--size`` tokens at once;
 - process B, tenant ``interactive``: a flow run of 5 jobs of ``--size`` tokens every ``--every`` seconds,
-  for as long as the backfill runs.
+  from the moment A's flow has submitted its tasks, for as long as the backfill runs. (Prefect starts a
+  flow's submitted task runs a few a second on a busy machine, so the backfill reaches the ledger over
+  minutes: with ``--go-when-queued`` B starts once every backfill job is in the ledger instead.)
 
 The lane's sliding burst window (``--rate`` tokens/s: ``burst_tokens = rate x window``) binds: its
 ``max_leased`` slots could run ``max_leased x 1000 / ms-per-1k`` tokens/s, several times the rate, so the
@@ -51,10 +53,11 @@ def lane_settings(rate: float, window: float, max_leased: int, max_wait: float) 
 # ---------------------------------------------------------------- the two processes
 
 
-def make_task(db: str, tenant: str, size: int, ms_per_1k: float):
+def make_task(db: str, tenant: str, size: int, ms_per_1k: float, lane_tags: bool = True):
     from lane_plugin import lane_task
 
-    @lane_task(stage="llm", estimate=size, lane=LANE, ledger=db, tenant=tenant, usage=lambda r: r["tokens"])
+    @lane_task(stage="llm", estimate=size, lane=LANE, ledger=db, tenant=tenant, usage=lambda r: r["tokens"],
+               lane_tags=lane_tags)  # fmt: skip
     def call(i: int) -> dict:
         t0 = time.time()
         time.sleep(size / 1000 * ms_per_1k / 1000)  # a provider call taking time in proportion to its tokens
@@ -66,36 +69,61 @@ def make_task(db: str, tenant: str, size: int, ms_per_1k: float):
 def child_backfill(a: argparse.Namespace) -> dict:
     from prefect import flow
 
-    call = make_task(a.db, a.tenant, a.size, a.ms_per_1k)
+    call = make_task(a.db, a.tenant, a.size, a.ms_per_1k, not a.no_lane_tags)
 
     @flow(name="backfill")
-    def backfill(n: int) -> list[dict]:
+    def backfill(n: int) -> dict:
+        from prefect.runtime import flow_run
+
         futures = [call.submit(i) for i in range(n)]
-        Path(a.go).touch()  # every job is in the ledger's queue: the interactive process may start
-        return [f.result() for f in futures]
+        submitted = time.time()
+        if a.go_when_queued:  # Prefect starts the task runs a few a second: wait until every job is in the ledger
+            while queued(a.db, str(flow_run.id)) < n and not all(f.state.is_final() for f in futures):
+                time.sleep(0.2)
+        queued_at = time.time()
+        Path(a.go).touch()  # the interactive process may start
+        return {"run": str(flow_run.id), "jobs": [f.result() for f in futures], "submitted": submitted,
+                "queued": queued_at}  # fmt: skip
 
     t0 = time.time()
-    out = backfill(a.jobs)
+    res = backfill(a.jobs)
+    out = res["jobs"]
     start, end = min(r["start"] for r in out), max(r["end"] for r in out)
     tokens = sum(r["tokens"] for r in out)
     return {"jobs": len(out), "tokens": tokens, "seconds": end - start, "rate": tokens / (end - start),
-            "flow_seconds": time.time() - t0}  # fmt: skip
+            "flow_seconds": time.time() - t0, "run": res["run"], "start": start, "end": end,
+            "queued_after": res["queued"] - res["submitted"]}  # fmt: skip
+
+
+def queued(db: str, run: str) -> int:
+    """How many jobs of flow run ``run`` the ledger has (intake done: queued, leased or settled)."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(db)
+    try:
+        with engine.connect() as c:
+            return int(c.execute(sa.text("select count(*) from job where run_key = :r"), {"r": run}).scalar() or 0)
+    finally:
+        engine.dispose()
 
 
 def child_interactive(a: argparse.Namespace) -> dict:
     from prefect import flow
 
-    call = make_task(a.db, a.tenant, a.size, a.ms_per_1k)
+    call = make_task(a.db, a.tenant, a.size, a.ms_per_1k, not a.no_lane_tags)
 
     @flow(name="interactive")
-    def interactive(k: int) -> list[dict]:
-        return [f.result() for f in [call.submit(k * RUN_JOBS + i) for i in range(RUN_JOBS)]]
+    def interactive(k: int) -> dict:
+        from prefect.runtime import flow_run
+
+        jobs = [f.result() for f in [call.submit(k * RUN_JOBS + i) for i in range(RUN_JOBS)]]
+        return {"run": str(flow_run.id), "jobs": jobs}
 
     interactive(-1)  # warm-up (imports, connections): not measured
     if a.go:
         while not Path(a.go).exists():
             time.sleep(0.1)
-    times, k, next_at = [], 0, time.monotonic()
+    times, runs, k, next_at = [], [], 0, time.monotonic()
     while True:
         if a.runs and k >= a.runs:
             break
@@ -105,11 +133,13 @@ def child_interactive(a: argparse.Namespace) -> dict:
         if a.stop and Path(a.stop).exists():
             break
         next_at += a.every
-        t0 = time.monotonic()
-        interactive(k)
+        t0, w0 = time.monotonic(), time.time()
+        out = interactive(k)
         times.append(time.monotonic() - t0)
+        runs.append({"run": out["run"], "start": w0, "end": time.time(),
+                     "bodies": [(j["start"], j["end"]) for j in out["jobs"]]})  # fmt: skip
         k += 1
-    return {"runs": len(times), "times": times}
+    return {"runs": len(times), "times": times, "trace": runs}
 
 
 # ---------------------------------------------------------------- the orchestrator
@@ -150,6 +180,8 @@ def reset_lane(db: str, settings: dict, weight: float) -> None:
 
 def phases(a: argparse.Namespace, env: dict, tmp: Path) -> dict:
     common = ["--db", a.db, "--size", str(a.size), "--ms-per-1k", str(a.ms_per_1k)]
+    common += ["--no-lane-tags"] if a.no_lane_tags else []
+    common += ["--go-when-queued"] if a.go_when_queued else []
     budget = 120 + 3 * a.jobs * a.size / a.rate  # generous: the backfill alone takes jobs x size / rate
     res: dict = {}
 
@@ -187,9 +219,12 @@ def render(a: argparse.Namespace, r: dict, command: str) -> str:
         f"max_leased {a.max_leased}, max_wait_seconds {a.max_wait:g} (a job is due after "
         f"{a.max_wait * a.size / (a.rate * a.window):.0f} s); jobs of {a.size} tokens whose bodies sleep {a.ms_per_1k:g} ms per 1,000 "
         f"(the slots could run {a.max_leased * 1e6 / a.ms_per_1k:.0f} tokens/s: the window binds); "
-        f"interactive weight {a.weight:g}; ledger {a.db.split(':', 1)[0]}; {os.cpu_count()} cores, shared.", "",
+        f"interactive weight {a.weight:g}; tasks {'without' if a.no_lane_tags else 'with'} the lane's tags; "
+        f"ledger {a.db.split(':', 1)[0]}; {os.cpu_count()} cores, shared.", "",
         f"Interactive alone: {len(ia)} runs of {RUN_JOBS} jobs, completion p50 {p50a:.2f} s, p99 {p99a:.2f} s. "
-        f"Backfill alone: {r['b_alone']['jobs']} jobs, {ba:.0f} tokens/s over {r['b_alone']['seconds']:.1f} s.", "",
+        f"Backfill alone: {r['b_alone']['jobs']} jobs, {ba:.0f} tokens/s over {r['b_alone']['seconds']:.1f} s. "
+        f"The interactive runs start {'once every backfill job is in the ledger (--go-when-queued)' if a.go_when_queued else 'when the backfill has submitted its tasks'}.",
+        "",
         "| order | interactive runs | completion p50 | p99 | p99 / alone (target <= 2x) "
         "| backfill tokens/s | / alone (target >= 0.95) |",
         "|---|---|---|---|---|---|---|",
@@ -219,6 +254,102 @@ def render(a: argparse.Namespace, r: dict, command: str) -> str:
     return "\n".join(lines)
 
 
+def ledger_jobs(db: str) -> list[tuple]:
+    """Every job of the lane as ``(tenant, run_key, est, created_at, admitted_at, finished_at)``."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(db)
+    try:
+        with engine.connect() as c:
+            sql = "select tenant, run_key, est, created_at, admitted_at, finished_at from job where lane = :l"
+            return [tuple(row) for row in c.execute(sa.text(sql), {"l": LANE})]
+    finally:
+        engine.dispose()
+
+
+def prefect_task_runs(tmp: Path) -> dict[str, list[tuple[float, float]]]:
+    """The Prefect server's task runs per flow run: ``(created, start_time)`` epoch seconds (its SQLite file)."""
+    import datetime as dt
+    import sqlite3
+
+    def ts(text: str | None) -> float:
+        return dt.datetime.fromisoformat(text).replace(tzinfo=dt.timezone.utc).timestamp() if text else math.nan
+
+    c = sqlite3.connect(f"file:{tmp / 'prefect.db'}?mode=ro", uri=True)
+    try:
+        out: dict[str, list[tuple[float, float]]] = {}
+        for flow_run, created, started in c.execute("select flow_run_id, created, start_time from task_run"):
+            out.setdefault(str(flow_run), []).append((ts(created), ts(started)))
+        return out
+    finally:
+        c.close()
+
+
+def where_time_goes(a: argparse.Namespace, r: dict, jobs: list[tuple], tasks: dict) -> list[str]:
+    """Where the interactive runs' time goes, and how full the lane kept, from the ledger's own rows.
+
+    Per interactive run (the child's wall clock around the flow call, the Prefect server's task runs, the ledger's
+    timestamps, the bodies' own): ``to Running`` from the flow call to the last of its task runs' Running state
+    (Prefect's own start of a flow and its tasks: their state calls, and for a tagged task the tag-concurrency
+    call; the client's timestamp: the server records task runs from events, later), ``intake`` from there to the
+    last of its jobs' intake in the ledger, ``ledger wait`` from each job's intake
+    to its lease (the longest), ``to body`` from the lease to the body's start, ``after`` from the last body's end
+    to the flow's return; ``backfill leased`` the backfill jobs leased between the run's first intake and its
+    last lease. Per phase with a backfill: the lane's tokens leased per second over the backfill's leasing span
+    against the rate, and the interactive tenant's share of them.
+    """
+    by_run: dict[str, list[tuple]] = {}
+    for j in jobs:
+        by_run.setdefault(j[1], []).append(j)
+    lines = ["", "Where the time goes (from the ledger's rows; mean over the phase's runs, then its slowest run):", "",
+             "| phase | runs | total | to Running (Prefect) | intake | ledger wait (longest job) "
+             "| lease to body | body | after the last body | backfill jobs leased meanwhile |",
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    backfill_runs = {r[k]["run"] for k in ("b_alone", "b_fair", "b_fcfs") if k in r}
+    for label in ("alone", "fair", "fcfs"):
+        rows = []
+        for t in r[f"i_{label}"].get("trace", []):
+            own = [j for j in by_run.get(t["run"], []) if j[4] is not None]
+            if not own:
+                continue
+            first_in, last_in, last_lease = min(j[3] for j in own), max(j[3] for j in own), max(j[4] for j in own)
+            wait = max(j[4] - j[3] for j in own)
+            bodies = t["bodies"]
+            to_body = max(b[0] for b in bodies) - last_lease
+            body = max(b[1] - b[0] for b in bodies)
+            after = t["end"] - max(b[1] for b in bodies)
+            meanwhile = sum(1 for run in backfill_runs for j in by_run.get(run, [])
+                            if j[4] is not None and first_in <= j[4] <= last_lease)  # fmt: skip
+            running = max((x[1] for x in tasks.get(t["run"], [])), default=math.nan)
+            rows.append((t["end"] - t["start"], running - t["start"], last_in - running, wait, to_body, body, after,
+                         meanwhile))  # fmt: skip
+        if not rows:
+            continue
+        mean = [sum(x[i] for x in rows) / len(rows) for i in range(8)]
+        worst = max(rows)
+        for name, v in (("mean", mean), ("slowest", worst)):
+            lines.append(f"| {label} ({name}) | {len(rows)} | " + " | ".join(f"{x:.2f} s" for x in v[:7])
+                         + f" | {v[7]:.0f} |")  # fmt: skip
+    lines += ["", "The lane over each backfill (its jobs' intake: when Prefect had started their task runs):", "",
+              "| phase | backfill intake span | intake jobs/s | leasing span | lane tokens leased/s (rate "
+              + f"{a.rate:.0f}) | interactive share | backfill tokens/s by bodies |",
+              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for label in ("alone", "fair", "fcfs"):
+        b = r.get(f"b_{label}")
+        if b is None:
+            continue
+        mine = [j for j in by_run.get(b["run"], []) if j[4] is not None]
+        lo, hi = min(j[4] for j in mine), max(j[4] for j in mine)
+        intake = max(j[3] for j in mine) - min(j[3] for j in mine)
+        inside = [j for j in jobs if j[4] is not None and lo <= j[4] <= hi]
+        total = sum(j[2] for j in inside)
+        others = total - sum(j[2] for j in mine)
+        span = max(hi - lo, 1e-9)
+        lines.append(f"| {label} | {intake:.1f} s | {len(mine) / max(intake, 1e-9):.1f} | {span:.1f} s | "
+                     f"{total / span:.0f} | {others / max(total, 1):.3f} | {b['rate']:.0f} |")  # fmt: skip
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=2000, help="backfill jobs submitted at once (default 2000)")
@@ -237,6 +368,18 @@ def main(argv: list[str] | None = None) -> int:
         default=600.0,
         help="the lane's max_wait_seconds (default 600, the lane default): a job is *due* after "
         "max_wait x size / burst_tokens seconds, and due jobs go first, whatever their tenant",
+    )
+    ap.add_argument(
+        "--go-when-queued",
+        action="store_true",
+        help="start the interactive runs once every backfill job is in the ledger's queue, not as soon as the "
+        "backfill's flow has submitted its tasks (when they race Prefect's start of the backfill's task runs)",
+    )
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory (ledger, Prefect's database)")
+    ap.add_argument(
+        "--no-lane-tags",
+        action="store_true",
+        help="tasks without the lane:/stage: tags: Prefect then skips its tag-concurrency call at each task run's start",
     )
     ap.add_argument("--alone-runs", type=int, default=8, help="interactive runs on the empty lane (default 8)")
     # the child processes
@@ -270,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-tenants-"))
     a.db = a.db or f"sqlite:///{tmp / 'lane.db'}"
     reset_lane(a.db, lane_settings(a.rate, a.window, a.max_leased, a.max_wait), a.weight)
-    from tests.realserver import real_server
+    from lane_plugin.testing.prefect_server import real_server
 
     t0 = time.monotonic()
     with real_server(tmp) as (_api, env):
@@ -282,13 +425,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"\n({time.monotonic() - t0:.0f} s)\n")
     print(render(a, r, command))
+    print("\n".join(where_time_goes(a, r, ledger_jobs(a.db), prefect_task_runs(tmp))))
     from lane_plugin import Ledger
 
     led = Ledger(a.db)
     problems = led.audit()
     led.close()
     print("ledger audit:", problems or "sound")
-    if not problems:
+    if not problems and not a.keep:
         shutil.rmtree(tmp, ignore_errors=True)  # the Prefect server's database and the logs: ~70 MB a quick run
     return 0 if not problems else 1
 

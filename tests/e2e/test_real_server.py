@@ -18,8 +18,8 @@ import pytest
 
 from lane_plugin import Ledger
 from lane_plugin.reports import drift
+from lane_plugin.testing.prefect_server import free_port, server_env, stop, wait_healthy
 
-from ..realserver import free_port, server_env, stop, wait_healthy
 from ..tables import ARTICLE_SQL
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ..realserver import real_server
+from lane_plugin.testing.prefect_server import real_server
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "ui_check.py"
 

@@ -30,8 +30,8 @@ from pathlib import Path
 import pytest
 
 from lane_plugin import Ledger
+from lane_plugin.testing.prefect_server import real_server
 
-from ..realserver import real_server
 from .conftest import assert_audit_clean, figure, make_lane, read_json_lines, reps
 
 pytest.importorskip("prefect_dask", reason="needs the dask extra: pip install 'lane-plugin[dask]'")

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from lane_plugin import Ledger
+from lane_plugin.testing.prefect_server import free_port
 
-from ..realserver import free_port
 from .conftest import FULL, PG_BASE, _libpq_url, assert_audit_clean, figure, make_lane, read_json_lines, spawn, wait_all
 from .monitor import Monitor
 

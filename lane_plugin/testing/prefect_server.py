@@ -1,11 +1,14 @@
-"""A real ``prefect server start`` for tests: a subprocess on a free loopback port, its own PREFECT_HOME.
+"""A real ``prefect server start`` for tests and benchmarks: a subprocess on a free loopback port, its own PREFECT_HOME.
 
 Example:
+    >>> from lane_plugin.testing.prefect_server import real_server                # doctest: +SKIP
     >>> with real_server(tmp_path) as (api, env):                                  # doctest: +SKIP
     ...     subprocess.run([sys.executable, "flow.py"], env=env)   # env has PREFECT_API_URL=api
 
 The server keeps its database (SQLite) under ``tmp_path``, has no analytics and (unless ``ui=True``) no UI,
-and is started in its own process group, killed (TERM, then KILL) when the block ends.
+and is started in its own process group, killed (TERM, then KILL) when the block ends. A server that exits or
+is not healthy in time raises :class:`ServerNotHealthy` with the tail of its log (no pytest needed: the
+benchmarks start one too).
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
-
 BIN = Path(sys.executable).parent
+
+
+class ServerNotHealthy(RuntimeError):
+    """The Prefect server exited, or did not answer ``/health`` in time."""
 
 
 def free_port() -> int:
@@ -35,7 +40,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float = 1
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.poll() is not None:
-            pytest.fail(f"prefect server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            raise ServerNotHealthy(f"prefect server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
         try:
             with urllib.request.urlopen(url + "/health", timeout=2) as r:
                 if r.status == 200:
@@ -43,7 +48,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float = 1
         except OSError:
             pass
         time.sleep(0.5)
-    pytest.fail(f"prefect server not healthy after {timeout}s:\n{log.read_text()[-3000:]}")
+    raise ServerNotHealthy(f"prefect server not healthy after {timeout}s:\n{log.read_text()[-3000:]}")
 
 
 def stop(proc: subprocess.Popen | None) -> None:
@@ -97,11 +102,10 @@ def real_server(tmp_path: Path, *, ui: bool = False, **extra_env: str):
     server = None
     try:
         with log.open("w") as out:
-            server = subprocess.Popen(
-                [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port),
-                 "--analytics-off", *(() if ui else ("--no-ui",))],  # fmt: skip
-                env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )
+            args = ["server", "start", "--host", "127.0.0.1", "--port", str(port), "--analytics-off"]
+            args += [] if ui else ["--no-ui"]
+            server = subprocess.Popen([str(BIN / "prefect"), *args], env=env, cwd=tmp_path, stdout=out,
+                                      stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
         wait_healthy(api, server, log)
         yield api, env
     finally:
