@@ -155,8 +155,11 @@ LONG_FILES = (
 )
 
 
-# -- a hang ends its worker (a backstop under pytest-timeout) -------------------------------------
-BACKSTOP_GRACE = 120  # seconds past a test's own timeout
+# -- a hang ends its worker, and says where it hung -----------------------------------------------
+# Under xdist the dump comes a second before pytest-timeout's (whose own dump a worker's output loses): both end
+# the worker, this one leaves the stacks where the re-run shows them. Without xdist it is a backstop, later.
+BACKSTOP_XDIST = -1.0  # seconds past a test's own timeout, in an xdist worker
+BACKSTOP_GRACE = 120.0  # the same, in a plain run (pytest-timeout reports the test itself)
 
 
 def _running_marker(item) -> Path | None:
@@ -183,7 +186,8 @@ def _stacks_file(marker: Path | None):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Past its timeout plus :data:`BACKSTOP_GRACE`, a test's process dumps every thread's stack and exits.
+    """At its timeout (:data:`BACKSTOP_XDIST`, :data:`BACKSTOP_GRACE`), a test's process dumps every thread's stack
+    and exits.
 
     pytest-timeout's thread starts with ``threading``, which a lock left held by an interrupted thread
     (the defect class this project tests for) can stop; faulthandler's watchdog is C, outside the
@@ -205,7 +209,8 @@ def pytest_runtest_protocol(item, nextitem):
     stacks = _stacks_file(marker)
     if marker is not None and not died_before:
         marker.write_text(getattr(stacks, "name", ""))
-    faulthandler.dump_traceback_later(float(limit or 900) + BACKSTOP_GRACE, exit=True, file=stacks)
+    past = BACKSTOP_XDIST if marker is not None else BACKSTOP_GRACE
+    faulthandler.dump_traceback_later(max(1.0, float(limit or 900) + past), exit=True, file=stacks)
     try:
         yield
     finally:
@@ -226,7 +231,7 @@ def pytest_runtest_setup(item):
         except OSError:
             stacks = "(no stacks file)"
         pytest.fail(
-            f"a test worker died on this test before (a crash, or the hang backstop); not run twice. "
+            f"a test worker died on this test before (a crash, or its timeout); not run twice. "
             f"What its threads were doing:\n{stacks}",
             pytrace=False,
         )
