@@ -183,6 +183,12 @@ def lanes_set(
 
     if limit:
         settings["limits"] = check_limits(limit)  # a bad one is named before the ledger is opened
+        both = [f"--{k.replace('_', '-')}" for k in ("burst_tokens", "window_seconds") if k in settings]
+        if "tokens" in settings["limits"] and both:  # the tokens limit is the burst window: which was meant?
+            from .errors import InvalidInput
+
+            spec = next(x for x in limit if x.strip().startswith("tokens"))
+            raise InvalidInput("limit", spec, f"and {' and '.join(both)} both set the tokens window: choose one")
     try:
         row = ledger().set_lane(name, create=create, force=force, **settings)
     except UnknownLane as exc:

@@ -81,7 +81,8 @@ def tenants_set(
     period: Optional[str] = typer.Option(None, help="When its spent resets: none, daily or monthly (UTC)."),
     as_json: bool = JSON,
 ):  # fmt: skip
-    """Give a tenant a weight or a budget, e.g. lane tenants set free interactive --weight 4."""
+    """Give a tenant a weight or a budget, e.g. lane tenants set free interactive --create --weight 4
+    (--create: a tenant no job has been submitted as yet)."""
     from .errors import InvalidInput
 
     if no_ceiling and ceiling is not None:

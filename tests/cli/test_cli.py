@@ -50,6 +50,17 @@ def test_the_articles_loop_submit_tick_settle_report(run):
         (["lanes", "set", "free", "--limit", "rpm=5/60s"], 2, "unknown unit 'rpm'"),
         (["lanes", "set", "free", "--limit", "requests=0/60s"], 2, "must be a positive integer"),
         (["lanes", "set", "free", "--limit", "requests"], 2, "expected UNIT=AMOUNT/WINDOW"),
+        # the value as given, once (not the list of every --limit), and what is wrong with it
+        (["lanes", "set", "free", "--limit", "tokens=5/0s"], 2, "invalid limit 'tokens=5/0s': the window must be"),
+        (["lanes", "set", "free", "--limit", "foo=1/1s"], 2, "invalid limit 'foo=1/1s': unknown unit 'foo'"),
+        (["lanes", "set", "free", "--limit", "requests=-5/60s"], 2, "positive integer, got -5"),
+        # too large for the database (a traceback once) or for a stored spec to read back
+        (["lanes", "set", "free", "--limit", "requests=99999999999999999999999/60s"], 2, "at most 1,000,000,000,000"),
+        (["lanes", "set", "free", "--limit", "tokens=99999999999999999999/60s"], 2, "at most 1,000,000,000,000"),
+        (["lanes", "set", "free", "--limit", "requests=5/99999999999999999999s"], 2, "from 1ms to a year"),
+        (["lanes", "set", "free", "--limit", "requests=5/0.00001s"], 2, "from 1ms to a year"),
+        (["lanes", "set", "free", "--limit", "requests=5/60s", "--limit", "requests=6/60s"], 2, "limited twice"),
+        (["lanes", "set", "free", "--limit", "tokens=5000/60s", "--burst-tokens", "30"], 2, "choose one"),
         (["--db", "mysql://u:hunter2@h/db", "lanes"], 2, "unsupported scheme"),
         (["--db", "postgresql+psycopg://u:hunter2@127.0.0.1:1/db", "lanes"], 8, "cannot connect"),
     ],
@@ -146,7 +157,7 @@ def test_tenants_list_set_and_refuse(run):
     assert run("tenants", "set", "free", "nightly", "--create", "--weight", "2").returncode == 0
     for weight in ("0", "-1", "1001", "nan"):
         bad = run("tenants", "set", "free", "backfill", "--weight", weight, check=False)
-        assert bad.returncode == 2 and f"invalid weight" in bad.stderr, bad.stderr
+        assert bad.returncode == 2 and "invalid weight" in bad.stderr, bad.stderr
     lane = run("tenants", "set", "fre", "backfill", "--weight", "2", check=False)
     assert lane.returncode == 3 and "unknown lane 'fre'" in lane.stderr and "did you mean 'free'?" in lane.stderr
     assert run("tenants", "fre", check=False).returncode == 3
