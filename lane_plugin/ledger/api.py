@@ -372,13 +372,16 @@ class Ledger:
         name = text("lane", name)
         return self._run(lambda cur, now: read_lane(cur, name), write=False)
 
-    def set_lane(self, name: str, *, create: bool = True, force: bool = False, **settings: Any) -> LaneRow:
+    def set_lane(self, name: str, *, create: bool = True, force: bool = False,
+                 parked: list[dict[str, Any]] | None = None, **settings: Any) -> LaneRow:  # fmt: skip
         """Change a lane's policy (``ceiling=...``); creates the lane if it is new, unless ``create=False``.
 
         A ceiling lowered under what the lane has already admitted this period is refused
         (:class:`~lane_plugin.errors.InvalidInput`, nothing written) unless ``force=True``.
         ``limits``: ``{unit: "500/60s" | Limit | None}`` or ``["requests=500/60s", ...]``, the lane's
         sliding-window limits to set or drop (:mod:`lane_plugin.policy.limits`; ``tokens`` is the burst window).
+        Waiting jobs the new settings leave no way to fit go to their fallback, or are parked: ``parked``, a
+        list, is extended with the tails of those parked (``lane lanes set`` says how many, and why).
         """
         name = text("lane", name, limit=64)
         lane_limits = check_limits(settings.pop("limits", None))
@@ -392,9 +395,11 @@ class Ledger:
             narrows = {"burst_tokens", "ceiling", "allowance"} & settings.keys() or lane_limits
             return row, upkeep.give_up_never_fitting(cur, row, now=now) if narrows else []
 
-        row, parked = self._run(apply)
-        for tail in parked:
+        row, tails = self._run(apply)
+        for tail in tails:
             self._emit("lane.job.parked", tail["lane"], tail)
+        if parked is not None:
+            parked.extend(tails)
         return row
 
     def set_tenant(self, lane: str, tenant: str, *, weight: float | None = None, ceiling: int | None = None,

@@ -164,6 +164,17 @@ def test_tenants_list_set_and_refuse(run):
     both = run("tenants", "set", "free", "backfill", "--ceiling", "5", "--no-ceiling", check=False)
     assert both.returncode == 2 and "--no-ceiling" in both.stderr
     assert run("audit").stdout.strip() == "ledger sound: I1-I6 hold"
+def test_a_lanes_set_that_parks_waiting_jobs_says_so(run):
+    big = run("submit", "--stage", "s", "--est", "1000").stdout.strip()
+    small = run("submit", "--stage", "s", "--est", "10").stdout.strip()
+    out = run("lanes", "set", "free", "--limit", "tokens=500/60s").stdout
+    assert "parked 1 waiting job(s) the new settings leave no way to fit" in out  # once: nothing said
+    assert "estimate 1000 exceeds the lane's burst of 500" in out and "lane tail --lane free" in out
+    assert [t["job_id"] for t in json.loads(run("tail", "--json").stdout)] == [big]
+    quiet = run("lanes", "set", "free", "--limit", "tokens=400/60s", "--json").stdout
+    assert json.loads(quiet)["parked"] == [] and small not in quiet  # the small job still fits: nothing parked
+
+
 def test_limits_are_set_shown_and_dropped_from_the_cli(run):
     out = run("lanes", "set", "free", "--limit", "requests=500/60s", "--limit", "tokens=30000/1m",
               "--limit", "output_tokens=8000/60s").stdout

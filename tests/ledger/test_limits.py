@@ -70,9 +70,12 @@ def test_a_job_that_can_never_pass_a_limit_is_refused_at_intake(led):
 def test_lowering_a_limit_parks_a_waiting_job_it_leaves_no_way_to_fit(led):
     _lane(led, limits=["requests=5/60s"], period="daily")
     j = led.submit("s", 700, "l", rate_cost={"input": 100, "output": 600})
-    led.set_lane("l", limits=["output_tokens=500/60s"])
-    assert led.job(j)["state"] == "parked"
+    fits = led.submit("s", 700, "l", rate_cost={"input": 300, "output": 400})
+    parked: list[dict] = []
+    led.set_lane("l", limits=["output_tokens=500/60s"], parked=parked)
+    assert led.job(j)["state"] == "parked" and led.job(fits)["state"] == "new"
     assert "output_tokens 600 exceeds the limit" in led.tail("l")[0]["reason"]
+    assert [t["job_id"] for t in parked] == [j] and parked[0]["reason"] == led.tail("l")[0]["reason"]
 
 
 def test_limits_are_set_shown_and_dropped(led):
