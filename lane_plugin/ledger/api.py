@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from ..checks import SHADOW_VERSION_MAX, job_ref, number, text, tokens, when
+from ..checks import SHADOW_VERSION_MAX, job_ref, number, tenant_name, text, tokens, when
 from ..errors import InvalidInput, Replay
 from ..policy.fairness import DEFAULT_TENANT, MAX_WEIGHT, MIN_WEIGHT
 from . import admission, intake, limits, runs, settlement, status, tenants, upkeep, waiters
@@ -165,7 +165,7 @@ class Ledger:
         job_id = uuid.uuid4().hex  # chosen before the transaction: a retried commit finds it
 
         waiter = text("waiter", waiter, limit=64, required=False)
-        tenant = DEFAULT_TENANT if tenant is None else text("tenant", tenant, limit=64)
+        tenant = DEFAULT_TENANT if tenant is None else tenant_name(tenant)
 
         def record(cur: Cursor, now: float) -> tuple[str, str]:
             dl = now + wait_seconds if wait_seconds is not None else deadline
@@ -421,7 +421,7 @@ class Ledger:
         from .lanes import PERIODS
 
         lane = text("lane", lane)
-        tenant = text("tenant", tenant, limit=64)
+        tenant = tenant_name(tenant)
         if weight is not None:
             weight = number("weight", weight, low=MIN_WEIGHT, high=MAX_WEIGHT)
         if ceiling is not None:

@@ -100,6 +100,14 @@ def test_tenant_of_a_job_and_bad_input(led):
         led.submit("s", 10, "shared", tenant="")
     with pytest.raises(InvalidInput, match="weight"):
         led.set_tenant("shared", "x", weight=0)
+    # a control character would break every table and status line that shows the name (once accepted)
+    for bad in ("a\tb", "a\nb", "a\x1bb", "a\x00b"):
+        with pytest.raises(InvalidInput, match="invalid tenant"):
+            led.submit("s", 10, "shared", tenant=bad)
+        with pytest.raises(InvalidInput, match="invalid tenant"):
+            led.set_tenant("shared", bad, weight=2)
+    assert {t["tenant"] for t in led.tenants("shared")} == {"default"}  # nothing written
+    assert led.job(led.submit("s", 10, "shared", tenant="search team ü日本"))["tenant"] == "search team ü日本"
 
 
 def test_audit_checks_the_tenant_counters(led, clock):
