@@ -27,7 +27,7 @@ def test_interactive_is_not_stuck_behind_a_backfill(led, clock):
     """The issue's case: 4 lease slots, 400 backfill jobs of 1,000 tokens, then 5 interactive ones 5 s later:
     all 5 are leased within the first 20 leases (first come, first served leased them at 401-405)."""
     _lane(led)
-    for i in range(400):
+    for _ in range(400):
         led.submit("summarize", 1_000, "shared", tenant="backfill")
     first = led.tick("shared")  # the backfill alone: it gets the whole lane (work-conserving)
     assert [x.tenant for x in first] == ["backfill"] * 4
@@ -47,7 +47,7 @@ def test_weights_split_the_lane_by_tokens(led, clock):
     """Weights 3:1, both backlogged: over 80 admissions of equal jobs, 60/20 within a job or two."""
     _lane(led)
     led.set_tenant("shared", "big", weight=3)
-    for i in range(100):
+    for _ in range(100):
         led.submit("s", 500, "shared", tenant="big")
         led.submit("s", 500, "shared", tenant="small")
     order = _drain(led, clock, limit=80)[:80]
