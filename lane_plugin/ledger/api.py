@@ -403,7 +403,8 @@ class Ledger:
         return row
 
     def set_tenant(self, lane: str, tenant: str, *, weight: float | None = None, ceiling: int | None = None,
-                   no_ceiling: bool = False, period: str | None = None, create: bool = True) -> dict[str, Any]:  # fmt: skip
+                   no_ceiling: bool = False, period: str | None = None, create: bool = True,
+                   force: bool = False) -> dict[str, Any]:  # fmt: skip
         """Give a tenant of ``lane`` a weight (its share when backlogged) and/or a budget.
 
         Args:
@@ -414,6 +415,8 @@ class Ledger:
             no_ceiling: remove its budget.
             period: when its spent resets: ``none``, ``daily`` or ``monthly`` (UTC).
             create: add the tenant if the lane has none of that name (False: refuse, suggesting the closest).
+            force: set a ceiling under what the tenant already admitted this period (refused otherwise: its
+                jobs would wait until the next reset, and ``lane audit`` would report I1).
 
         Returns:
             The tenant as :meth:`tenants` lists it.
@@ -429,7 +432,8 @@ class Ledger:
         if period is not None and period not in PERIODS:
             raise InvalidInput("period", period, f"expected one of {', '.join(PERIODS)}")
         return self._run(lambda cur, now: tenants.set_tenant(cur, now, lane, tenant, create=create, weight=weight,
-                                                             ceiling=ceiling, no_ceiling=no_ceiling, period=period))
+                                                             ceiling=ceiling, no_ceiling=no_ceiling, period=period,
+                                                             force=bool(force)))
 
     def tenants(self, lane: str | None = None) -> list[dict[str, Any]]:
         """The tenants of ``lane`` (or of every lane): ``weight``, ``ceiling``, ``period``, ``spent``,

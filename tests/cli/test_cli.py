@@ -164,6 +164,17 @@ def test_tenants_list_set_and_refuse(run):
     both = run("tenants", "set", "free", "backfill", "--ceiling", "5", "--no-ceiling", check=False)
     assert both.returncode == 2 and "--no-ceiling" in both.stderr
     assert run("audit").stdout.strip() == "ledger sound: I1-I6 hold"
+def test_a_tenant_ceiling_under_what_it_admitted_needs_force(run):
+    jid = run("submit", "--stage", "s", "--est", "500", "--tenant", "team").stdout.strip()
+    run("tick")
+    run("settle", jid, "--actual", "500")
+    bad = run("tenants", "set", "free", "team", "--ceiling", "100", check=False)
+    assert bad.returncode == 2 and "under the 500 tokens it has already admitted" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr and run("audit").returncode == 0
+    out = run("tenants", "set", "free", "team", "--ceiling", "100", "--force").stdout
+    assert "ceiling 100 (no period: never resets), spent 500" in out
+
+
 def test_a_lanes_set_that_parks_waiting_jobs_says_so(run):
     big = run("submit", "--stage", "s", "--est", "1000").stdout.strip()
     small = run("submit", "--stage", "s", "--est", "10").stdout.strip()

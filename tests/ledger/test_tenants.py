@@ -136,3 +136,22 @@ def test_a_period_change_counts_the_tenants_spend_from_the_new_period(led, clock
     for lease in led.tick("shared"):
         led.settle(lease, 400)
     assert {t["tenant"]: t for t in led.tenants("shared")}["t"]["spent"] == 400 and led.audit() == []
+
+
+def test_a_tenant_ceiling_under_what_it_admitted_is_refused_unless_forced(led, clock):
+    # An outside review: `lane tenants set free summarize --ceiling 100` on a tenant that had spent 2,168 was
+    # taken, and lane audit then failed I1 (a lane's ceiling is refused so; a tenant's was not).
+    _lane(led)
+    led.submit("s", 600, "shared", tenant="team")
+    [lease] = led.tick("shared")
+    led.settle(lease, 668)  # overage 68: admitted 600
+    led.submit("s", 300, "shared", tenant="team")
+    led.tick("shared")  # reserved 300: admitted 900
+    with pytest.raises(InvalidInput, match="under the 900 tokens it has already admitted") as err:
+        led.set_tenant("shared", "team", ceiling=899, weight=3)
+    assert err.value.field == "ceiling"
+    (team,) = [t for t in led.tenants("shared") if t["tenant"] == "team"]
+    assert (team["ceiling"], team["weight"]) == (None, 1.0)  # nothing written, the weight neither
+    assert led.set_tenant("shared", "team", ceiling=900)["ceiling"] == 900  # at what it admitted: taken
+    assert led.set_tenant("shared", "team", ceiling=10, force=True)["ceiling"] == 10
+    assert any("I1 tenant team" in v for v in led.audit())  # what --force accepts, and why it is refused without
