@@ -155,3 +155,14 @@ def test_a_tenant_ceiling_under_what_it_admitted_is_refused_unless_forced(led, c
     assert led.set_tenant("shared", "team", ceiling=900)["ceiling"] == 900  # at what it admitted: taken
     assert led.set_tenant("shared", "team", ceiling=10, force=True)["ceiling"] == 10
     assert any("I1 tenant team" in v for v in led.audit())  # what --force accepts, and why it is refused without
+
+
+def test_a_job_over_its_tenants_whole_ceiling_is_parked_not_left_waiting_for_a_reset(led, clock):
+    _lane(led)
+    led.set_tenant("shared", "capped", ceiling=500, period="daily")
+    big = led.submit("s", 1_000, "shared", tenant="capped")
+    small = led.submit("s", 400, "shared", tenant="capped")
+    assert [lease.job_id for lease in led.tick("shared")] == [small]
+    assert led.job(big)["state"] == "parked"  # once: waiting, "until its daily period resets"
+    reason = led.job(big)["reason"]
+    assert "whatever its period resets" in reason and "exceeds the whole ceiling of tenant 'capped' (500)" in reason
