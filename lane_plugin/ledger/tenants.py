@@ -96,7 +96,7 @@ def charge(cur: Cursor, lane: str, rows: dict[str, TenantRow], by_tenant: Iterab
              "r": state.reserved if state is not None else 0},
         )
         if cur.rowcount != 1:
-            raise LaneError(f"admission re-check failed in lane {lane!r}: the policy chose past tenant {name!r}'s ceiling")
+            raise LaneError(f"admission re-check failed in lane {lane!r}: the policy chose past the ceiling of tenant {name!r}")
 
 
 # Settlement: the tenant's spent (in its period, rolled here as at admission) and its counter trued up to the actual.

@@ -166,3 +166,13 @@ def test_a_job_over_its_tenants_whole_ceiling_is_parked_not_left_waiting_for_a_r
     assert led.job(big)["state"] == "parked"  # once: waiting, "until its daily period resets"
     reason = led.job(big)["reason"]
     assert "whatever its period resets" in reason and "exceeds the whole ceiling of tenant 'capped' (500)" in reason
+
+
+def test_a_job_its_tenants_budget_holds_says_so_in_plain_words(led, clock):
+    _lane(led)
+    led.set_tenant("shared", "capped", ceiling=500, period="daily")
+    jobs = {led.submit("s", 400, "shared", tenant="capped") for _ in range(2)}
+    (lease,) = led.tick("shared")  # one fits the budget; the other waits for the reset
+    (waiting,) = jobs - {lease.job_id}
+    said = led.wait_status(waiting)["reason"]
+    assert "the budget of tenant 'capped': 100 of its ceiling 500 left" in said and "'capped''s" not in said
