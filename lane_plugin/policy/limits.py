@@ -39,9 +39,9 @@ UNITS = (REQUESTS, TOKENS, INPUT_TOKENS, OUTPUT_TOKENS)
 EXTRA_UNITS = (REQUESTS, INPUT_TOKENS, OUTPUT_TOKENS)
 # burst_tokens of a lane whose tokens limit is dropped (--limit tokens=none): no job's rate cost reaches it.
 NO_TOKENS_LIMIT = 2**53
-_AMOUNT = re.compile(r"^[+-]?\d[\d_]*$")
+_AMOUNT = re.compile(r"^[+-]?\d[\d_]*$", re.ASCII)  # ASCII digits: a stored spec reads back alike
 # a number (an exponent too: a stored spec holds a float's repr) and a unit; a bare unit means 1 of it
-_WINDOW = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)?\s*(ms|s|m|min|h|d)?$")
+_WINDOW = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)?\s*(ms|s|m|min|h|d)?$", re.ASCII)
 # the bounds of a limit, as the lane's own settings have them (burst_tokens, window_seconds)
 MAX_AMOUNT = 10**12
 MIN_WINDOW, MAX_WINDOW = 0.001, 365 * 86_400.0  # a millisecond (the smallest unit the syntax names), a year

@@ -126,6 +126,7 @@ def test_limit_syntax(text, unit, amount, window):
     ("requests=-5/1s", "positive integer, got -5"), ("requests=5/1y", "the window '1y' is not a number"),
     ("requests=5.5/1s", "the amount '5.5' is not a whole number"), ("requests=5/nans", "the window 'nans'"),
     ("requests=/60s", "expected AMOUNT/WINDOW"), ("requests=5/", "expected AMOUNT/WINDOW"),
+    ("requests=\u0661\u0662/60s", "not a whole number"), ("requests=5/\u0666\u0660s", "the window"),  # not ASCII digits
     # bounds as the lane's own settings have them: a stored spec must read back, and fit a BIGINT
     ("requests=99999999999999999999999/60s", "at most 1,000,000,000,000"),
     ("tokens=1000000000001/60s", "at most 1,000,000,000,000"),
