@@ -57,6 +57,21 @@ def new_lane_name(value: str) -> str:
     return value
 
 
+def tenant_name(value: object) -> str:
+    """A tenant's name: a label of at most 64 characters with no control characters (a tab or a newline would
+    break the tables and status lines that show it); spaces are fine (a flow's name may have them).
+
+    Example:
+        >>> tenant_name("search team")
+        'search team'
+    """
+    value = text("tenant", value, limit=64)
+    bad = next((ch for ch in value if not ch.isprintable() and ch != " "), None)
+    if bad is not None:
+        raise InvalidInput("tenant", value, f"a tenant's name may not contain the control character {bad!r}")
+    return value
+
+
 def is_number(value) -> bool:
     """Is ``value`` a number of some kind (so, as a count, one to check rather than to read as a response)?
 

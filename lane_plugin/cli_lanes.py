@@ -181,10 +181,18 @@ def lanes_set(
     from .errors import UnknownLane
     from .ledger.limits_api import check_limits
 
+    parked: list[dict] = []
+
     if limit:
         settings["limits"] = check_limits(limit)  # a bad one is named before the ledger is opened
+        both = [f"--{k.replace('_', '-')}" for k in ("burst_tokens", "window_seconds") if k in settings]
+        if "tokens" in settings["limits"] and both:  # the tokens limit is the burst window: which was meant?
+            from .errors import InvalidInput
+
+            spec = next(x for x in limit if x.strip().startswith("tokens"))
+            raise InvalidInput("limit", spec, f"and {' and '.join(both)} both set the tokens window: choose one")
     try:
-        row = ledger().set_lane(name, create=create, force=force, **settings)
+        row = ledger().set_lane(name, create=create, force=force, parked=parked, **settings)
     except UnknownLane as exc:
         if create or exc.details.get("lane") != name:
             raise
@@ -196,12 +204,17 @@ def lanes_set(
 
         from .policy.limits import format_limit
 
-        print_json({**asdict(row), "limits": [format_limit(x) for x in row.policy.all_limits]})
+        print_json({**asdict(row), "limits": [format_limit(x) for x in row.policy.all_limits],
+                    "parked": [t["job_id"] for t in parked]})  # fmt: skip
         return
     typer.echo(
         f"lane {row.name}: ceiling {row.ceiling:,}, {_limits_text(row)}, "
         f"max leased {row.max_leased}, lease {duration(row.lease_seconds)}, fallback {row.fallback or '-'}"
     )
+    if parked:  # said, not left to be found: the change took these jobs out of the queue
+        why = parked[0]["reason"].split(": ", 1)[-1]
+        typer.echo(f"parked {len(parked)} waiting job(s) the new settings leave no way to fit (the first: {why}); "
+                   f"lane tail --lane {row.name} lists them")  # fmt: skip
 
 
 def _limits_text(row) -> str:

@@ -79,19 +79,23 @@ def tenants_set(
     ceiling: Optional[int] = typer.Option(None, help="Its budget inside the lane's: spent + reserved never pass it."),
     no_ceiling: bool = typer.Option(False, "--no-ceiling", help="Remove its budget."),
     period: Optional[str] = typer.Option(None, help="When its spent resets: none, daily or monthly (UTC)."),
+    force: bool = typer.Option(False, "--force", help="Lower the ceiling even under what the tenant already "
+                               "admitted this period (its jobs then wait until its next reset)."),
     as_json: bool = JSON,
 ):  # fmt: skip
-    """Give a tenant a weight or a budget, e.g. lane tenants set free interactive --weight 4."""
+    """Give a tenant a weight or a budget, e.g. lane tenants set free interactive --create --weight 4
+    (--create: a tenant no job has been submitted as yet)."""
     from .errors import InvalidInput
 
     if no_ceiling and ceiling is not None:
         raise InvalidInput("ceiling", ceiling, "--ceiling and --no-ceiling contradict each other")
     t = ledger().set_tenant(lane, tenant, weight=weight, ceiling=ceiling, no_ceiling=no_ceiling, period=period,
-                            create=create)  # fmt: skip
+                            create=create, force=force)  # fmt: skip
     if as_json:
         print_json(t)
         return
-    budget = "no ceiling" if t["ceiling"] is None else f"ceiling {t['ceiling']:,} ({t['period']}), spent {t['spent']:,}"
+    period = "no period: never resets" if t["period"] == "none" else t["period"]
+    budget = "no ceiling" if t["ceiling"] is None else f"ceiling {t['ceiling']:,} ({period}), spent {t['spent']:,}"
     typer.echo(f"tenant {t['tenant']} of lane {t['lane']}: weight {t['weight']:g}, {budget}")
 
 

@@ -6,7 +6,7 @@ import datetime as dt
 import time
 from typing import Any
 
-from ..checks import is_number, text, tokens
+from ..checks import is_number, tenant_name, tokens
 from ..errors import InvalidInput
 
 
@@ -112,7 +112,7 @@ def resolve_tenant(tenant: Any, args: tuple = (), kwargs: dict | None = None) ->
     if tenant is None:
         return None
     value = tenant(*args, **dict(kwargs or {})) if callable(tenant) else tenant
-    return text("tenant", value, limit=64)
+    return tenant_name(value)
 
 
 def check_tenant(tenant: Any, *, of_arguments: bool = True) -> None:
@@ -121,7 +121,7 @@ def check_tenant(tenant: Any, *, of_arguments: bool = True) -> None:
         return
     if callable(tenant):
         raise InvalidInput("tenant", tenant, "gate() runs inside a task: expected a tenant name, not a callable")
-    text("tenant", tenant, limit=64)
+    tenant_name(tenant)
 
 
 def check_rate_cost(rate_cost: Any, *, of_arguments: bool = True) -> None:

@@ -98,6 +98,7 @@ def default_tenant(flow_run_id: str | None) -> str:
     if hit is not None:
         return hit
     name = _deployment_or_flow(flow_run_id) or DEFAULT_TENANT
+    name = "".join(ch if ch.isprintable() else "?" for ch in name)  # a valid tenant name (no control characters)
     while len(_tenant_of_run) > 10_000:  # the oldest runs go (dicts keep insertion order)
         try:
             _tenant_of_run.pop(next(iter(_tenant_of_run)), None)

@@ -19,6 +19,8 @@ import logging
 import time
 from typing import Any
 
+from ..checks import text
+from ..errors import InvalidInput
 from ..ledger import Ledger
 from .current import current_gate
 from .ratelimits import DEFAULT_PAUSE, MAX_PAUSE, remaining_of, wait_from_headers
@@ -30,7 +32,8 @@ def _http_client(client: Any) -> Any:
     """The httpx client under an openai/anthropic SDK client (``._client``), or an httpx client itself."""
     inner = getattr(client, "_client", client)
     if not hasattr(inner, "event_hooks"):
-        raise TypeError(f"track_limits needs an openai/anthropic client or an httpx client, got {type(client).__name__}")
+        raise InvalidInput("client", client, f"track_limits needs an openai/anthropic client or an httpx client, "
+                           f"not a {type(client).__name__}")  # fmt: skip
     return inner
 
 
@@ -46,6 +49,7 @@ def track_limits(client: Any, lane: str = "free", *, ledger: Ledger | str | None
     Example:
         >>> client = track_limits(openai.OpenAI(max_retries=0), lane="free")   # doctest: +SKIP
     """
+    lane = text("lane", lane)  # a name: a lane that does not exist is named in a warning at the first response
     http = _http_client(client)
 
     def seen(response: Any) -> None:

@@ -15,6 +15,7 @@ from typing import NamedTuple
 from ..errors import LaneError, LeaseLost, UnknownJob
 from ..policy import Candidate, Decision, LaneSnapshot, admit
 from ..policy.admission import HEAD_SLACK
+from ..policy.fairness import NO_RESET_HELPS
 from ..policy.reserve import REFIT_SECONDS
 from ..policy.rules import BURST, LEASE_CAP, PAUSED, STOPPED, TENANT_CEILING
 from . import limits, queries, rates, runs, tenants, upkeep, waiters
@@ -197,8 +198,8 @@ def _give_up(cur: Cursor, row: LaneRow, job_id: str, rule: str, why: str, now: f
     """A job that cannot fit before the next reset: to its fallback lane, or parked with the reason."""
     # (a rate cost past the burst can never fit, period or not: no reset lowers it)
     cause = ("which has no period to reset its spend" if rule != BURST and rule != TENANT_CEILING
-             else "whose tenant has no period to reset its spend" if rule == TENANT_CEILING
-             else "whatever its period resets")  # fmt: skip
+             else "whatever its period resets" if rule == BURST or why.endswith(NO_RESET_HELPS)
+             else "whose tenant has no period to reset its spend")  # fmt: skip
     tail = upkeep.give_up(cur, job_id, reason=f"cannot fit in lane {row.name!r}, {cause}: {why}", now=now)
     return None if tail is None else {**tail, "rule": rule}
 

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from ..checks import SHADOW_VERSION_MAX, job_ref, number, text, tokens, when
+from ..checks import SHADOW_VERSION_MAX, job_ref, number, tenant_name, text, tokens, when
 from ..errors import InvalidInput, Replay
 from ..policy.fairness import DEFAULT_TENANT, MAX_WEIGHT, MIN_WEIGHT
 from . import admission, intake, limits, runs, settlement, status, tenants, upkeep, waiters
@@ -165,7 +165,7 @@ class Ledger:
         job_id = uuid.uuid4().hex  # chosen before the transaction: a retried commit finds it
 
         waiter = text("waiter", waiter, limit=64, required=False)
-        tenant = DEFAULT_TENANT if tenant is None else text("tenant", tenant, limit=64)
+        tenant = DEFAULT_TENANT if tenant is None else tenant_name(tenant)
 
         def record(cur: Cursor, now: float) -> tuple[str, str]:
             dl = now + wait_seconds if wait_seconds is not None else deadline
@@ -372,13 +372,16 @@ class Ledger:
         name = text("lane", name)
         return self._run(lambda cur, now: read_lane(cur, name), write=False)
 
-    def set_lane(self, name: str, *, create: bool = True, force: bool = False, **settings: Any) -> LaneRow:
+    def set_lane(self, name: str, *, create: bool = True, force: bool = False,
+                 parked: list[dict[str, Any]] | None = None, **settings: Any) -> LaneRow:  # fmt: skip
         """Change a lane's policy (``ceiling=...``); creates the lane if it is new, unless ``create=False``.
 
         A ceiling lowered under what the lane has already admitted this period is refused
         (:class:`~lane_plugin.errors.InvalidInput`, nothing written) unless ``force=True``.
         ``limits``: ``{unit: "500/60s" | Limit | None}`` or ``["requests=500/60s", ...]``, the lane's
         sliding-window limits to set or drop (:mod:`lane_plugin.policy.limits`; ``tokens`` is the burst window).
+        Waiting jobs the new settings leave no way to fit go to their fallback, or are parked: ``parked``, a
+        list, is extended with the tails of those parked (``lane lanes set`` says how many, and why).
         """
         name = text("lane", name, limit=64)
         lane_limits = check_limits(settings.pop("limits", None))
@@ -392,13 +395,16 @@ class Ledger:
             narrows = {"burst_tokens", "ceiling", "allowance"} & settings.keys() or lane_limits
             return row, upkeep.give_up_never_fitting(cur, row, now=now) if narrows else []
 
-        row, parked = self._run(apply)
-        for tail in parked:
+        row, tails = self._run(apply)
+        for tail in tails:
             self._emit("lane.job.parked", tail["lane"], tail)
+        if parked is not None:
+            parked.extend(tails)
         return row
 
     def set_tenant(self, lane: str, tenant: str, *, weight: float | None = None, ceiling: int | None = None,
-                   no_ceiling: bool = False, period: str | None = None, create: bool = True) -> dict[str, Any]:  # fmt: skip
+                   no_ceiling: bool = False, period: str | None = None, create: bool = True,
+                   force: bool = False) -> dict[str, Any]:  # fmt: skip
         """Give a tenant of ``lane`` a weight (its share when backlogged) and/or a budget.
 
         Args:
@@ -409,6 +415,8 @@ class Ledger:
             no_ceiling: remove its budget.
             period: when its spent resets: ``none``, ``daily`` or ``monthly`` (UTC).
             create: add the tenant if the lane has none of that name (False: refuse, suggesting the closest).
+            force: set a ceiling under what the tenant already admitted this period (refused otherwise: its
+                jobs would wait until the next reset, and ``lane audit`` would report I1).
 
         Returns:
             The tenant as :meth:`tenants` lists it.
@@ -416,7 +424,7 @@ class Ledger:
         from .lanes import PERIODS
 
         lane = text("lane", lane)
-        tenant = text("tenant", tenant, limit=64)
+        tenant = tenant_name(tenant)
         if weight is not None:
             weight = number("weight", weight, low=MIN_WEIGHT, high=MAX_WEIGHT)
         if ceiling is not None:
@@ -424,7 +432,8 @@ class Ledger:
         if period is not None and period not in PERIODS:
             raise InvalidInput("period", period, f"expected one of {', '.join(PERIODS)}")
         return self._run(lambda cur, now: tenants.set_tenant(cur, now, lane, tenant, create=create, weight=weight,
-                                                             ceiling=ceiling, no_ceiling=no_ceiling, period=period))
+                                                             ceiling=ceiling, no_ceiling=no_ceiling, period=period,
+                                                             force=bool(force)))
 
     def tenants(self, lane: str | None = None) -> list[dict[str, Any]]:
         """The tenants of ``lane`` (or of every lane): ``weight``, ``ceiling``, ``period``, ``spent``,

@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from ..checks import number, text, tokens
-from ..errors import InvalidInput
-from ..policy.limits import UNITS, Limit, LimitSyntaxError, format_limit, parse_limit
+from ..errors import InvalidInput, UnknownLane
+from ..policy.limits import UNITS, Limit, LimitSyntaxError, limit_problem, parse_limit
 from . import limits, queries, rates
 from .db import Cursor
 
@@ -29,27 +29,30 @@ def check_limits(value: Mapping[str, Any] | Iterable[str] | None) -> dict[str, L
     """
     if value is None:
         return {}
-    items = value.items() if isinstance(value, Mapping) else None
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (Mapping, list, tuple)):
+        expected = 'expected ["UNIT=AMOUNT/WINDOW", ...] or {UNIT: "AMOUNT/WINDOW" | Limit | None}'
+        raise InvalidInput("limits", value, expected)
     out: dict[str, Limit | None] = {}
-    try:
-        if items is None:
-            if isinstance(value, str):
-                value = [value]
-            for spec in value:
-                unit, lim = parse_limit(str(spec))
-                out[unit] = lim
-            return out
-        for unit, lim in items:
-            if lim is None or isinstance(lim, Limit):
-                if unit not in UNITS:
-                    raise LimitSyntaxError(f"limit {unit!r}: unknown unit (expected one of {', '.join(UNITS)})")
-                if lim is not None and (lim.amount <= 0 or lim.window_seconds <= 0):
-                    raise LimitSyntaxError(f"limit {format_limit((unit, lim))}: amount and window must be positive")
-                out[unit] = lim
+    pairs = value.items() if isinstance(value, Mapping) else ((None, spec) for spec in value)
+    for key, lim in pairs:
+        spec = str(lim) if key is None else f"{key}={'none' if lim is None else lim}"
+        try:
+            if isinstance(lim, Limit):
+                if key not in UNITS:
+                    raise LimitSyntaxError(spec, f"unknown unit {key!r} (expected one of {', '.join(UNITS)})")
+                why = limit_problem(lim)
+                if why is not None:
+                    raise LimitSyntaxError(spec, why)
+                unit, parsed = key, lim
             else:
-                out[unit] = parse_limit(f"{unit}={lim}")[1]
-    except LimitSyntaxError as e:
-        raise InvalidInput("limit", str(value), str(e)) from None
+                unit, parsed = parse_limit(spec)
+        except LimitSyntaxError as e:
+            raise InvalidInput("limit", e.spec, e.why) from None
+        if unit in out:
+            raise InvalidInput("limit", spec, f"{unit} is limited twice: give each unit once")
+        out[unit] = parsed
     return out
 
 
@@ -96,12 +99,16 @@ class ProviderLimits:
         seconds = number("seconds", seconds, low=0.001, high=MAX_PAUSE_SECONDS)
         reason = text("reason", reason, limit=500)
         job_id = text("job id", job_id, required=False)
-        self.remember_pause(lane, seconds)  # this process's gates stop at once, not after the write's lock wait
+        here = self.remember_pause(lane, seconds)  # this process's gates stop at once, not after the write's lock wait
 
         def run(cur: Cursor, now: float) -> tuple[float, float]:
             return limits.pause(cur, lane, until=now + seconds, reason=reason, now=now, job_id=job_id), now
 
-        until, now = self.led._run(run)
+        try:
+            until, now = self.led._run(run)
+        except UnknownLane:  # no such lane: nothing to pause, in the ledger or in this process's memory
+            self.reopened(lane, here)
+            raise
         wakeups = getattr(self.led, "wakeups", None)
         if wakeups is not None:  # this process's waiters tick the lane the moment it reopens
             wakeups.tick_at(lane, max(0.0, until - now))
@@ -118,7 +125,9 @@ class ProviderLimits:
         self.led._run(run)
 
     def remember_pause(self, lane: str, seconds: float) -> float:
-        until = time.time() + float(seconds)
+        # a NaN would never end and never compare; more than a day is taken for a mistake, as pause() does
+        seconds = min(number("seconds", seconds, low=0.0, high=1e12), MAX_PAUSE_SECONDS)
+        until = time.time() + seconds
         if self.paused_here_until.get(lane, 0.0) < until:
             self.paused_here_until[lane] = until
         return until

@@ -286,5 +286,5 @@ def tenant_budget(cur: Cursor, now: float, lane: str, tenant: str, est: int) -> 
     when = (f"until its {t['period']} period resets" if t["period"] != "none" else
             "for good unless its ceiling is raised (lane tenants set)" if t["spent"] + est > t["ceiling"] else
             "until its leased jobs settle")  # fmt: skip
-    return (f"tenant {tenant!r}'s budget: {max(room, 0):,} of its ceiling {t['ceiling']:,} left (spent "
+    return (f"the budget of tenant {tenant!r}: {max(room, 0):,} of its ceiling {t['ceiling']:,} left (spent "
             f"{t['spent']:,}, reserved {t['reserved']:,}): it waits {when}; the lane's other tenants are not held")

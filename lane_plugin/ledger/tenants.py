@@ -96,7 +96,7 @@ def charge(cur: Cursor, lane: str, rows: dict[str, TenantRow], by_tenant: Iterab
              "r": state.reserved if state is not None else 0},
         )
         if cur.rowcount != 1:
-            raise LaneError(f"admission re-check failed in lane {lane!r}: the policy chose past tenant {name!r}'s ceiling")
+            raise LaneError(f"admission re-check failed in lane {lane!r}: the policy chose past the ceiling of tenant {name!r}")
 
 
 # Settlement: the tenant's spent (in its period, rolled here as at admission) and its counter trued up to the actual.
@@ -118,11 +118,13 @@ def settle(cur: Cursor, lane: str, tenant: str, *, actual: int, est: int, now: f
 
 
 def set_tenant(cur: Cursor, now: float, lane: str, name: str, *, create: bool, weight: float | None,
-               ceiling: int | None, no_ceiling: bool, period: str | None) -> dict:  # fmt: skip
+               ceiling: int | None, no_ceiling: bool, period: str | None, force: bool = False) -> dict:  # fmt: skip
     """Change (or, with ``create``, add) a tenant of ``lane``; returns its row as :func:`listing` gives it.
 
     A name the lane has never seen (no row, no job) is refused unless ``create``, suggesting the closest
-    one it has: a typo would otherwise give a weight to a tenant nobody submits as.
+    one it has: a typo would otherwise give a weight to a tenant nobody submits as. A ceiling under what the
+    tenant has already admitted this period is refused unless ``force``, as a lane's is: its jobs would wait
+    until the next reset (without a period, for ever) and ``lane audit`` would report I1.
     """
     import difflib
 
@@ -152,7 +154,25 @@ def set_tenant(cur: Cursor, now: float, lane: str, name: str, *, create: bool, w
             queries.TENANTS_SET_TENANT_SELECT_SETTLEMENT, {"l": lane, "n": name, "p": ps}))
     if sets:
         cur.execute(queries.tenants_update(sets), {**sets, "now": now, "l": lane, "n": name})
+    if sets.get("ceiling") is not None and not force:
+        _refuse_a_ceiling_under_admitted(cur, now, lane, name, sets["ceiling"])
     return next(t for t in listing(cur, now, lane) if t["tenant"] == name)
+
+
+def _refuse_a_ceiling_under_admitted(cur: Cursor, now: float, lane: str, name: str, ceiling: int) -> None:
+    """InvalidInput (the transaction then writes nothing) if ``ceiling`` is under what the tenant admitted this
+    period, counted as ``lane audit`` counts it: spent - overage + reserved."""
+    from ..errors import InvalidInput
+
+    row = of_lane(cur, lane, now)[name]  # its period rolled as admission rolls it
+    _, overage, reserved = cur.one(queries.AUDIT_TENANT_SPEND, {"l": lane, "t": name, "p": row.period_start})
+    admitted = row.spent - int(overage) + int(reserved)
+    if ceiling < admitted:
+        raise InvalidInput("ceiling", ceiling, (
+            f"tenant {name!r} of lane {lane!r} would get a ceiling of {ceiling:,}, under the {admitted:,} tokens it "
+            f"has already admitted this period (spent {row.spent:,} - overage {int(overage):,} + reserved "
+            f"{int(reserved):,}): its jobs would wait until the next reset, and lane audit reports I1; pass --force "
+            "(force=True) to lower it anyway"))  # fmt: skip
 
 
 def listing(cur: Cursor, now: float, lane: str | None = None) -> list[dict]:

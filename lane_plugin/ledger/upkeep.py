@@ -197,7 +197,18 @@ def give_up(cur: Cursor, job_id: str, *, reason: str, now: float) -> dict | None
     """A waiting job that cannot fit its lane: to its fallback lane (None), or parked with ``reason`` (its tail)."""
     if move_to_fallback(cur, job_id, now=now) is not None:
         return None
-    return park(cur, job_id, reason=reason, now=now)
+    return park(cur, job_id, reason=reason + _fallback_not_asked(cur, job_id), now=now)
+
+
+def _fallback_not_asked(cur: Cursor, job_id: str) -> str:
+    """What to say of the job's lane's fallback when the job did not ask for one (a fallback lane may cost
+    money, so a job moves only if it asks): a lane's ``fallback`` set and a job parked anyway surprised."""
+    row = cur.one(queries.UPKEEP_MOVE_TO_FALLBACK_SELECT_JOB, {"id": job_id})
+    fallback = read_lane(cur, row[0]).fallback if row is not None and not row[1] else None
+    if not fallback:
+        return ""
+    return (f" (lane {row[0]!r} falls back to {fallback!r} only for jobs that ask: fallback=True on lane_task "
+            "or gate(), --fallback lane on lane submit)")  # fmt: skip
 
 
 

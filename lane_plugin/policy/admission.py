@@ -82,7 +82,7 @@ from dataclasses import dataclass, field
 
 from .candidate import FINISH, FREE, START, Candidate
 from .drift import drift_cap
-from .fairness import tenant_room, tenant_unfit_reason
+from .fairness import tenant_never_fits, tenant_room, tenant_unfit_reason
 from .lane import LaneSnapshot
 from .limits import blocking_limit
 from .order import order
@@ -209,7 +209,8 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
         if budgets and c.tenant in budgets:
             budget = budgets[c.tenant]
             if not tenant_room(budget, by_tenant.get(c.tenant, 0), est):  # no shadow: it blocks no other tenant
-                why = None if budget.resets else tenant_unfit_reason(c.tenant, budget, est)
+                why = tenant_never_fits(c.tenant, budget, est) or (
+                    None if budget.resets else tenant_unfit_reason(c.tenant, budget, est))  # fmt: skip
                 if why is not None:
                     parked.append((c, TENANT_CEILING, why))
                 budget_ok.left(c)  # rule 12 counts around it: held by its tenant, not by the order

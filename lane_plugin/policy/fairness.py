@@ -209,9 +209,26 @@ def tenant_unfit_reason(name: str, state: TenantState, est: int) -> str | None:
 
     Example:
         >>> tenant_unfit_reason("nightly", TenantState(ceiling=1_000, spent=900), 200)
-        "estimate 200 exceeds what is left of tenant 'nightly''s ceiling: 100 of 1000 (spent 900)"
+        "estimate 200 exceeds what is left of the ceiling of tenant 'nightly': 100 of 1000 (spent 900)"
     """
     if state.ceiling is None or state.spent + est <= state.ceiling:
         return None
     left = state.ceiling - state.spent
-    return f"estimate {est} exceeds what is left of tenant {name!r}'s ceiling: {left} of {state.ceiling} (spent {state.spent})"
+    return (f"estimate {est} exceeds what is left of the ceiling of tenant {name!r}: {left} of {state.ceiling} "
+            f"(spent {state.spent})")  # fmt: skip
+
+
+NO_RESET_HELPS = "no reset makes room for it"
+
+
+def tenant_never_fits(name: str, state: TenantState, est: int) -> str | None:
+    """Why a job can never fit its tenant's budget, whatever its period resets (its estimate alone exceeds the
+    ceiling), or None. Such a job once waited for a reset that could never make room for it.
+
+    Example:
+        >>> tenant_never_fits("nightly", TenantState(ceiling=500, resets=True), 1_000)
+        "estimate 1000 exceeds the whole ceiling of tenant 'nightly' (500): no reset makes room for it"
+    """
+    if state.ceiling is None or est <= state.ceiling:
+        return None
+    return f"estimate {est} exceeds the whole ceiling of tenant {name!r} ({state.ceiling}): {NO_RESET_HELPS}"

@@ -39,7 +39,12 @@ UNITS = (REQUESTS, TOKENS, INPUT_TOKENS, OUTPUT_TOKENS)
 EXTRA_UNITS = (REQUESTS, INPUT_TOKENS, OUTPUT_TOKENS)
 # burst_tokens of a lane whose tokens limit is dropped (--limit tokens=none): no job's rate cost reaches it.
 NO_TOKENS_LIMIT = 2**53
-_SPEC = re.compile(r"^\s*(\d[\d_]*)\s*/\s*(\d+(?:\.\d+)?)?\s*(ms|s|m|min|h|d)?\s*$")
+_AMOUNT = re.compile(r"^[+-]?\d[\d_]*$", re.ASCII)  # ASCII digits: a stored spec reads back alike
+# a number (an exponent too: a stored spec holds a float's repr) and a unit; a bare unit means 1 of it
+_WINDOW = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)?\s*(ms|s|m|min|h|d)?$", re.ASCII)
+# the bounds of a limit, as the lane's own settings have them (burst_tokens, window_seconds)
+MAX_AMOUNT = 10**12
+MIN_WINDOW, MAX_WINDOW = 0.001, 365 * 86_400.0  # a millisecond (the smallest unit the syntax names), a year
 _SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86_400.0}
 
 
@@ -61,7 +66,14 @@ class LimitUse:
 
 
 class LimitSyntaxError(ValueError):
-    """A ``--limit`` value that does not read as ``UNIT=AMOUNT/WINDOW`` or ``UNIT=none``."""
+    """A ``--limit`` value that does not read as ``UNIT=AMOUNT/WINDOW`` or ``UNIT=none``.
+
+    ``spec``: the value as given; ``why``: what is wrong with it (the message is ``limit SPEC: WHY``).
+    """
+
+    def __init__(self, spec: str, why: str) -> None:
+        super().__init__(f"limit {spec!r}: {why}")
+        self.spec, self.why = spec, why
 
 
 def parse_limit(text: str) -> tuple[str, Limit | None]:
@@ -84,23 +96,48 @@ def parse_limit(text: str) -> tuple[str, Limit | None]:
     unit, sep, spec = text.partition("=")
     unit = unit.strip()
     if not sep:
-        raise LimitSyntaxError(f"limit {text!r}: expected UNIT=AMOUNT/WINDOW (e.g. requests=500/60s) or UNIT=none")
+        raise LimitSyntaxError(text, "expected UNIT=AMOUNT/WINDOW (e.g. requests=500/60s) or UNIT=none")
     if unit not in UNITS:
-        raise LimitSyntaxError(f"limit {text!r}: unknown unit {unit!r} (expected one of {', '.join(UNITS)})")
+        raise LimitSyntaxError(text, f"unknown unit {unit!r} (expected one of {', '.join(UNITS)})")
     if spec.strip().lower() == "none":
         return unit, None
-    m = _SPEC.match(spec)
-    if m is None or (m.group(2) is None and m.group(3) is None):
-        raise LimitSyntaxError(
-            f"limit {text!r}: expected AMOUNT/WINDOW after '=', e.g. 500/60s, 30000/1m or 8000/m (or none)"
-        )
-    amount = int(m.group(1).replace("_", ""))
-    window = float(m.group(2) or 1) * _SECONDS[m.group(3) or "s"]
+    amount_text, slash, window_text = (part.strip() for part in spec.partition("/"))
+    if not slash or not amount_text or not window_text:
+        raise LimitSyntaxError(text, "expected AMOUNT/WINDOW after '=', e.g. 500/60s, 30000/1m or 8000/m (or none)")
+    if not _AMOUNT.match(amount_text):
+        raise LimitSyntaxError(text, f"the amount {amount_text!r} is not a whole number (e.g. 500)")
+    m = _WINDOW.match(window_text)
+    if m is None or (m.group(1) is None and m.group(2) is None):
+        raise LimitSyntaxError(text, f"the window {window_text!r} is not a number of ms, s, m, h or d (e.g. 60s)")
+    lim = Limit(int(amount_text.replace("_", "")), float(m.group(1) or 1) * _SECONDS[m.group(2) or "s"])
+    why = limit_problem(lim)
+    if why is not None:
+        raise LimitSyntaxError(text, why)
+    return unit, lim
+
+
+def limit_problem(lim: Limit) -> str | None:
+    """What is wrong with ``lim`` (None: nothing): an amount that is not a whole number from 1 to
+    :data:`MAX_AMOUNT`, a window that is not a number of seconds from :data:`MIN_WINDOW` to :data:`MAX_WINDOW`.
+
+    Example:
+        >>> limit_problem(Limit(500, 60.0)), limit_problem(Limit(500, 0.0))
+        (None, 'the window must be longer than 0 seconds')
+    """
+    amount, window = lim.amount, lim.window_seconds
+    if isinstance(amount, bool) or not isinstance(amount, int):
+        return f"the amount must be a whole number, got {amount!r}"
     if amount <= 0:
-        raise LimitSyntaxError(f"limit {text!r}: the amount must be a positive integer, got {amount}")
+        return f"the amount must be a positive integer, got {amount}"
+    if amount > MAX_AMOUNT:
+        return f"the amount must be at most {MAX_AMOUNT:,}, got {amount:,}"
+    if isinstance(window, bool) or not isinstance(window, (int, float)) or window != window:
+        return f"the window must be a number of seconds, got {window!r}"
     if window <= 0:
-        raise LimitSyntaxError(f"limit {text!r}: the window must be longer than 0 seconds")
-    return unit, Limit(amount, window)
+        return "the window must be longer than 0 seconds"
+    if window < MIN_WINDOW or window > MAX_WINDOW:
+        return f"the window must be from 1ms to a year ({MAX_WINDOW:,.0f}s), got {window:g}s"
+    return None
 
 
 def format_limit(limit: tuple[str, Limit]) -> str:

@@ -50,6 +50,17 @@ def test_the_articles_loop_submit_tick_settle_report(run):
         (["lanes", "set", "free", "--limit", "rpm=5/60s"], 2, "unknown unit 'rpm'"),
         (["lanes", "set", "free", "--limit", "requests=0/60s"], 2, "must be a positive integer"),
         (["lanes", "set", "free", "--limit", "requests"], 2, "expected UNIT=AMOUNT/WINDOW"),
+        # the value as given, once (not the list of every --limit), and what is wrong with it
+        (["lanes", "set", "free", "--limit", "tokens=5/0s"], 2, "invalid limit 'tokens=5/0s': the window must be"),
+        (["lanes", "set", "free", "--limit", "foo=1/1s"], 2, "invalid limit 'foo=1/1s': unknown unit 'foo'"),
+        (["lanes", "set", "free", "--limit", "requests=-5/60s"], 2, "positive integer, got -5"),
+        # too large for the database (a traceback once) or for a stored spec to read back
+        (["lanes", "set", "free", "--limit", "requests=99999999999999999999999/60s"], 2, "at most 1,000,000,000,000"),
+        (["lanes", "set", "free", "--limit", "tokens=99999999999999999999/60s"], 2, "at most 1,000,000,000,000"),
+        (["lanes", "set", "free", "--limit", "requests=5/99999999999999999999s"], 2, "from 1ms to a year"),
+        (["lanes", "set", "free", "--limit", "requests=5/0.00001s"], 2, "from 1ms to a year"),
+        (["lanes", "set", "free", "--limit", "requests=5/60s", "--limit", "requests=6/60s"], 2, "limited twice"),
+        (["lanes", "set", "free", "--limit", "tokens=5000/60s", "--burst-tokens", "30"], 2, "choose one"),
         (["--db", "mysql://u:hunter2@h/db", "lanes"], 2, "unsupported scheme"),
         (["--db", "postgresql+psycopg://u:hunter2@127.0.0.1:1/db", "lanes"], 8, "cannot connect"),
     ],
@@ -146,13 +157,35 @@ def test_tenants_list_set_and_refuse(run):
     assert run("tenants", "set", "free", "nightly", "--create", "--weight", "2").returncode == 0
     for weight in ("0", "-1", "1001", "nan"):
         bad = run("tenants", "set", "free", "backfill", "--weight", weight, check=False)
-        assert bad.returncode == 2 and f"invalid weight" in bad.stderr, bad.stderr
+        assert bad.returncode == 2 and "invalid weight" in bad.stderr, bad.stderr
     lane = run("tenants", "set", "fre", "backfill", "--weight", "2", check=False)
     assert lane.returncode == 3 and "unknown lane 'fre'" in lane.stderr and "did you mean 'free'?" in lane.stderr
     assert run("tenants", "fre", check=False).returncode == 3
     both = run("tenants", "set", "free", "backfill", "--ceiling", "5", "--no-ceiling", check=False)
     assert both.returncode == 2 and "--no-ceiling" in both.stderr
     assert run("audit").stdout.strip() == "ledger sound: I1-I6 hold"
+def test_a_tenant_ceiling_under_what_it_admitted_needs_force(run):
+    jid = run("submit", "--stage", "s", "--est", "500", "--tenant", "team").stdout.strip()
+    run("tick")
+    run("settle", jid, "--actual", "500")
+    bad = run("tenants", "set", "free", "team", "--ceiling", "100", check=False)
+    assert bad.returncode == 2 and "under the 500 tokens it has already admitted" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr and run("audit").returncode == 0
+    out = run("tenants", "set", "free", "team", "--ceiling", "100", "--force").stdout
+    assert "ceiling 100 (no period: never resets), spent 500" in out
+
+
+def test_a_lanes_set_that_parks_waiting_jobs_says_so(run):
+    big = run("submit", "--stage", "s", "--est", "1000").stdout.strip()
+    small = run("submit", "--stage", "s", "--est", "10").stdout.strip()
+    out = run("lanes", "set", "free", "--limit", "tokens=500/60s").stdout
+    assert "parked 1 waiting job(s) the new settings leave no way to fit" in out  # once: nothing said
+    assert "estimate 1000 exceeds the lane's burst of 500" in out and "lane tail --lane free" in out
+    assert [t["job_id"] for t in json.loads(run("tail", "--json").stdout)] == [big]
+    quiet = run("lanes", "set", "free", "--limit", "tokens=400/60s", "--json").stdout
+    assert json.loads(quiet)["parked"] == [] and small not in quiet  # the small job still fits: nothing parked
+
+
 def test_limits_are_set_shown_and_dropped_from_the_cli(run):
     out = run("lanes", "set", "free", "--limit", "requests=500/60s", "--limit", "tokens=30000/1m",
               "--limit", "output_tokens=8000/60s").stdout

@@ -111,6 +111,16 @@ def test_track_limits_trues_the_window_up_to_the_providers_count_and_pauses_on_a
         assert time.monotonic() - t0 >= 0.9 and len(emu.records) == 1
 
 
+def test_track_limits_refuses_what_is_not_a_client_or_a_lane_name():
+    from lane_plugin import InvalidInput
+
+    for bad in (5, None, "http://x"):
+        with pytest.raises(InvalidInput, match="invalid client .*track_limits needs an openai/anthropic client"):
+            track_limits(bad, lane="free")  # once a TypeError, outside the library's errors
+    with pytest.raises(InvalidInput, match="invalid lane 5"):
+        track_limits(httpx.Client(), lane=5)  # once taken, and every response warned that lane 5 was unknown
+
+
 def test_a_lease_granted_before_another_workers_429_waits_for_the_reopen_before_its_body(ledger, monkeypatch):
     from lane_plugin.gating.context import Gate
 

@@ -48,4 +48,13 @@ def test_a_bad_tenant_is_refused_before_anything_is_written(ledger):
         gate(stage="s", estimate=10, tenant=lambda: "x")
     with pytest.raises(InvalidInput, match="tenant"):
         lane_task(stage="s", estimate=10, tenant="x" * 65)
+    with pytest.raises(InvalidInput, match="control character"):
+        gate(stage="s", estimate=10, tenant="team\nb")
     assert job_rows(ledger) == []
+
+
+def test_a_default_tenant_never_carries_a_control_character(monkeypatch):
+    from lane_plugin.gating import ledgers
+
+    monkeypatch.setattr(ledgers, "_deployment_or_flow", lambda run_id: "nightly\tbackfill")
+    assert ledgers.default_tenant("a-run-of-review4") == "nightly?backfill"  # a valid tenant name

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from lane_plugin.errors import InvalidInput, NeverFits
+from lane_plugin.errors import InvalidInput, NeverFits, UnknownLane
 from lane_plugin.policy.limits import Limit
 
 
@@ -70,9 +70,12 @@ def test_a_job_that_can_never_pass_a_limit_is_refused_at_intake(led):
 def test_lowering_a_limit_parks_a_waiting_job_it_leaves_no_way_to_fit(led):
     _lane(led, limits=["requests=5/60s"], period="daily")
     j = led.submit("s", 700, "l", rate_cost={"input": 100, "output": 600})
-    led.set_lane("l", limits=["output_tokens=500/60s"])
-    assert led.job(j)["state"] == "parked"
+    fits = led.submit("s", 700, "l", rate_cost={"input": 300, "output": 400})
+    parked: list[dict] = []
+    led.set_lane("l", limits=["output_tokens=500/60s"], parked=parked)
+    assert led.job(j)["state"] == "parked" and led.job(fits)["state"] == "new"
     assert "output_tokens 600 exceeds the limit" in led.tail("l")[0]["reason"]
+    assert [t["job_id"] for t in parked] == [j] and parked[0]["reason"] == led.tail("l")[0]["reason"]
 
 
 def test_limits_are_set_shown_and_dropped(led):
@@ -93,6 +96,32 @@ def test_bad_limit_syntax_names_the_value(led):
         led.set_lane("l", limits=["requests=500"])
     with pytest.raises(InvalidInput, match="unknown unit 'rpm'"):
         led.set_lane("l", limits=["rpm=5/60s"])
+
+
+@pytest.mark.parametrize("limits, needle", [
+    ({"requests": Limit(5, float("nan"))}, "number of seconds"),  # once a NOT NULL failure (a database error)
+    ({"requests": Limit(5, float("inf"))}, "a year"),  # once a traceback reading the stored spec back
+    ({"requests": Limit(5.5, 60.0)}, "whole number"),
+    ({"requests": Limit(10**30, 60.0)}, "at most"),  # once OverflowError from the driver
+    ({"requests": "99999999999999999999/60s"}, "at most"),
+    (["requests=5/0.00001s"], "from 1ms"),  # stored as 1e-05s, which once did not read back
+    (5, "expected"),  # once TypeError: 'int' object is not iterable
+    (["requests=5/60s", "requests=6/60s"], "limited twice"),
+])  # fmt: skip
+def test_a_bad_limit_is_refused_naming_it_and_nothing_is_written(led, limits, needle):
+    before = _lane(led, limits=["requests=7/10s"])
+    with pytest.raises(InvalidInput, match=needle) as err:
+        led.set_lane("l", limits=limits)
+    assert err.value.field in ("limit", "limits")
+    assert led.lane("l") == before
+
+
+def test_a_pause_of_a_lane_that_does_not_exist_is_not_remembered(led):
+    with pytest.raises(UnknownLane):
+        led.pause("nolane", 5.0, reason="429")
+    assert led.paused_here("nolane") == 0.0 and led.paused_for("nolane") == 0.0  # once 5 s in process memory
+    with pytest.raises(InvalidInput, match="invalid seconds nan"):
+        led.remember_pause("l", float("nan"))
 
 
 def test_a_pause_closes_the_lane_until_then_and_it_reopens_on_time(led, clock):

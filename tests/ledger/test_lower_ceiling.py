@@ -51,3 +51,22 @@ def test_raising_it_or_changing_a_lane_with_nothing_admitted_is_never_refused(le
     lane(led)
     assert led.set_lane("c", ceiling=1).ceiling == 1
     assert led.set_lane("c", allowance=20_000, ceiling=20_000).ceiling == 20_000
+
+
+def test_a_job_parked_in_a_lane_with_a_fallback_it_did_not_ask_for_is_told_how_to_ask(led, clock):
+    # An outside review: a lane set with --fallback paid, a gated task without fallback=True parked anyway
+    # (JobParked), its reason silent on why the fallback was not used.
+    lane(led, fallback="paid")
+    plain = led.submit("s", 800, "c")
+    asks = led.submit("s", 800, "c", fallback=True)
+    led.set_lane("c", burst_tokens=500)  # neither fits now: one moves, one is parked
+    assert led.job(asks)["lane"] == "paid" and led.job(asks)["state"] == "new"
+    assert led.job(plain)["state"] == "parked"
+    (tail,) = led.tail("c")
+    assert tail["job_id"] == plain and "exceeds the lane's burst of 500" in tail["reason"]
+    assert "lane 'c' falls back to 'paid' only for jobs that ask: fallback=True" in tail["reason"]
+    lane(led, fallback="")  # a lane without a fallback: nothing more to say
+    led.set_lane("c", burst_tokens=10_000)
+    other = led.submit("s", 800, "c")
+    led.set_lane("c", burst_tokens=500)
+    assert led.job(other)["state"] == "parked" and "falls back" not in led.job(other)["reason"]

@@ -97,6 +97,17 @@ def test_a_tenant_budget_holds_no_shadow_and_parks_only_without_a_period():
     assert d.ids == ["o1"] and d.parked == ()
 
 
+def test_a_job_over_its_tenants_whole_ceiling_is_parked_even_with_a_period():
+    # An outside review: a 1,000-token job of a tenant with a daily ceiling of 500 waited "until its daily period
+    # resets", which could never make room for it.
+    policy = LanePolicy(ceiling=10_000, burst_tokens=10_000, max_leased=4)
+    cs = [Candidate("big", 1_000, 0.0, tenant="capped"), Candidate("small", 400, 1.0, tenant="capped")]
+    daily = TenantState(ceiling=500, resets=True)
+    d = admit(LaneSnapshot(policy, 0, 0, 0, 0, now=0.0, tenants={"capped": daily}), cs)
+    assert d.ids == ["small"] and [(c.id, rule) for c, rule, _ in d.parked] == [("big", TENANT_CEILING)]
+    assert "exceeds the whole ceiling of tenant 'capped' (500): no reset makes room" in d.parked[0][2]
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(1, 5_000)), min_size=1, max_size=40),
        st.dictionaries(st.sampled_from("abc"), st.floats(0, 1e6), min_size=3, max_size=3))

@@ -9,10 +9,14 @@ from hypothesis import strategies as st
 from lane_plugin.policy import Candidate, LanePolicy, LaneSnapshot, admit, never_fits
 from lane_plugin.policy.limits import (
     EXTRA_UNITS,
+    MAX_AMOUNT,
+    MAX_WINDOW,
+    MIN_WINDOW,
     NO_TOKENS_LIMIT,
     Limit,
     LimitSyntaxError,
     LimitUse,
+    limit_problem,
     limits_of_spec,
     parse_limit,
     spec_of,
@@ -119,15 +123,39 @@ def test_limit_syntax(text, unit, amount, window):
 @pytest.mark.parametrize("text, needle", [
     ("requests=500", "expected AMOUNT/WINDOW"), ("requests", "expected UNIT=AMOUNT/WINDOW"),
     ("rpm=5/1s", "unknown unit 'rpm'"), ("requests=0/1s", "positive integer"), ("requests=5/0s", "longer than 0"),
-    ("requests=-5/1s", "expected AMOUNT/WINDOW"), ("requests=5/1y", "expected AMOUNT/WINDOW"),
+    ("requests=-5/1s", "positive integer, got -5"), ("requests=5/1y", "the window '1y' is not a number"),
+    ("requests=5.5/1s", "the amount '5.5' is not a whole number"), ("requests=5/nans", "the window 'nans'"),
+    ("requests=/60s", "expected AMOUNT/WINDOW"), ("requests=5/", "expected AMOUNT/WINDOW"),
+    ("requests=\u0661\u0662/60s", "not a whole number"), ("requests=5/\u0666\u0660s", "the window"),  # not ASCII digits
+    # bounds as the lane's own settings have them: a stored spec must read back, and fit a BIGINT
+    ("requests=99999999999999999999999/60s", "at most 1,000,000,000,000"),
+    ("tokens=1000000000001/60s", "at most 1,000,000,000,000"),
+    ("requests=5/99999999999999999999s", "from 1ms to a year"), ("requests=5/0.00001s", "from 1ms to a year"),
+    ("requests=5/1e400s", "from 1ms to a year"), ("requests=5/366d", "from 1ms to a year"),
 ])  # fmt: skip
 def test_bad_limit_syntax_names_the_value(text, needle):
     with pytest.raises(LimitSyntaxError, match=needle) as err:
         parse_limit(text)
     assert repr(text) in str(err.value)
+    assert err.value.spec == text and str(err.value) == f"limit {text!r}: {err.value.why}"
 
 
-@given(st.dictionaries(st.sampled_from(EXTRA_UNITS), st.tuples(st.integers(1, 10**9), st.floats(0.001, 86_400.0))))
+@pytest.mark.parametrize("lim, needle", [
+    (Limit(5.5, 60.0), "whole number"), (Limit(True, 60.0), "whole number"), (Limit(0, 60.0), "positive"),
+    (Limit(10**13, 60.0), "at most"), (Limit(5, float("nan")), "number of seconds"), (Limit(5, "60"), "number"),
+    (Limit(5, float("inf")), "a year"), (Limit(5, 0.0), "longer than 0"), (Limit(5, 1e-4), "from 1ms"),
+])  # fmt: skip
+def test_a_limit_out_of_bounds_is_named(lim, needle):
+    assert needle in limit_problem(lim)
+
+
+def test_the_bounds_themselves_are_limits():
+    assert parse_limit("requests=1000000000000/1ms") == ("requests", Limit(MAX_AMOUNT, MIN_WINDOW))
+    assert parse_limit("requests=1/365d") == ("requests", Limit(1, MAX_WINDOW))
+    assert parse_limit("requests=5/1e3s") == ("requests", Limit(5, 1000.0))  # as a stored spec may say
+
+
+@given(st.dictionaries(st.sampled_from(EXTRA_UNITS), st.tuples(st.integers(1, MAX_AMOUNT), st.floats(MIN_WINDOW, MAX_WINDOW))))  # fmt: skip
 def test_the_stored_spec_reads_back_as_it_was_written(lims):
     limits = [(u, Limit(a, w)) for u, (a, w) in lims.items()]
     assert dict(limits_of_spec(spec_of(limits))) == dict(limits)
