@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import sqlite3
 import sys
 import threading
 import time
@@ -153,23 +154,31 @@ def test_a_timeout_inside_psycopgs_pipeline_is_what_the_transaction_raises(reque
         led.close()
 
 
-def test_a_transient_error_is_still_retried_and_a_timeout_error_is_not(tmp_path):
-    """The interruption rule leaves the retry alone: a transient database error is retried; a ``TimeoutError``
-    (Prefect's ``TaskRunTimeoutError`` is one) raised inside a transaction is raised at once, not retried or
-    wrapped."""
-    import sqlite3
-
-    led = Ledger(f"sqlite:///{tmp_path}/l.db")
+@pytest.mark.parametrize("db", ["sqlite", "postgresql"])
+def test_a_transient_error_is_still_retried_and_a_timeout_error_is_not(db, request):
+    """The interruption rule leaves the retry alone: a transient database error is retried, also in a transaction run
+    while a timeout is being handled (a job parked after its wait was cut short: the timeout is the context of every
+    error raised in it, and is not this transaction's); a ``TimeoutError`` (Prefect's ``TaskRunTimeoutError`` is one)
+    raised inside a transaction is raised at once, neither retried nor wrapped."""
+    led = Ledger(request.getfixturevalue("sqlite_url" if db == "sqlite" else "pg_url"))
+    make_lane(led)
+    transient = (sqlite3.OperationalError("database is locked") if db == "sqlite"
+                 else psycopg.errors.SerializationFailure("could not serialize access"))  # fmt: skip
     calls = []
 
     def flaky(cur):
         calls.append(1)
         if len(calls) < 3:
-            raise sqlite3.OperationalError("database is locked")
+            raise transient
         return "ok"
 
     try:
         assert led.db.transaction(flaky) == "ok" and len(calls) == 3
+        calls.clear()
+        try:
+            raise Injected()
+        except Injected:  # cleaning up after a timeout: the transaction's errors carry it as their context
+            assert led.db.transaction(flaky) == "ok" and len(calls) == 3
         calls.clear()
 
         def timed_out(cur):
