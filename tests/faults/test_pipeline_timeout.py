@@ -143,8 +143,8 @@ def test_a_timeout_inside_psycopgs_pipeline_is_what_the_transaction_raises(reque
             assert _idle_in_transaction(conninfo, app) == [], f"a backend idle in a transaction after {fired_at}"
             assert worker.submit(_injected, ledger, 10**9).result(30)[0] == "returned", fired_at
         figure(f"pipeline interruption (postgresql): {total} bytecodes of psycopg's pipeline per executemany; psycopg "
-               f"alone raised its own error in place of the interruption at {len(driver)} ({sorted(driver)[:3]}); "
-               f"{'' if FULL else ' (first 3)'}; through the ledger ({len(points)} points) the interruption raised at "
+               f"alone raised its own error in place of the interruption at {len(driver)} points"
+               f"{'' if FULL else ' (looked for the first 3)'} ({sorted(driver)[:3]}); through the ledger ({len(points)} points) the interruption raised at "
                f"{raised}, another error at {len(wrong)}")  # fmt: skip
         assert driver, "psycopg never replaced the interruption with its own error: the fault was not reproduced"
         assert wrong == [], wrong[:5]
