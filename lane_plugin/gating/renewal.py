@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from ..errors import LeaseLost
+from ..ledger.spawn import Spawned, spawn
 from ..ledger.wakeups import STALL_SECONDS
 from ..ledger.watchdog import stuck
 
@@ -85,7 +86,7 @@ class Renewer:
     def __init__(self):
         self._held: set[Held] = set()
         self._nudge: queue.SimpleQueue[None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self._thread: Spawned | None = None
         self.beat = time.monotonic()  # the thread's last cycle (the watchdog's liveness proof)
         self._lease_seconds: dict[tuple[int, str], tuple[float, float]] = {}
         self._wake_at = 0.0  # when the thread wakes next (monotonic)
@@ -122,17 +123,17 @@ class Renewer:
         return held
 
     def _start(self) -> None:
-        # No lock (see the class): the thread named in _thread runs; another started at the same time exits.
-        thread = threading.Thread(target=self._run, name="lane-lease-renewer", daemon=True)
-        self._thread = thread
-        thread.start()
+        # No lock (see the class): the thread named in _thread runs; another started at the same time exits. Not
+        # threading.Thread.start(): a timeout sent to this thread meanwhile made its wait endless (ledger.spawn).
+        me = Spawned("lane-lease-renewer")
+        self._thread = me
+        spawn(me, lambda: self._run(me))
 
     def release(self, held: Held) -> None:
         """Stop renewing (the body finished); idempotent."""
         self._held.discard(held)
 
-    def _run(self) -> None:
-        me = threading.current_thread()
+    def _run(self, me: Spawned) -> None:
         while self._thread is me:
             self.beat = now = time.monotonic()
             held = list(self._held)  # one C call: gated threads add and discard meanwhile

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -172,14 +173,28 @@ def _install_nested_scope_hook() -> None:
     enter, exit_ = WatcherThreadCancelScope.__enter__, WatcherThreadCancelScope.__exit__
 
     def __enter__(self):  # type: ignore[no-untyped-def]
-        n = _bodies.held
-        if n:
-            shield = _get_thread_shield(threading.current_thread())
-            for _ in range(n):
-                shield._lock.__exit__(None, None, None)  # the lock only: no deferred exception raised here
-            _bodies.held = 0
-        self._lane_suspended = n
-        return enter(self)
+        # The scope's enforcer thread is started (in ``enter``) while the body's shield still holds an outer timeout
+        # back: on Python 3.11 a timeout sent while a thread starts one lands in the new thread, and the start waits
+        # for ever (lane_plugin.ledger.spawn); the shield is let go once the enforcer runs.
+        self._lane_suspended = 0
+        try:
+            result = enter(self)
+            n = _bodies.held
+            if n:
+                shield = _get_thread_shield(threading.current_thread())
+                self._lane_suspended, _bodies.held = n, 0  # first: the exit takes back what was let go
+                for _ in range(n):
+                    shield._lock.__exit__(None, None, None)  # the lock only: no deferred exception raised here
+            return result
+        except BaseException:
+            # (an outer timeout let through as the shield went): the scope is closed, its enforcer joined, and the
+            # shield taken back; left open, its enforcer would raise into this thread later, wherever it then is
+            if getattr(self, "_started", False):
+                try:
+                    __exit__(self, *sys.exc_info())
+                except Exception:  # noqa: BLE001 - the exception in flight is the one to raise
+                    pass
+            raise
 
     def __exit__(self, *exc_info):  # type: ignore[no-untyped-def]
         try:

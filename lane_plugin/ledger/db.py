@@ -13,6 +13,7 @@ import os
 import queue
 import random
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -78,6 +79,31 @@ def _is_transient(exc: BaseException) -> bool:
         return state in TRANSIENT_SQLSTATES or state.startswith("08")
     msg = str(exc).lower()
     return isinstance(exc, psycopg.OperationalError) and any(text in msg for text in TRANSIENT_TEXT)
+
+
+def interruption(exc: BaseException, handled: BaseException | None = None) -> BaseException | None:
+    """The interruption behind ``exc``, if any: ``exc`` itself or an exception it was raised while handling that is
+    not an error of the database's (a ``BaseException`` such as Prefect's ``CancelledError``, a ``KeyboardInterrupt``;
+    a ``TimeoutError`` such as Prefect's ``TaskRunTimeoutError``). The chain is followed back to ``handled`` only:
+    the exception the caller was handling when the transaction began (a transaction run to clean up after a
+    timeout, e.g. parking a job whose wait it ended, is not itself interrupted by it, and is retried as any other).
+
+    An exception raised asynchronously into a thread (Prefect's timeout) inside the driver's own clean-up can be
+    replaced by the driver's error about the state it was left in: psycopg's pipeline, interrupted while it synced,
+    raises "cannot exit pipeline mode while busy" from a ``finally``. The interruption is what happened (the task timed
+    out); the connection is in no state to be reused."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and cur is not handled and id(cur) not in seen:
+        seen.add(id(cur))
+        if not isinstance(cur, Exception) or (isinstance(cur, TimeoutError) and not _is_db_error(cur)):
+            return cur
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _is_db_error(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.Error) or type(exc).__module__.startswith("psycopg")
 
 
 class Database:
@@ -205,6 +231,7 @@ class Database:
         # here, for the ``finally`` to close and give back, or on the evaluation stack only, whose drop puts a
         # fresh slot in its place (``Slot.__del__``). Never both: a slot is never given back twice.
         held: list[Slot] = []
+        handled = sys.exc_info()[1]  # what the caller is handling (a timeout it cleans up after), if anything
         try:
             held.append(self._checkout())
             conn = held[0].conn
@@ -231,6 +258,11 @@ class Database:
                 self._pool.put(held.pop())
             return result
         except Exception as exc:
+            stopped = interruption(exc, handled)
+            if stopped is not None:  # a timeout: its connection is closed (below), and the timeout is what is raised
+                if stopped is exc:
+                    raise
+                raise stopped from None  # (the driver's error, e.g. psycopg's "cannot exit pipeline mode while busy")
             # an error the transaction's own exit rolled back (a constraint, a refused input): the connection
             # is reused; a restart, a killed session, anything transient: closed (below)
             if held and not _is_transient(exc) and idle(held[0].conn):

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 # (lanes validate a preflight spec), and they cost it more than the rest of the ledger's imports together.
 
 from ..errors import InvalidInput
+from .spawn import Spawned, spawn
 
 ENTRY_POINT_GROUP = "lane_plugin.preflights"
 CACHE_SECONDS = 5.0
@@ -39,7 +40,7 @@ _NAME = re.compile(r"^[A-Za-z_][\w.:-]{0,127}$")
 _REGISTRY: dict[str, Callable[[], object]] = {}
 _LOCK = threading.Lock()
 Check = TypeVar("Check", bound=Callable[[], object])
-_RUNNING: dict[str, tuple[float, threading.Thread]] = {}  # checks still in flight past their deadline
+_RUNNING: dict[str, tuple[float, Spawned]] = {}  # checks still in flight past their deadline
 
 
 @overload
@@ -170,8 +171,8 @@ def run(spec: str, timeout: float) -> tuple[bool, str | None]:
             )
 
     started = time.monotonic()
-    thread = threading.Thread(target=body, name=f"lane-preflight {spec[:40]}", daemon=True)
-    thread.start()
+    thread = Spawned(f"lane-preflight {spec[:40]}")
+    spawn(thread, body)  # (not threading.Thread.start(): see lane_plugin.ledger.spawn)
     thread.join(timeout)
     if thread.is_alive():
         with _LOCK:

@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
 import time
 from dataclasses import dataclass, field
 
 from . import queries, waiters
+from .spawn import Spawned, spawn
 from .watchdog import stuck as watchdog_timeout
 
 log = logging.getLogger("lane_plugin.wakeups")
@@ -114,7 +114,8 @@ class Wakeups:
     any bytecode, even between a ``with`` block's last line and the lock's release): ``_jobs`` is changed
     by single dict operations, reticks and timed ticks reach the watcher through a
     :class:`queue.SimpleQueue` it alone reads, and the watcher is started without a lock (the one named in
-    ``_thread`` runs). The watchdog (:meth:`check_alive`) proves liveness: a watcher that has not cycled
+    ``_thread`` runs) and without ``threading.Thread.start()``, whose wait a timeout sent to the starter at that
+    moment makes endless (:mod:`lane_plugin.ledger.spawn`). The watchdog (:meth:`check_alive`) proves liveness: a watcher that has not cycled
     for :data:`STALL_SECONDS` fails its waiters with :class:`~lane_plugin.errors.WatchdogTimeout`, logged
     once at ERROR naming it.
     """
@@ -122,7 +123,7 @@ class Wakeups:
     def __init__(self, ledger):
         self.ledger = ledger
         self._jobs: dict[str, Waiting] = {}
-        self._thread: threading.Thread | None = None
+        self._thread: Spawned | None = None
         self._inbox: queue.SimpleQueue[tuple[str, str, float]] = queue.SimpleQueue()  # (kind, lane, when)
         self._retick: set[str] = set()  # the watcher's own (filled from _inbox)
         self._timers: dict[str, float] = {}  # lane -> when (monotonic) the burst window has room again
@@ -140,13 +141,12 @@ class Wakeups:
 
     def _start_watcher(self) -> None:
         # No lock: the watcher named in _thread is the one that runs; one that finds another named exits. Two
-        # registers starting one each at once leave one running; a start interrupted inside Thread.start()
-        # (whose Event could then never be set) leaves a thread that is not alive, and the next waiter starts
-        # another.
-        thread = threading.Thread(target=self._run, name="lane-wakeups", daemon=True)
+        # registers starting one each at once leave one running; a start interrupted before the thread ran leaves
+        # a record that is not alive after spawn.UP_SECONDS, and the next waiter (or the watchdog) starts another.
+        me = Spawned("lane-wakeups")
         self.beat = time.monotonic()
-        self._thread = thread
-        thread.start()
+        self._thread = me
+        spawn(me, lambda: self._run(me))
 
     def unregister(self, job_id: str | None) -> None:  # None: the intake wrote no job (nothing registered)
         self._jobs.pop(job_id, None)  # type: ignore[arg-type]
@@ -204,8 +204,7 @@ class Wakeups:
             except queue.Empty:
                 return
 
-    def _exit_idle(self) -> bool:
-        me = threading.current_thread()
+    def _exit_idle(self, me: Spawned) -> bool:
         if self._thread is me:
             self._thread = None
         if not self._jobs:  # a register from here on finds no watcher and starts one
@@ -214,14 +213,13 @@ class Wakeups:
             self._thread = me
         return self._thread is not me
 
-    def _run(self) -> None:
+    def _run(self, me: Spawned) -> None:
         pg = self.ledger.db.dialect == "postgresql"
         listener = None
         next_safety = next_beat = time.monotonic()
         idle_since = None
         failures, said = 0, None
         try:
-            me = threading.current_thread()
             while True:
                 now = self.beat = time.monotonic()
                 if self._thread is not me:  # another watcher was started meanwhile: it carries on
@@ -229,7 +227,7 @@ class Wakeups:
                 self._drain()
                 if not self._jobs:
                     idle_since = idle_since or now
-                    if now - idle_since > _IDLE_EXIT and self._exit_idle():
+                    if now - idle_since > _IDLE_EXIT and self._exit_idle(me):
                         return
                 else:
                     idle_since = None

@@ -19,7 +19,10 @@ Found by it: a gated thread hung for good on its own Prefect thread shield (one 
 a timeout's enforcer holds the thread's shield while it raises into the thread, and a thread blocked entering the
 shield meanwhile won the shield's inner lock and was interrupted before recording itself as its owner (Prefect's
 ``ThreadShield`` is a pure-Python ``_RLock``). The gate now enters the shield without blocking inside it
-(``lane_plugin.gating.timeouts.enter_shield``); the second test pins that race alone.
+(``lane_plugin.gating.timeouts.enter_shield``); the second test pins that race alone. Seen after it: a gated thread
+waiting for ever in ``Thread.start()`` of a new wake-up watcher (a timeout sent to the thread while it started one
+reached the new thread: test_spawn.py), and, on PostgreSQL, a timeout surfacing as psycopg's "cannot exit pipeline
+mode while busy" (test_pipeline_timeout.py); both fixed, both fail this test again.
 """
 
 from __future__ import annotations
@@ -156,10 +159,10 @@ def test_timeouts_raised_while_waiting_for_the_ledger_leave_nothing_held(db, req
     timed_out = sum(s.name == "TimedOut" or "TaskRunTimeoutError" in t for s, t in zip(states, texts))
     completed = sum(s.is_completed() for s in states)
     nested = [t for t in texts if NESTED in t] + [line for line in logs.lines if NESTED in line]
-    other = sorted({t[:160] for s, t in zip(states, texts) if t and s.name != "TimedOut" and "Timeout" not in t
-                    and PIPELINE_BUSY not in t})
-    # Open (tests/faults/README.md): on PostgreSQL a timeout landing in psycopg's executemany pipeline can surface as
-    # the driver's "cannot exit pipeline mode while busy" (a DatabaseError) instead of the timeout: counted, shown.
+    other = sorted({t[:160] for s, t in zip(states, texts) if t and s.name != "TimedOut" and "Timeout" not in t})
+    # Seen once in CI before the fix (PostgreSQL): a timeout landing in psycopg's executemany pipeline surfaced as the
+    # driver's "cannot exit pipeline mode while busy" (a DatabaseError) instead of the timeout (test_pipeline_timeout.py
+    # pins it): a failure again, counted apart in the figure.
     pipeline_busy = sum(PIPELINE_BUSY in t for t in texts)
     _, rows = led.rows("select state, count(*) from job where stage = 'storm' group by state")
     jobs = dict(rows)
@@ -188,6 +191,7 @@ def test_timeouts_raised_while_waiting_for_the_ledger_leave_nothing_held(db, req
     # the fault happened: Prefect's timeouts fired, some while the runs waited for admission or the ledger's lock
     assert timed_out >= RUNS // 10, (timed_out, [s.name for s in states])
     assert nested == [], nested[:5]
+    assert pipeline_busy == 0, [t for t in texts if PIPELINE_BUSY in t][:3]
     assert other == [], other
     if outside is not None:
         assert outside_figs["errors"] == [] and outside_figs["over_1s"] == 0, outside_figs
