@@ -142,6 +142,7 @@ class Record:
         stream: whether the response was streamed.
         t_done: when the response was complete.
         api: ``openai`` (chat completions) or ``anthropic`` (messages).
+        t_answered: when a refusal's answer was written out (the earliest a client can know of it).
     """
 
     t: float
@@ -155,6 +156,7 @@ class Record:
     stream: bool = False
     t_done: float | None = None
     api: str = "openai"
+    t_answered: float | None = None
 
     @property
     def billed(self) -> int:

@@ -104,6 +104,8 @@ class ProviderEmulator:
             self._records: list[Record] = []
             self.closed_until = -math.inf  # the latest reset a 429 told a client to wait for
             self.sent_into_closed = 0  # requests that arrived before it (the client did not wait)
+            self._closing: Record | None = None  # the 429 whose reset is closed_until
+            self.closed_arrivals: list[tuple[Record, Record]] = []  # (arrival, the 429 it did not wait for)
             self.outside_ok = self.outside_refused = 0
 
     def start(self) -> ProviderEmulator:
@@ -176,8 +178,16 @@ class ProviderEmulator:
             "truncated": sum(r.finish_reason == "length" for r in ok),
             "first_t": recs[0].t if recs else None, "last_done": max((r.t_done or r.t for r in recs), default=None),
             "sent_into_closed": self.sent_into_closed, "outside_ok": self.outside_ok,
-            "outside_refused": self.outside_refused,
+            "outside_refused": self.outside_refused, "closed_arrivals": self.closed_detail(),
         }  # fmt: skip
+
+    def closed_detail(self) -> list[dict]:
+        """Each request that arrived while a 429 said to wait: when (s since the reset), how long after the 429
+        that said so it arrived, and after its answer was out (negative or None: before any client could know)."""
+        with self._lock:
+            return [{"t": round(r.t, 4), "after_429": round(r.t - c.t, 4),
+                     "after_answer": None if c.t_answered is None else round(r.t - c.t_answered, 4),
+                     "status": r.status} for r, c in self.closed_arrivals]  # fmt: skip
 
     def spend_outside(self, prompt_tokens: int, max_tokens: int = 0, completion_tokens: int | None = None) -> bool:
         """A request from another client on the same key (not recorded as the lane's): charged to the windows
@@ -201,10 +211,12 @@ class ProviderEmulator:
         cap = body.get("max_completion_tokens") or body.get("max_tokens") or self.default_max_tokens
         with self._lock:
             now = self.clock()
-            if now < self.closed_until:
-                self.sent_into_closed += 1
             rec = Record(t=now - self.t0, status=429, prompt_tokens=prompt, max_tokens=int(cap), stream=stream,
                          api=api)  # fmt: skip
+            if now < self.closed_until:
+                self.sent_into_closed += 1
+                assert self._closing is not None
+                self.closed_arrivals.append((rec, self._closing))
             limit, retry = self.limits.check(now, prompt + rec.max_tokens, prompt)
             if limit is None:
                 rec.status, rec.rate_tokens = 200, prompt + rec.max_tokens
@@ -214,8 +226,8 @@ class ProviderEmulator:
                 rec.finish_reason = "length" if full > rec.max_tokens else "stop"
             else:
                 rec.limit, rec.t_done = limit, now - self.t0
-                if retry is not None:
-                    self.closed_until = max(self.closed_until, now + retry)
+                if retry is not None and now + retry > self.closed_until:
+                    self.closed_until, self._closing = now + retry, rec
             if api == "anthropic":
                 headers = self.limits.anthropic_headers(now, time.time() - now)
             else:
@@ -234,6 +246,11 @@ class ProviderEmulator:
             rec.t_done = now - self.t0
             self.limits.bill(now, rec.billed)
             self.limits.generated(now, rec.completion_tokens)
+
+    def answered(self, rec: Record) -> None:
+        """A refusal's answer is out: from now its client can know it."""
+        with self._lock:
+            rec.t_answered = self.clock() - self.t0
 
     def refusal(self, rec: Record, model: str, retry: float | None) -> dict:
         """The OpenAI-shaped error body of a 429."""
@@ -319,7 +336,8 @@ class _Handler(BaseHTTPRequestHandler):
         model = body.get("model") or emu.model
         rec, headers, retry = emu.admit(body, stream)
         if rec.status != 200:
-            return self._send_json(429, emu.refusal(rec, model, retry), headers)
+            self._send_json(429, emu.refusal(rec, model, retry), headers)
+            return emu.answered(rec)
         text = "".join(WORDS[i % len(WORDS)] for i in range(rec.completion_tokens))
         usage = {"prompt_tokens": rec.prompt_tokens, "completion_tokens": rec.completion_tokens,
                  "total_tokens": rec.prompt_tokens + rec.completion_tokens}  # fmt: skip
