@@ -15,7 +15,7 @@ import json
 import math
 from typing import Any
 
-from .limits import WORDS
+from .limits import WORDS, sent_at
 
 
 def _send(handler: Any, status: int, body: dict, headers: dict[str, str] | None = None) -> None:
@@ -44,7 +44,7 @@ def handle_messages(handler: Any, raw: bytes) -> None:
     if body.get("stream"):
         return _error(handler, 400, "invalid_request_error", "streaming is not emulated on /v1/messages")
     model = body.get("model") or emu.model
-    rec, headers, retry = emu.admit(body, False, api="anthropic")
+    rec, headers, retry = emu.admit(body, False, api="anthropic", sent_at=sent_at(handler.headers))
     if rec.status != 200:
         if retry is not None:
             headers["retry-after"] = str(max(1, math.ceil(retry)))

@@ -23,6 +23,7 @@ import math
 from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 # The emulated completions' text: each word exactly one token under the 4-characters rule (count_tokens).
 WORDS = ("the ", "fox ", "ran ", "far ", "and ", "hid ", "in ", "a ", "den ")
@@ -165,6 +166,14 @@ class Record:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def sent_at(headers: Any) -> float | None:
+    """A request's ``x-client-sent-at`` header (epoch seconds: when the client began it), if it is a number."""
+    try:
+        return float(headers.get("x-client-sent-at"))
+    except (TypeError, ValueError):
+        return None
 
 
 def max_in_window(events: list[tuple[float, int]], window: float) -> tuple[int, float]:
