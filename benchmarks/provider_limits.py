@@ -197,12 +197,13 @@ def run(args, url_for) -> str:
             th.join()
         out.update(emu.stats())
         rows.append(_row(name, out, bound, calls, target))
-        if out["rejected_429"]:
+        gated = ledger_url is not None  # the notes list a lane's 429s, not those of the plain tasks beside it
+        if gated and out["rejected_429"]:
             refused = [f"{r.t:.1f} s ({r.limit}{', probe' if r.t - last > 0.3 else ''})"
                        for last, r in _refusals(emu.records)]  # fmt: skip
             notes.append(f"{name}: 429s at {', '.join(refused)}; outside spend {out['outside_ok']} sent, "
                          f"{out['outside_refused']} refused")  # fmt: skip
-        if out["closed_arrivals"]:
+        if gated and out["closed_arrivals"]:
             seen = "; ".join(f"{'sent into it' if a['into_closed'] else 'in flight'} (sent "
                              f"{a['sent_after_answer'] * 1000 if a['sent_after_answer'] is not None else float('nan'):+.0f} "
                              f"ms after the answer, arrived {a['after_429'] * 1000:.0f} ms after the 429, {a['status']})"
