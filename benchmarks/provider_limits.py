@@ -17,8 +17,10 @@ binding limit (the least time the provider allows the workload: total units / li
    trued up to the generated output at settlement. Target: 0 x 429, <= 1.2x the binding bound.
 4. **Shared key**: a client outside the lane spends about 40% of the tokens limit at random moments. With
    ``track_limits``: <= 3 responses 429 per 100 calls and <= 1.3x the bound of what is left (60% of the
-   limit). Without it: every 429 pauses every worker, so requests sent into a closed window (the emulator
-   counts those arriving before a 429's reset) = 0.
+   limit). Without it: every 429 pauses every worker, so requests sent into a closed window = 0: the emulator
+   counts a request arriving before a 429's reset as sent into it when it was begun (each call stamps
+   ``x-client-sent-at``) after that 429's answer went out, and apart, as in flight, when it was begun before
+   (no client can hold back a request already on its way).
 
 ``@lane_task`` runs with the SDK's retries off (``max_retries=0``) and Prefect retries: the lane waits,
 not the SDK.
@@ -101,6 +103,12 @@ def _tasks(call, lane: str | None, url: str, rate_cost=None, retries: int = 6) -
     return out
 
 
+def _sent() -> dict[str, str]:
+    """The moment the body begins its call, for the emulator to tell a request sent after a 429's answer from one
+    already on its way (``x-client-sent-at``)."""
+    return {"x-client-sent-at": repr(time.time())}
+
+
 def _openai_call(base_url: str, retries: int, hook=None):
     from openai import OpenAI
 
@@ -110,7 +118,7 @@ def _openai_call(base_url: str, retries: int, hook=None):
 
     def call(doc: int, stage: str, prompt_tokens: int, max_tokens: int):
         return client.chat.completions.create(model="emu-1", messages=_prompt(doc, stage, prompt_tokens),
-                                              max_tokens=max_tokens)  # fmt: skip
+                                              max_tokens=max_tokens, extra_headers=_sent())  # fmt: skip
 
     return call
 
@@ -121,7 +129,8 @@ def _anthropic_call(base_url: str):
     client = Anthropic(base_url=base_url.removesuffix("/v1"), api_key="bench", max_retries=0, timeout=120)
 
     def call(doc: int, stage: str, prompt_tokens: int, max_tokens: int):
-        return client.messages.create(model="emu-1", messages=_prompt(doc, stage, prompt_tokens), max_tokens=max_tokens)
+        return client.messages.create(model="emu-1", messages=_prompt(doc, stage, prompt_tokens), max_tokens=max_tokens,
+                                      extra_headers=_sent())
 
     return call
 
@@ -136,10 +145,21 @@ def _outside(emu, share: float, tpm: int, stop: threading.Event, seed: int) -> N
         emu.spend_outside(max(1, int(rate * gap * rng.uniform(0.5, 1.5))))
 
 
+def _refusals(records) -> list:
+    """``(the arrival before it, the 429)`` of each 429 (a 429 arriving 0.3 s after any other request: a lone probe)."""
+    out, last = [], float("-inf")
+    for r in records:
+        if r.status == 429:
+            out.append((last, r))
+        last = r.t
+    return out
+
+
 def _row(name: str, r: dict, bound: float, calls: int, target: str) -> str:
     per100 = 100 * r["rejected_429"] / calls
     return (f"{name:<44} {r['rejected_429']:>5} {per100:>7.1f} {r['failed']:>3}/{calls:<3} {r['wall']:>7.1f} "
-            f"{bound:>7.1f} {r['wall'] / bound:>7.2f} {r['sent_into_closed']:>7}  {target}")  # fmt: skip
+            f"{bound:>7.1f} {r['wall'] / bound:>7.2f} {r['sent_into_closed']:>7} {r['in_flight_at_429']:>6}  "
+            f"{target}")  # fmt: skip
 
 
 def run(args, url_for) -> str:
@@ -177,6 +197,18 @@ def run(args, url_for) -> str:
             th.join()
         out.update(emu.stats())
         rows.append(_row(name, out, bound, calls, target))
+        gated = ledger_url is not None  # the notes list a lane's 429s, not those of the plain tasks beside it
+        if gated and out["rejected_429"]:
+            refused = [f"{r.t:.1f} s ({r.limit}{', probe' if r.t - last > 0.3 else ''})"
+                       for last, r in _refusals(emu.records)]  # fmt: skip
+            notes.append(f"{name}: 429s at {', '.join(refused)}; outside spend {out['outside_ok']} sent, "
+                         f"{out['outside_refused']} refused")  # fmt: skip
+        if gated and out["closed_arrivals"]:
+            seen = "; ".join(f"{'sent into it' if a['into_closed'] else 'in flight'} (sent "
+                             f"{a['sent_after_answer'] * 1000 if a['sent_after_answer'] is not None else float('nan'):+.0f} "
+                             f"ms after the answer, arrived {a['after_429'] * 1000:.0f} ms after the 429, {a['status']})"
+                             for a in out["closed_arrivals"])  # fmt: skip
+            notes.append(f"{name}: arrived while a 429 said to wait: {seen}")
         if out["first_error"]:
             notes.append(f"{name}: first failure: {out['first_error'][:200]}")
         if ledger_url is not None:
@@ -245,7 +277,7 @@ def run(args, url_for) -> str:
         measure("4 shared key: @lane_task, no track_limits", emu, _tasks(_openai_call(emu.base_url, 0), "shared2",
                 url, rate_cost=cost), bound4, "sent into a closed window = 0", url, extra=outside)  # fmt: skip
     header = (f"{'variant':<44} {'429s':>5} {'/100':>7} {'failed':>7} {'wall s':>7} {'bound':>7} {'x bound':>7} "
-              f"{'closed':>7}  target")  # fmt: skip
+              f"{'closed':>7} {'flight':>6}  target")  # fmt: skip
     lines = [
         "## Provider limits (issue 24): requests, tokens, input and output, a 429 heard by every worker", "",
         "Command: `python benchmarks/bench_provider.py --limits`", "",
@@ -263,7 +295,8 @@ def run(args, url_for) -> str:
         f"{bound4:.1f} s.", "",
         "```", header, "-" * len(header), *rows, "```", "",
         "429s: responses 429 the provider sent the workload; /100: per 100 calls; wall: first submit to last "
-        "result; bound: the binding limit's; closed: requests that arrived while a 429 the emulator sent still "
-        "said to wait.", "", *[f"- {n}" for n in notes], "",
+        "result; bound: the binding limit's; closed: requests sent into a closed window (begun after the answer of a "
+        "429 that still said to wait had gone out); flight: requests that arrived while a 429 said to wait but were "
+        "begun before its answer went out (no client can hold those back).", "", *[f"- {n}" for n in notes], "",
     ]  # fmt: skip
     return "\n".join(lines)

@@ -315,7 +315,7 @@ class Gate(AdmissionWait, ProviderPause):
             return self
         except BaseException as exc:
             self._forget_current()
-            self._drop_probe()
+            self._drop_probe(led)
             waiting.abandon(led, self, exc)
             raise
 
@@ -340,7 +340,7 @@ class Gate(AdmissionWait, ProviderPause):
             return self
         except BaseException as exc:
             self._forget_current()
-            self._drop_probe()
+            self._drop_probe(led)
             waiting.abandon(led, self, exc)
             raise
 

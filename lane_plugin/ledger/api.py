@@ -609,6 +609,29 @@ class Ledger:
         (:meth:`remember_pause`), else one read."""
         return self._limits.paused_for(lane)
 
+    def pause_state(self, lane: str) -> tuple[float, float | None, float | None]:
+        """``lane``'s pause as the ledger holds it, one read: ``(left, ended, probe_left)``. ``left`` > 0: paused
+        for that long. Else ``ended``: when the last pause ended if the lane has not reopened since (None: it is
+        open), and ``probe_left``: how long the probe one gate claimed (:meth:`claim_probe`) still holds the lane
+        (None: no probe out; 0 or less: its hold ran out)."""
+        return self._limits.pause_state(lane)
+
+    def claim_probe(self, lane: str, ended: float, hold: float) -> float | None:
+        """Be the one request, of every process, that goes first after the pause that ended at ``ended`` (as
+        :meth:`pause_state` read it): one conditional write. Returns when the claim's hold ends (the others
+        send anyway after it: a probe that hangs must not stall the lane), or None: another gate has it, or
+        the lane reopened or was paused again."""
+        return self._limits.claim_probe(lane, ended, hold)
+
+    def reopen(self, lane: str, ended: float) -> bool:
+        """The probe after the pause that ended at ``ended`` went through, or its hold ran out: the lane is open
+        for every process (a pause written since is kept: False then). Clears this process's memory of it."""
+        return self._limits.reopen(lane, ended)
+
+    def give_back_probe(self, lane: str, ended: float, hold_until: float) -> None:
+        """The claimed probe never sent (its gate was stopped first): the next gate claims it."""
+        self._limits.give_back_probe(lane, ended, hold_until)
+
     def remember_pause(self, lane: str, seconds: float) -> float:
         """Close ``lane`` for ``seconds`` in this process's memory only (:meth:`pause` does it before its
         write, which may wait for the database's lock while other workers send); returns when it reopens.

@@ -143,6 +143,50 @@ class ProviderLimits:
         if self.paused_here_until.get(lane) == ended:
             self.paused_here_until.pop(lane, None)
 
+    def pause_state(self, lane: str) -> tuple[float, float | None, float | None]:
+        lane = text("lane", lane)
+
+        def run(cur: Cursor, now: float) -> tuple[float, float | None, float | None]:
+            r = cur.one(queries.LIMITS_PAUSE_STATE, {"l": lane})
+            if r is None or r[0] is None:
+                return 0.0, None, None
+            until, probe = float(r[0]), r[1]
+            if until > now:
+                return until - now, None, None
+            return 0.0, until, None if probe is None else float(probe) - now
+
+        return self.led._run(run, write=False)
+
+    def claim_probe(self, lane: str, ended: float, hold: float) -> float | None:
+        lane = text("lane", lane)
+        hold = number("hold", hold, low=0.001, high=MAX_PAUSE_SECONDS)
+
+        def run(cur: Cursor, now: float) -> float | None:
+            cur.execute(queries.LIMITS_PROBE_CLAIM, {"l": lane, "e": ended, "h": now + hold, "now": now})
+            return now + hold if cur.rowcount == 1 else None
+
+        return self.led._run(run)
+
+    def reopen(self, lane: str, ended: float) -> bool:
+        lane = text("lane", lane)
+
+        def run(cur: Cursor, now: float) -> bool:
+            cur.execute(queries.LIMITS_PROBE_REOPEN, {"l": lane, "e": ended})
+            return cur.rowcount == 1
+
+        done = self.led._run(run)
+        if (until := self.paused_here_until.get(lane)) is not None and until <= time.time():
+            self.paused_here_until.pop(lane, None)  # this process's memory of the pause that ended, too
+        return done
+
+    def give_back_probe(self, lane: str, ended: float, hold_until: float) -> None:
+        lane = text("lane", lane)
+
+        def run(cur: Cursor, now: float) -> None:
+            cur.execute(queries.LIMITS_PROBE_GIVE_BACK, {"l": lane, "e": ended, "h": hold_until})
+
+        self.led._run(run)
+
     def paused_for(self, lane: str) -> float:
         lane = text("lane", lane)
         if (left := self.paused_here(lane)) > 0:

@@ -93,6 +93,9 @@ class Lane(SQLModel, table=True):
     # A provider's 429 closed the lane until then (admission leases nothing before), and why.
     paused_until: Optional[float] = Field(default=None)
     paused_reason: Optional[str] = Field(default=None)
+    # After the pause ended: the one gate (of any process) sending the probe holds the lane until its answer
+    # or until then; null: no probe out.
+    probe_until: Optional[float] = Field(default=None)
     # Its limits over requests, input_tokens, output_tokens (policy.limits.spec_of); counters in lane_limit.
     limit_spec: Optional[str] = Field(default=None)
 

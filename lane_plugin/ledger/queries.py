@@ -273,6 +273,15 @@ ADMITTING_RECORD_PREFLIGHT = (
 
 # -- limits_api ------------------------------------------------------------------------------------------
 LIMITS_PAUSED_UNTIL = "select paused_until from lane where name = :l"
+LIMITS_PAUSE_STATE = "select paused_until, probe_until from lane where name = :l"
+# The probe after a pause ended: claimed by one gate of any process (the row's pause is the one it read, no
+# probe out); its success (or its hold run out) reopens the lane; a gate that never sent gives it back.
+LIMITS_PROBE_CLAIM = (
+    "update lane set probe_until = :h where name = :l and paused_until = :e and paused_until <= :now "
+    "and probe_until is null"
+)
+LIMITS_PROBE_REOPEN = "update lane set paused_until = null, probe_until = null where name = :l and paused_until = :e"
+LIMITS_PROBE_GIVE_BACK = "update lane set probe_until = null where name = :l and paused_until = :e and probe_until = :h"
 
 
 # -- wakeups ---------------------------------------------------------------------------------------------
@@ -888,7 +897,9 @@ LIMITS_SET_LIMITS_INSERT_LANE_LIMIT = (
 )
 LIMITS_SET_SPEC = "update lane set limit_spec = :s, updated_at = :now where name = :n"
 LIMITS_PAUSE_UPDATE_JOB = "update job set rate_limited = rate_limited + 1 where id = :id"
-LIMITS_PAUSE_UPDATE_LANE = "update lane set paused_until = :u, paused_reason = :r, updated_at = :now where name = :l"
+LIMITS_PAUSE_UPDATE_LANE = (
+    "update lane set paused_until = :u, paused_reason = :r, probe_until = null, updated_at = :now where name = :l"
+)
 
 
 def _true_up(tokens: bool) -> dict[str, str]:

@@ -15,7 +15,7 @@ import json
 import math
 from typing import Any
 
-from .limits import WORDS
+from .limits import WORDS, sent_at
 
 
 def _send(handler: Any, status: int, body: dict, headers: dict[str, str] | None = None) -> None:
@@ -44,14 +44,15 @@ def handle_messages(handler: Any, raw: bytes) -> None:
     if body.get("stream"):
         return _error(handler, 400, "invalid_request_error", "streaming is not emulated on /v1/messages")
     model = body.get("model") or emu.model
-    rec, headers, retry = emu.admit(body, False, api="anthropic")
+    rec, headers, retry = emu.admit(body, False, api="anthropic", sent_at=sent_at(handler.headers))
     if rec.status != 200:
         if retry is not None:
             headers["retry-after"] = str(max(1, math.ceil(retry)))
         what = (rec.limit or "rate").replace("_", " ")
-        return _error(handler, 429, "rate_limit_error",
-                      f"This request would exceed the rate limit for your organization of {what} per minute.",
-                      headers)  # fmt: skip
+        _error(handler, 429, "rate_limit_error",
+               f"This request would exceed the rate limit for your organization of {what} per minute.",
+               headers)  # fmt: skip
+        return emu.answered(rec)
     text = "".join(WORDS[i % len(WORDS)] for i in range(rec.completion_tokens))
     emu.sleep(emu.latency_base + emu.latency_per_token * rec.completion_tokens)
     emu.finish(rec)

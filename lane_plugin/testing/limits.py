@@ -23,6 +23,7 @@ import math
 from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 # The emulated completions' text: each word exactly one token under the 4-characters rule (count_tokens).
 WORDS = ("the ", "fox ", "ran ", "far ", "and ", "hid ", "in ", "a ", "den ")
@@ -142,6 +143,7 @@ class Record:
         stream: whether the response was streamed.
         t_done: when the response was complete.
         api: ``openai`` (chat completions) or ``anthropic`` (messages).
+        t_answered: when a refusal's answer was written out (the earliest a client can know of it).
     """
 
     t: float
@@ -155,6 +157,7 @@ class Record:
     stream: bool = False
     t_done: float | None = None
     api: str = "openai"
+    t_answered: float | None = None
 
     @property
     def billed(self) -> int:
@@ -163,6 +166,14 @@ class Record:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def sent_at(headers: Any) -> float | None:
+    """A request's ``x-client-sent-at`` header (epoch seconds: when the client began it), if it is a number."""
+    try:
+        return float(headers.get("x-client-sent-at"))
+    except (TypeError, ValueError):
+        return None
 
 
 def max_in_window(events: list[tuple[float, int]], window: float) -> tuple[int, float]:

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from .limits import WORDS, Limits, Record, count_tokens, draw_length, duration, load_trace, max_in_window
+from .limits import WORDS, Limits, Record, count_tokens, draw_length, duration, load_trace, max_in_window, sent_at
 
 _LIMIT_TEXT = {"tokens": "tokens per min (TPM)", "requests": "requests per min (RPM)", "daily": "tokens per day (TPD)"}
 
@@ -68,8 +68,11 @@ class ProviderEmulator:
     ``POST /v1/messages`` answers as Anthropic's Messages API (``x-api-key``, ``max_tokens`` required,
     ``anthropic-ratelimit-*`` headers with RFC 3339 resets, 429 ``rate_limit_error`` with ``retry-after``),
     counted against the same windows. :meth:`spend_outside` spends part of the limits as another client on
-    the same key would (a shared key), and the emulator counts the requests that arrive while a 429 it
-    sent still says to wait (``sent_into_closed``).
+    the same key would (a shared key), and the emulator counts the requests sent while a 429 it had answered
+    still said to wait (``sent_into_closed``), apart from those already on their way when that answer went
+    out (``in_flight_at_429``: no client could have held them). When a request was sent is its arrival, or
+    what its ``x-client-sent-at`` header says (epoch seconds: the moment the client's code began the call,
+    which a benchmark stamps; a request can be begun long before its bytes arrive on a loaded machine).
     """
 
     def __init__(self, tpm: int = 90_000, rpm: int | None = 3_500, daily_tokens: int | None = None, *,
@@ -102,8 +105,11 @@ class ProviderEmulator:
             self.limits = Limits(self.tpm, self.rpm, self.daily_tokens, self.window_seconds, self.day_seconds,
                                  t0=self.t0, itpm=self.itpm, otpm=self.otpm)  # fmt: skip
             self._records: list[Record] = []
-            self.closed_until = -math.inf  # the latest reset a 429 told a client to wait for
-            self.sent_into_closed = 0  # requests that arrived before it (the client did not wait)
+            self._saying: list[tuple[Record, float]] = []  # the 429s whose reset is still ahead, and that reset
+            self.sent_into_closed = 0  # requests sent after such a 429's answer went out (the client did not wait)
+            self.in_flight_at_429 = 0  # requests sent before any such answer went out, arriving after a 429
+            # (request, the 429 in force, sent (s since the start), whether that 429's answer was out by then)
+            self.closed_arrivals: list[tuple[Record, Record, float, bool]] = []
             self.outside_ok = self.outside_refused = 0
 
     def start(self) -> ProviderEmulator:
@@ -175,9 +181,20 @@ class ProviderEmulator:
             "max_window_tokens": self.max_window_tokens(), "tpm": self.tpm, "window_seconds": self.window_seconds,
             "truncated": sum(r.finish_reason == "length" for r in ok),
             "first_t": recs[0].t if recs else None, "last_done": max((r.t_done or r.t for r in recs), default=None),
-            "sent_into_closed": self.sent_into_closed, "outside_ok": self.outside_ok,
-            "outside_refused": self.outside_refused,
+            "sent_into_closed": self.sent_into_closed, "in_flight_at_429": self.in_flight_at_429,
+            "outside_ok": self.outside_ok,
+            "outside_refused": self.outside_refused, "closed_arrivals": self.closed_detail(),
         }  # fmt: skip
+
+    def closed_detail(self) -> list[dict]:
+        """Each request that arrived while a 429 said to wait: when it arrived (s since the start), whether it
+        was sent into the closed window (after that 429's answer went out) or was in flight, and its times
+        after that 429's arrival and its answer (sent and arrived; None: the answer was not out yet)."""
+        with self._lock:
+            return [{"t": round(r.t, 4), "into_closed": known, "after_429": round(r.t - c.t, 4),
+                     "sent_after_answer": None if c.t_answered is None else round(sent - c.t_answered, 4),
+                     "arrived_after_answer": None if c.t_answered is None else round(r.t - c.t_answered, 4),
+                     "status": r.status} for r, c, sent, known in self.closed_arrivals]  # fmt: skip
 
     def spend_outside(self, prompt_tokens: int, max_tokens: int = 0, completion_tokens: int | None = None) -> bool:
         """A request from another client on the same key (not recorded as the lane's): charged to the windows
@@ -194,17 +211,18 @@ class ProviderEmulator:
             return True
 
     # -- the request path ------------------------------------------------------------
-    def admit(self, body: dict, stream: bool, api: str = "openai") -> tuple[Record, dict[str, str], float | None]:
-        """Count a request against the limits and record it: the record (200 or 429), headers, retry-after."""
+    def admit(self, body: dict, stream: bool, api: str = "openai",
+              sent_at: float | None = None) -> tuple[Record, dict[str, str], float | None]:  # fmt: skip
+        """Count a request against the limits and record it: the record (200 or 429), headers, retry-after.
+        ``sent_at``: when the client began it (epoch seconds, ``x-client-sent-at``; None: its arrival)."""
         messages = body.get("messages")
         prompt = count_tokens(messages) + count_tokens([{"content": body.get("system") or ""}])
         cap = body.get("max_completion_tokens") or body.get("max_tokens") or self.default_max_tokens
         with self._lock:
             now = self.clock()
-            if now < self.closed_until:
-                self.sent_into_closed += 1
             rec = Record(t=now - self.t0, status=429, prompt_tokens=prompt, max_tokens=int(cap), stream=stream,
                          api=api)  # fmt: skip
+            self._closed_window(rec, now, sent_at)
             limit, retry = self.limits.check(now, prompt + rec.max_tokens, prompt)
             if limit is None:
                 rec.status, rec.rate_tokens = 200, prompt + rec.max_tokens
@@ -215,7 +233,7 @@ class ProviderEmulator:
             else:
                 rec.limit, rec.t_done = limit, now - self.t0
                 if retry is not None:
-                    self.closed_until = max(self.closed_until, now + retry)
+                    self._saying.append((rec, now + retry))
             if api == "anthropic":
                 headers = self.limits.anthropic_headers(now, time.time() - now)
             else:
@@ -234,6 +252,25 @@ class ProviderEmulator:
             rec.t_done = now - self.t0
             self.limits.bill(now, rec.billed)
             self.limits.generated(now, rec.completion_tokens)
+
+    def _closed_window(self, rec: Record, now: float, sent_at: float | None) -> None:
+        """Count ``rec`` if it arrived while a 429 said to wait: sent into the closed window when one such 429's
+        answer was out before it was sent, else in flight (lock held)."""
+        self._saying = [(c, until) for c, until in self._saying if until > now]
+        if not self._saying:
+            return
+        sent = rec.t if sent_at is None else min(rec.t, sent_at - (time.time() - now) - self.t0)
+        known = [c for c, _ in self._saying if c.t_answered is not None and c.t_answered <= sent]
+        if known:
+            self.sent_into_closed += 1
+        else:
+            self.in_flight_at_429 += 1
+        self.closed_arrivals.append((rec, (known or [c for c, _ in self._saying])[0], sent, bool(known)))
+
+    def answered(self, rec: Record) -> None:
+        """A refusal's answer is out: from now its client can know it."""
+        with self._lock:
+            rec.t_answered = self.clock() - self.t0
 
     def refusal(self, rec: Record, model: str, retry: float | None) -> dict:
         """The OpenAI-shaped error body of a 429."""
@@ -317,9 +354,10 @@ class _Handler(BaseHTTPRequestHandler):
             )
         emu, stream = self.emulator, bool(body.get("stream"))
         model = body.get("model") or emu.model
-        rec, headers, retry = emu.admit(body, stream)
+        rec, headers, retry = emu.admit(body, stream, sent_at=sent_at(self.headers))
         if rec.status != 200:
-            return self._send_json(429, emu.refusal(rec, model, retry), headers)
+            self._send_json(429, emu.refusal(rec, model, retry), headers)
+            return emu.answered(rec)
         text = "".join(WORDS[i % len(WORDS)] for i in range(rec.completion_tokens))
         usage = {"prompt_tokens": rec.prompt_tokens, "completion_tokens": rec.completion_tokens,
                  "total_tokens": rec.prompt_tokens + rec.completion_tokens}  # fmt: skip

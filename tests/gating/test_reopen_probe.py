@@ -10,7 +10,7 @@ import pytest
 
 from lane_plugin import Ledger
 from lane_plugin.gating import provider_pause
-from lane_plugin.gating.provider_pause import PROBE_POLL, ProviderPause
+from lane_plugin.gating.provider_pause import PROBE_POLL, PROBE_POLL_LEDGER, ProviderPause
 
 
 class _Gate(ProviderPause):
@@ -67,3 +67,28 @@ def test_a_probe_that_hangs_past_its_hold_opens_the_lane(led, monkeypatch):
     _reopen(led)  # and the next pause gets its own probe, not the hung one's claim
     assert g3._paused_for(led) == 0.0 and g3._probe is not None
     assert g2._paused_for(led) == PROBE_POLL
+
+
+def test_the_probe_is_one_for_the_lane_across_ledgers_as_across_processes(led, tmp_path):
+    other = Ledger(f"sqlite:///{tmp_path / 'lane.db'}")  # another process's ledger: its own memory and probes
+    try:
+        g1, g2, g3 = _Gate(1), _Gate(2), _Gate(3)
+        _reopen(led)  # paused and ended in led's process; `other` saw none of it
+        assert other.paused_here("l") == 0.0 and other.pause_state("l")[1] is not None  # ended, not reopened
+        assert g2._paused_for(other) == 0.0 and g2._probe is not None  # the first gate anywhere probes
+        assert 0 < g1._paused_for(led) <= PROBE_POLL_LEDGER and g1._probe is None  # the ledger says: one is out
+        assert 0 < g3._paused_for(other) <= PROBE_POLL  # behind its own process's probe, no claim of its own
+        g2._probe_done(other, None)
+        assert led.pause_state("l") == (0.0, None, None)  # open for every process
+        assert g1._paused_for(led) == 0.0 and g3._paused_for(other) == 0.0 and g1._probe is None
+    finally:
+        other.close()
+
+
+def test_a_probe_whose_gate_never_sent_is_given_back_to_the_next_gate(led):
+    g1, g2 = _Gate(1), _Gate(2)
+    _reopen(led)
+    assert g1._paused_for(led) == 0.0 and led.pause_state("l")[2] is not None  # claimed in the ledger
+    g1._drop_probe(led)  # stopped (a timeout) before its body ran
+    assert led.pause_state("l")[2] is None and led.pause_state("l")[1] is not None  # not reopened: given back
+    assert g2._paused_for(led) == 0.0 and g2._probe is not None  # the next gate is the probe

@@ -211,3 +211,24 @@ def test_max_in_window_and_errors():
             c.embeddings.create(model="emu-1", input="x")
     with pytest.raises(RuntimeError):
         _ = ProviderEmulator(tpm=100, output_lengths=[1]).base_url
+
+
+def test_a_request_sent_after_a_429s_answer_is_sent_into_the_closed_window_one_begun_before_is_in_flight():
+    with ProviderEmulator(tpm=10**6, rpm=1, window_seconds=60, output_lengths=[5]) as emu:
+        c = client(emu)
+        ask(c, 10, 5, tag="a")
+        begun = time.time()  # a call begun here, whose bytes arrive only after the 429 below
+        with pytest.raises(openai.RateLimitError):
+            ask(c, 10, 5, tag="b")
+        refused = emu.records[1]
+        assert refused.status == 429 and refused.t_answered is not None  # the 429 was answered: the window closed
+        assert emu.stats()["sent_into_closed"] == emu.stats()["in_flight_at_429"] == 0
+        for tag, headers in (("c", {"x-client-sent-at": repr(begun)}), ("d", {}),
+                             ("e", {"x-client-sent-at": repr(time.time())})):  # fmt: skip
+            with pytest.raises(openai.RateLimitError):
+                ask(c, 10, 5, tag=tag, extra_headers=headers)
+        stats = emu.stats()
+    # begun before the answer went out: in flight; stamped after it, or unstamped (its arrival): sent into it
+    assert (stats["in_flight_at_429"], stats["sent_into_closed"]) == (1, 2)
+    assert [a["into_closed"] for a in stats["closed_arrivals"]] == [False, True, True]
+    assert stats["closed_arrivals"][0]["sent_after_answer"] < 0 < stats["closed_arrivals"][1]["sent_after_answer"]
