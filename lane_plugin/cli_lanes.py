@@ -204,8 +204,13 @@ def lanes_set(
 
         from .policy.limits import format_limit
 
-        print_json({**asdict(row), "limits": [format_limit(x) for x in row.policy.all_limits],
-                    "parked": [t["job_id"] for t in parked]})  # fmt: skip
+        print_json(
+            {
+                **asdict(row),
+                "limits": [format_limit(x) for x in row.policy.all_limits],
+                "parked": [t["job_id"] for t in parked],
+            }
+        )
         return
     typer.echo(
         f"lane {row.name}: ceiling {row.ceiling:,}, {_limits_text(row)}, "
@@ -213,8 +218,10 @@ def lanes_set(
     )
     if parked:  # said, not left to be found: the change took these jobs out of the queue
         why = parked[0]["reason"].split(": ", 1)[-1]
-        typer.echo(f"parked {len(parked)} waiting job(s) the new settings leave no way to fit (the first: {why}); "
-                   f"lane tail --lane {row.name} lists them")  # fmt: skip
+        typer.echo(
+            f"parked {len(parked)} waiting job(s) the new settings leave no way to fit (the first: {why}); "
+            f"lane tail --lane {row.name} lists them"
+        )
 
 
 def _limits_text(row) -> str:

@@ -89,8 +89,9 @@ def tenants_set(
 
     if no_ceiling and ceiling is not None:
         raise InvalidInput("ceiling", ceiling, "--ceiling and --no-ceiling contradict each other")
-    t = ledger().set_tenant(lane, tenant, weight=weight, ceiling=ceiling, no_ceiling=no_ceiling, period=period,
-                            create=create, force=force)  # fmt: skip
+    t = ledger().set_tenant(
+        lane, tenant, weight=weight, ceiling=ceiling, no_ceiling=no_ceiling, period=period, create=create, force=force
+    )
     if as_json:
         print_json(t)
         return

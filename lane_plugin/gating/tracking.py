@@ -32,8 +32,11 @@ def _http_client(client: Any) -> Any:
     """The httpx client under an openai/anthropic SDK client (``._client``), or an httpx client itself."""
     inner = getattr(client, "_client", client)
     if not hasattr(inner, "event_hooks"):
-        raise InvalidInput("client", client, f"track_limits needs an openai/anthropic client or an httpx client, "
-                           f"not a {type(client).__name__}")  # fmt: skip
+        raise InvalidInput(
+            "client",
+            client,
+            f"track_limits needs an openai/anthropic client or an httpx client, not a {type(client).__name__}",
+        )
     return inner
 
 

@@ -197,9 +197,13 @@ def _retry_in(cur: Cursor, row: LaneRow, decision: Decision, now: float, uses: t
 def _give_up(cur: Cursor, row: LaneRow, job_id: str, rule: str, why: str, now: float) -> dict | None:
     """A job that cannot fit before the next reset: to its fallback lane, or parked with the reason."""
     # (a rate cost past the burst can never fit, period or not: no reset lowers it)
-    cause = ("which has no period to reset its spend" if rule != BURST and rule != TENANT_CEILING
-             else "whatever its period resets" if rule == BURST or why.endswith(NO_RESET_HELPS)
-             else "whose tenant has no period to reset its spend")  # fmt: skip
+    cause = (
+        "which has no period to reset its spend"
+        if rule != BURST and rule != TENANT_CEILING
+        else "whatever its period resets"
+        if rule == BURST or why.endswith(NO_RESET_HELPS)
+        else "whose tenant has no period to reset its spend"
+    )
     tail = upkeep.give_up(cur, job_id, reason=f"cannot fit in lane {row.name!r}, {cause}: {why}", now=now)
     return None if tail is None else {**tail, "rule": rule}
 

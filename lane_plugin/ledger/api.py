@@ -372,8 +372,15 @@ class Ledger:
         name = text("lane", name)
         return self._run(lambda cur, now: read_lane(cur, name), write=False)
 
-    def set_lane(self, name: str, *, create: bool = True, force: bool = False,
-                 parked: list[dict[str, Any]] | None = None, **settings: Any) -> LaneRow:  # fmt: skip
+    def set_lane(
+        self,
+        name: str,
+        *,
+        create: bool = True,
+        force: bool = False,
+        parked: list[dict[str, Any]] | None = None,
+        **settings: Any,
+    ) -> LaneRow:
         """Change a lane's policy (``ceiling=...``); creates the lane if it is new, unless ``create=False``.
 
         A ceiling lowered under what the lane has already admitted this period is refused
@@ -402,9 +409,18 @@ class Ledger:
             parked.extend(tails)
         return row
 
-    def set_tenant(self, lane: str, tenant: str, *, weight: float | None = None, ceiling: int | None = None,
-                   no_ceiling: bool = False, period: str | None = None, create: bool = True,
-                   force: bool = False) -> dict[str, Any]:  # fmt: skip
+    def set_tenant(
+        self,
+        lane: str,
+        tenant: str,
+        *,
+        weight: float | None = None,
+        ceiling: int | None = None,
+        no_ceiling: bool = False,
+        period: str | None = None,
+        create: bool = True,
+        force: bool = False,
+    ) -> dict[str, Any]:
         """Give a tenant of ``lane`` a weight (its share when backlogged) and/or a budget.
 
         Args:
@@ -431,9 +447,20 @@ class Ledger:
             ceiling = tokens("ceiling", ceiling)
         if period is not None and period not in PERIODS:
             raise InvalidInput("period", period, f"expected one of {', '.join(PERIODS)}")
-        return self._run(lambda cur, now: tenants.set_tenant(cur, now, lane, tenant, create=create, weight=weight,
-                                                             ceiling=ceiling, no_ceiling=no_ceiling, period=period,
-                                                             force=bool(force)))
+        return self._run(
+            lambda cur, now: tenants.set_tenant(
+                cur,
+                now,
+                lane,
+                tenant,
+                create=create,
+                weight=weight,
+                ceiling=ceiling,
+                no_ceiling=no_ceiling,
+                period=period,
+                force=bool(force),
+            )
+        )
 
     def tenants(self, lane: str | None = None) -> list[dict[str, Any]]:
         """The tenants of ``lane`` (or of every lane): ``weight``, ``ceiling``, ``period``, ``spent``,
@@ -587,7 +614,6 @@ class Ledger:
         """
         self._learning.save_estimator_state(estimator, rows)
 
-
     # -- provider limits: a 429's pause, the provider's own count (ledger/limits_api.py) ---------------------
     def pause(self, lane: str, seconds: float, *, reason: str, job_id: str | None = None) -> float:
         """Close ``lane`` for ``seconds`` for every process (a provider's 429 said so); returns when it reopens.
@@ -656,8 +682,9 @@ class Ledger:
         since is kept)."""
         self._limits.reopened(lane, ended)
 
-    def provider_used(self, lane: str, used: Mapping[str, int], *, job_id: str | None = None,
-                      refused: bool = False) -> None:
+    def provider_used(
+        self, lane: str, used: Mapping[str, int], *, job_id: str | None = None, refused: bool = False
+    ) -> None:
         """The provider's own count of what its limits hold (``{unit: used}``, its limit less its
         ``x-ratelimit-remaining-*``), on the response to ``job_id``'s request (None: a count of now;
         ``refused``: its 429, which did not count it): each of

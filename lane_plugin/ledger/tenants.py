@@ -117,8 +117,19 @@ def settle(cur: Cursor, lane: str, tenant: str, *, actual: int, est: int, now: f
 # -- configuring and listing (``lane tenants``) -----------------------------------------------------------
 
 
-def set_tenant(cur: Cursor, now: float, lane: str, name: str, *, create: bool, weight: float | None,
-               ceiling: int | None, no_ceiling: bool, period: str | None, force: bool = False) -> dict:  # fmt: skip
+def set_tenant(
+    cur: Cursor,
+    now: float,
+    lane: str,
+    name: str,
+    *,
+    create: bool,
+    weight: float | None,
+    ceiling: int | None,
+    no_ceiling: bool,
+    period: str | None,
+    force: bool = False,
+) -> dict:
     """Change (or, with ``create``, add) a tenant of ``lane``; returns its row as :func:`listing` gives it.
 
     A name the lane has never seen (no row, no job) is refused unless ``create``, suggesting the closest
@@ -150,8 +161,7 @@ def set_tenant(cur: Cursor, now: float, lane: str, name: str, *, create: bool, w
     if period is not None:  # its spent counts from the start of the new period (I3 per tenant)
         ps = period_start(period, now)
         sets["period"], sets["period_start"] = period, ps
-        sets["spent"] = int(cur.scalar(
-            queries.TENANTS_SET_TENANT_SELECT_SETTLEMENT, {"l": lane, "n": name, "p": ps}))
+        sets["spent"] = int(cur.scalar(queries.TENANTS_SET_TENANT_SELECT_SETTLEMENT, {"l": lane, "n": name, "p": ps}))
     if sets:
         cur.execute(queries.tenants_update(sets), {**sets, "now": now, "l": lane, "n": name})
     if sets.get("ceiling") is not None and not force:
@@ -168,11 +178,16 @@ def _refuse_a_ceiling_under_admitted(cur: Cursor, now: float, lane: str, name: s
     _, overage, reserved = cur.one(queries.AUDIT_TENANT_SPEND, {"l": lane, "t": name, "p": row.period_start})
     admitted = row.spent - int(overage) + int(reserved)
     if ceiling < admitted:
-        raise InvalidInput("ceiling", ceiling, (
-            f"tenant {name!r} of lane {lane!r} would get a ceiling of {ceiling:,}, under the {admitted:,} tokens it "
-            f"has already admitted this period (spent {row.spent:,} - overage {int(overage):,} + reserved "
-            f"{int(reserved):,}): its jobs would wait until the next reset, and lane audit reports I1; pass --force "
-            "(force=True) to lower it anyway"))  # fmt: skip
+        raise InvalidInput(
+            "ceiling",
+            ceiling,
+            (
+                f"tenant {name!r} of lane {lane!r} would get a ceiling of {ceiling:,}, under the {admitted:,} tokens it "
+                f"has already admitted this period (spent {row.spent:,} - overage {int(overage):,} + reserved "
+                f"{int(reserved):,}): its jobs would wait until the next reset, and lane audit reports I1; pass --force "
+                "(force=True) to lower it anyway"
+            ),
+        )
 
 
 def listing(cur: Cursor, now: float, lane: str | None = None) -> list[dict]:

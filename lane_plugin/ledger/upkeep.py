@@ -207,10 +207,10 @@ def _fallback_not_asked(cur: Cursor, job_id: str) -> str:
     fallback = read_lane(cur, row[0]).fallback if row is not None and not row[1] else None
     if not fallback:
         return ""
-    return (f" (lane {row[0]!r} falls back to {fallback!r} only for jobs that ask: fallback=True on lane_task "
-            "or gate(), --fallback lane on lane submit)")  # fmt: skip
-
-
+    return (
+        f" (lane {row[0]!r} falls back to {fallback!r} only for jobs that ask: fallback=True on lane_task "
+        "or gate(), --fallback lane on lane submit)"
+    )
 
 
 def _fresh_place(cur: Cursor, lane: str) -> tuple[str, dict]:

@@ -210,7 +210,8 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
             budget = budgets[c.tenant]
             if not tenant_room(budget, by_tenant.get(c.tenant, 0), est):  # no shadow: it blocks no other tenant
                 why = tenant_never_fits(c.tenant, budget, est) or (
-                    None if budget.resets else tenant_unfit_reason(c.tenant, budget, est))  # fmt: skip
+                    None if budget.resets else tenant_unfit_reason(c.tenant, budget, est)
+                )
                 if why is not None:
                     parked.append((c, TENANT_CEILING, why))
                 budget_ok.left(c)  # rule 12 counts around it: held by its tenant, not by the order

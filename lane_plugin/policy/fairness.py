@@ -214,8 +214,10 @@ def tenant_unfit_reason(name: str, state: TenantState, est: int) -> str | None:
     if state.ceiling is None or state.spent + est <= state.ceiling:
         return None
     left = state.ceiling - state.spent
-    return (f"estimate {est} exceeds what is left of the ceiling of tenant {name!r}: {left} of {state.ceiling} "
-            f"(spent {state.spent})")  # fmt: skip
+    return (
+        f"estimate {est} exceeds what is left of the ceiling of tenant {name!r}: {left} of {state.ceiling} "
+        f"(spent {state.spent})"
+    )
 
 
 NO_RESET_HELPS = "no reset makes room for it"

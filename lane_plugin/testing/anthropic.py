@@ -49,9 +49,13 @@ def handle_messages(handler: Any, raw: bytes) -> None:
         if retry is not None:
             headers["retry-after"] = str(max(1, math.ceil(retry)))
         what = (rec.limit or "rate").replace("_", " ")
-        _error(handler, 429, "rate_limit_error",
-               f"This request would exceed the rate limit for your organization of {what} per minute.",
-               headers)  # fmt: skip
+        _error(
+            handler,
+            429,
+            "rate_limit_error",
+            f"This request would exceed the rate limit for your organization of {what} per minute.",
+            headers,
+        )
         return emu.answered(rec)
     text = "".join(WORDS[i % len(WORDS)] for i in range(rec.completion_tokens))
     emu.sleep(emu.latency_base + emu.latency_per_token * rec.completion_tokens)

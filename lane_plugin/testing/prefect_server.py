@@ -104,8 +104,14 @@ def real_server(tmp_path: Path, *, ui: bool = False, **extra_env: str):
         with log.open("w") as out:
             args = ["server", "start", "--host", "127.0.0.1", "--port", str(port), "--analytics-off"]
             args += [] if ui else ["--no-ui"]
-            server = subprocess.Popen([str(BIN / "prefect"), *args], env=env, cwd=tmp_path, stdout=out,
-                                      stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+            server = subprocess.Popen(
+                [str(BIN / "prefect"), *args],
+                env=env,
+                cwd=tmp_path,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         wait_healthy(api, server, log)
         yield api, env
     finally:

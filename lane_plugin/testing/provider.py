@@ -191,10 +191,17 @@ class ProviderEmulator:
         was sent into the closed window (after that 429's answer went out) or was in flight, and its times
         after that 429's arrival and its answer (sent and arrived; None: the answer was not out yet)."""
         with self._lock:
-            return [{"t": round(r.t, 4), "into_closed": known, "after_429": round(r.t - c.t, 4),
-                     "sent_after_answer": None if c.t_answered is None else round(sent - c.t_answered, 4),
-                     "arrived_after_answer": None if c.t_answered is None else round(r.t - c.t_answered, 4),
-                     "status": r.status} for r, c, sent, known in self.closed_arrivals]  # fmt: skip
+            return [
+                {
+                    "t": round(r.t, 4),
+                    "into_closed": known,
+                    "after_429": round(r.t - c.t, 4),
+                    "sent_after_answer": None if c.t_answered is None else round(sent - c.t_answered, 4),
+                    "arrived_after_answer": None if c.t_answered is None else round(r.t - c.t_answered, 4),
+                    "status": r.status,
+                }
+                for r, c, sent, known in self.closed_arrivals
+            ]
 
     def spend_outside(self, prompt_tokens: int, max_tokens: int = 0, completion_tokens: int | None = None) -> bool:
         """A request from another client on the same key (not recorded as the lane's): charged to the windows
@@ -211,8 +218,9 @@ class ProviderEmulator:
             return True
 
     # -- the request path ------------------------------------------------------------
-    def admit(self, body: dict, stream: bool, api: str = "openai",
-              sent_at: float | None = None) -> tuple[Record, dict[str, str], float | None]:  # fmt: skip
+    def admit(
+        self, body: dict, stream: bool, api: str = "openai", sent_at: float | None = None
+    ) -> tuple[Record, dict[str, str], float | None]:
         """Count a request against the limits and record it: the record (200 or 429), headers, retry-after.
         ``sent_at``: when the client began it (epoch seconds, ``x-client-sent-at``; None: its arrival)."""
         messages = body.get("messages")
