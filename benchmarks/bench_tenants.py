@@ -3,6 +3,7 @@
     python benchmarks/bench_tenants.py                 # 2,000 backfill jobs, a 5-job run every 30 s
     python benchmarks/bench_tenants.py --quick         # 500 jobs: about 7 minutes
     python benchmarks/bench_tenants.py --db postgresql+psycopg://root@127.0.0.1:5432/test
+    python benchmarks/bench_tenants.py --quick --server-db postgres   # the Prefect server on PostgreSQL
 
 One ``prefect server start`` and one ledger (a temporary SQLite file, or ``--db``) are shared by two OS
 processes, each running a real Prefect flow of ``@lane_task(tenant=...)`` tasks whose bodies sleep
@@ -22,6 +23,13 @@ and A and B together once more as **one** tenant (``shared``): the lane's tenant
 choose between, so its own order (equal sizes: first come, first served) is the baseline obeying the
 same limits. Targets: the interactive runs' completion p99 <= 2x its p99 alone, the backfill's tokens
 per second >= 95% of its rate alone.
+
+The Prefect server keeps its database in SQLite (``--server-db sqlite``, Prefect's default) or in a fresh
+PostgreSQL database created for the run and dropped after it (``--server-db postgres``, on the server of
+``--server-pg-url``): what a team running a 2,000-task backfill would deploy. The interactive process times
+its own runs (the flow call to its body: Prefect creating the flow run and setting it Running; its CPU seconds)
+and, from a thread with its own HTTP client, one small read of the server every second (the server's answer
+time, apart from Prefect's client).
 """
 
 from __future__ import annotations
@@ -39,6 +47,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from tenants_server import SERVER_DBS, prefect_task_runs, server_database  # noqa: E402
 
 LANE = "shared"
 RUN_JOBS = 5
@@ -116,13 +127,23 @@ def child_interactive(a: argparse.Namespace) -> dict:
     def interactive(k: int) -> dict:
         from prefect.runtime import flow_run
 
+        body = time.time()  # Prefect has created the flow run and set it Running
         jobs = [f.result() for f in [call.submit(k * RUN_JOBS + i) for i in range(RUN_JOBS)]]
-        return {"run": str(flow_run.id), "jobs": jobs}
+        return {"run": str(flow_run.id), "jobs": jobs, "body": body}
 
     interactive(-1)  # warm-up (imports, connections): not measured
     if a.go:
         while not Path(a.go).exists():
             time.sleep(0.1)
+    from prefect.settings import PREFECT_API_URL
+    from tenants_server import ApiProbe
+
+    with ApiProbe(str(PREFECT_API_URL.value())) as probe:
+        out = interactive_runs(a, interactive)
+    return {**out, "probe": probe.samples}
+
+
+def interactive_runs(a: argparse.Namespace, interactive) -> dict:
     times, runs, k, next_at = [], [], 0, time.monotonic()
     while True:
         if a.runs and k >= a.runs:
@@ -133,10 +154,11 @@ def child_interactive(a: argparse.Namespace) -> dict:
         if a.stop and Path(a.stop).exists():
             break
         next_at += a.every
-        t0, w0 = time.monotonic(), time.time()
+        t0, w0, c0 = time.monotonic(), time.time(), time.process_time()
         out = interactive(k)
         times.append(time.monotonic() - t0)
-        runs.append({"run": out["run"], "start": w0, "end": time.time(),
+        runs.append({"run": out["run"], "start": w0, "end": time.time(), "body": out["body"],
+                     "cpu": time.process_time() - c0,
                      "bodies": [(j["start"], j["end"]) for j in out["jobs"]]})  # fmt: skip
         k += 1
     return {"runs": len(times), "times": times, "trace": runs}
@@ -220,7 +242,7 @@ def render(a: argparse.Namespace, r: dict, command: str) -> str:
         f"{a.max_wait * a.size / (a.rate * a.window):.0f} s); jobs of {a.size} tokens whose bodies sleep {a.ms_per_1k:g} ms per 1,000 "
         f"(the slots could run {a.max_leased * 1e6 / a.ms_per_1k:.0f} tokens/s: the window binds); "
         f"interactive weight {a.weight:g}; tasks {'without' if a.no_lane_tags else 'with'} the lane's tags; "
-        f"ledger {a.db.split(':', 1)[0]}; {os.cpu_count()} cores, shared.", "",
+        f"ledger {a.db.split(':', 1)[0]}; Prefect server database {a.server_db}; {os.cpu_count()} cores, shared.", "",
         f"Interactive alone: {len(ia)} runs of {RUN_JOBS} jobs, completion p50 {p50a:.2f} s, p99 {p99a:.2f} s. "
         f"Backfill alone: {r['b_alone']['jobs']} jobs, {ba:.0f} tokens/s over {r['b_alone']['seconds']:.1f} s. "
         f"The interactive runs start {'once every backfill job is in the ledger (--go-when-queued)' if a.go_when_queued else 'when the backfill has submitted its tasks'}.",
@@ -267,44 +289,28 @@ def ledger_jobs(db: str) -> list[tuple]:
         engine.dispose()
 
 
-def prefect_task_runs(tmp: Path) -> dict[str, list[tuple[float, float]]]:
-    """The Prefect server's task runs per flow run: ``(created, start_time)`` epoch seconds (its SQLite file)."""
-    import datetime as dt
-    import sqlite3
-
-    def ts(text: str | None) -> float:
-        return dt.datetime.fromisoformat(text).replace(tzinfo=dt.timezone.utc).timestamp() if text else math.nan
-
-    c = sqlite3.connect(f"file:{tmp / 'prefect.db'}?mode=ro", uri=True)
-    try:
-        out: dict[str, list[tuple[float, float]]] = {}
-        for flow_run, created, started in c.execute("select flow_run_id, created, start_time from task_run"):
-            out.setdefault(str(flow_run), []).append((ts(created), ts(started)))
-        return out
-    finally:
-        c.close()
-
-
 def where_time_goes(a: argparse.Namespace, r: dict, jobs: list[tuple], tasks: dict) -> list[str]:
     """Where the interactive runs' time goes, and how full the lane kept, from the ledger's own rows.
 
     Per interactive run (the child's wall clock around the flow call, the Prefect server's task runs, the ledger's
-    timestamps, the bodies' own): ``to Running`` from the flow call to the last of its task runs' Running state
-    (Prefect's own start of a flow and its tasks: their state calls, and for a tagged task the tag-concurrency
-    call; the client's timestamp: the server records task runs from events, later), ``intake`` from there to the
+    timestamps, the bodies' own): ``flow start`` from the flow call to the flow's body (Prefect creating the flow
+    run and setting it Running, from the process's own clock), ``task runs to Running`` from there to the last of
+    its task runs' Running state (for a tagged task the tag-concurrency call first; the client's timestamp: the
+    server records task runs from events, later), ``intake`` from there to the
     last of its jobs' intake in the ledger, ``ledger wait`` from each job's intake
     to its lease (the longest), ``to body`` from the lease to the body's start, ``after`` from the last body's end
-    to the flow's return; ``backfill leased`` the backfill jobs leased between the run's first intake and its
-    last lease. Per phase with a backfill: the lane's tokens leased per second over the backfill's leasing span
+    to the flow's return; ``CPU`` the interactive process's CPU seconds over the run; ``backfill leased`` the
+    backfill jobs leased between the run's first intake and its last lease. Per phase with a backfill: the lane's tokens leased per second over the backfill's leasing span
     against the rate, and the interactive tenant's share of them.
     """
     by_run: dict[str, list[tuple]] = {}
     for j in jobs:
         by_run.setdefault(j[1], []).append(j)
     lines = ["", "Where the time goes (from the ledger's rows; mean over the phase's runs, then its slowest run):", "",
-             "| phase | runs | total | to Running (Prefect) | intake | ledger wait (longest job) "
-             "| lease to body | body | after the last body | backfill jobs leased meanwhile |",
-             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "| phase | runs | total | flow start (Prefect) | task runs to Running (Prefect) | intake "
+             "| ledger wait (longest job) | lease to body | body | after the last body | CPU of the process "
+             "| backfill jobs leased meanwhile |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     backfill_runs = {r[k]["run"] for k in ("b_alone", "b_fair", "b_fcfs") if k in r}
     for label in ("alone", "fair", "fcfs"):
         rows = []
@@ -321,15 +327,22 @@ def where_time_goes(a: argparse.Namespace, r: dict, jobs: list[tuple], tasks: di
             meanwhile = sum(1 for run in backfill_runs for j in by_run.get(run, [])
                             if j[4] is not None and first_in <= j[4] <= last_lease)  # fmt: skip
             running = max((x[1] for x in tasks.get(t["run"], [])), default=math.nan)
-            rows.append((t["end"] - t["start"], running - t["start"], last_in - running, wait, to_body, body, after,
-                         meanwhile))  # fmt: skip
+            rows.append((t["end"] - t["start"], t["body"] - t["start"], running - t["body"], last_in - running, wait,
+                         to_body, body, after, t["cpu"], meanwhile))  # fmt: skip
         if not rows:
             continue
-        mean = [sum(x[i] for x in rows) / len(rows) for i in range(8)]
+        mean = [sum(x[i] for x in rows) / len(rows) for i in range(10)]
         worst = max(rows)
         for name, v in (("mean", mean), ("slowest", worst)):
-            lines.append(f"| {label} ({name}) | {len(rows)} | " + " | ".join(f"{x:.2f} s" for x in v[:7])
-                         + f" | {v[7]:.0f} |")  # fmt: skip
+            lines.append(f"| {label} ({name}) | {len(rows)} | " + " | ".join(f"{x:.2f} s" for x in v[:9])
+                         + f" | {v[9]:.0f} |")  # fmt: skip
+    lines += ["", "The server's answer to one small read (`POST /flow_runs/filter`, limit 1) from the interactive process, "
+              "once a second while its runs went on:", "", "| phase | reads | p50 | p99 | slowest |", "|---|---|---|---|---|"]  # fmt: skip
+    for label in ("alone", "fair", "fcfs"):
+        xs = [x[1] for x in r[f"i_{label}"].get("probe", [])]
+        if xs:
+            lines.append(f"| {label} | {len(xs)} | {pct(xs, 0.5) * 1000:.0f} ms | {pct(xs, 0.99) * 1000:.0f} ms | "
+                         f"{max(xs) * 1000:.0f} ms |")  # fmt: skip
     lines += ["", "The lane over each backfill (its jobs' intake: when Prefect had started their task runs):", "",
               "| phase | backfill intake span | intake jobs/s | leasing span | lane tokens leased/s (rate "
               + f"{a.rate:.0f}) | interactive share | backfill tokens/s by bodies |",
@@ -381,6 +394,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="tasks without the lane:/stage: tags: Prefect then skips its tag-concurrency call at each task run's start",
     )
+    ap.add_argument("--server-db", choices=SERVER_DBS, default="sqlite",
+                    help="the Prefect server's database: sqlite (its default, a file) or postgres (a fresh database "
+                    "on --server-pg-url's server, dropped after the run)")  # fmt: skip
+    ap.add_argument("--server-pg-url", default=os.environ.get("LANE_BENCH_POSTGRES_URL",
+                    os.environ.get("LANE_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/postgres")),
+                    help="a PostgreSQL URL whose server holds --server-db postgres's database (any driver; "
+                    "default LANE_BENCH_POSTGRES_URL, else LANE_TEST_POSTGRES_URL)")  # fmt: skip
     ap.add_argument("--alone-runs", type=int, default=8, help="interactive runs on the empty lane (default 8)")
     # the child processes
     ap.add_argument("--child", choices=("backfill", "interactive"), help=argparse.SUPPRESS)
@@ -416,16 +436,18 @@ def main(argv: list[str] | None = None) -> int:
     from lane_plugin.testing.prefect_server import real_server
 
     t0 = time.monotonic()
-    with real_server(tmp) as (_api, env):
-        env["PREFECT_LOGGING_LEVEL"] = "WARNING"
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-        r = phases(a, env, tmp)
+    with server_database(tmp, a.server_db, a.server_pg_url) as (db_env, server_url):
+        with real_server(tmp, **db_env) as (_api, env):
+            env["PREFECT_LOGGING_LEVEL"] = "WARNING"
+            env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+            r = phases(a, env, tmp)
+        tasks = prefect_task_runs(server_url)
     command = "python benchmarks/bench_tenants.py" + "".join(
         f" {x}" for x in (argv if argv is not None else sys.argv[1:])
     )
     print(f"\n({time.monotonic() - t0:.0f} s)\n")
     print(render(a, r, command))
-    print("\n".join(where_time_goes(a, r, ledger_jobs(a.db), prefect_task_runs(tmp))))
+    print("\n".join(where_time_goes(a, r, ledger_jobs(a.db), tasks)))
     from lane_plugin import Ledger
 
     led = Ledger(a.db)
