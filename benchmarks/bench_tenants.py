@@ -296,12 +296,13 @@ def where_time_goes(a: argparse.Namespace, r: dict, jobs: list[tuple], tasks: di
     timestamps, the bodies' own): ``flow start`` from the flow call to the flow's body (Prefect creating the flow
     run and setting it Running, from the process's own clock), ``task runs to Running`` from there to the last of
     its task runs' Running state (for a tagged task the tag-concurrency call first; the client's timestamp: the
-    server records task runs from events, later), ``intake`` from there to the
-    last of its jobs' intake in the ledger, ``ledger wait`` from each job's intake
-    to its lease (the longest), ``to body`` from the lease to the body's start, ``after`` from the last body's end
-    to the flow's return; ``CPU`` the interactive process's CPU seconds over the run; ``backfill leased`` the
-    backfill jobs leased between the run's first intake and its last lease. Per phase with a backfill: the lane's tokens leased per second over the backfill's leasing span
-    against the rate, and the interactive tenant's share of them.
+    server records task runs from events, later), ``intake`` from there to the last of its jobs' intake in the
+    ledger, ``ledger wait`` from each job's intake to its lease (the longest), ``to body`` from the lease to the
+    body's start, ``after`` from the last body's end to the flow's return; ``CPU`` the interactive process's CPU
+    seconds over the run; ``backfill leased`` the backfill jobs leased between the run's first intake and its last
+    lease. Per phase with a backfill: the lane's tokens leased per second over the backfill's leasing span against
+    the rate, and the interactive tenant's share of them. Then the server's answer time to the interactive
+    process's probe (:class:`tenants_server.ApiProbe`) per phase.
     """
     by_run: dict[str, list[tuple]] = {}
     for j in jobs:
@@ -336,8 +337,9 @@ def where_time_goes(a: argparse.Namespace, r: dict, jobs: list[tuple], tasks: di
         for name, v in (("mean", mean), ("slowest", worst)):
             lines.append(f"| {label} ({name}) | {len(rows)} | " + " | ".join(f"{x:.2f} s" for x in v[:9])
                          + f" | {v[9]:.0f} |")  # fmt: skip
-    lines += ["", "The server's answer to one small read (`POST /flow_runs/filter`, limit 1) from the interactive process, "
-              "once a second while its runs went on:", "", "| phase | reads | p50 | p99 | slowest |", "|---|---|---|---|---|"]  # fmt: skip
+    lines += ["", "The server's answer to one small read (`POST /flow_runs/filter`, limit 1) from the interactive "
+              "process, once a second while its runs went on:", "",
+              "| phase | reads | p50 | p99 | slowest |", "|---|---|---|---|---|"]  # fmt: skip
     for label in ("alone", "fair", "fcfs"):
         xs = [x[1] for x in r[f"i_{label}"].get("probe", [])]
         if xs:
