@@ -181,12 +181,13 @@ def true_up_remaining(cur: Cursor, lane: str, unit: str, provider_used: int, now
     window after it (dated at the first count only, it would leave the window while the other client keeps
     spending, and a lane waiting on its own window would then admit a burst into a full one). A lower count
     lowers it (the other client slowed down), but no faster than the charge it replaces would have left the
-window (its cost times the share of the window still ahead of it): counts come back out of order (a long
-answer's count is older than a short one's after it), and the lane's requests sent together are ordered
-only roughly against the counted one, so one low reading must not empty the window. The *margin*: the outside spend expected before the next count
-    (the outside spend divided by the counts a window brings: one per response of the lane's own requests in
-    it, at least one). ``tokens``: the burst window's ``rate_charge``; the others: ``limit_charge``. The window
-    is slid to ``now`` first, so a charge that left the provider's window does not hide outside spend.
+    window (its cost times the share of the window still ahead of it): counts come back out of order (a long
+    answer's count is older than a short one's after it), and the lane's requests sent together are ordered
+    only roughly against the counted one, so one low reading must not empty the window. The *margin*: the
+    outside spend expected before the next count (the outside spend divided by the counts a window brings: one
+    per response of the lane's own requests in it, at least one). ``tokens``: the burst window's
+    ``rate_charge``; the others: ``limit_charge``. The window is slid to ``now`` first, so a charge that left
+    the provider's window does not hide outside spend.
     """
     row = lock_lane(cur, lane)
     if unit == TOKENS:
