@@ -17,10 +17,25 @@ from .drift import (
     verdict,
     version_jobs,
     worst,
-)  # fmt: skip
+)
 from .plots import plot_drift
 
 __all__ = [
-    "GROUPS", "HIGH", "LOW", "advice", "done_jobs", "drift", "drift_over_time", "parse_since", "plot_drift",
-    "ratio2", "render", "round2", "spend_over_time", "summary_markdown", "verdict", "version_jobs", "worst",
-]  # fmt: skip
+    "GROUPS",
+    "HIGH",
+    "LOW",
+    "advice",
+    "done_jobs",
+    "drift",
+    "drift_over_time",
+    "parse_since",
+    "plot_drift",
+    "ratio2",
+    "render",
+    "round2",
+    "spend_over_time",
+    "summary_markdown",
+    "verdict",
+    "version_jobs",
+    "worst",
+]
