@@ -17,9 +17,9 @@ from typing import Any, Protocol
 
 from ..policy import Candidate
 from ..policy.drift import DRIFT_SAMPLE, drift_cap, fit_drift_arrays
+from ..policy.fairness import DEFAULT_TENANT
 from ..policy.order import priority
 from ..policy.overtake import overtake_key
-from ..policy.fairness import DEFAULT_TENANT
 from ..policy.sizeclass import SIZE_CLASS_SAMPLE, size_class_boundary
 from .runs import RunBook
 
