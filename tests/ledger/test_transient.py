@@ -15,7 +15,7 @@ from psycopg import errors as pg
 
 from lane_plugin import Ledger
 from lane_plugin.errors import DatabaseError
-from lane_plugin.ledger.db import _is_transient
+from lane_plugin.ledger.transient import _is_transient
 
 from ..conftest import _pg_connect_kwargs, postgres_or_skip
 
