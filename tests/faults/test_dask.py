@@ -206,6 +206,7 @@ def _one_round(pg_url: str, tmp_path: Path, api: str, env: dict, lane: str) -> d
             "reruns_after_settle": reruns_after_settle, "leases_left": len(leased)}  # fmt: skip
 
 
+@pytest.mark.pg_processes  # a Dask cluster of ledger processes on PostgreSQL: one such test at a time
 @pytest.mark.postgres
 @pytest.mark.slow
 @pytest.mark.timeout(600)
