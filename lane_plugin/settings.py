@@ -19,6 +19,10 @@
                                 before it is ended with ``os._exit(143)`` (default 8;
                                 0: no handler); its leases are given back first
                                 (:mod:`lane_plugin.gating.termination`)
+``LANE_PG_POOL``                PostgreSQL connections a process keeps per ledger,
+                                shared by its threads (default 8; each transaction
+                                holds one only while it runs): lower it when many
+                                processes share a server's ``max_connections``
 ==============================  =====================================================
 
 Read afresh whenever a ``LANE_*`` variable changed (a process may change its
@@ -55,6 +59,7 @@ class LaneSettings(BaseSettings):
     traces_dir: Optional[Path] = Field(default=None)
     send_slack_seconds: Optional[float] = Field(default=None, ge=0.0, le=60.0)  # None: 0.5 s, <= 5% of the window
     sigterm_grace_seconds: float = Field(default=8.0, ge=0.0, le=3600.0)  # 0: no SIGTERM handler
+    pg_pool: int = Field(default=8, ge=1, le=1000)  # PostgreSQL connections per ledger per process
 
 
 _cache: dict = {}

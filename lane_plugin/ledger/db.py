@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import DatabaseError, LaneError, NoLedger, NotALedger
+from ..settings import lane_settings
 from . import queries
 from .cursor import Cursor as Cursor  # (re-exported: the ledger modules import it from here)
 from .cursor import DatabaseClock, Stats
@@ -63,7 +64,9 @@ class Database:
         self._check_lock = threading.Lock()
         self.stats = Stats()
         self.backend_pids: set[int] = set()
-        self._pool = new_pool()
+        # PostgreSQL's pool size is read when the ledger opens (a bad LANE_PG_POOL fails here, named); SQLite has none
+        self.pool_size = lane_settings().pg_pool if url.dialect == "postgresql" else 0
+        self._pool = new_pool(self.pool_size)
         self._pool_pid = os.getpid()
 
     # -- connections ---------------------------------------------------------
@@ -162,10 +165,10 @@ class Database:
 
     # -- PostgreSQL's pool -----------------------------------------------------
     def _checkout(self) -> Slot:
-        """PostgreSQL: a slot of this process's pool of at most :data:`PG_POOL` (a thousand waiting threads
+        """PostgreSQL: a slot of this process's pool of at most ``pool_size`` (a thousand waiting threads
         share a few connections; each transaction holds one only while it runs). See :class:`~lane_plugin.ledger.pool.Slot`."""
         if self._pool_pid != os.getpid():  # forked: the parent's connections are not ours
-            self._pool, self._pool_pid = new_pool(), os.getpid()
+            self._pool, self._pool_pid = new_pool(self.pool_size), os.getpid()
         return self._pool.get()
 
     # -- transactions --------------------------------------------------------

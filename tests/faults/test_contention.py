@@ -66,6 +66,7 @@ def _contention(url_factory, tmp_path, *, name, procs, per_proc, ceiling, runs):
     )
 
 
+@pytest.mark.pg_processes  # 8 ledger processes on PostgreSQL: one such test at a time
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_contention_postgres(pg_url, tmp_path):

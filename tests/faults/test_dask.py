@@ -240,6 +240,7 @@ def _one_round(pg_url: str, tmp_path: Path, api: str, env: dict, lane: str) -> d
     }
 
 
+@pytest.mark.pg_processes  # a Dask cluster of ledger processes on PostgreSQL: one such test at a time
 @pytest.mark.postgres
 @pytest.mark.slow
 @pytest.mark.timeout(600)

@@ -107,6 +107,7 @@ def terminate(app: str, admin_url: str) -> int:
     raise AssertionError("could not reach PostgreSQL to terminate sessions")
 
 
+@pytest.mark.pg_processes  # 8 ledger processes on PostgreSQL: one such test at a time
 @pytest.mark.postgres
 @pytest.mark.slow
 @pytest.mark.timeout(900)

@@ -43,6 +43,7 @@ def _dup_settle_round(led, url, tmp_path, rnd: int) -> tuple[int, int]:
     return len(billed), n
 
 
+@pytest.mark.pg_processes  # 8 ledger processes on PostgreSQL: one such test at a time
 def test_duplicate_settlement_bills_once(url, tmp_path):
     led = Ledger(url)
     make_lane(led, ceiling=100_000)

@@ -11,6 +11,7 @@ from .conftest import assert_audit_clean, figure, make_lane, read_json_lines, re
 from .monitor import Monitor
 
 
+@pytest.mark.pg_processes  # 4 Prefect flow processes on one PostgreSQL ledger: one such test at a time
 @pytest.mark.postgres
 @pytest.mark.slow
 @pytest.mark.timeout(900)

@@ -63,6 +63,7 @@ class TenantMonitor(threading.Thread):
         self.led.close()
 
 
+@pytest.mark.pg_processes  # 8 ledger processes on PostgreSQL: one such test at a time
 def test_a_tenant_ceiling_holds_under_concurrency_and_kill_9(url, tmp_path):
     led = Ledger(url)
     make_lane(led, ceiling=10**9, max_leased=16, lease_seconds=2.0)
