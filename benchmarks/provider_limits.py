@@ -114,7 +114,11 @@ def _stamp(request) -> None:
 
 def _http_client(sdk, emu):
     """The SDK's default httpx client, stamping each request and telling ``emu`` when each 429's answer arrived."""
-    import httpx
+    import importlib
+
+    # the httpx package the SDK sends through (httpx, or its fork httpx2)
+    base = next(c for c in sdk.DefaultHttpxClient.__mro__ if c.__name__ == "Client")
+    httpx = importlib.import_module(base.__module__.split(".")[0])
 
     class Receipts(httpx.HTTPTransport):
         def handle_request(self, request):

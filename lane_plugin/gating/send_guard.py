@@ -6,7 +6,8 @@ only when the SDK raises it, 1-8 ms after its answer arrived (longer on a loaded
 SDK retries on its own). A request another worker of the process begins in that gap goes out into the window
 the 429 closed. The guard closes the gap where every request of the openai and anthropic SDKs passes: httpx's
 ``Client._send_single_request`` / ``AsyncClient._send_single_request`` (after the client's request hooks,
-before its response hooks), patched once per process by the first gate to reach its body. It acts only in a
+before its response hooks), in ``httpx`` and in its fork ``httpx2`` (which openai 3.x and anthropic 2.x send
+through), patched once per process by the first gate to reach its body. It acts only in a
 gated body (:func:`lane_plugin.current_gate`; a thread the body starts carries no gate unless it runs in a copy
 of the body's context); elsewhere a request passes untouched. For each request of a gated body:
 
@@ -51,49 +52,64 @@ def guarding() -> Any:
     return g
 
 
+# The httpx packages the SDKs send through: httpx, and its fork httpx2 (anthropic 2.x and openai 3.x use it).
+PACKAGES = ("httpx", "httpx2")
+
+
 def install() -> bool:
-    """Patch httpx once per process (idempotent, cheap after the first call); False if httpx has no such hook."""
+    """Patch each httpx package there is, once per process (idempotent, cheap after the first call); False if
+    none could be patched."""
     global _installed
     if _installed:
         return True
     with _install_lock:
         if _installed:
             return True
-        try:
-            import httpx
-        except ImportError:  # no httpx: nothing to guard (the gate's own check stays)
-            return False
-        sync_send = getattr(httpx.Client, "_send_single_request", None)
-        async_send = getattr(httpx.AsyncClient, "_send_single_request", None)
-        if sync_send is None or async_send is None:
-            log.warning("lane send guard: this httpx (%s) has no _send_single_request: not installed; a 429 pauses "
-                        "the lane when the SDK raises it", getattr(httpx, "__version__", "?"))  # fmt: skip
-            return False
+        patched = [name for name in PACKAGES if _patch(name)]
+        _installed = bool(patched)
+        return _installed
 
-        def guarded_send(self: Any, request: Any) -> Any:
-            g = guarding()
-            if g is None:
-                return sync_send(self, request)
-            g._hold_send()
-            response = sync_send(self, request)
-            g._heard_response(response)
-            return response
 
-        async def aguarded_send(self: Any, request: Any) -> Any:
-            g = guarding()
-            if g is None:
-                return await async_send(self, request)
-            await g._ahold_send()
-            response = await async_send(self, request)
-            g._heard_response(response)
-            return response
+def _patch(package: str) -> bool:
+    import importlib
 
-        guarded_send.__wrapped__ = sync_send  # type: ignore[attr-defined]
-        aguarded_send.__wrapped__ = async_send  # type: ignore[attr-defined]
-        httpx.Client._send_single_request = guarded_send  # type: ignore[method-assign]
-        httpx.AsyncClient._send_single_request = aguarded_send  # type: ignore[method-assign]
-        _installed = True
+    try:
+        httpx = importlib.import_module(package)
+    except ImportError:  # not installed: nothing of it to guard
+        return False
+    sync_send = getattr(httpx.Client, "_send_single_request", None)
+    async_send = getattr(httpx.AsyncClient, "_send_single_request", None)
+    if sync_send is None or async_send is None:
+        version = getattr(httpx, "__version__", "?")
+        what = "lane send guard: %s %s has no _send_single_request: not installed (the SDK's error pauses the lane)"
+        log.warning(what, package, version)
+        return False
+    if getattr(sync_send, "__wrapped__", None) is not None:  # patched already (a reloaded module of this one)
         return True
+
+    def guarded_send(self: Any, request: Any) -> Any:
+        g = guarding()
+        if g is None:
+            return sync_send(self, request)
+        g._hold_send()
+        response = sync_send(self, request)
+        g._heard_response(response)
+        return response
+
+    async def aguarded_send(self: Any, request: Any) -> Any:
+        g = guarding()
+        if g is None:
+            return await async_send(self, request)
+        await g._ahold_send()
+        response = await async_send(self, request)
+        g._heard_response(response)
+        return response
+
+    guarded_send.__wrapped__ = sync_send  # type: ignore[attr-defined]
+    aguarded_send.__wrapped__ = async_send  # type: ignore[attr-defined]
+    httpx.Client._send_single_request = guarded_send
+    httpx.AsyncClient._send_single_request = aguarded_send
+    return True
 
 
 def heard_for(response: Any) -> str | None:
