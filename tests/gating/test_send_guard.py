@@ -104,3 +104,20 @@ def test_the_sdks_own_retry_after_a_429_is_held_by_the_guard_and_the_lane_is_pau
     assert lane["paused_until"] is None
     said = [r.getMessage() for r in caplog.records if "met the provider's rate limit (HTTP 429" in r.getMessage()]
     assert len(said) == 1 and "lane r paused" in said[0]  # paused by the guard, from the response's headers
+
+
+def test_a_request_sent_late_in_the_body_has_its_charges_counted_from_its_send(ledger):
+    # The lane dates a charge at the lease's pick-up plus the send slack (0.5 s); a request that leaves later
+    # (a loaded machine, a body that works before it calls) would have the lane's window let its charge go
+    # before the provider's window does.
+    ledger.set_lane("late", allowance=10**6, ceiling=10**6, max_leased=10, burst_tokens=10**5, window_seconds=60.0)
+    with ProviderEmulator(tpm=10**6, rpm=None, window_seconds=60.0, output_lengths=[5]) as emu:
+        client = openai.OpenAI(base_url=emu.base_url, api_key="k", max_retries=0)
+        with gate(stage="s", estimate=60, rate_cost=50, lane="late", ledger=ledger) as g:
+            picked = time.time()
+            time.sleep(0.8)  # past the send slack
+            sent = time.time()
+            g.report(client.chat.completions.create(model="m", max_tokens=10, messages=_msgs(40)))
+        assert [r.status for r in emu.records] == [200]
+    at = ledger._run(lambda cur, now: cur.scalar("select max(at) from rate_charge where job_id = :j", {"j": g.job_id}))
+    assert sent - picked >= 0.8 and at >= sent  # counted from the send, not from the pick-up (picked + 0.5 s)
