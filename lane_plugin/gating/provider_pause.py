@@ -35,7 +35,7 @@ PROBE_HOLD = 10.0
 # A request the body sends later than this after its lease's pick-up has its charges counted from its send (one
 # ledger write, once per gate): the lane dated them at the pick-up (plus the send slack), and a request that
 # leaves later (a loaded machine, a body that works before it calls) would have the lane's window let them go
-# before the provider's does (RPM-bound at load average 12-17, one run each: 4 x 429 without it, 3 with it).
+# before the provider's does (RPM-bound, single runs: 4 x 429 without it; 3 and 0 with it, the load 17 and 4-13).
 LATE_SEND = 0.1
 # (id(ledger), lane) -> (this process's probing gate, when its hold ends): its other gates wait without a
 # database read, and only one of them claims in the ledger. Single dict operations only, no lock: a timeout
