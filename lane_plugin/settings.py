@@ -23,6 +23,10 @@
                                 shared by its threads (default 8; each transaction
                                 holds one only while it runs): lower it when many
                                 processes share a server's ``max_connections``
+``LANE_SEND_GUARD``             ``true`` (default) or ``false``: whether a gated body's
+                                httpx requests are held while its lane is paused and a
+                                429 pauses the lane the moment httpx has it
+                                (:mod:`lane_plugin.gating.send_guard`)
 ==============================  =====================================================
 
 Read afresh whenever a ``LANE_*`` variable changed (a process may change its
@@ -60,6 +64,7 @@ class LaneSettings(BaseSettings):
     send_slack_seconds: Optional[float] = Field(default=None, ge=0.0, le=60.0)  # None: 0.5 s, <= 5% of the window
     sigterm_grace_seconds: float = Field(default=8.0, ge=0.0, le=3600.0)  # 0: no SIGTERM handler
     pg_pool: int = Field(default=8, ge=1, le=1000)  # PostgreSQL connections per ledger per process
+    send_guard: bool = Field(default=True)  # false: no hold of a gated body's httpx sends, no pause at the 429
 
 
 _cache: dict = {}

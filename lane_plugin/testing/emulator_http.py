@@ -32,7 +32,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
-        self.send_header(id_header, f"req_{self.emulator.next_id()}")
+        if id_header not in (headers or {}):
+            self.send_header(id_header, f"req_{self.emulator.next_id()}")
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         self.end_headers()

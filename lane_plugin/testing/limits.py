@@ -147,6 +147,8 @@ class Record:
         t_done: when the response was complete.
         api: ``openai`` (chat completions) or ``anthropic`` (messages).
         t_answered: when a refusal's answer was written out (the earliest a client can know of it).
+        request_id: a refusal's request id (its ``x-request-id`` / ``request-id`` header).
+        t_received: when the client said it had the refusal's answer (:meth:`ProviderEmulator.received`).
     """
 
     t: float
@@ -161,6 +163,8 @@ class Record:
     t_done: float | None = None
     api: str = "openai"
     t_answered: float | None = None
+    request_id: str | None = None
+    t_received: float | None = None
 
     @property
     def billed(self) -> int:

@@ -73,6 +73,10 @@ class ProviderEmulator:
     out (``in_flight_at_429``: no client could have held them). When a request was sent is its arrival, or
     what its ``x-client-sent-at`` header says (epoch seconds: the moment the client's code began the call,
     which a benchmark stamps; a request can be begun long before its bytes arrive on a loaded machine).
+    A client that tells the emulator when it had each 429's answer in hand (:meth:`received`, by the
+    refusal's request id) has its requests counted against that moment instead: no client can hold back a
+    request for an answer that has left the server but not yet reached it (``sent_after_answer`` keeps the
+    count against the answer's writing).
     """
 
     def __init__(
@@ -130,6 +134,8 @@ class ProviderEmulator:
             self._saying: list[tuple[Record, float]] = []  # the 429s whose reset is still ahead, and that reset
             self.sent_into_closed = 0  # requests sent after such a 429's answer went out (the client did not wait)
             self.in_flight_at_429 = 0  # requests sent before any such answer went out, arriving after a 429
+            self.sent_after_answer = 0  # sent after such a 429's answer was written (its client may not have it)
+            self.receipts = False  # a client says when it had each 429's answer (received): counted against that
             # (request, the 429 in force, sent (s since the start), whether that 429's answer was out by then)
             self.closed_arrivals: list[tuple[Record, Record, float, bool]] = []
             self.outside_ok = self.outside_refused = 0
@@ -211,6 +217,8 @@ class ProviderEmulator:
             "last_done": max((r.t_done or r.t for r in recs), default=None),
             "sent_into_closed": self.sent_into_closed,
             "in_flight_at_429": self.in_flight_at_429,
+            "sent_after_answer": self.sent_after_answer,
+            "receipts": self.receipts,
             "outside_ok": self.outside_ok,
             "outside_refused": self.outside_refused,
             "closed_arrivals": self.closed_detail(),
@@ -228,6 +236,7 @@ class ProviderEmulator:
                     "after_429": round(r.t - c.t, 4),
                     "sent_after_answer": None if c.t_answered is None else round(sent - c.t_answered, 4),
                     "arrived_after_answer": None if c.t_answered is None else round(r.t - c.t_answered, 4),
+                    "sent_after_receipt": None if c.t_received is None else round(sent - c.t_received, 4),
                     "status": r.status,
                 }
                 for r, c, sent, known in self.closed_arrivals
@@ -269,12 +278,15 @@ class ProviderEmulator:
                 rec.finish_reason = "length" if full > rec.max_tokens else "stop"
             else:
                 rec.limit, rec.t_done = limit, now - self.t0
+                rec.request_id = f"req_{self.next_id()}"
                 if retry is not None:
                     self._saying.append((rec, now + retry))
             if api == "anthropic":
                 headers = self.limits.anthropic_headers(now, time.time() - now)
             else:
                 headers = self.limits.headers(now)
+            if rec.request_id is not None:
+                headers["request-id" if api == "anthropic" else "x-request-id"] = rec.request_id
             self._records.append(rec)
         if limit is not None and retry is not None:
             headers["retry-after"] = str(max(1, math.ceil(retry)))
@@ -292,22 +304,36 @@ class ProviderEmulator:
 
     def _closed_window(self, rec: Record, now: float, sent_at: float | None) -> None:
         """Count ``rec`` if it arrived while a 429 said to wait: sent into the closed window when one such 429's
-        answer was out before it was sent, else in flight (lock held)."""
+        answer was out before it was sent (in its client's hands, when the client tells :meth:`received`), else
+        in flight (lock held)."""
         self._saying = [(c, until) for c, until in self._saying if until > now]
         if not self._saying:
             return
         sent = rec.t if sent_at is None else min(rec.t, sent_at - (time.time() - now) - self.t0)
-        known = [c for c, _ in self._saying if c.t_answered is not None and c.t_answered <= sent]
+        answered = [c for c, _ in self._saying if c.t_answered is not None and c.t_answered <= sent]
+        known = answered
+        if self.receipts:  # the client said when it had each answer: only those in its hands count
+            known = [c for c in answered if c.t_received is not None and c.t_received <= sent]
+        self.sent_after_answer += bool(answered)
         if known:
             self.sent_into_closed += 1
         else:
             self.in_flight_at_429 += 1
-        self.closed_arrivals.append((rec, (known or [c for c, _ in self._saying])[0], sent, bool(known)))
+        self.closed_arrivals.append((rec, (known or answered or [c for c, _ in self._saying])[0], sent, bool(known)))
 
     def answered(self, rec: Record) -> None:
         """A refusal's answer is out: from now its client can know it."""
         with self._lock:
             rec.t_answered = self.clock() - self.t0
+
+    def received(self, request_id: str | None, at: float) -> None:
+        """The client had the answer of the refusal ``request_id`` at ``at`` (epoch seconds); from now the requests
+        sent into its window are counted against that moment (the one before it is unknown to the emulator)."""
+        with self._lock:
+            self.receipts = True
+            rec = next((r for r in reversed(self._records) if r.request_id == request_id), None)
+            if rec is not None and rec.t_received is None:
+                rec.t_received = at - (time.time() - self.clock()) - self.t0
 
     def refusal(self, rec: Record, model: str, retry: float | None) -> dict:
         """The OpenAI-shaped error body of a 429."""
