@@ -24,6 +24,7 @@ from .errors import (
     UnknownJob,
     UnknownLane,
     UnknownRevision,
+    UnknownTenant,
     UsageMissing,
 )
 from .ledger import Lease, Ledger, Settled
@@ -49,6 +50,6 @@ __all__ = [
     "AmbiguousAttempt", "ConflictingReplay", "DatabaseError", "InvalidInput", "JobParked", "LaneError", "Lease",
     "LeaseLost", "Ledger", "NeverFits", "NoLedger", "NotALedger", "NotLeased", "NotParked", "Settled", "UnknownJob",
     "register_preflight", "unregister_preflight",
-    "UnknownLane", "UnknownRevision", "UsageMissing", "__version__",
+    "UnknownLane", "UnknownRevision", "UnknownTenant", "UsageMissing", "__version__",
     "lane_task", "gate", "report_usage", "track_usage", "track_limits", "Gate", "NO_USAGE",  # _GATING: imported on first use
 ]  # fmt: skip

@@ -430,7 +430,8 @@ class Ledger:
             ceiling: its budget inside the lane's: its spent plus its leased estimates never pass it.
             no_ceiling: remove its budget.
             period: when its spent resets: ``none``, ``daily`` or ``monthly`` (UTC).
-            create: add the tenant if the lane has none of that name (False: refuse, suggesting the closest).
+            create: add the tenant if the lane has none of that name (False: ``UnknownTenant``, suggesting the
+                closest).
             force: set a ceiling under what the tenant already admitted this period (refused otherwise: its
                 jobs would wait until the next reset, and ``lane audit`` would report I1).
 
