@@ -99,7 +99,7 @@ def tenants_set(
                                "admitted this period (its jobs then wait until its next reset)."),
     as_json: bool = JSON,
 ):  # fmt: skip
-    """Give a tenant a weight or a budget, e.g. lane tenants set free interactive --create --weight 4
+    """Give a tenant a weight or a budget. For example: lane tenants set free interactive --create --weight 4
     (--create: a tenant no job has been submitted as yet)."""
     from .errors import InvalidInput
 

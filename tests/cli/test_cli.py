@@ -173,8 +173,10 @@ def test_tenants_usage_lines_name_each_form_once(run):
     LANE leaked into the subcommand's path. Each usage line now says what to type."""
     usage = run("tenants", "set", "--help").stdout.splitlines()[0]
     assert usage == "Usage: lane tenants set [OPTIONS] {LANE} {TENANT}", usage
-    usage = run("tenants", "--help").stdout.splitlines()[0]
+    group = run("tenants", "--help").stdout
+    usage = group.splitlines()[0]
     assert usage == "Usage: lane tenants [OPTIONS] [LANE] | set {LANE} {TENANT} [OPTIONS]", usage
+    assert group.rstrip().endswith("set  Give a tenant a weight or a budget."), group  # not cut at "e.g."
     missing = run("tenants", "set", "free", check=False)
     assert missing.returncode == 2 and "Missing argument 'TENANT'" in missing.stderr, missing.stderr
 
