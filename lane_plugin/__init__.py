@@ -24,6 +24,7 @@ from .errors import (
     UnknownJob,
     UnknownLane,
     UnknownRevision,
+    UnknownTenant,
     UsageMissing,
 )
 from .ledger import Lease, Ledger, Settled
@@ -66,6 +67,7 @@ __all__ = [
     "unregister_preflight",
     "UnknownLane",
     "UnknownRevision",
+    "UnknownTenant",
     "UsageMissing",
     "__version__",
     # _GATING: imported on first use

@@ -2,8 +2,8 @@
 
 ``submit``, ``tick`` and ``settle`` import neither Prefect nor pandas, so a
 shell loop of them stays fast. Errors print one line and exit non-zero:
-1 audit found violations, 2 bad input, 3 unknown lane, job or ledger, 4 never
-fits, 5 wrong state (not leased, not parked), 6 conflicting replay, 7 parked,
+1 audit found violations, 2 bad input, 3 unknown lane, tenant, job or ledger,
+4 never fits, 5 wrong state (not leased, not parked), 6 conflicting replay, 7 parked,
 8 database. ``--db`` may come before or after the command. Read-only commands
 (``lanes``, ``status``, ``report``, ``tail``, ``audit``) never create a ledger.
 """
@@ -25,7 +25,7 @@ from .errors import LaneError
 app = typer.Typer(
     help="Token-weighted admission for LLM pipelines: a ledger of lanes, jobs, leases and settlements. "
     "Every command that reads a ledger names it first, on stderr. "
-    "Exit codes: 1 audit violations, 2 bad input, 3 unknown lane, job or ledger, 4 never fits, "
+    "Exit codes: 1 audit violations, 2 bad input, 3 unknown lane, tenant, job or ledger, 4 never fits, "
     "5 wrong state, 6 conflicting replay, 7 parked, 8 database.",
     no_args_is_help=True,
     **PLAIN,

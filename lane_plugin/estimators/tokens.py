@@ -33,11 +33,11 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
 import re
-import threading
 from collections.abc import Mapping, Sequence
 from functools import cache, lru_cache
 from typing import Any
@@ -77,8 +77,10 @@ _TOOL_OVERHEAD = {
     "cl100k_base": dict(func_init=10, prop_init=3, prop_key=3, enum_init=-3, enum_item=3, func_end=12),
 }
 _PIECE = 40_000  # characters per encode call: bpe-openai refuses more than 200,000 tokens at once
-_warned = threading.Event()
-_warn_lock = threading.Lock()
+# The fallback is warned about once per process, by the call that draws 0: ``next`` on a count is one C call, so
+# no Python-level lock or Event (whose Condition an exception raised into the thread, a Prefect timeout, can leave
+# held: every later fallback would then wait for ever) guards it.
+_warn_turns = itertools.count()
 
 
 def encoding_for_model(model: str | None) -> str:
@@ -125,10 +127,8 @@ def _tiktoken(encoding: str):
 
 
 def _warn_fallback(encoding: str) -> None:
-    with _warn_lock:
-        if _warned.is_set():
-            return
-        _warned.set()
+    if next(_warn_turns):
+        return
     log.warning(
         "lane_plugin: no local tokenizer for %s (pip install 'lane-plugin[tokens]' installs bpe-openai, "
         "which ships it); counting input tokens as characters / 4, which can be far off for code, "

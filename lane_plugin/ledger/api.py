@@ -491,7 +491,8 @@ class Ledger:
             ceiling: its budget inside the lane's: its spent plus its leased estimates never pass it.
             no_ceiling: remove its budget.
             period: when its spent resets: ``none``, ``daily`` or ``monthly`` (UTC).
-            create: add the tenant if the lane has none of that name (False: refuse, suggesting the closest).
+            create: add the tenant if the lane has none of that name (False: ``UnknownTenant``, suggesting the
+                closest).
             force: set a ceiling under what the tenant already admitted this period (refused otherwise: its
                 jobs would wait until the next reset, and ``lane audit`` would report I1).
 
@@ -683,7 +684,7 @@ class Ledger:
         One transaction: ``lane.paused_until`` (a later pause in force is kept: the longest word wins), and
         the job's ``rate_limited`` count (the run bill's 429s). Admission leases nothing before it; each
         process that ticks the lane meanwhile wakes at that moment (:mod:`lane_plugin.ledger.wakeups`).
-        Emits ``lane.paused``.
+        Emits ``lane.paused``. A ``job_id`` the ledger does not have is UnknownJob, and nothing is paused.
         """
         return self._limits.pause(lane, seconds, reason=reason, job_id=job_id)
 
@@ -725,24 +726,13 @@ class Ledger:
         write, which may wait for the database's lock while other workers send); returns when it reopens.
 
         Lock-free (a timeout may be raised into the thread at any bytecode): the later of two pauses wins, as
-        in the ledger row. The entry stays after it ends, as the mark of a lane reopening (:meth:`pause_ended`),
-        until :meth:`reopened` clears it.
+        in the ledger row. The entry stays after it ends, until :meth:`reopen` clears it.
         """
         return self._limits.remember_pause(lane, seconds)
 
     def paused_here(self, lane: str) -> float:
         """Seconds this process knows ``lane`` stays closed (:meth:`remember_pause`), with no database read."""
         return self._limits.paused_here(lane)
-
-    def pause_ended(self, lane: str) -> float | None:
-        """When the pause this process knows of for ``lane`` ended (``time.time()``), if it did and the lane
-        has not been seen open since (:meth:`reopened`); None otherwise."""
-        return self._limits.pause_ended(lane)
-
-    def reopened(self, lane: str, ended: float) -> None:
-        """A request after the pause that ended at ``ended`` went through: the lane is open (a later pause
-        since is kept)."""
-        self._limits.reopened(lane, ended)
 
     def provider_used(
         self, lane: str, used: Mapping[str, int], *, job_id: str | None = None, refused: bool = False

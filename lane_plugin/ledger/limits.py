@@ -22,7 +22,7 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, UnknownJob
 from ..policy.limits import NO_TOKENS_LIMIT, OUTPUT_TOKENS, TOKENS, Limit, LimitUse, format_limit, spec_of
 from ..policy.window import window_expiry
 from . import queries, rates, waiters
@@ -156,13 +156,16 @@ def pause(cur: Cursor, lane: str, *, until: float, reason: str, now: float, job_
     """Close ``lane`` until ``until`` for every process (a provider's 429); returns when it reopens.
 
     A later pause than the one in force replaces it; an earlier one changes nothing (the provider's
-    longest word wins). ``job_id``: the job whose attempt met the 429 (its ``rate_limited`` counts it).
+    longest word wins). ``job_id``: the job whose attempt met the 429 (its ``rate_limited`` counts it); a job
+    the ledger does not have is UnknownJob, and nothing is written.
     """
     if until <= now:
         raise InvalidInput("paused_until", until, f"must be after now ({now})")
     row = lock_lane(cur, lane)
     if job_id is not None:
         cur.execute(queries.LIMITS_PAUSE_UPDATE_JOB, {"id": job_id})
+        if cur.rowcount != 1:  # raised in the transaction: it rolls back, as every call with an unknown job
+            raise UnknownJob(job_id)
     if row.paused_until is not None and row.paused_until >= until:
         return row.paused_until
     cur.execute(queries.LIMITS_PAUSE_UPDATE_LANE, {"u": until, "r": reason, "now": now, "l": lane})

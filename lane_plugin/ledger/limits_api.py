@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from ..checks import number, text, tokens
-from ..errors import InvalidInput, UnknownLane
+from ..errors import InvalidInput, UnknownJob, UnknownLane
 from ..policy.limits import UNITS, Limit, LimitSyntaxError, limit_problem, parse_limit
 from . import limits, queries, rates
 from .db import Cursor
@@ -105,8 +105,8 @@ class ProviderLimits:
 
         try:
             until, now = self.led._run(run)
-        except UnknownLane:  # no such lane: nothing to pause, in the ledger or in this process's memory
-            self.reopened(lane, here)
+        except (UnknownLane, UnknownJob):  # nothing paused, in the ledger or in this process's memory
+            self._forget_pause(lane, here)
             raise
         wakeups = getattr(self.led, "wakeups", None)
         if wakeups is not None:  # this process's waiters tick the lane the moment it reopens
@@ -137,12 +137,10 @@ class ProviderLimits:
     def paused_here(self, lane: str) -> float:
         return max(0.0, self.paused_here_until.get(lane, 0.0) - time.time())
 
-    def pause_ended(self, lane: str) -> float | None:
-        until = self.paused_here_until.get(lane)
-        return until if until is not None and until <= time.time() else None
-
-    def reopened(self, lane: str, ended: float) -> None:
-        if self.paused_here_until.get(lane) == ended:
+    def _forget_pause(self, lane: str, until: float) -> None:
+        """Drop this process's memory of the pause until ``until`` (:meth:`remember_pause`; a later one since is
+        kept)."""
+        if self.paused_here_until.get(lane) == until:
             self.paused_here_until.pop(lane, None)
 
     def pause_state(self, lane: str) -> tuple[float, float | None, float | None]:

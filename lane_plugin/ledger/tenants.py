@@ -156,22 +156,14 @@ def set_tenant(
     tenant has already admitted this period is refused unless ``force``, as a lane's is: its jobs would wait
     until the next reset (without a period, for ever) and ``lane audit`` would report I1.
     """
-    import difflib
-
-    from ..errors import InvalidInput
+    from ..errors import UnknownTenant
     from .lanes import lock_lane
 
     lock_lane(cur, lane)  # UnknownLane; and a budget changes under the lane's lock, as admission reads it
     known = [r[0] for r in cur.all(queries.TENANTS_SET_TENANT_SELECT_TENANT, {"l": lane})]
     if name not in known:
         if not create:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise InvalidInput(
-                "tenant",
-                name,
-                f"lane {lane!r} has no such tenant ({hint}--create adds it; lane tenants {lane} lists them)",
-            )
+            raise UnknownTenant(name, lane, known)
         ensure(cur, lane, (name,), now)
     sets: dict = {}
     if weight is not None:

@@ -12,6 +12,7 @@ import doctest
 import gzip
 import hashlib
 import importlib.resources
+import itertools
 import logging
 import subprocess
 import sys
@@ -184,7 +185,7 @@ def test_tiktoken_without_its_cached_file_is_refused_not_downloaded(tmp_path, mo
 def test_without_a_tokenizer_it_counts_chars_over_4_and_warns_once(monkeypatch, caplog):
     monkeypatch.setattr(T, "_bpe_openai", lambda encoding: None)
     monkeypatch.setattr(T, "_tiktoken", lambda encoding: None)
-    monkeypatch.setattr(T, "_warned", T.threading.Event())
+    monkeypatch.setattr(T, "_warn_turns", itertools.count())
     with caplog.at_level(logging.WARNING, logger="lane_plugin.estimators"):
         a, b = TokenCounter("gpt-4o"), TokenCounter("gpt-4")
     assert (a.backend, a.label, a.count("x" * 41)) == ("chars/4", "chars4", 11)

@@ -264,4 +264,5 @@ def test_after_a_pause_one_request_probes_and_the_others_hold_until_it_returns(l
     assert at[1] >= ends[0] + 0.39  # the probe met a 429: the others waited for it, then for the new pause
     assert at[2] >= at[1] + 0.29 and at[3] >= at[1] + 0.29  # the second probe went alone, and then the rest
     assert at[3] - at[2] < 0.2  # once it returned the lane was open to them together
-    assert ledger.pause_ended("h") is None  # open
+    # open: for every process (no pause in the row, no probe out), and in this process's memory
+    assert ledger.pause_state("h") == (0.0, None, None) and ledger.paused_here("h") == 0.0

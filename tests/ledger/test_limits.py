@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from lane_plugin.errors import InvalidInput, NeverFits, UnknownLane
+from lane_plugin.errors import InvalidInput, NeverFits, UnknownJob, UnknownLane
 from lane_plugin.policy.limits import Limit
 
 
@@ -129,6 +129,18 @@ def test_a_pause_of_a_lane_that_does_not_exist_is_not_remembered(led):
     assert led.paused_here("nolane") == 0.0 and led.paused_for("nolane") == 0.0  # once 5 s in process memory
     with pytest.raises(InvalidInput, match="invalid seconds nan"):
         led.remember_pause("l", float("nan"))
+
+
+def test_a_pause_for_an_unknown_job_is_refused_and_nothing_is_paused(led):
+    """``pause(job_id=...)`` counts the 429 on the job; a job the ledger does not have was accepted silently (the
+    count went nowhere). It is UnknownJob, as every call with an unknown job id, and nothing is paused."""
+    _lane(led)
+    with pytest.raises(UnknownJob, match="unknown job 'no-such-job'"):
+        led.pause("l", 5.0, reason="429", job_id="no-such-job")
+    assert led.rows("select paused_until from lane where name = 'l'")[1][0][0] is None  # rolled back
+    assert led.paused_here("l") == 0.0 and led.paused_for("l") == 0.0  # and not remembered in this process
+    j = led.submit("s", 10, "l")
+    assert led.pause("l", 5.0, reason="429", job_id=j) > 0 and led.job(j)["rate_limited"] == 1
 
 
 def test_a_pause_closes_the_lane_until_then_and_it_reopens_on_time(led, clock):
@@ -289,5 +301,5 @@ def test_a_pause_is_seen_in_its_process_before_its_write_commits(led):
         led._run = run
     assert seen[0] == -1.0  # the check ran inside the write
     assert 4.0 < seen[1] <= 5.0  # and found the lane closed
-    assert led.pause_ended("l") is None  # still closed, not reopening
+    assert led.paused_here("l") > 4.0  # still closed in this process's memory (not reopening)
     assert led.rows("select paused_until from lane where name = 'l'")[1][0][0] is not None  # and written
