@@ -234,6 +234,12 @@ def simulate(
         None, "--overtake-beta", help="The lane row's overtaking budget (rule 12): younger jobs take at most this "
         "times the rate tokens a job found waiting ahead of it (0.25: within 1.25x of token-fifo's). Default: off."
     ),
+    overtake_slack: Optional[float] = typer.Option(
+        None,
+        "--overtake-slack",
+        help="Rule 12's quantile form: the lane's p99 of rate tokens ahead of a job within this times "
+        "token-fifo's (1.3); a job is passed only within the slack a running p99 leaves it. Default: off.",
+    ),
     policies: str = typer.Option(
         ",".join(POLICIES),
         help=f"Comma-separated policies to compare (default: {', '.join(POLICIES)})",
@@ -311,6 +317,7 @@ def simulate(
             service_per_output_token=service_per_output_token, sleep_seconds=sleep_seconds, sleep_every=sleep_every,
             preflight=preflight, deadline=deadline, count_slots=count_slots, horizon=horizon,
             starve_after=starve_after, chain=chain, estimator=estimator, warmup=warmup, overtake_beta=overtake_beta,
+            overtake_slack=overtake_slack,
         )  # fmt: skip
         if tenant_spec is not None:  # --tenants' weights, over those of the --lane's tenants
             cfg = replace(cfg, tenant_weights=tuple((n, w) for n, w, _ in tenant_spec))

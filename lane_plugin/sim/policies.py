@@ -93,7 +93,7 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     # heads. While the budget has more room than the window could admit this tick it cannot bind: the oldest
     # need not be read as candidates (the snapshot still names them, so one read in the head goes in order).
     late: list = []
-    if q.beta is not None:
+    if q.on:
         guard = q.guard(k + 2)
         oldest = q.oldest(k)
         passed = q.passed(oldest[0]) if oldest else 0

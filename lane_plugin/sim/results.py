@@ -73,6 +73,9 @@ class SimResult:
     over_limits: dict = field(default_factory=dict)
     fair_gap: float | None = None
     jain: float | None = None
+    # Rule 12's quantile form (SimConfig.overtake_slack): the fraction of arrivals whose running estimate exceeded
+    # the run's p99 of V (the rate tokens waiting at arrivals): the bound's error term (lane_plugin.policy.slack).
+    slack_overestimated: float | None = None
     series_t: list[float] = field(default_factory=list, repr=False)
     series_spent: list[int] = field(default_factory=list, repr=False)
     waits: list[float | None] = field(default_factory=list, repr=False)
@@ -90,6 +93,14 @@ def percentile(values: list[float], q: float) -> float:
         return math.nan
     xs = sorted(values)
     return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]
+
+
+def overestimated(arrivals: list[tuple[int, int]], q: float) -> float | None:
+    """The fraction of ``(V, estimate)`` arrivals whose estimate exceeded the ``q``-quantile of every ``V``."""
+    if not arrivals:
+        return None
+    p = percentile([v for v, _ in arrivals], q)
+    return sum(e > p for _, e in arrivals) / len(arrivals)
 
 
 def big_threshold(trace: Trace, refused: list[bool]) -> int:
