@@ -5,7 +5,8 @@ several. Each row is one traffic, each column one setting of rule 12 (off: the o
 pointwise budget, lane_plugin.policy.overtake; ``slack=C``: the quantile form, lane_plugin.policy.slack),
 each cell ``p50 / p99`` (x token-fifo's) for one tenant and for three (1:50%, 1:30%, 1:20%, by hashing
 each request's id), and, for the slack, the fraction of arrivals whose running estimate exceeded the run's
-p99 of the rate tokens waiting (the bound's error term).
+p99 of the rate tokens waiting (the bound's error term). ``learned=C``: the slack with the p99 of V a lane that ran this traffic before learned
+(:func:`learned_p99`) instead of the running estimate.
 
 Traffic: the targets' rate scenarios on the two real traces (bench_targets.py's ``rate-azure`` and
 ``rate-mooncake``), and generated single calls (lane_plugin.sim.traffic.generate: 12,000 in an hour, median
@@ -28,9 +29,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_targets import SCENARIOS  # noqa: E402
 
+from lane_plugin.policy.slack import SLACK_QUANTILE  # noqa: E402
 from lane_plugin.sim.config import SimConfig  # noqa: E402
-from lane_plugin.sim.engine import simulate  # noqa: E402
+from lane_plugin.sim.engine import Sim, simulate  # noqa: E402
 from lane_plugin.sim.readers import load_trace  # noqa: E402
+from lane_plugin.sim.results import percentile  # noqa: E402
 from lane_plugin.sim.tenants import assign_by_hash, parse_tenants  # noqa: E402
 from lane_plugin.sim.traffic import Trace, generate  # noqa: E402
 
@@ -57,20 +60,39 @@ def traffic(name: str, seed: int) -> tuple[Trace, SimConfig]:
     return load_trace(spec["trace"]), SimConfig(**spec["cfg"])
 
 
+def learned_p99(name: str, seed: int, slack: float, tenants: bool) -> int:
+    """The p99 of V a lane running this traffic before would have learned: the real traces' own (a lane that saw
+    the same hour before: an optimistic prior), generated traffic's from another seed (yesterday's traffic)."""
+    trace, cfg = traffic(name, seed + 1_000 if name in GENERATED else seed)
+    trace, cfg = shared(trace, cfg, tenants)
+    sim = Sim(trace, SimConfig(**{**cfg.__dict__, "overtake_slack": slack}), "lane")
+    sim.run()
+    return percentile([v for v, _ in sim.lane_queue.arrivals], SLACK_QUANTILE)
+
+
 def setting(text: str) -> dict:
     if text == "off":
         return {}
     name, _, value = text.partition("=")
-    if name not in ("beta", "slack") or not value:
-        raise SystemExit(f"--settings: {text!r} must be off, beta=B or slack=C")
-    return {f"overtake_{name}": float(value)}
+    if name not in ("beta", "slack", "learned") or not value:
+        raise SystemExit(f"--settings: {text!r} must be off, beta=B, slack=C or learned=C")
+    return {f"overtake_{'slack' if name == 'learned' else name}": float(value)}
 
 
-def cell(trace: Trace, cfg: SimConfig, tenants: bool) -> str:
-    if tenants:
-        trace = Trace(**{k: list(v) if isinstance(v, list) else v for k, v in trace.__dict__.items()})
-        trace.tenant = list(assign_by_hash([rk or f"req-{i}" for i, rk in enumerate(trace.run_key)], THREE))
-        cfg = SimConfig(**{**cfg.__dict__, "tenant_weights": tuple((n, w) for n, w, _ in THREE)})
+def shared(trace: Trace, cfg: SimConfig, tenants: bool) -> tuple[Trace, SimConfig]:
+    """``trace`` and ``cfg`` with the lane shared by three tenants (a copy), or as they are."""
+    if not tenants:
+        return trace, cfg
+    trace = Trace(**{k: list(v) if isinstance(v, list) else v for k, v in trace.__dict__.items()})
+    trace.tenant = list(assign_by_hash([rk or f"req-{i}" for i, rk in enumerate(trace.run_key)], THREE))
+    return trace, SimConfig(**{**cfg.__dict__, "tenant_weights": tuple((n, w) for n, w, _ in THREE)})
+
+
+def cell(name: str, seed: int, trace: Trace, cfg: SimConfig, tenants: bool, learn: bool) -> str:
+    trace, cfg = shared(trace, cfg, tenants)
+    if learn:
+        assert cfg.overtake_slack is not None
+        cfg = SimConfig(**{**cfg.__dict__, "overtake_learned": learned_p99(name, seed, cfg.overtake_slack, tenants)})
     fifo, lane = simulate(trace, cfg, policies=("token-fifo", "lane"))
     out = f"{lane.wait_p50 / fifo.wait_p50:.2f} / {lane.wait_p99 / fifo.wait_p99:.2f}"
     if lane.slack_overestimated is not None:
@@ -98,8 +120,9 @@ def main() -> None:
         cells = []
         for s in settings:
             cfg = SimConfig(**{**base.__dict__, **setting(s)})
-            one = cell(trace, cfg, False)
-            cells.append(one if args.one else f"{one} \\| {cell(trace, cfg, True)}")
+            learn = s.startswith("learned=")
+            one = cell(name, args.seed, trace, cfg, False, learn)
+            cells.append(one if args.one else f"{one} \\| {cell(name, args.seed, trace, cfg, True, learn)}")
         print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
 
 

@@ -240,6 +240,12 @@ def simulate(
         help="Rule 12's quantile form: the lane's p99 of rate tokens ahead of a job within this times "
         "token-fifo's (1.3); a job is passed only within the slack a running p99 leaves it. Default: off.",
     ),
+    overtake_learned: Optional[int] = typer.Option(
+        None,
+        "--overtake-learned",
+        help="With --overtake-slack: the p99 of the rate tokens waiting at arrivals that the lane learned before "
+        "(yesterday's), read instead of the running estimate.",
+    ),
     policies: str = typer.Option(
         ",".join(POLICIES),
         help=f"Comma-separated policies to compare (default: {', '.join(POLICIES)})",
@@ -317,7 +323,7 @@ def simulate(
             service_per_output_token=service_per_output_token, sleep_seconds=sleep_seconds, sleep_every=sleep_every,
             preflight=preflight, deadline=deadline, count_slots=count_slots, horizon=horizon,
             starve_after=starve_after, chain=chain, estimator=estimator, warmup=warmup, overtake_beta=overtake_beta,
-            overtake_slack=overtake_slack,
+            overtake_slack=overtake_slack, overtake_learned=overtake_learned,
         )  # fmt: skip
         if tenant_spec is not None:  # --tenants' weights, over those of the --lane's tenants
             cfg = replace(cfg, tenant_weights=tuple((n, w) for n, w, _ in tenant_spec))

@@ -109,6 +109,7 @@ class LaneQueue:
         self.beta = sim.cfg.overtake_beta
         self.slack = sim.cfg.overtake_slack  # rule 12's quantile form: keys from a running p99 of V (policy.slack)
         self.backlog = BacklogQuantile() if self.slack is not None else None
+        self.learned = sim.cfg.overtake_learned  # a p99 of V learned before the run, read instead (None: running)
         self.on = self.beta is not None or self.slack is not None
         self.arrivals: list[tuple[int, int]] = []  # (V, the estimate its key read), per arrival: the bound's check
         self.waiting_rate = 0
@@ -198,7 +199,7 @@ class LaneQueue:
             self.seq[j] = n = self.arrived
             self.pos[j] = self.left_rate + self.waiting_rate
             if self.backlog is not None:
-                estimate = self.backlog.value()
+                estimate = self.backlog.value() if self.learned is None else self.learned
                 key = slack_key(self.waiting_rate, estimate, self.slack)
                 self.backlog.add(self.waiting_rate)
                 self.arrivals.append((self.waiting_rate, estimate))
