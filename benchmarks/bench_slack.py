@@ -4,8 +4,8 @@ The targets (issue 23): ``lane`` p50 wait <= 0.5x token-fifo's and p99 <= 1.3x, 
 several. Each row is one traffic, each column one setting of rule 12 (off: the order alone; ``beta=B``: the
 pointwise budget, lane_plugin.policy.overtake; ``slack=C``: the quantile form, lane_plugin.policy.slack),
 each cell ``p50 / p99`` (x token-fifo's) for one tenant and for three (1:50%, 1:30%, 1:20%, by hashing
-each request's id), and, for the slack, the fraction of arrivals whose running estimate exceeded the run's
-p99 of the rate tokens waiting (the bound's error term). ``learned=C``: the slack with the p99 of V a lane that ran this traffic before learned
+each request's id), and, for the slack, ``Q/P``: the largest estimate a key read over the run's p99 of the rate
+tokens waiting at arrivals (the bound is ``C x max(1, Q/P)``, lane_plugin.policy.slack). ``learned=C``: the slack with the p99 of V a lane that ran this traffic before learned
 (:func:`learned_p99`) instead of the running estimate.
 
 Traffic: the targets' rate scenarios on the two real traces (bench_targets.py's ``rate-azure`` and
@@ -95,8 +95,8 @@ def cell(name: str, seed: int, trace: Trace, cfg: SimConfig, tenants: bool, lear
         cfg = SimConfig(**{**cfg.__dict__, "overtake_learned": learned_p99(name, seed, cfg.overtake_slack, tenants)})
     fifo, lane = simulate(trace, cfg, policies=("token-fifo", "lane"))
     out = f"{lane.wait_p50 / fifo.wait_p50:.2f} / {lane.wait_p99 / fifo.wait_p99:.2f}"
-    if lane.slack_overestimated is not None:
-        out += f" (e {lane.slack_overestimated:.1%})"
+    if lane.slack_estimate_ratio is not None:
+        out += f" (Q/P {lane.slack_estimate_ratio:.2f})"
     return out
 
 

@@ -111,6 +111,7 @@ class LaneQueue:
         self.backlog = BacklogQuantile() if self.slack is not None else None
         self.learned = sim.cfg.overtake_learned  # a p99 of V learned before the run, read instead (None: running)
         self.on = self.beta is not None or self.slack is not None
+        self.by_due: list[tuple[int, int, int]] = []  # (left at arrival + key, arrival, job): the slack's second bound
         self.arrivals: list[tuple[int, int]] = []  # (V, the estimate its key read), per arrival: the bound's check
         self.waiting_rate = 0
         self.left_rate = 0  # rate tokens that left the queue (leased or parked)
@@ -179,6 +180,11 @@ class LaneQueue:
         job_id = self.sim.job_id
         return tuple((k, job_id(j)) for k, _, j in self._first(self.by_key, n))
 
+    def dues(self, n: int) -> tuple[tuple[int, str], ...]:
+        """The least ``n`` dues (left at arrival + key) of the waiting jobs, ``(due, id)`` ascending (LaneSnapshot.dues)."""
+        job_id = self.sim.job_id
+        return tuple((d, job_id(j)) for d, _, j in self._first(self.by_due, n))
+
     def passed(self, oldest: int) -> int:
         """The rate tokens younger than the oldest waiting job that left the queue since it arrived (at least
         what passed it): what left since, less the ``V`` that waited ahead of it, all gone now."""
@@ -203,6 +209,7 @@ class LaneQueue:
                 key = slack_key(self.waiting_rate, estimate, self.slack)
                 self.backlog.add(self.waiting_rate)
                 self.arrivals.append((self.waiting_rate, estimate))
+                heappush(self.by_due, (self.left_rate + key, n, j))
             else:
                 key = overtake_key(self.waiting_rate, self.beta)
             heappush(self.by_key, (key, n, j))

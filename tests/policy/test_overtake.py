@@ -35,11 +35,11 @@ def _jobs(rng: random.Random, burst: int, n: int, load: float):
     return jobs[:n]
 
 
-def _run(jobs, burst: int, beta: float | None, seed: int = 0, guard_reads: int = 6, keyer=None):
+def _run(jobs, burst: int, beta: float | None, seed: int = 0, guard_reads: int = 6, keyer=None, dues=False):
     """Admit every second; returns, per job, V at arrival and the rate tokens admitted ahead of it.
 
     ``keyer``: a job's key from V at its arrival (rule 12's quantile form, tests/policy/test_slack.py) instead of
-    ``overtake_key(V, beta)``."""
+    ``overtake_key(V, beta)``; ``dues``: the snapshot gives the slack's second bound too (``since``, ``dues``)."""
     on = beta is not None or keyer is not None
     rng = random.Random(seed)
     policy = LanePolicy(ceiling=10**12, burst_tokens=burst, window_seconds=WINDOW, max_leased=10**6,
@@ -51,7 +51,7 @@ def _run(jobs, burst: int, beta: float | None, seed: int = 0, guard_reads: int =
     waiting_rate = left = admitted_total = 0
     pos: dict[str, int] = {}
     window: list[tuple[int, int]] = []
-    v, start, ahead = {}, {}, {}
+    v, start, ahead, due = {}, {}, {}, {}
     i, now = 0, 0
     while len(ahead) < len(jobs):
         while i < len(jobs) and jobs[i][0] <= now:
@@ -61,6 +61,7 @@ def _run(jobs, burst: int, beta: float | None, seed: int = 0, guard_reads: int =
             if on:
                 keys[jid] = keyer(waiting_rate) if keyer is not None else overtake_key(waiting_rate, beta)
                 pos[jid] = left + waiting_rate
+                due[jid] = left + keys[jid]
             waiting[jid] = Candidate(jid, est, float(at), tenant=tenant)
             waiting_rate += est
             i += 1
@@ -70,7 +71,9 @@ def _run(jobs, burst: int, beta: float | None, seed: int = 0, guard_reads: int =
         oldest = tuple(sorted(waiting))[:3]
         passed = left - pos[oldest[0]] if on and oldest else 0
         snap = LaneSnapshot(policy, spent=0, reserved=0, leased=0, window_used=sum(r for _, r in window),
-                            now=float(now), tenants=tenants, passed=passed, guard=guard, oldest=oldest)  # fmt: skip
+                            now=float(now), tenants=tenants, passed=passed, guard=guard, oldest=oldest,
+                            since=left if dues else 0,
+                            dues=tuple(sorted((due[j], j) for j in waiting))[:guard_reads] if dues and on else ())  # fmt: skip
         decision = admit(snap, list(waiting.values()))
         for c in decision.admitted:
             del waiting[c.id]
