@@ -68,7 +68,9 @@ Rules, in order (docs/admission.md, "The rules in full"):
     while an older one waits is allowed only while what younger jobs took ahead of the oldest waiting job
     (``passed``), with it, stays at most every waiting job's key (``beta`` times the rate tokens it found
     waiting); a job it keeps out holds no shadow. So at most ``(1 + beta) V`` rate tokens are admitted
-    ahead of a job that found ``V`` waiting: within ``1 + beta`` of token-fifo, by construction.
+    ahead of a job that found ``V`` waiting: within ``1 + beta`` of token-fifo, by construction. Its quantile
+    form (:mod:`lane_plugin.policy.slack`, also an option) keys each job from a p99 of ``V`` as well, and adds
+    a second allowance (``since``, ``dues``): the lane's p99 of tokens ahead within ``c`` of token-fifo's.
 
 The order and the bound on how long a job that fits can wait: :mod:`lane_plugin.policy.order`; the
 bound against token-fifo: :mod:`lane_plugin.policy.overtake`; the service-gap bound between tenants:
