@@ -26,7 +26,7 @@ estimate any of their keys read: the second count is 0, so at most a fraction ``
 max(P, Q*)``. **The lane's** ``q``-**quantile of tokens ahead is at most** ``c max(P, Q*)``: **within** ``c``
 **of token-fifo's whenever the estimate never exceeded token-fifo's own quantile** (``Q* <= P``), and within ``c
 Q*`` otherwise, on any traffic, with any tenants and weights, whatever else holds jobs out (ceiling, slots,
-limits). That is the estimate's whole error term, and it is measured: ``lane simulate`` reports ``Q* / P``
+limits). That is the estimate's whole error term, and it is measured: ``lane simulate --json`` reports ``Q* / P``
 (``SimResult.slack_estimate_ratio``).
 
 *The estimate.* The running one (cumulative, conservative: a bucket's lower edge, zero until
