@@ -49,8 +49,16 @@ def generated(name: str, seed: int) -> tuple[Trace, SimConfig]:
         trace.arrival = [a // 600 * 600 + (a % 600) / 5 for a in trace.arrival]
         trace.sort()
     burst = int(sum(trace.rate_costs()) / 3_600 * 60 * 0.95)
-    return trace, SimConfig(ceiling=10**12, allowance=10**12, burst_tokens=burst, window_seconds=60.0, max_leased=64,
-                            workers=64, lease_seconds=900.0, service_base=0.5)  # fmt: skip
+    return trace, SimConfig(
+        ceiling=10**12,
+        allowance=10**12,
+        burst_tokens=burst,
+        window_seconds=60.0,
+        max_leased=64,
+        workers=64,
+        lease_seconds=900.0,
+        service_base=0.5,
+    )
 
 
 def traffic(name: str, seed: int) -> tuple[Trace, SimConfig]:

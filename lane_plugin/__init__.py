@@ -46,9 +46,34 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "AmbiguousAttempt", "ConflictingReplay", "DatabaseError", "InvalidInput", "JobParked", "LaneError", "Lease",
-    "LeaseLost", "Ledger", "NeverFits", "NoLedger", "NotALedger", "NotLeased", "NotParked", "Settled", "UnknownJob",
-    "register_preflight", "unregister_preflight",
-    "UnknownLane", "UnknownRevision", "UsageMissing", "__version__",
-    "lane_task", "gate", "report_usage", "track_usage", "track_limits", "Gate", "NO_USAGE",  # _GATING: imported on first use
-]  # fmt: skip
+    "AmbiguousAttempt",
+    "ConflictingReplay",
+    "DatabaseError",
+    "InvalidInput",
+    "JobParked",
+    "LaneError",
+    "Lease",
+    "LeaseLost",
+    "Ledger",
+    "NeverFits",
+    "NoLedger",
+    "NotALedger",
+    "NotLeased",
+    "NotParked",
+    "Settled",
+    "UnknownJob",
+    "register_preflight",
+    "unregister_preflight",
+    "UnknownLane",
+    "UnknownRevision",
+    "UsageMissing",
+    "__version__",
+    # _GATING: imported on first use
+    "lane_task",
+    "gate",
+    "report_usage",
+    "track_usage",
+    "track_limits",
+    "Gate",
+    "NO_USAGE",
+]

@@ -60,29 +60,48 @@ def tenants(
         return
     table = [
         [
-            t["lane"], t["tenant"], f"{t['weight']:g}", "-" if t["ceiling"] is None else f"{t['ceiling']:,}",
-            t["period"], f"{t['spent']:,}", f"{t['reserved']:,}", t["waiting"],
+            t["lane"],
+            t["tenant"],
+            f"{t['weight']:g}",
+            "-" if t["ceiling"] is None else f"{t['ceiling']:,}",
+            t["period"],
+            f"{t['spent']:,}",
+            f"{t['reserved']:,}",
+            t["waiting"],
             "-" if t["share_1h"] is None else f"{t['share_1h']:.0%}",
         ]
         for t in rows
-    ]  # fmt: skip
-    print_table("tenants", TENANT_COLUMNS, table, wide=wide, right={"weight", "ceiling", "spent", "reserved",
-                                                                    "waiting", "share 1h"})  # fmt: skip
+    ]
+    print_table(
+        "tenants",
+        TENANT_COLUMNS,
+        table,
+        wide=wide,
+        right={"weight", "ceiling", "spent", "reserved", "waiting", "share 1h"},
+    )
 
 
 @tenants_app.command("set")
 def tenants_set(
     lane: str = typer.Argument(..., help="The lane (it must exist)."),
-    tenant: str = typer.Argument(..., help="The tenant (a name its jobs are not submitted with is refused unless --create)."),
+    tenant: str = typer.Argument(
+        ..., help="The tenant (a name its jobs are not submitted with is refused unless --create)."
+    ),
     create: bool = typer.Option(False, "--create", help="Add the tenant if the lane has none of that name yet."),
-    weight: Optional[float] = typer.Option(None, help="Its share when backlogged, relative to the others (1 to 1000; default 1)."),
+    weight: Optional[float] = typer.Option(
+        None, help="Its share when backlogged, relative to the others (1 to 1000; default 1)."
+    ),
     ceiling: Optional[int] = typer.Option(None, help="Its budget inside the lane's: spent + reserved never pass it."),
     no_ceiling: bool = typer.Option(False, "--no-ceiling", help="Remove its budget."),
     period: Optional[str] = typer.Option(None, help="When its spent resets: none, daily or monthly (UTC)."),
-    force: bool = typer.Option(False, "--force", help="Lower the ceiling even under what the tenant already "
-                               "admitted this period (its jobs then wait until its next reset)."),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Lower the ceiling even under what the tenant already "
+        "admitted this period (its jobs then wait until its next reset).",
+    ),
     as_json: bool = JSON,
-):  # fmt: skip
+):
     """Give a tenant a weight or a budget, e.g. lane tenants set free interactive --create --weight 4
     (--create: a tenant no job has been submitted as yet)."""
     from .errors import InvalidInput

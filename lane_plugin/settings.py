@@ -91,8 +91,11 @@ def database_url() -> str | None:
     if value is None:
         return None
     if not value.get_secret_value().strip():
-        raise InvalidInput("LANE_DATABASE_URL", value.get_secret_value(), "is set but empty (an unset variable in an "
-                           "env file?): unset it for the default ledger, or give a URL")  # fmt: skip
+        raise InvalidInput(
+            "LANE_DATABASE_URL",
+            value.get_secret_value(),
+            "is set but empty (an unset variable in an env file?): unset it for the default ledger, or give a URL",
+        )
     return value.get_secret_value()
 
 

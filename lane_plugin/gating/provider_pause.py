@@ -66,8 +66,12 @@ class ProviderPause:
                 left = self._behind_probe(led, lane, ended, probe_left)
         if left > 0:
             if not self._waited_pause:
-                run_logger().info("lane gate: %s job %s waits for lane %s to reopen after a provider's 429",
-                                  self.stage, self.job_id, lane)  # fmt: skip
+                run_logger().info(
+                    "lane gate: %s job %s waits for lane %s to reopen after a provider's 429",
+                    self.stage,
+                    self.job_id,
+                    lane,
+                )
             self._waited_pause = True
         return left
 
@@ -151,14 +155,22 @@ class ProviderPause:
             return
         lane = self.lease.lane if self.lease is not None else self.lane
         try:
-            until = led.pause(lane, said.seconds, reason=f"a 429 on job {self.job_id} ({self.stage}): {said.what}",
-                              job_id=self.job_id)  # fmt: skip
+            until = led.pause(
+                lane, said.seconds, reason=f"a 429 on job {self.job_id} ({self.stage}): {said.what}", job_id=self.job_id
+            )
         except Exception as pause_error:  # never let the pause hide the body's own error
             run_logger().warning("lane gate: could not pause lane %s after a 429: %s", lane, pause_error)
             return
-        run_logger().warning("lane gate: %s job %s met the provider's rate limit (%s): lane %s paused for %.3gs "
-                             "(until %s) for every worker", self.stage, self.job_id, said.what, lane, said.seconds,
-                             time.strftime("%H:%M:%S", time.gmtime(until)))  # fmt: skip
+        run_logger().warning(
+            "lane gate: %s job %s met the provider's rate limit (%s): lane %s paused for %.3gs "
+            "(until %s) for every worker",
+            self.stage,
+            self.job_id,
+            said.what,
+            lane,
+            said.seconds,
+            time.strftime("%H:%M:%S", time.gmtime(until)),
+        )
         self._true_up(led, lane, exc)
 
     def _true_up(self, led: Ledger, lane: str, exc: BaseException) -> None:

@@ -98,9 +98,10 @@ def install() -> bool:
 
 
 def _is_prefect_bridge(handler: Any) -> bool:
-    return getattr(handler, "__module__", "") == "prefect.utilities.engine" and getattr(
-        handler, "__name__", ""
-    ) == "_prefect_sigterm_handler"
+    return (
+        getattr(handler, "__module__", "") == "prefect.utilities.engine"
+        and getattr(handler, "__name__", "") == "_prefect_sigterm_handler"
+    )
 
 
 def _watch_wakeups() -> None:
@@ -152,8 +153,9 @@ def _arm(signum: int) -> None:
     if not _begun.acquire(blocking=False):
         return
     _signal_at = time.monotonic()
-    threading.Thread(target=_watchdog, args=(signum, _signal_at, _grace_seconds), name="lane-sigterm-grace",
-                     daemon=True).start()  # fmt: skip
+    threading.Thread(
+        target=_watchdog, args=(signum, _signal_at, _grace_seconds), name="lane-sigterm-grace", daemon=True
+    ).start()
 
 
 def _watchdog(signum: int, t0: float, grace: float) -> None:
@@ -232,14 +234,28 @@ def give_back_leases() -> int:
     for h in held:
         lease: Any = h.lease
         try:
-            h.ledger.settle(lease.job_id, int(lease.est), attempt=lease.attempt,  # type: ignore[attr-defined]
-                            outcome="failed", by_estimate=True)  # fmt: skip
+            h.ledger.settle(  # type: ignore[attr-defined]
+                lease.job_id,
+                int(lease.est),
+                attempt=lease.attempt,
+                outcome="failed",
+                by_estimate=True,
+            )
             done += 1
-            log.warning("lane: SIGTERM: gave back the lease of %s job %s (attempt %d), billed its estimate of %d",
-                        lease.stage, lease.job_id, lease.attempt, lease.est)  # fmt: skip
+            log.warning(
+                "lane: SIGTERM: gave back the lease of %s job %s (attempt %d), billed its estimate of %d",
+                lease.stage,
+                lease.job_id,
+                lease.attempt,
+                lease.est,
+            )
         except Exception as exc:
-            log.error("lane: SIGTERM: could not give back the lease of job %s (%s: %s); it expires unrenewed",
-                      lease.job_id, type(exc).__name__, exc)  # fmt: skip
+            log.error(
+                "lane: SIGTERM: could not give back the lease of job %s (%s: %s); it expires unrenewed",
+                lease.job_id,
+                type(exc).__name__,
+                exc,
+            )
     return done
 
 

@@ -93,7 +93,6 @@ class ProviderLimits:
         # operations only, no lock (a timeout may be raised into the thread at any bytecode)
         self.paused_here_until: dict[str, float] = {}
 
-
     def pause(self, lane: str, seconds: float, *, reason: str, job_id: str | None = None) -> float:
         lane = text("lane", lane)
         seconds = number("seconds", seconds, low=0.001, high=MAX_PAUSE_SECONDS)
@@ -112,8 +111,11 @@ class ProviderLimits:
         wakeups = getattr(self.led, "wakeups", None)
         if wakeups is not None:  # this process's waiters tick the lane the moment it reopens
             wakeups.tick_at(lane, max(0.0, until - now))
-        self.led._emit("lane.paused", lane, {"lane": lane, "until": until, "seconds": round(until - now, 3),
-                                         "reason": reason, "job_id": job_id})  # fmt: skip
+        self.led._emit(
+            "lane.paused",
+            lane,
+            {"lane": lane, "until": until, "seconds": round(until - now, 3), "reason": reason, "job_id": job_id},
+        )
         return until
 
     def sent_now(self, job_id: str, attempt: int) -> None:
@@ -198,8 +200,9 @@ class ProviderLimits:
 
         return self.led._run(run, write=False)
 
-    def provider_used(self, lane: str, used: Mapping[str, int], *, job_id: str | None = None,
-                      refused: bool = False) -> None:
+    def provider_used(
+        self, lane: str, used: Mapping[str, int], *, job_id: str | None = None, refused: bool = False
+    ) -> None:
         lane = text("lane", lane)
         job_id = text("job id", job_id, required=False)
         clean = {}

@@ -14,8 +14,12 @@ def idle(conn) -> bool:
     """A connection fit to go back to the pool: open, not broken, no transaction left open."""
     from psycopg.pq import TransactionStatus
 
-    return (conn is not None and not conn.closed and not conn.broken
-            and conn.info.transaction_status == TransactionStatus.IDLE)  # fmt: skip
+    return (
+        conn is not None
+        and not conn.closed
+        and not conn.broken
+        and conn.info.transaction_status == TransactionStatus.IDLE
+    )
 
 
 class Slot:

@@ -38,8 +38,10 @@ class LanePolicy:
     @classmethod
     def of(cls, source: Any) -> LanePolicy:
         """The policy of anything carrying these fields by name (a lane row, simulator settings)."""
-        return cls(**{f: getattr(source, f) for f in cls.__dataclass_fields__ if f != "limits"},
-                   limits=tuple(getattr(source, "limits", ())))
+        return cls(
+            **{f: getattr(source, f) for f in cls.__dataclass_fields__ if f != "limits"},
+            limits=tuple(getattr(source, "limits", ())),
+        )
 
     @property
     def all_limits(self) -> tuple[tuple[str, Limit], ...]:
@@ -49,7 +51,9 @@ class LanePolicy:
             >>> LanePolicy(ceiling=10, burst_tokens=500, window_seconds=60.0).all_limits
             (('tokens', Limit(amount=500, window_seconds=60.0)),)
         """
-        tokens = () if self.burst_tokens >= NO_TOKENS_LIMIT else ((TOKENS, Limit(self.burst_tokens, self.window_seconds)),)
+        tokens = (
+            () if self.burst_tokens >= NO_TOKENS_LIMIT else ((TOKENS, Limit(self.burst_tokens, self.window_seconds)),)
+        )
         return tokens + tuple(self.limits)
 
     @property

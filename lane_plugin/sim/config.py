@@ -82,8 +82,16 @@ class SimConfig:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be > 0")
         if not 0 < self.start_fraction <= 1:
             raise ValueError(f"start_fraction={self.start_fraction!r} must be in (0, 1]")
-        for name in ("window_seconds", "max_wait_seconds", "service_base", "service_per_token",
-                     "service_per_output_token", "sleep_seconds", "sleep_every", "starve_after"):  # fmt: skip
+        for name in (
+            "window_seconds",
+            "max_wait_seconds",
+            "service_base",
+            "service_per_token",
+            "service_per_output_token",
+            "sleep_seconds",
+            "sleep_every",
+            "starve_after",
+        ):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be >= 0")
         if not self.headroom_sigmas >= 0:
@@ -109,8 +117,10 @@ class SimConfig:
         units = [unit for unit, _ in self.limits]
         for unit, lim in self.limits:
             if unit not in EXTRA_UNITS:
-                raise ValueError(f"limits: unit={unit!r} must be one of {', '.join(EXTRA_UNITS)} "
-                                 "(tokens is burst_tokens / window_seconds)")  # fmt: skip
+                raise ValueError(
+                    f"limits: unit={unit!r} must be one of {', '.join(EXTRA_UNITS)} "
+                    "(tokens is burst_tokens / window_seconds)"
+                )
             if units.count(unit) > 1:
                 raise ValueError(f"limits: unit={unit!r} is given twice")
             if not (lim.amount > 0 and lim.window_seconds > 0):
@@ -145,9 +155,17 @@ def refused_at_intake(trace: Trace, cfg: SimConfig) -> list[bool]:
     for j, (e, rc, rk) in enumerate(zip(trace.est, trace.rate_costs(), trace.run_key)):  # a run's first job starts it
         units = job_units(rc, e, inputs[j]) if pol.limits else None
         starts = rk is not None and rk not in seen
-        out.append(never_fits(pol, e, starts_run=starts, rate_cost=rc,
-                              input_cost=units and units[INPUT_TOKENS], output_cost=units and units[OUTPUT_TOKENS])
-                   is not None)  # fmt: skip
+        out.append(
+            never_fits(
+                pol,
+                e,
+                starts_run=starts,
+                rate_cost=rc,
+                input_cost=units and units[INPUT_TOKENS],
+                output_cost=units and units[OUTPUT_TOKENS],
+            )
+            is not None
+        )
         if rk is not None:
             seen.add(rk)
     return out

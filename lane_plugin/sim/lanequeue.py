@@ -127,8 +127,13 @@ class LaneQueue:
         p = self._prio.get(j)
         if p is None:
             key = self.sim.trace.run_key[j]
-            p = self._prio[j] = priority(self.policy, self.sim.est[j], self.sim.waiting_since[j], self.size_boundary,
-                                         key is not None and key in self.runs.runs)  # fmt: skip
+            p = self._prio[j] = priority(
+                self.policy,
+                self.sim.est[j],
+                self.sim.waiting_since[j],
+                self.size_boundary,
+                key is not None and key in self.runs.runs,
+            )
         return p
 
     def refit(self, now: float) -> None:
@@ -145,7 +150,10 @@ class LaneQueue:
         """A settlement the drift allowance learns from (the ledger's settlement rows)."""
         i = self._settles % DRIFT_SAMPLE
         if max(abs(est), abs(actual)) >= 2**62 and self._settled_est.dtype != object:
-            self._settled_est, self._settled_actual = self._settled_est.astype(object), self._settled_actual.astype(object)
+            self._settled_est, self._settled_actual = (
+                self._settled_est.astype(object),
+                self._settled_actual.astype(object),
+            )
         self._settled_est[i], self._settled_actual[i] = est, actual
         self._settles += 1
 
@@ -317,8 +325,11 @@ class LaneQueue:
             while left_o and i_o < n_o:
                 e = other[i_o]
                 j = e[1]
-                if (state[j] == WAITING and (i_o == 0 or other[i_o - 1] != e)
-                        and (run_key[j] is None or run_key[j] not in runs)):  # fmt: skip
+                if (
+                    state[j] == WAITING
+                    and (i_o == 0 or other[i_o - 1] != e)
+                    and (run_key[j] is None or run_key[j] not in runs)
+                ):
                     o = e
                     break
                 seen.append((other, i_o, -1))
@@ -348,7 +359,17 @@ def candidate_for(sim: Sim, j: int) -> Candidate:
     """The ``lane`` policy's view of waiting job ``j`` (its id sorts like its index)."""
     q, tr = sim.lane_queue, sim.trace
     units = sim.units(j) if sim.limits else None  # its input and output allowance, for the limits over them
-    return Candidate(sim.job_id(j), sim.est[j], sim.waiting_since[j], tr.run_key[j], sim.rate[j], tr.stage[j],
-                     q.runs.after(tr.stage[j]) if tr.run_key[j] is not None else 0, q.prio(j), sim.var[j],
-                     tr.tenant[j] or DEFAULT_TENANT, units and units["input_tokens"],
-                     units and units["output_tokens"])  # fmt: skip
+    return Candidate(
+        sim.job_id(j),
+        sim.est[j],
+        sim.waiting_since[j],
+        tr.run_key[j],
+        sim.rate[j],
+        tr.stage[j],
+        q.runs.after(tr.stage[j]) if tr.run_key[j] is not None else 0,
+        q.prio(j),
+        sim.var[j],
+        tr.tenant[j] or DEFAULT_TENANT,
+        units and units["input_tokens"],
+        units and units["output_tokens"],
+    )

@@ -132,8 +132,15 @@ def sqlite_url(tmp_path):
 
 def make_lane(led, name: str = "free", **kw):
     """A lane whose only limit is the ceiling unless told otherwise."""
-    settings = dict(allowance=kw.get("ceiling", 1000), ceiling=1000, start_fraction=1.0, burst_tokens=10**9,
-                    max_leased=64, lease_seconds=90.0, max_attempts=3)  # fmt: skip
+    settings = dict(
+        allowance=kw.get("ceiling", 1000),
+        ceiling=1000,
+        start_fraction=1.0,
+        burst_tokens=10**9,
+        max_leased=64,
+        lease_seconds=90.0,
+        max_attempts=3,
+    )
     settings.update(kw)
     settings.setdefault("allowance", settings["ceiling"])
     settings["allowance"] = max(settings["allowance"], settings["ceiling"])

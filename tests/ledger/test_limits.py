@@ -12,8 +12,9 @@ from lane_plugin.policy.limits import Limit
 
 
 def _lane(led, name="l", **kw):
-    settings = dict(allowance=10**9, ceiling=10**9, burst_tokens=10**6, window_seconds=10.0, max_leased=50,
-                    lease_seconds=600)  # fmt: skip
+    settings = dict(
+        allowance=10**9, ceiling=10**9, burst_tokens=10**6, window_seconds=10.0, max_leased=50, lease_seconds=600
+    )
     settings.update(kw)
     return led.set_lane(name, **settings)
 
@@ -81,7 +82,10 @@ def test_lowering_a_limit_parks_a_waiting_job_it_leaves_no_way_to_fit(led):
 def test_limits_are_set_shown_and_dropped(led):
     row = _lane(led, limits=["requests=500/60s", "tokens=30000/60s", "output_tokens=8000/60s"])
     assert dict(row.policy.all_limits) == {
-        "tokens": Limit(30000, 60.0), "requests": Limit(500, 60.0), "output_tokens": Limit(8000, 60.0)}
+        "tokens": Limit(30000, 60.0),
+        "requests": Limit(500, 60.0),
+        "output_tokens": Limit(8000, 60.0),
+    }
     assert (row.burst_tokens, row.window_seconds) == (30000, 60.0)  # tokens is the burst window
     (lane,) = [x for x in led.lanes() if x["lane"] == "l"]
     assert lane["limits"] == ["tokens 30000/60s", "requests 500/60s", "output_tokens 8000/60s"]
@@ -98,16 +102,19 @@ def test_bad_limit_syntax_names_the_value(led):
         led.set_lane("l", limits=["rpm=5/60s"])
 
 
-@pytest.mark.parametrize("limits, needle", [
-    ({"requests": Limit(5, float("nan"))}, "number of seconds"),  # once a NOT NULL failure (a database error)
-    ({"requests": Limit(5, float("inf"))}, "a year"),  # once a traceback reading the stored spec back
-    ({"requests": Limit(5.5, 60.0)}, "whole number"),
-    ({"requests": Limit(10**30, 60.0)}, "at most"),  # once OverflowError from the driver
-    ({"requests": "99999999999999999999/60s"}, "at most"),
-    (["requests=5/0.00001s"], "from 1ms"),  # stored as 1e-05s, which once did not read back
-    (5, "expected"),  # once TypeError: 'int' object is not iterable
-    (["requests=5/60s", "requests=6/60s"], "limited twice"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "limits, needle",
+    [
+        ({"requests": Limit(5, float("nan"))}, "number of seconds"),  # once a NOT NULL failure (a database error)
+        ({"requests": Limit(5, float("inf"))}, "a year"),  # once a traceback reading the stored spec back
+        ({"requests": Limit(5.5, 60.0)}, "whole number"),
+        ({"requests": Limit(10**30, 60.0)}, "at most"),  # once OverflowError from the driver
+        ({"requests": "99999999999999999999/60s"}, "at most"),
+        (["requests=5/0.00001s"], "from 1ms"),  # stored as 1e-05s, which once did not read back
+        (5, "expected"),  # once TypeError: 'int' object is not iterable
+        (["requests=5/60s", "requests=6/60s"], "limited twice"),
+    ],
+)
 def test_a_bad_limit_is_refused_naming_it_and_nothing_is_written(led, limits, needle):
     before = _lane(led, limits=["requests=7/10s"])
     with pytest.raises(InvalidInput, match=needle) as err:

@@ -18,14 +18,21 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("procs", [4])
 def test_concurrent_workers_keep_the_invariants(ledger_url, procs):
     led = Ledger(ledger_url)
-    led.set_lane("mp", allowance=3_000, ceiling=3_000, start_fraction=1.0, burst_tokens=2_000, max_leased=8,
-                 window_seconds=0.05)  # fmt: skip
+    led.set_lane(
+        "mp", allowance=3_000, ceiling=3_000, start_fraction=1.0, burst_tokens=2_000, max_leased=8, window_seconds=0.05
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     workers = [
-        subprocess.Popen([sys.executable, "-m", "tests.ledger.worker", ledger_url, "mp", "60", str(seed)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.ledger.worker", ledger_url, "mp", "60", str(seed)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
         for seed in range(procs)
-    ]  # fmt: skip
+    ]
     results = []
     for w in workers:
         out, err = w.communicate(timeout=120)

@@ -44,8 +44,14 @@ def _nearest_rank(values, q: float) -> int:
 
 
 @settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 2**32), slack=st.sampled_from([1.0, 1.1, 1.3, 2.0]), load=st.floats(0.6, 1.6),
-       reads=st.integers(1, 8), warmup=st.integers(0, 60), dues=st.booleans())  # fmt: skip
+@given(
+    seed=st.integers(0, 2**32),
+    slack=st.sampled_from([1.0, 1.1, 1.3, 2.0]),
+    load=st.floats(0.6, 1.6),
+    reads=st.integers(1, 8),
+    warmup=st.integers(0, 60),
+    dues=st.booleans(),
+)
 def test_tokens_ahead_of_every_job_are_within_the_slack_of_v_or_of_the_estimate(seed, slack, load, reads, warmup, dues):
     jobs = _jobs(random.Random(seed), BURST, 150, load)
     keyer, estimates = _keyer(slack, 0.9, warmup)
@@ -100,10 +106,15 @@ def test_the_running_estimate_is_at_most_the_quantile_and_within_a_bucket_of_it(
 
 @pytest.mark.parametrize(
     ("call", "field"),
-    [(lambda: slack_key(-1, 0), "waiting_rate=-1"), (lambda: slack_key(0, -5), "estimate=-5"),
-     (lambda: slack_key(0, 0, 0.9), "slack=0.9"), (lambda: BacklogQuantile(1.0), "q=1.0"),
-     (lambda: BacklogQuantile(warmup=-1), "warmup=-1"), (lambda: BacklogQuantile().add(-3), "waiting_rate=-3")],
-)  # fmt: skip
+    [
+        (lambda: slack_key(-1, 0), "waiting_rate=-1"),
+        (lambda: slack_key(0, -5), "estimate=-5"),
+        (lambda: slack_key(0, 0, 0.9), "slack=0.9"),
+        (lambda: BacklogQuantile(1.0), "q=1.0"),
+        (lambda: BacklogQuantile(warmup=-1), "warmup=-1"),
+        (lambda: BacklogQuantile().add(-3), "waiting_rate=-3"),
+    ],
+)
 def test_bad_input_is_refused_by_name(call, field):
     with pytest.raises(ValueError, match=field):
         call()
