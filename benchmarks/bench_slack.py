@@ -14,7 +14,7 @@ estimate 3,000, a 60 s window 5% under the hour's demand): lognormal with Poisso
 lognormal bursty (each 10 minutes' arrivals in their first 2). Generated traffic stands in for the held-out
 trace: a rule tuned to the two traces has to hold there too.
 
-Run:  .venv/bin/python benchmarks/bench_slack.py [--settings off,slack=1.3] [--traffic NAME,...] [--seed N]
+Run:  .venv/bin/python benchmarks/bench_slack.py [--settings off,slack=1.3,learned=1.3] [--one] [--traffic NAME,...] [--seed N]
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def cell(name: str, seed: int, trace: Trace, cfg: SimConfig, tenants: bool, lear
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--settings", default="off,slack=1.3", help="Comma-separated: off, beta=B, slack=C.")
+    ap.add_argument("--settings", default="off,slack=1.3", help="Comma-separated: off, beta=B, slack=C, learned=C.")
     ap.add_argument("--traffic", default=",".join(TRAFFIC), help=f"Comma-separated, of {', '.join(TRAFFIC)}.")
     ap.add_argument("--seed", type=int, default=1, help="The generated traffic's seed.")
     ap.add_argument("--one", action="store_true", help="One tenant only (not three as well).")
