@@ -5,6 +5,7 @@ or misses it, and writes ``docs/performance_targets.md`` (the section
 ``benchmarks/run_all.py`` puts into ``docs/performance.md``).
 
 Run:  .venv/bin/python benchmarks/bench_targets.py [--quick] [--no-write] [--tenants SPEC] [--overtake-beta B|off]
+      [--overtake-slack C|off]
 
 Scenarios (every policy under the same lease cap and the same sliding burst
 window; the real traces are read with est = input + 256 and rate_cost =
@@ -495,7 +496,16 @@ def main() -> None:
         help="The overtaking budget's beta (default: lane_plugin.policy.overtake.OVERTAKE_BETA), or off; "
         "implies --no-write.",
     )
+    ap.add_argument(
+        "--overtake-slack",
+        metavar="C|off",
+        help="Rule 12's quantile form (lane_plugin.policy.slack): the lane's p99 of tokens ahead within C x "
+        "token-fifo's; implies --no-write.",
+    )
     args = ap.parse_args()
+    if args.overtake_slack is not None:
+        OVERTAKE[0] = {"overtake_slack": None if args.overtake_slack == "off" else float(args.overtake_slack)}
+        args.no_write = True
     if args.overtake_beta is not None:
         OVERTAKE[0] = {"overtake_beta": None if args.overtake_beta == "off" else float(args.overtake_beta)}
         args.no_write = True

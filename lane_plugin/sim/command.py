@@ -260,6 +260,18 @@ def simulate(
         help="The lane row's overtaking budget (rule 12): younger jobs take at most this "
         "times the rate tokens a job found waiting ahead of it (0.25: within 1.25x of token-fifo's). Default: off.",
     ),
+    overtake_slack: Optional[float] = typer.Option(
+        None,
+        "--overtake-slack",
+        help="Rule 12's quantile form: the lane's p99 of rate tokens ahead of a job within this times "
+        "token-fifo's (1.3); a job is passed only within the slack a running p99 leaves it. Default: off.",
+    ),
+    overtake_learned: Optional[int] = typer.Option(
+        None,
+        "--overtake-learned",
+        help="With --overtake-slack: the p99 of the rate tokens waiting at arrivals that the lane learned before "
+        "(yesterday's), read instead of the running estimate.",
+    ),
     policies: str = typer.Option(
         ",".join(POLICIES),
         help=f"Comma-separated policies to compare (default: {', '.join(POLICIES)})",
@@ -356,6 +368,8 @@ def simulate(
             estimator=estimator,
             warmup=warmup,
             overtake_beta=overtake_beta,
+            overtake_slack=overtake_slack,
+            overtake_learned=overtake_learned,
         )
         if tenant_spec is not None:  # --tenants' weights, over those of the --lane's tenants
             cfg = replace(cfg, tenant_weights=tuple((n, w) for n, w, _ in tenant_spec))

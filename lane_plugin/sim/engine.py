@@ -65,7 +65,7 @@ from .meter import OverBurst
 from .parking import Parking
 from .periods import BudgetPeriods
 from .policies import EXTRA_POLICIES, LANE_POLICIES, POLICIES, USES_EST_HEAP, LaneQueue, policy_named
-from .results import SimResult, collect, percentile
+from .results import SimResult, collect, estimate_ratio, percentile
 from .tenants import TenantBook
 from .traffic import Trace
 from .views import PolicyView
@@ -372,6 +372,8 @@ class Sim(PolicyView, BudgetPeriods, SlowWorker, Parking):
             ).as_dict()
         if progress is not None:
             progress(self, end)
+        if self.lane_queue is not None and self.lane_queue.backlog is not None:
+            result.slack_estimate_ratio = estimate_ratio(self.lane_queue.arrivals, self.lane_queue.backlog.q)
         if self.lane_queue is not None:  # a cycle back to this Sim: refcounting frees it, not a GC pass over the run
             self.lane_queue.sim = self.lane_queue.runs.sim = None
         return result

@@ -107,12 +107,17 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     # heads. While the budget has more room than the window could admit this tick it cannot bind: the oldest
     # need not be read as candidates (the snapshot still names them, so one read in the head goes in order).
     late: list = []
-    if q.beta is not None:
+    if q.on:
         guard = q.guard(k + 2)
         oldest = q.oldest(k)
         passed = q.passed(oldest[0]) if oldest else 0
         snap = replace(snap, passed=passed, guard=guard, oldest=tuple(sim.job_id(j) for j in oldest))
-        if guard and guard[0][0] - passed < q.policy.burst_tokens:
+        room = guard[0][0] - passed if guard else 0
+        if q.slack is not None:  # the slack's second bound: what left the queue since each job arrived
+            dues = q.dues(k + 2)
+            snap = replace(snap, since=q.left_rate, dues=dues)
+            room = max(room, dues[0][0] - q.left_rate) if dues else room
+        if guard and room < q.policy.burst_tokens:
             late = [q.candidate(j) for j in oldest]
     # Several tenants: the head of each one's queue, merged fairly by admit.
     if sim.tenants is not None and sim.policy == "lane":

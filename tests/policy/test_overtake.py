@@ -35,8 +35,12 @@ def _jobs(rng: random.Random, burst: int, n: int, load: float):
     return jobs[:n]
 
 
-def _run(jobs, burst: int, beta: float | None, seed: int = 0, guard_reads: int = 6):
-    """Admit every second; returns, per job, V at arrival and the rate tokens admitted ahead of it."""
+def _run(jobs, burst: int, beta: float | None, seed: int = 0, guard_reads: int = 6, keyer=None, dues=False):
+    """Admit every second; returns, per job, V at arrival and the rate tokens admitted ahead of it.
+
+    ``keyer``: a job's key from V at its arrival (rule 12's quantile form, tests/policy/test_slack.py) instead of
+    ``overtake_key(V, beta)``; ``dues``: the snapshot gives the slack's second bound too (``since``, ``dues``)."""
+    on = beta is not None or keyer is not None
     rng = random.Random(seed)
     policy = LanePolicy(
         ceiling=10**12, burst_tokens=burst, window_seconds=WINDOW, max_leased=10**6, max_wait_seconds=600.0
@@ -48,24 +52,25 @@ def _run(jobs, burst: int, beta: float | None, seed: int = 0, guard_reads: int =
     waiting_rate = left = admitted_total = 0
     pos: dict[str, int] = {}
     window: list[tuple[int, int]] = []
-    v, start, ahead = {}, {}, {}
+    v, start, ahead, due = {}, {}, {}, {}
     i, now = 0, 0
     while len(ahead) < len(jobs):
         while i < len(jobs) and jobs[i][0] <= now:
             at, est, tenant = jobs[i]
             jid = f"j{i:05d}"
             v[jid], start[jid] = waiting_rate, admitted_total
-            if beta is not None:
-                keys[jid] = overtake_key(waiting_rate, beta)
+            if on:
+                keys[jid] = keyer(waiting_rate) if keyer is not None else overtake_key(waiting_rate, beta)
                 pos[jid] = left + waiting_rate
+                due[jid] = left + keys[jid]
             waiting[jid] = Candidate(jid, est, float(at), tenant=tenant)
             waiting_rate += est
             i += 1
         window = [(s, r) for s, r in window if s > now - WINDOW]
         tenants = {t: TenantState(weight=w, served=served[t]) for t, w in weights.items()}
-        guard = tuple(sorted((keys[j], j) for j in waiting))[:guard_reads] if beta is not None else ()
+        guard = tuple(sorted((keys[j], j) for j in waiting))[:guard_reads] if on else ()
         oldest = tuple(sorted(waiting))[:3]
-        passed = left - pos[oldest[0]] if beta is not None and oldest else 0
+        passed = left - pos[oldest[0]] if on and oldest else 0
         snap = LaneSnapshot(
             policy,
             spent=0,
@@ -77,6 +82,8 @@ def _run(jobs, burst: int, beta: float | None, seed: int = 0, guard_reads: int =
             passed=passed,
             guard=guard,
             oldest=oldest,
+            since=left if dues else 0,
+            dues=tuple(sorted((due[j], j) for j in waiting))[:guard_reads] if dues and on else (),
         )
         decision = admit(snap, list(waiting.values()))
         for c in decision.admitted:

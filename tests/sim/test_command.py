@@ -204,3 +204,30 @@ def test_overtake_beta_runs_the_budget_and_a_negative_one_is_refused_by_name():
     assert on.exit_code == 0, on.output
     bad = run("--jobs", "300", "--overtake-beta", "-1", "--no-progress")
     assert bad.exit_code == 2 and "overtake_beta=-1.0 must be >= 0" in bad.output
+
+
+def test_overtake_slack_runs_the_quantile_form_reports_its_estimate_and_bad_values_are_refused_by_name():
+    on = run(
+        "--jobs",
+        "600",
+        "--burst-tokens",
+        "20000",
+        "--overtake-slack",
+        "1.3",
+        "--policies",
+        "lane,token-fifo",
+        "--json",
+        "--no-progress",
+    )
+    assert on.exit_code == 0, on.output
+    lane = next(r for r in json.loads(on.output)["results"] if r["policy"] == "lane")
+    assert lane["slack_estimate_ratio"] is not None and lane["slack_estimate_ratio"] >= 0
+    off = run("--jobs", "600", "--burst-tokens", "20000", "--policies", "lane", "--json", "--no-progress")
+    assert json.loads(off.output)["results"][0]["slack_estimate_ratio"] is None  # off: nothing estimated
+    for flags, said in (
+        (("--overtake-slack", "0.9"), "overtake_slack=0.9 must be >= 1"),
+        (("--overtake-learned", "5000"), "overtake_learned=5000 must be >= 0, with overtake_slack set"),
+        (("--overtake-slack", "1.3", "--overtake-beta", "0.25"), "set one"),
+    ):
+        bad = run("--jobs", "300", *flags, "--no-progress")
+        assert bad.exit_code == 2 and said in bad.output, bad.output
