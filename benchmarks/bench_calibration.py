@@ -103,11 +103,15 @@ def run(jobs: int, refit: int, seed: int, url: str, model: str = "pipeline") -> 
             led.settle(jid, actual)
         settled += n
         changed = cal.refit(led)
-        print(f"after {settled:>4} settled jobs per stage: factors {cal.factors} -> {cal.version}"
-              + ("" if changed else " (unchanged)"))  # fmt: skip
+        print(
+            f"after {settled:>4} settled jobs per stage: factors {cal.factors} -> {cal.version}"
+            + ("" if changed else " (unchanged)")
+        )
         moved = lrn.refit().changed
-        print(f"{'':>37}allowances {dict(sorted(lrn.learner.allowances.items()))} -> {lrn.version}"
-              + ("" if moved else " (unchanged)"))  # fmt: skip
+        print(
+            f"{'':>37}allowances {dict(sorted(lrn.learner.allowances.items()))} -> {lrn.version}"
+            + ("" if moved else " (unchanged)")
+        )
     report = drift(led, by="stage,version")
     return led, base, cal, report, used_after_warmup, learned_after_warmup
 
@@ -131,32 +135,45 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=400, help="settled jobs per stage")
     ap.add_argument("--refit", type=int, default=100, help="refit calibrated every this many jobs per stage")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--model", choices=("pipeline", "synthetic"), default="pipeline",
-                    help="pipeline: flows/pipeline.py's model and estimator (its critique stage is biased); "
-                         "synthetic: three made-up stages, one biased x1.9, one over-estimated")  # fmt: skip
+    ap.add_argument(
+        "--model",
+        choices=("pipeline", "synthetic"),
+        default="pipeline",
+        help="pipeline: flows/pipeline.py's model and estimator (its critique stage is biased); "
+        "synthetic: three made-up stages, one biased x1.9, one over-estimated",
+    )
     args = ap.parse_args()
     biased = "critique" if args.model == "pipeline" else "draft"
     with tempfile.TemporaryDirectory() as tmp:
-        led, base, cal, report, used, used_learned = run(args.jobs, args.refit, args.seed,
-                                                         f"sqlite:///{tmp}/calibration.db", args.model)  # fmt: skip
+        led, base, cal, report, used, used_learned = run(
+            args.jobs, args.refit, args.seed, f"sqlite:///{tmp}/calibration.db", args.model
+        )
         print()
         print(render(report, "table"))
         print()
         rows = report.set_index(["stage", "version"])
         plain = rows.loc[(biased, base.version), "drift"]
         after = warmed_up_drift(led, used[biased], biased) if used[biased] else float("nan")
-        print(f"{biased} ({args.model} model), plain estimator {base.version}: drift {plain:.2f} "
-              f"({'PASS' if plain > 1.5 else 'FAIL'}: > 1.5)")  # fmt: skip
-        print(f"{biased}, calibrated after 200 settled jobs ({len(used[biased])} version(s)): drift {after:.3f} "
-              f"({'PASS' if abs(after - 1) <= 0.15 else 'FAIL'}: within 1.0 +/- 0.15)")  # fmt: skip
+        print(
+            f"{biased} ({args.model} model), plain estimator {base.version}: drift {plain:.2f} "
+            f"({'PASS' if plain > 1.5 else 'FAIL'}: > 1.5)"
+        )
+        print(
+            f"{biased}, calibrated after 200 settled jobs ({len(used[biased])} version(s)): drift {after:.3f} "
+            f"({'PASS' if abs(after - 1) <= 0.15 else 'FAIL'}: within 1.0 +/- 0.15)"
+        )
         lrn_after = warmed_up_drift(led, used_learned[biased], biased) if used_learned[biased] else float("nan")
-        print(f"{biased}, learned after 200 settled jobs ({len(used_learned[biased])} version(s)): drift "
-              f"{lrn_after:.3f} ({'PASS' if abs(lrn_after - 1) <= 0.05 else 'FAIL'}: within 1.0 +/- 0.05)")  # fmt: skip
+        print(
+            f"{biased}, learned after 200 settled jobs ({len(used_learned[biased])} version(s)): drift "
+            f"{lrn_after:.3f} ({'PASS' if abs(lrn_after - 1) <= 0.05 else 'FAIL'}: within 1.0 +/- 0.05)"
+        )
         for stage in (s for s in used if s != biased):
             if used[stage]:
-                print(f"{stage}, plain {rows.loc[(stage, base.version), 'drift']:.2f}; after 200: calibrated "
-                      f"{warmed_up_drift(led, used[stage], stage):.3f}, learned "
-                      f"{warmed_up_drift(led, used_learned[stage], stage):.3f}")  # fmt: skip
+                print(
+                    f"{stage}, plain {rows.loc[(stage, base.version), 'drift']:.2f}; after 200: calibrated "
+                    f"{warmed_up_drift(led, used[stage], stage):.3f}, learned "
+                    f"{warmed_up_drift(led, used_learned[stage], stage):.3f}"
+                )
         led.close()
 
 

@@ -106,8 +106,9 @@ def setup(url: str) -> None:
 
     from lane_plugin import Ledger
 
-    Ledger(url).set_lane("bench", allowance=10**12, ceiling=10**12, start_fraction=1.0, burst_tokens=10**9,
-                         max_leased=100_000)  # fmt: skip
+    Ledger(url).set_lane(
+        "bench", allowance=10**12, ceiling=10**12, start_fraction=1.0, burst_tokens=10**9, max_leased=100_000
+    )
     with get_client(sync_client=True) as client:
         client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=LIMIT, limit=10**6))
 
@@ -179,22 +180,36 @@ def render(walls: dict[str, float], n: int, rounds: int, command: str, n_c: int)
     ]
     verdict_1 = "met" if ratio <= 1.25 else "MISSED"
     verdict_2 = "met" if speedup >= 5 else "MISSED"
-    return "\n".join([
-        "## Gated task overhead", "",
-        f"Command: `{command}`", "",
-        f"Machine: {platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"{platform.platform()}; Prefect ephemeral server, SQLite ledger; {n} sequential tasks per flow, "
-        f"median of {rounds} interleaved rounds of (a), (a'), (b), (b'); (c) is one flow of {n_c} tasks"
-        + (f" scaled to {n}" if n_c != n else "") + ".", "",
-        "| variant | flow wall time | per task | overhead per task vs (a) |", "|---|---|---|---|", *rows, "",
-        f"- (b)/(a) wall time: **{ratio:.2f}** (target <= 1.25: {verdict_1})",
-        f"- gating overhead per task: (b) {over_b:.1f} ms vs (c) {over_c:.1f} ms: (b) is **{speedup:.1f}x** "
-        f"cheaper (target >= 5x: {verdict_2}); whole task, (c)/(b) = {per_task:.2f}",
-        "", MISSED_WHY.format(tags=(walls["a'"] - a) / n * 1000,
-                              own=(b - walls["a'"]) / n * 1000, own_ratio=b / walls["a'"],
-                              bare_ratio=walls["b'"] / a, bare=(walls["b'"] - a) / n * 1000,
-                              bare_verdict="met" if walls["b'"] / a <= 1.25 else "MISSED"),
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "## Gated task overhead",
+            "",
+            f"Command: `{command}`",
+            "",
+            f"Machine: {platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"{platform.platform()}; Prefect ephemeral server, SQLite ledger; {n} sequential tasks per flow, "
+            f"median of {rounds} interleaved rounds of (a), (a'), (b), (b'); (c) is one flow of {n_c} tasks"
+            + (f" scaled to {n}" if n_c != n else "")
+            + ".",
+            "",
+            "| variant | flow wall time | per task | overhead per task vs (a) |",
+            "|---|---|---|---|",
+            *rows,
+            "",
+            f"- (b)/(a) wall time: **{ratio:.2f}** (target <= 1.25: {verdict_1})",
+            f"- gating overhead per task: (b) {over_b:.1f} ms vs (c) {over_c:.1f} ms: (b) is **{speedup:.1f}x** "
+            f"cheaper (target >= 5x: {verdict_2}); whole task, (c)/(b) = {per_task:.2f}",
+            "",
+            MISSED_WHY.format(
+                tags=(walls["a'"] - a) / n * 1000,
+                own=(b - walls["a'"]) / n * 1000,
+                own_ratio=b / walls["a'"],
+                bare_ratio=walls["b'"] / a,
+                bare=(walls["b'"] - a) / n * 1000,
+                bare_verdict="met" if walls["b'"] / a <= 1.25 else "MISSED",
+            ),
+        ]
+    )
 
 
 def profile(runner, n: int) -> None:

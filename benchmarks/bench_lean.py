@@ -57,7 +57,9 @@ def learning(pct: float):
             st["at"] = now
         if j not in q._prio:  # placed once, at intake (a requeued job keeps its place)
             est = sim.est[j]
-            q._prio[j] = now + ((p.max_wait_seconds if est > st["bound"] else 0.0) if st["bound"] else est * p.age_factor)
+            q._prio[j] = now + (
+                (p.max_wait_seconds if est > st["bound"] else 0.0) if st["bound"] else est * p.age_factor
+            )
             st["recent"].append(est)
         push(q, j)
 
@@ -76,7 +78,9 @@ def lean(name: str, ests: list[int]):
         return TODAY
     if name.startswith("burst/"):
         k = float(name[6:])
-        return lambda p, est, w, b=None, f=False: w + p.max_wait_seconds * min(1.0, est / max(1.0, min(p.ceiling, p.burst_tokens) / k))
+        return lambda p, est, w, b=None, f=False: (
+            w + p.max_wait_seconds * min(1.0, est / max(1.0, min(p.ceiling, p.burst_tokens) / k))
+        )
     if name.startswith("lin"):
         scale = 2 * q(float(name[3:]))
         return lambda p, est, w, b=None, f=False: w + p.max_wait_seconds * min(1.0, est / scale)
@@ -89,11 +93,16 @@ def lean(name: str, ests: list[int]):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--leans", default=DEFAULT)
-    ap.add_argument("--scenarios", default="rate-azure,rate-mooncake",
-                    help="bench_targets scenarios (chained-budget runs its 2-day --quick form)")
+    ap.add_argument(
+        "--scenarios",
+        default="rate-azure,rate-mooncake",
+        help="bench_targets scenarios (chained-budget runs its 2-day --quick form)",
+    )
     args = ap.parse_args()
-    print("| scenario | lean | `lane` p50 | `token-fifo` p50 | ratio | `lane` p99 | `token-fifo` p99 | ratio "
-          "| runs done (`token-fifo`) | stranded |")
+    print(
+        "| scenario | lean | `lane` p50 | `token-fifo` p50 | ratio | `lane` p99 | `token-fifo` p99 | ratio "
+        "| runs done (`token-fifo`) | stranded |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in args.scenarios.split(","):
         trace = bt.traffic(name, True)
@@ -111,10 +120,13 @@ def main() -> None:
                 lane = simulate(trace, cfg, ["lane"])[0]
             finally:
                 lq.priority, lq.LaneQueue.push, lq.size_class_boundary = TODAY, push, learn
-            print(f"| {name} | `{lean_name}` | {lane.wait_p50:.0f} s | {fifo.wait_p50:.0f} s | "
-                  f"{lane.wait_p50 / fifo.wait_p50:.2f}x | {lane.wait_p99:.0f} s | {fifo.wait_p99:.0f} s | "
-                  f"{lane.wait_p99 / fifo.wait_p99:.2f}x | {lane.runs_finished:,} ({fifo.runs_finished:,}) | "
-                  f"{100 * lane.stranded_tokens / max(1, lane.spent):.2f}% |", flush=True)  # fmt: skip
+            print(
+                f"| {name} | `{lean_name}` | {lane.wait_p50:.0f} s | {fifo.wait_p50:.0f} s | "
+                f"{lane.wait_p50 / fifo.wait_p50:.2f}x | {lane.wait_p99:.0f} s | {fifo.wait_p99:.0f} s | "
+                f"{lane.wait_p99 / fifo.wait_p99:.2f}x | {lane.runs_finished:,} ({fifo.runs_finished:,}) | "
+                f"{100 * lane.stranded_tokens / max(1, lane.spent):.2f}% |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

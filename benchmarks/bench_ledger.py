@@ -43,8 +43,15 @@ def machine() -> str:
 def _seed(url: str, procs: int) -> None:
     led = Ledger(url)
     for i in range(procs):
-        led.set_lane(f"b{i}", allowance=10**12, ceiling=10**12, start_fraction=1.0, burst_tokens=10**9,
-                     max_leased=1, window_seconds=1.0)  # fmt: skip
+        led.set_lane(
+            f"b{i}",
+            allowance=10**12,
+            ceiling=10**12,
+            start_fraction=1.0,
+            burst_tokens=10**9,
+            max_leased=1,
+            window_seconds=1.0,
+        )
     now = time.time()
 
     def fill(cur):
@@ -84,24 +91,35 @@ def _plain_worker(url: str, lane: str, seconds: float, out) -> None:
 
     def admit(cur):
         lock = " for update" if cur.dialect == "postgresql" else ""
-        spent, reserved, ceiling = cur.one(f"select spent, reserved, ceiling from lane where name = :l{lock}", {"l": lane})
-        row = cur.one("select id, est from job where lane = :l and state = 'new' and finishing = :f "
-                      "order by prio limit 1", {"l": lane, "f": False})  # fmt: skip
+        spent, reserved, ceiling = cur.one(
+            f"select spent, reserved, ceiling from lane where name = :l{lock}", {"l": lane}
+        )
+        row = cur.one(
+            "select id, est from job where lane = :l and state = 'new' and finishing = :f order by prio limit 1",
+            {"l": lane, "f": False},
+        )
         if row is None or spent + reserved + row[1] > ceiling:
             return None
-        cur.execute("update lane set reserved = reserved + :e, leased = leased + 1 where name = :l",
-                    {"e": row[1], "l": lane})  # fmt: skip
-        cur.execute("update job set state = 'leased', lease_attempt = attempt, lease_until = :u where id = :id",
-                    {"u": time.time() + 90, "id": row[0]})  # fmt: skip
+        cur.execute(
+            "update lane set reserved = reserved + :e, leased = leased + 1 where name = :l", {"e": row[1], "l": lane}
+        )
+        cur.execute(
+            "update job set state = 'leased', lease_attempt = attempt, lease_until = :u where id = :id",
+            {"u": time.time() + 90, "id": row[0]},
+        )
         return row
 
     def settle(cur, job_id, est):
-        cur.execute("insert into settlement (job_id, attempt, lane, est, actual, overage, late, outcome, settled_at) "
-                    "values (:j, 1, :l, :e, :e, 0, false, 'done', :now)",
-                    {"j": job_id, "l": lane, "e": est, "now": time.time()})  # fmt: skip
+        cur.execute(
+            "insert into settlement (job_id, attempt, lane, est, actual, overage, late, outcome, settled_at) "
+            "values (:j, 1, :l, :e, :e, 0, false, 'done', :now)",
+            {"j": job_id, "l": lane, "e": est, "now": time.time()},
+        )
         cur.execute("update job set state = 'done', actual = :e where id = :j", {"e": est, "j": job_id})
-        cur.execute("update lane set spent = spent + :e, reserved = reserved - :e, leased = leased - 1 "
-                    "where name = :l", {"e": est, "l": lane})  # fmt: skip
+        cur.execute(
+            "update lane set spent = spent + :e, reserved = reserved - :e, leased = leased - 1 where name = :l",
+            {"e": est, "l": lane},
+        )
 
     while time.perf_counter() < end:
         row = db.transaction(admit)
@@ -172,8 +190,10 @@ def scan_cost(url_factory, label: str) -> list[str]:
             r = measure(url, waiting, 100)
         finally:
             cleanup()
-        lines.append(f"| {label} | {waiting:,} waiting + {waiting:,} parked | {r['p50'] * 1e3:.2f} ms "
-                     f"| {r['p99'] * 1e3:.2f} ms |")  # fmt: skip
+        lines.append(
+            f"| {label} | {waiting:,} waiting + {waiting:,} parked | {r['p50'] * 1e3:.2f} ms "
+            f"| {r['p99'] * 1e3:.2f} ms |"
+        )
     lines.append(f"|  | plan at 100k: {r['plan'][:160]} | | |")
     return lines
 
@@ -188,8 +208,15 @@ def cli_loop(n: int = 40) -> list[str]:
         ids = []
         t = time.perf_counter()
         for i in range(n):
-            ids.append(subprocess.run([lane, "submit", "--stage", "draft", "--est", str(500 + i * 37)], env=env,
-                                      check=True, capture_output=True, text=True).stdout.strip())  # fmt: skip
+            ids.append(
+                subprocess.run(
+                    [lane, "submit", "--stage", "draft", "--est", str(500 + i * 37)],
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout.strip()
+            )
         out.append(("submit", (time.perf_counter() - t) / n))
         t = time.perf_counter()
         subprocess.run([lane, "tick"], env=env, check=True, capture_output=True)
@@ -199,7 +226,8 @@ def cli_loop(n: int = 40) -> list[str]:
             subprocess.run([lane, "settle", jid, "--actual", "600"], env=env, check=True, capture_output=True)
         out.append(("settle", (time.perf_counter() - t) / 10))
         return [f"| `lane {cmd}` | {sec:.3f} s |" for cmd, sec in out] + [
-            f"| 200-call loop of `lane submit` (projected) | {out[0][1] * 200:.1f} s |"]
+            f"| 200-call loop of `lane submit` (projected) | {out[0][1] * 200:.1f} s |"
+        ]
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -207,8 +235,9 @@ def cli_loop(n: int = 40) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=4.0, help="run time of each throughput cell")
-    ap.add_argument("--pg", default=os.environ.get("LANE_TEST_POSTGRES_URL",
-                                                   "postgresql+psycopg://root@127.0.0.1:5432/test"))  # fmt: skip
+    ap.add_argument(
+        "--pg", default=os.environ.get("LANE_TEST_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/test")
+    )
     ap.add_argument("--procs", default="1,4,8")
     ap.add_argument("--out", default=str(ROOT / "docs" / "performance_ledger.md"))
     args = ap.parse_args()
@@ -222,8 +251,14 @@ def main() -> None:
         dbs.append(("PostgreSQL", pg_factory(args.pg)))
     except Exception as exc:  # noqa: BLE001
         print(f"PostgreSQL skipped: {exc}")
-    lines = [f"Machine: {machine()}", "", "### admit+settle cycles per second", "",
-             "| database | processes | ledger | plain SQL | ledger / plain |", "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"Machine: {machine()}",
+        "",
+        "### admit+settle cycles per second",
+        "",
+        "| database | processes | ledger | plain SQL | ledger / plain |",
+        "|---|---|---|---|---|",
+    ]
     for label, factory in dbs:
         for procs in [int(p) for p in args.procs.split(",")]:
             ledger = throughput(factory, procs, args.seconds, "ledger")
@@ -231,7 +266,13 @@ def main() -> None:
             line = f"| {label} | {procs} | {ledger:,.0f}/s | {plain:,.0f}/s | {ledger / plain:.0%} |"
             print(line, flush=True)
             lines.append(line)
-    lines += ["", "### tick latency and the admission scan", "", "| database | queue | p50 | p99 |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "### tick latency and the admission scan",
+        "",
+        "| database | queue | p50 | p99 |",
+        "|---|---|---|---|",
+    ]
     for label, factory in dbs:
         for line in scan_cost(factory, label):
             print(line, flush=True)

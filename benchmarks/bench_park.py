@@ -33,14 +33,39 @@ def make_overdue(led: Ledger, n: int, *, lanes=("free", "paid"), chunk: int = 20
     """Insert ``n`` jobs waiting past their deadline (bulk SQL: setup is not what we measure)."""
     now = led.now()
     ids = [uuid.uuid4().hex for _ in range(n)]
-    cols = ("id", "lane", "stage", "est", "actual", "state", "attempt", "lease_attempt", "lease_until",
-            "deadline", "created_at", "wait_since")  # fmt: skip
+    cols = (
+        "id",
+        "lane",
+        "stage",
+        "est",
+        "actual",
+        "state",
+        "attempt",
+        "lease_attempt",
+        "lease_until",
+        "deadline",
+        "created_at",
+        "wait_since",
+    )
     sql = f"insert into job ({', '.join(cols)}) values ({', '.join(':' + c for c in cols)})"
     for start in range(0, n, chunk):
-        rows = [dict(id=j, lane=lanes[i % len(lanes)], stage=("draft", "review", "summarize")[i % 3], est=100 + i % 900,
-                     actual=0, state="new", attempt=1, lease_attempt=0, lease_until=0.0, deadline=now - 60 - i % 600,
-                     created_at=now - 3600, wait_since=now - 3600)
-                for i, j in enumerate(ids[start:start + chunk], start)]  # fmt: skip
+        rows = [
+            dict(
+                id=j,
+                lane=lanes[i % len(lanes)],
+                stage=("draft", "review", "summarize")[i % 3],
+                est=100 + i % 900,
+                actual=0,
+                state="new",
+                attempt=1,
+                lease_attempt=0,
+                lease_until=0.0,
+                deadline=now - 60 - i % 600,
+                created_at=now - 3600,
+                wait_since=now - 3600,
+            )
+            for i, j in enumerate(ids[start : start + chunk], start)
+        ]
         led.db.transaction(lambda cur, rows=rows: cur.executemany(sql, rows))
     return ids
 
@@ -60,8 +85,8 @@ def check(led: Ledger, ids: list[str], parked_lists: list[list[str]]) -> str:
     flat = [j for lst in parked_lists for j in lst]
     assert len(flat) == len(set(flat)) == len(ids), f"parked {len(flat)} ({len(set(flat))} distinct) of {len(ids)}"
     assert set(flat) == set(ids), "a parked job is not one of the overdue ones"
-    (tail, distinct), = led.rows("select count(*), count(distinct job_id) from tail")[1]
-    (state,), = led.rows("select count(*) from job where state = 'parked'")[1]
+    ((tail, distinct),) = led.rows("select count(*), count(distinct job_id) from tail")[1]
+    ((state,),) = led.rows("select count(*) from job where state = 'parked'")[1]
     assert tail == distinct == state == len(ids), f"tail {tail}, distinct {distinct}, parked state {state}"
     again = led.park_overdue()
     assert not again.parked, f"a second pass parked {len(again.parked)} more"
@@ -76,8 +101,10 @@ def bench(url: str, n: int, label: str) -> list[str]:
     t0 = time.perf_counter()
     moved = led.park_overdue()
     single = time.perf_counter() - t0
-    lines.append(f"{label}: one pass parked {len(moved.parked):,} of {n:,} overdue jobs in {single:.2f} s "
-                 f"({'PASS' if single < 10 else 'FAIL'} < 10 s)")  # fmt: skip
+    lines.append(
+        f"{label}: one pass parked {len(moved.parked):,} of {n:,} overdue jobs in {single:.2f} s "
+        f"({'PASS' if single < 10 else 'FAIL'} < 10 s)"
+    )
     lines.append(f"{label}: {check(led, ids, [[j['job_id'] for j in moved.parked]])}")
     # two copies at once, on fresh overdue jobs
     led.db.transaction(lambda cur: (cur.execute("delete from tail"), cur.execute("delete from job")))
@@ -92,8 +119,10 @@ def bench(url: str, n: int, label: str) -> list[str]:
         p.join(60)
     times = sorted(t for t, _ in results)
     counts = [len(lst) for _, lst in results]
-    lines.append(f"{label}: two concurrent passes took {times[0]:.2f} s and {times[1]:.2f} s, parked "
-                 f"{counts[0]:,} + {counts[1]:,}")  # fmt: skip
+    lines.append(
+        f"{label}: two concurrent passes took {times[0]:.2f} s and {times[1]:.2f} s, parked "
+        f"{counts[0]:,} + {counts[1]:,}"
+    )
     lines.append(f"{label}: {check(led, ids, [lst for _, lst in results])}")
     led.close()
     return lines
@@ -102,8 +131,11 @@ def bench(url: str, n: int, label: str) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=100_000)
-    ap.add_argument("--postgres", default=os.environ.get("LANE_BENCH_POSTGRES_URL"),
-                    help="PostgreSQL base URL (a private schema is created and dropped)")  # fmt: skip
+    ap.add_argument(
+        "--postgres",
+        default=os.environ.get("LANE_BENCH_POSTGRES_URL"),
+        help="PostgreSQL base URL (a private schema is created and dropped)",
+    )
     args = ap.parse_args()
     out = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -58,12 +58,16 @@ def run(docs: int, warmup: int, refit_every: int, seed: int) -> dict:
                 prompt = f"Critique this summary:\n{d.text}"
                 warm = settled >= warmup
                 if label == "before":
-                    total, version, est_input, est_var = pl.ESTIMATOR.estimate(d.text, stage="critique"), \
-                        pl.ESTIMATOR.version, None, 0  # what flows/pipeline.py's critique task submits
+                    # what flows/pipeline.py's critique task submits
+                    total, version, est_input, est_var = (
+                        pl.ESTIMATOR.estimate(d.text, stage="critique"),
+                        pl.ESTIMATOR.version,
+                        None,
+                        0,
+                    )
                 else:
                     total, version, est_input, est_var = resolve_parts(est, "critique", (prompt,))
-                jid = led.submit("critique", total, "bench", est_version=version, est_input=est_input,
-                                 est_var=est_var)  # fmt: skip
+                jid = led.submit("critique", total, "bench", est_version=version, est_input=est_input, est_var=est_var)
                 [lease] = led.tick("bench")
                 c = model.complete(prompt, stage="critique")
                 led.settle(lease, c.usage.total_tokens)
@@ -74,8 +78,11 @@ def run(docs: int, warmup: int, refit_every: int, seed: int) -> dict:
                     est.refit()
                 assert led.job(jid)["state"] == "done"
             assert led.audit() == []
-            out[label] = (sum(a for _, a in pairs) / sum(e for e, _ in pairs), len(pairs),
-                          sum(1 for e, a in pairs if a > e) / len(pairs))  # fmt: skip
+            out[label] = (
+                sum(a for _, a in pairs) / sum(e for e, _ in pairs),
+                len(pairs),
+                sum(1 for e, a in pairs if a > e) / len(pairs),
+            )
             if label == "after":
                 out["allowance"] = est.allowance("critique")
             led.close()
@@ -94,12 +101,16 @@ def main() -> None:
     (b, nb, ub), (a, na, ua) = r["before"], r["after"]
     print(f"critique stage, {args.docs} documents, seed {args.seed} ({time.perf_counter() - t0:.1f} s)")
     print(f"  before (TextLength, chars/4 + 250): drift {b:.3f} over {nb} jobs, {ub:.0%} under-estimated")
-    print(f"  after  (learned, refit every {args.refit_every}): drift {a:.3f} over {na} jobs after {args.warmup} "
-          f"settled, {ua:.0%} under-estimated; learned allowance {r['allowance']} tokens beyond the counted prompt")  # fmt: skip
+    print(
+        f"  after  (learned, refit every {args.refit_every}): drift {a:.3f} over {na} jobs after {args.warmup} "
+        f"settled, {ua:.0%} under-estimated; learned allowance {r['allowance']} tokens beyond the counted prompt"
+    )
     print(f"{'met   ' if b > 1.5 else 'MISSED'} the example pipeline's biased stage: drift > 1.5 before  ({b:.3f})")
     ok = abs(a - 1) <= TARGET
-    print(f"{'met   ' if ok else 'MISSED'} the same stage under learned: drift 1.00 +- {TARGET} after {args.warmup} "
-          f"jobs  ({a:.3f})")  # fmt: skip
+    print(
+        f"{'met   ' if ok else 'MISSED'} the same stage under learned: drift 1.00 +- {TARGET} after {args.warmup} "
+        f"jobs  ({a:.3f})"
+    )
 
 
 if __name__ == "__main__":

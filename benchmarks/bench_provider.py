@@ -142,8 +142,7 @@ def build(args, url: str, base_url: str):
         options["rate_cost"] = cost
         mode = "rate_cost = prompt + max_tokens (lane_task accepts rate_cost)"
     else:
-        mode = ("no rate_cost parameter in this lane_task: the burst window counts estimate = prompt + "
-                "max_tokens")  # fmt: skip
+        mode = "no rate_cost parameter in this lane_task: the burst window counts estimate = prompt + max_tokens"
     gated = lane_task(stage="chat", estimate=cost, lane="bench", ledger=url, task_run_name="call-{i}", **options)(chat)
     return {"A": plain, "B": limited, "C": gated}, mode
 
@@ -180,8 +179,15 @@ def setup(args, url: str, capacity: int, decay: float) -> None:
         client.create_global_concurrency_limit(
             GlobalConcurrencyLimitCreate(name=LIMIT, limit=capacity, slot_decay_per_second=decay)
         )
-    Ledger(url).set_lane("bench", allowance=10**12, ceiling=10**12, start_fraction=1.0, burst_tokens=args.tpm,
-                         window_seconds=args.window, max_leased=10_000)  # fmt: skip
+    Ledger(url).set_lane(
+        "bench",
+        allowance=10**12,
+        ceiling=10**12,
+        start_fraction=1.0,
+        burst_tokens=args.tpm,
+        window_seconds=args.window,
+        max_leased=10_000,
+    )
 
 
 def ledger_spent(url: str) -> int:
@@ -209,8 +215,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ways", default="ABC", help="which ways to run, e.g. AC (default ABC)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the text report")
     p.add_argument("--verbose", action="store_true", help="show Prefect's logs (failed tasks log tracebacks)")
-    p.add_argument("--limits", action="store_true", help="run issue 24's variants instead (provider_limits.py): "
-                   "RPM-bound, requests + tokens, Anthropic style, a shared key; writes docs/performance_provider_limits.md")
+    p.add_argument(
+        "--limits",
+        action="store_true",
+        help="run issue 24's variants instead (provider_limits.py): "
+        "RPM-bound, requests + tokens, Anthropic style, a shared key; writes docs/performance_provider_limits.md",
+    )
     p.add_argument("--only", help="with --limits: the variants to run, e.g. 4 or 14 (prints, writes no docs)")
     args = p.parse_args(argv)
     args.calls = args.calls or (60 if args.quick else 300)
@@ -229,11 +239,17 @@ def report(args, work, results: dict, mode: str, gcl: tuple[int, float], elapsed
 
     rate_total = sum(p + m for _, p, m in work)
     bound = rate_total / args.tpm * args.window
-    scaled = "" if args.window == 60 else (
-        f" (scaled: a window of {args.window:g} s, not 60 s, with a proportionally smaller TPM: "
-        f"{args.tpm * 60 / args.window:,.0f} tokens per minute)")  # fmt: skip
+    scaled = (
+        ""
+        if args.window == 60
+        else (
+            f" (scaled: a window of {args.window:g} s, not 60 s, with a proportionally smaller TPM: "
+            f"{args.tpm * 60 / args.window:,.0f} tokens per minute)"
+        )
+    )
     lines = [
-        "## Provider benchmark: one workload, three ways", "",
+        "## Provider benchmark: one workload, three ways",
+        "",
         f"Command: `{command}`",
         f"Machine: {platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"{platform.platform()}; Prefect {prefect.__version__} ephemeral server, openai {openai.__version__}, "
@@ -246,31 +262,45 @@ def report(args, work, results: dict, mode: str, gcl: tuple[int, float], elapsed
         f"rate tokens {rate_total:,}: rate bound {bound:.1f} s; an ideal client (no overhead, each call sent the "
         f"instant the window has room, {args.workers} in flight) needs {ideal_wall(args, work):.1f} s.",
         f"(B) limit: --gcl {args.gcl}: capacity {gcl[0]:,}, slot_decay_per_second {gcl[1]:,.1f}.",
-        f"(C) mode: {mode}.", "",
-    ]  # fmt: skip
-    header = f"{'way':<32} {'429s':>5} {'failed':>7} {'wall s':>7} {'x bound':>7} {'peak/TPM':>8} " \
-             f"{'billed':>9} {'ledger':>9}"  # fmt: skip
+        f"(C) mode: {mode}.",
+        "",
+    ]
+    header = (
+        f"{'way':<32} {'429s':>5} {'failed':>7} {'wall s':>7} {'x bound':>7} {'peak/TPM':>8} "
+        f"{'billed':>9} {'ledger':>9}"
+    )
     rows = [header, "-" * len(header)]
     for key, r in results.items():
         ledger = f"{r['ledger_spent']:,}" if r.get("ledger_spent") is not None else "-"
-        rows.append(f"{WAYS[key]:<32} {r['rejected_429']:>5} {r['failed']:>3}/{len(work):<3} {r['wall']:>7.1f} "
-                    f"{r['wall'] / bound:>7.2f} {r['max_window_tokens'] / args.tpm:>8.2f} "
-                    f"{r['billed_tokens']:>9,} {ledger:>9}")  # fmt: skip
+        rows.append(
+            f"{WAYS[key]:<32} {r['rejected_429']:>5} {r['failed']:>3}/{len(work):<3} {r['wall']:>7.1f} "
+            f"{r['wall'] / bound:>7.2f} {r['max_window_tokens'] / args.tpm:>8.2f} "
+            f"{r['billed_tokens']:>9,} {ledger:>9}"
+        )
         if r["first_error"]:
             why = r["first_error"].removeprefix("Task run encountered an exception ").split(". Please")[0]
             lines.append(f"{WAYS[key]}: first failure: {why[:200]}")
     if "C" in results:
         c = results["C"]
         same = "=" if c["ledger_spent"] == c["billed_tokens"] else "!="
-        lines.append(f"(C) ledger spent {c['ledger_spent']:,} {same} provider billed {c['billed_tokens']:,}; "
-                     f"ledger audit: {c['audit'] or 'sound'}.")  # fmt: skip
+        lines.append(
+            f"(C) ledger spent {c['ledger_spent']:,} {same} provider billed {c['billed_tokens']:,}; "
+            f"ledger audit: {c['audit'] or 'sound'}."
+        )
     if "B" in results:
         lines += ["", PREFECT_CAVEAT]
-    return "\n".join(lines + ["", *rows, "",
-                              "429s: responses 429 the provider sent; failed: tasks not Completed; wall: first submit "
-                              "to last result; x bound: wall / rate bound; peak/TPM: most rate tokens charged in any "
-                              "sliding window / TPM (> 1.00 is impossible: the provider refuses it). x bound < 1 is possible: "
-                              "the first window is free, and failed calls send fewer tokens."])  # fmt: skip
+    return "\n".join(
+        lines
+        + [
+            "",
+            *rows,
+            "",
+            "429s: responses 429 the provider sent; failed: tasks not Completed; wall: first submit "
+            "to last result; x bound: wall / rate bound; peak/TPM: most rate tokens charged in any "
+            "sliding window / TPM (> 1.00 is impossible: the provider refuses it). x bound < 1 is possible: "
+            "the first window is free, and failed calls send fewer tokens.",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -304,9 +334,15 @@ def main(argv: list[str] | None = None) -> int:
     from lane_plugin.testing import ProviderEmulator
 
     results: dict[str, dict] = {}
-    with ProviderEmulator(tpm=args.tpm, rpm=args.rpm, window_seconds=args.window, trace=args.trace,
-                          seed=args.seed, latency_base=args.latency_base,
-                          latency_per_token=args.latency_per_token) as emu:  # fmt: skip
+    with ProviderEmulator(
+        tpm=args.tpm,
+        rpm=args.rpm,
+        window_seconds=args.window,
+        trace=args.trace,
+        seed=args.seed,
+        latency_base=args.latency_base,
+        latency_per_token=args.latency_per_token,
+    ) as emu:
         tasks, mode = build(args, url, emu.base_url)
         setup(args, url, *gcl)
         for key in args.ways:
@@ -324,10 +360,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.json:
         rate_total = sum(p + m for _, p, m in work)
-        print(json.dumps({"command": command, "args": vars(args), "c_mode": mode, "gcl": gcl, "elapsed": elapsed,
-                          "rate_tokens": rate_total, "rate_bound": rate_total / args.tpm * args.window,
-                          "ideal_wall": ideal_wall(args, work),
-                          "ways": results}, default=str))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "command": command,
+                    "args": vars(args),
+                    "c_mode": mode,
+                    "gcl": gcl,
+                    "elapsed": elapsed,
+                    "rate_tokens": rate_total,
+                    "rate_bound": rate_total / args.tpm * args.window,
+                    "ideal_wall": ideal_wall(args, work),
+                    "ways": results,
+                },
+                default=str,
+            )
+        )
     else:
         print(report(args, work, results, mode, gcl, elapsed, command))
     return 0

@@ -42,8 +42,11 @@ from lane_plugin.sim.gcpause import paused_gc  # noqa: E402
 
 def build() -> str:
     """Whether lane_plugin runs compiled (an in-place mypyc build leaves a .so beside each source: docs/performance.md)."""
-    compiled = sorted(m for m, mod in list(sys.modules.items())
-                      if m.startswith("lane_plugin") and (getattr(mod, "__file__", None) or "").endswith((".so", ".pyd")))  # fmt: skip
+    compiled = sorted(
+        m
+        for m, mod in list(sys.modules.items())
+        if m.startswith("lane_plugin") and (getattr(mod, "__file__", None) or "").endswith((".so", ".pyd"))
+    )
     if not compiled:
         return "pure Python"
     return f"compiled: {', '.join(m.removeprefix('lane_plugin.') for m in compiled)}"
@@ -57,8 +60,10 @@ for name in args.policies.split(","):
     result = simulate(trace, cfg, [name])[0]
     speed[name] = result.jobs / (time.process_time() - cpu)
 base = speed.get("token-fifo")
-cells = [f"{n} {s:,.0f} jobs/cpu-s" + (f" ({s / base:.2f}x token-fifo)" if base and n != "token-fifo" else "")
-         for n, s in speed.items()]  # fmt: skip
+cells = [
+    f"{n} {s:,.0f} jobs/cpu-s" + (f" ({s / base:.2f}x token-fifo)" if base and n != "token-fifo" else "")
+    for n, s in speed.items()
+]
 print(f"{args.scenario} from {args.root} ({build()}): " + "; ".join(cells) + f"; load average {os.getloadavg()[0]:.2f}")
 
 
@@ -88,11 +93,15 @@ def floor() -> None:
     finally:
         del policies.POLICIES["replay"]
     if (again.done, again.parked) != (live.done, live.parked):
-        raise SystemExit(f"the replay diverged: done {again.done} vs {live.done}, parked {again.parked} vs {live.parked}")
-    print(f"{args.scenario}: lane {live.jobs / live_s:,.0f} jobs/cpu-s ({live_s:.2f} cpu-s); the engine replaying "
-          f"its {len(decisions):,} decisions {again.jobs / floor_s:,.0f} jobs/cpu-s ({floor_s:.2f} cpu-s): the policy "
-          f"costs {live_s - floor_s:.2f} cpu-s, {1e6 * (live_s - floor_s) / len(decisions):.1f} us per tick; "
-          f"load average {os.getloadavg()[0]:.2f}")
+        raise SystemExit(
+            f"the replay diverged: done {again.done} vs {live.done}, parked {again.parked} vs {live.parked}"
+        )
+    print(
+        f"{args.scenario}: lane {live.jobs / live_s:,.0f} jobs/cpu-s ({live_s:.2f} cpu-s); the engine replaying "
+        f"its {len(decisions):,} decisions {again.jobs / floor_s:,.0f} jobs/cpu-s ({floor_s:.2f} cpu-s): the policy "
+        f"costs {live_s - floor_s:.2f} cpu-s, {1e6 * (live_s - floor_s) / len(decisions):.1f} us per tick; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
 
 
 if args.floor:

@@ -38,9 +38,16 @@ from lane_plugin.sim.engine import SimConfig, simulate  # noqa: E402
 from lane_plugin.sim.traffic import generate  # noqa: E402
 
 LANE = dict(
-    ceiling=8_000_000, allowance=10_000_000, burst_tokens=40_000, window_seconds=1.0,
-    max_leased=8, lease_seconds=900.0, max_wait_seconds=600.0, period_seconds=86_400.0, workers=4,
-)  # fmt: skip
+    ceiling=8_000_000,
+    allowance=10_000_000,
+    burst_tokens=40_000,
+    window_seconds=1.0,
+    max_leased=8,
+    lease_seconds=900.0,
+    max_wait_seconds=600.0,
+    period_seconds=86_400.0,
+    workers=4,
+)
 SCENARIOS = {
     "budget-bound": dict(median=400.0, cfg=dict(LANE, service_base=4.0, service_per_token=0.023)),
     "worker-bound": dict(median=150.0, cfg=dict(LANE, service_base=5.0, service_per_token=0.052, horizon=7 * 86_400.0)),
@@ -104,8 +111,12 @@ def markdown(runs: list[dict], jobs: int, seed: int, machine: str) -> str:
             "",
             *sim_report.markdown_table(results),
         ]
-        out += ["", f"Simulated {total:,} job-runs in {r['wall']:.2f} s: **{total / r['wall']:,.0f} jobs/s** "
-                f"(the `lane` row alone: {next(x.jobs_per_s for x in results if x.policy == 'lane'):,.0f} jobs/s).", ""]
+        out += [
+            "",
+            f"Simulated {total:,} job-runs in {r['wall']:.2f} s: **{total / r['wall']:,.0f} jobs/s** "
+            f"(the `lane` row alone: {next(x.jobs_per_s for x in results if x.policy == 'lane'):,.0f} jobs/s).",
+            "",
+        ]
     return "\n".join(out)
 
 

@@ -5,6 +5,7 @@ or misses it, and writes ``docs/performance_targets.md`` (the section
 ``benchmarks/run_all.py`` puts into ``docs/performance.md``).
 
 Run:  .venv/bin/python benchmarks/bench_targets.py [--quick] [--no-write] [--tenants SPEC] [--overtake-beta B|off]
+      [--overtake-slack C|off]
 
 Scenarios (every policy under the same lease cap and the same sliding burst
 window; the real traces are read with est = input + 256 and rate_cost =
@@ -49,32 +50,74 @@ AMPLE = 10**12
 JOBS_PER_DAY = 100_000 / 7  # the chained week of docs/performance_simulate.md
 
 SCENARIOS = {
-    "ceiling-azure": dict(trace=AZURE, cfg=dict(FAST, ceiling=9_000_000, allowance=10_000_000,
-                                                burst_tokens=5_000_000, max_leased=64, workers=64)),
-    "ceiling-mooncake": dict(trace=MOONCAKE, cfg=dict(FAST, ceiling=75_000_000, allowance=80_000_000,
-                                                      burst_tokens=50_000_000, max_leased=64, workers=64)),
+    "ceiling-azure": dict(
+        trace=AZURE,
+        cfg=dict(FAST, ceiling=9_000_000, allowance=10_000_000, burst_tokens=5_000_000, max_leased=64, workers=64),
+    ),
+    "ceiling-mooncake": dict(
+        trace=MOONCAKE,
+        cfg=dict(FAST, ceiling=75_000_000, allowance=80_000_000, burst_tokens=50_000_000, max_leased=64, workers=64),
+    ),
     # issue 12: the same replays, each call re-estimated at arrival by `learned` (input + the learned mean
     # output of the calls settled so far), admission keeping headroom for the spread in flight (2 sigma)
-    "ceiling-azure-learned": dict(trace=AZURE, cfg=dict(FAST, ceiling=9_000_000, allowance=10_000_000,
-                                                        burst_tokens=5_000_000, max_leased=64, workers=64,
-                                                        estimator="learned")),
-    "ceiling-mooncake-learned": dict(trace=MOONCAKE, cfg=dict(FAST, ceiling=75_000_000, allowance=80_000_000,
-                                                              burst_tokens=50_000_000, max_leased=64, workers=64,
-                                                              estimator="learned")),
-    "chained-budget": dict(generated=dict(mix="lognormal", drift=1.3, seed=1, stages=3, median=400.0),
-                           cfg=dict(ceiling=8_000_000, allowance=10_000_000, burst_tokens=40_000, window_seconds=1.0,
-                                    max_leased=8, lease_seconds=900.0, period_seconds=86_400.0, workers=4,
-                                    service_base=4.0, service_per_token=0.023, deadline=21_600.0)),
-    "rate-azure": dict(trace=AZURE, cfg=dict(FAST, ceiling=AMPLE, allowance=AMPLE, burst_tokens=600_000,
-                                             max_leased=64, workers=64)),
-    "rate-mooncake": dict(trace=MOONCAKE, cfg=dict(FAST, ceiling=AMPLE, allowance=AMPLE, burst_tokens=2_800_000,
-                                                   max_leased=64, workers=64)),
-    "worker-azure": dict(trace=AZURE, horizon=True, cfg=dict(FAST, ceiling=AMPLE, allowance=AMPLE,
-                                                             burst_tokens=5_000_000, max_leased=8, workers=3)),
-    "worker-mooncake": dict(trace=MOONCAKE, horizon=True, cfg=dict(FAST, ceiling=AMPLE, allowance=AMPLE,
-                                                                   burst_tokens=50_000_000, max_leased=32,
-                                                                   workers=28)),
-}  # fmt: skip
+    "ceiling-azure-learned": dict(
+        trace=AZURE,
+        cfg=dict(
+            FAST,
+            ceiling=9_000_000,
+            allowance=10_000_000,
+            burst_tokens=5_000_000,
+            max_leased=64,
+            workers=64,
+            estimator="learned",
+        ),
+    ),
+    "ceiling-mooncake-learned": dict(
+        trace=MOONCAKE,
+        cfg=dict(
+            FAST,
+            ceiling=75_000_000,
+            allowance=80_000_000,
+            burst_tokens=50_000_000,
+            max_leased=64,
+            workers=64,
+            estimator="learned",
+        ),
+    ),
+    "chained-budget": dict(
+        generated=dict(mix="lognormal", drift=1.3, seed=1, stages=3, median=400.0),
+        cfg=dict(
+            ceiling=8_000_000,
+            allowance=10_000_000,
+            burst_tokens=40_000,
+            window_seconds=1.0,
+            max_leased=8,
+            lease_seconds=900.0,
+            period_seconds=86_400.0,
+            workers=4,
+            service_base=4.0,
+            service_per_token=0.023,
+            deadline=21_600.0,
+        ),
+    ),
+    "rate-azure": dict(
+        trace=AZURE, cfg=dict(FAST, ceiling=AMPLE, allowance=AMPLE, burst_tokens=600_000, max_leased=64, workers=64)
+    ),
+    "rate-mooncake": dict(
+        trace=MOONCAKE,
+        cfg=dict(FAST, ceiling=AMPLE, allowance=AMPLE, burst_tokens=2_800_000, max_leased=64, workers=64),
+    ),
+    "worker-azure": dict(
+        trace=AZURE,
+        horizon=True,
+        cfg=dict(FAST, ceiling=AMPLE, allowance=AMPLE, burst_tokens=5_000_000, max_leased=8, workers=3),
+    ),
+    "worker-mooncake": dict(
+        trace=MOONCAKE,
+        horizon=True,
+        cfg=dict(FAST, ceiling=AMPLE, allowance=AMPLE, burst_tokens=50_000_000, max_leased=32, workers=28),
+    ),
+}
 
 
 def days_for(quick: bool) -> float:
@@ -104,8 +147,7 @@ def traffic(name: str, quick: bool):
 def config(name: str, trace) -> SimConfig:
     spec = SCENARIOS[name]
     extra = {"horizon": math.ceil(trace.span)} if spec.get("horizon") else {}
-    return SimConfig(**spec["cfg"], **extra, tenant_weights=tuple((n, w) for n, w, _ in TENANTS),
-                     **OVERTAKE[0])
+    return SimConfig(**spec["cfg"], **extra, tenant_weights=tuple((n, w) for n, w, _ in TENANTS), **OVERTAKE[0])
 
 
 def command(name: str, trace, cfg: SimConfig, quick: bool) -> str:
@@ -116,15 +158,19 @@ def command(name: str, trace, cfg: SimConfig, quick: bool) -> str:
     else:
         g = spec["generated"]
         days = days_for(quick)
-        src = (f"--jobs {round(JOBS_PER_DAY * days)} --days {days:g} --mix {g['mix']} --drift {g['drift']} "
-               f"--seed {g['seed']} --stages {g['stages']} --median {g['median']:g}")  # fmt: skip
+        src = (
+            f"--jobs {round(JOBS_PER_DAY * days)} --days {days:g} --mix {g['mix']} --drift {g['drift']} "
+            f"--seed {g['seed']} --stages {g['stages']} --median {g['median']:g}"
+        )
     flags = {k: v for k, v in spec["cfg"].items()}
     if cfg.horizon is not None:
         flags["horizon"] = cfg.horizon
     period = flags.pop("period_seconds", None)
     out = [f"lane simulate {src}"]
-    out += [f"--{k.replace('_', '-')} {v:g}" if isinstance(v, float) else f"--{k.replace('_', '-')} {v}"
-            for k, v in flags.items()]  # fmt: skip
+    out += [
+        f"--{k.replace('_', '-')} {v:g}" if isinstance(v, float) else f"--{k.replace('_', '-')} {v}"
+        for k, v in flags.items()
+    ]
     if period:
         out.append("--period daily")
     return " ".join(out)
@@ -155,34 +201,57 @@ def targets(runs: dict[str, dict]) -> list[tuple[str, str, bool]]:
         r = runs[name]["results"]
         lane, fifo = r["lane"], r["token-fifo"]
         out += [
-            (f"{name}: `lane` spends >= 97% of the ceiling", f"{100 * lane.budget_used:.1f}%", lane.budget_used >= 0.97),
+            (
+                f"{name}: `lane` spends >= 97% of the ceiling",
+                f"{100 * lane.budget_used:.1f}%",
+                lane.budget_used >= 0.97,
+            ),
             (f"{name}: `lane` never past the ceiling", f"over by {lane.over_ceiling:,}", lane.over_ceiling == 0),
-            (f"{name}: `lane` finishes >= `token-fifo`'s jobs", f"{lane.done:,} vs {fifo.done:,}", lane.done >= fifo.done),
-        ]  # fmt: skip
+            (
+                f"{name}: `lane` finishes >= `token-fifo`'s jobs",
+                f"{lane.done:,} vs {fifo.done:,}",
+                lane.done >= fifo.done,
+            ),
+        ]
     for name in ("ceiling-azure-learned", "ceiling-mooncake-learned"):
         r = runs[name]["results"]
         lane, fifo = r["lane"], r["token-fifo"]
         ceiling = runs[name]["cfg"].ceiling
         est = lane.estimator
         out += [
-            (f"{name}: `learned` drift 1.00 +- 0.05 after 200 settled", f"{est['drift']:.3f} ({est['jobs']:,} jobs)",
-             abs(est["drift"] - 1) <= 0.05),
-            (f"{name}: `lane` settles <= 0.5% past the ceiling, uses >= 95% of it",
-             f"over by {lane.over_ceiling:,} ({100 * lane.over_ceiling / ceiling:.4f}%), used {100 * lane.budget_used:.2f}%",
-             lane.over_ceiling <= 0.005 * ceiling and lane.budget_used >= 0.95),
-            (f"{name}: `lane` never past the ceiling", f"over by {lane.over_ceiling:,} "
-             f"(`token-fifo` on the same estimates: {fifo.over_ceiling:,})", lane.over_ceiling == 0),
-        ]  # fmt: skip
+            (
+                f"{name}: `learned` drift 1.00 +- 0.05 after 200 settled",
+                f"{est['drift']:.3f} ({est['jobs']:,} jobs)",
+                abs(est["drift"] - 1) <= 0.05,
+            ),
+            (
+                f"{name}: `lane` settles <= 0.5% past the ceiling, uses >= 95% of it",
+                f"over by {lane.over_ceiling:,} ({100 * lane.over_ceiling / ceiling:.4f}%), used {100 * lane.budget_used:.2f}%",
+                lane.over_ceiling <= 0.005 * ceiling and lane.budget_used >= 0.95,
+            ),
+            (
+                f"{name}: `lane` never past the ceiling",
+                f"over by {lane.over_ceiling:,} (`token-fifo` on the same estimates: {fifo.over_ceiling:,})",
+                lane.over_ceiling == 0,
+            ),
+        ]
     r = runs["chained-budget"]["results"]
     lane, fifo = r["lane"], r["token-fifo"]
     stranded = lane.stranded_tokens / lane.spent if lane.spent else 0.0
     out += [
-        ("chained-budget: `lane` uses >= 95% of the budget", f"{100 * lane.budget_used:.1f}%", lane.budget_used >= 0.95),
+        (
+            "chained-budget: `lane` uses >= 95% of the budget",
+            f"{100 * lane.budget_used:.1f}%",
+            lane.budget_used >= 0.95,
+        ),
         ("chained-budget: `lane` strands <= 1% of spent tokens", f"{100 * stranded:.2f}%", stranded <= 0.01),
-        ("chained-budget: `lane` finishes >= `token-fifo`'s runs", f"{lane.runs_finished:,} vs {fifo.runs_finished:,}",
-         lane.runs_finished >= fifo.runs_finished),
+        (
+            "chained-budget: `lane` finishes >= `token-fifo`'s runs",
+            f"{lane.runs_finished:,} vs {fifo.runs_finished:,}",
+            lane.runs_finished >= fifo.runs_finished,
+        ),
         ("chained-budget: `lane` 0 over the ceiling", f"over by {lane.over_ceiling:,}", lane.over_ceiling == 0),
-    ]  # fmt: skip
+    ]
     for name in ("rate-azure", "rate-mooncake"):
         r = runs[name]["results"]
         lane, fifo = r["lane"], r["token-fifo"]
@@ -191,26 +260,38 @@ def targets(runs: dict[str, dict]) -> list[tuple[str, str, bool]]:
         why = "" if fair else "; not comparable: `lane` broke the window"
         out += [
             (f"{name}: `lane` over_burst 0", f"{lane.over_burst:,} rate tokens", fair),
-            (f"{name}: `lane` p50 wait <= 0.5x `token-fifo`'s",
-             f"{sim_report.fmt_seconds(lane.wait_p50)} vs {sim_report.fmt_seconds(fifo.wait_p50)} ({p50:.2f}x{why})",
-             fair and p50 <= 0.5),
-            (f"{name}: `lane` p99 wait <= 1.3x `token-fifo`'s",
-             f"{sim_report.fmt_seconds(lane.wait_p99)} vs {sim_report.fmt_seconds(fifo.wait_p99)} ({p99:.2f}x{why})",
-             fair and p99 <= 1.3),
-        ]  # fmt: skip
+            (
+                f"{name}: `lane` p50 wait <= 0.5x `token-fifo`'s",
+                f"{sim_report.fmt_seconds(lane.wait_p50)} vs {sim_report.fmt_seconds(fifo.wait_p50)} ({p50:.2f}x{why})",
+                fair and p50 <= 0.5,
+            ),
+            (
+                f"{name}: `lane` p99 wait <= 1.3x `token-fifo`'s",
+                f"{sim_report.fmt_seconds(lane.wait_p99)} vs {sim_report.fmt_seconds(fifo.wait_p99)} ({p99:.2f}x{why})",
+                fair and p99 <= 1.3,
+            ),
+        ]
     for name in ("worker-azure", "worker-mooncake"):
         r = runs[name]["results"]
         best = max((x for p, x in r.items() if p != "lane"), key=lambda x: x.busy_pct)
         lane = r["lane"]
-        out.append((f"{name}: `lane` as busy as the best baseline",
-                    f"{lane.busy_pct:.1f}% vs {best.busy_pct:.1f}% (`{best.policy}`)",
-                    lane.busy_pct >= best.busy_pct - 0.05))  # fmt: skip
+        out.append(
+            (
+                f"{name}: `lane` as busy as the best baseline",
+                f"{lane.busy_pct:.1f}% vs {best.busy_pct:.1f}% (`{best.policy}`)",
+                lane.busy_pct >= best.busy_pct - 0.05,
+            )
+        )
     big = runs["chained-budget"]
     lane, fifo = big["results"]["lane"], big["results"]["token-fifo"]
-    out.append(("simulator: the `lane` row >= 50k jobs/s",
-                f"{lane.jobs_per_s:,.0f} jobs/s ({lane.jobs:,} jobs, chained-budget; `token-fifo` "
-                f"{fifo.jobs_per_s:,.0f}, lane {_ratio(lane.jobs_per_s, fifo.jobs_per_s):.2f}x)",
-                lane.jobs_per_s >= 50_000))  # fmt: skip
+    out.append(
+        (
+            "simulator: the `lane` row >= 50k jobs/s",
+            f"{lane.jobs_per_s:,.0f} jobs/s ({lane.jobs:,} jobs, chained-budget; `token-fifo` "
+            f"{fifo.jobs_per_s:,.0f}, lane {_ratio(lane.jobs_per_s, fifo.jobs_per_s):.2f}x)",
+            lane.jobs_per_s >= 50_000,
+        )
+    )
     return out
 
 
@@ -404,12 +485,27 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="A 2-day chained scenario instead of a week.")
     ap.add_argument("--no-write", action="store_true", help="Print only; do not write docs/performance_targets.md.")
-    ap.add_argument("--tenants", metavar="NAME:WEIGHT:SHARE,...",
-                    help="Share every lane between these tenants (by hashing each request's id); implies --no-write.")
-    ap.add_argument("--overtake-beta", metavar="B|off",
-                    help="The overtaking budget's beta (default: lane_plugin.policy.overtake.OVERTAKE_BETA), or off; "
-                         "implies --no-write.")
+    ap.add_argument(
+        "--tenants",
+        metavar="NAME:WEIGHT:SHARE,...",
+        help="Share every lane between these tenants (by hashing each request's id); implies --no-write.",
+    )
+    ap.add_argument(
+        "--overtake-beta",
+        metavar="B|off",
+        help="The overtaking budget's beta (default: lane_plugin.policy.overtake.OVERTAKE_BETA), or off; "
+        "implies --no-write.",
+    )
+    ap.add_argument(
+        "--overtake-slack",
+        metavar="C|off",
+        help="Rule 12's quantile form (lane_plugin.policy.slack): the lane's p99 of tokens ahead within C x "
+        "token-fifo's; implies --no-write.",
+    )
     args = ap.parse_args()
+    if args.overtake_slack is not None:
+        OVERTAKE[0] = {"overtake_slack": None if args.overtake_slack == "off" else float(args.overtake_slack)}
+        args.no_write = True
     if args.overtake_beta is not None:
         OVERTAKE[0] = {"overtake_beta": None if args.overtake_beta == "off" else float(args.overtake_beta)}
         args.no_write = True

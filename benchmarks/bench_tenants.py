@@ -57,8 +57,15 @@ RUN_JOBS = 5
 
 def lane_settings(rate: float, window: float, max_leased: int, max_wait: float) -> dict:
     burst = int(rate * window)
-    return dict(allowance=10**12, ceiling=10**12, start_fraction=1.0, burst_tokens=burst, window_seconds=window,
-                max_leased=max_leased, max_wait_seconds=max_wait)  # fmt: skip
+    return dict(
+        allowance=10**12,
+        ceiling=10**12,
+        start_fraction=1.0,
+        burst_tokens=burst,
+        window_seconds=window,
+        max_leased=max_leased,
+        max_wait_seconds=max_wait,
+    )
 
 
 # ---------------------------------------------------------------- the two processes
@@ -67,8 +74,15 @@ def lane_settings(rate: float, window: float, max_leased: int, max_wait: float) 
 def make_task(db: str, tenant: str, size: int, ms_per_1k: float, lane_tags: bool = True):
     from lane_plugin import lane_task
 
-    @lane_task(stage="llm", estimate=size, lane=LANE, ledger=db, tenant=tenant, usage=lambda r: r["tokens"],
-               lane_tags=lane_tags)  # fmt: skip
+    @lane_task(
+        stage="llm",
+        estimate=size,
+        lane=LANE,
+        ledger=db,
+        tenant=tenant,
+        usage=lambda r: r["tokens"],
+        lane_tags=lane_tags,
+    )
     def call(i: int) -> dict:
         t0 = time.time()
         time.sleep(size / 1000 * ms_per_1k / 1000)  # a provider call taking time in proportion to its tokens
@@ -93,17 +107,29 @@ def child_backfill(a: argparse.Namespace) -> dict:
                 time.sleep(0.2)
         queued_at = time.time()
         Path(a.go).touch()  # the interactive process may start
-        return {"run": str(flow_run.id), "jobs": [f.result() for f in futures], "submitted": submitted,
-                "queued": queued_at}  # fmt: skip
+        return {
+            "run": str(flow_run.id),
+            "jobs": [f.result() for f in futures],
+            "submitted": submitted,
+            "queued": queued_at,
+        }
 
     t0 = time.time()
     res = backfill(a.jobs)
     out = res["jobs"]
     start, end = min(r["start"] for r in out), max(r["end"] for r in out)
     tokens = sum(r["tokens"] for r in out)
-    return {"jobs": len(out), "tokens": tokens, "seconds": end - start, "rate": tokens / (end - start),
-            "flow_seconds": time.time() - t0, "run": res["run"], "start": start, "end": end,
-            "queued_after": res["queued"] - res["submitted"]}  # fmt: skip
+    return {
+        "jobs": len(out),
+        "tokens": tokens,
+        "seconds": end - start,
+        "rate": tokens / (end - start),
+        "flow_seconds": time.time() - t0,
+        "run": res["run"],
+        "start": start,
+        "end": end,
+        "queued_after": res["queued"] - res["submitted"],
+    }
 
 
 def queued(db: str, run: str) -> int:
@@ -157,9 +183,16 @@ def interactive_runs(a: argparse.Namespace, interactive) -> dict:
         t0, w0, c0 = time.monotonic(), time.time(), time.process_time()
         out = interactive(k)
         times.append(time.monotonic() - t0)
-        runs.append({"run": out["run"], "start": w0, "end": time.time(), "body": out["body"],
-                     "cpu": time.process_time() - c0,
-                     "bodies": [(j["start"], j["end"]) for j in out["jobs"]]})  # fmt: skip
+        runs.append(
+            {
+                "run": out["run"],
+                "start": w0,
+                "end": time.time(),
+                "body": out["body"],
+                "cpu": time.process_time() - c0,
+                "bodies": [(j["start"], j["end"]) for j in out["jobs"]],
+            }
+        )
         k += 1
     return {"runs": len(times), "times": times, "trace": runs}
 
@@ -175,8 +208,13 @@ def pct(xs: list[float], q: float) -> float:
 def spawn(env: dict, tmp: Path, name: str, *args: str) -> tuple[subprocess.Popen, Path]:
     out = tmp / f"{name}.json"
     log = (tmp / f"{name}.log").open("w")
-    p = subprocess.Popen([sys.executable, __file__, "--child-out", str(out), *args], env=env, stdout=log,
-                         stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    p = subprocess.Popen(
+        [sys.executable, __file__, "--child-out", str(out), *args],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     return p, out
 
 
@@ -208,13 +246,37 @@ def phases(a: argparse.Namespace, env: dict, tmp: Path) -> dict:
     res: dict = {}
 
     print(f"phase 1/4: interactive alone, {a.alone_runs} runs", flush=True)
-    p, out = spawn(env, tmp, "i-alone", "--child", "interactive", "--tenant", "interactive", "--runs",
-                   str(a.alone_runs), "--every", str(min(a.every, 5.0)), *common)  # fmt: skip
+    p, out = spawn(
+        env,
+        tmp,
+        "i-alone",
+        "--child",
+        "interactive",
+        "--tenant",
+        "interactive",
+        "--runs",
+        str(a.alone_runs),
+        "--every",
+        str(min(a.every, 5.0)),
+        *common,
+    )
     res["i_alone"] = collect(p, out, tmp, "i-alone", budget)
 
     print(f"phase 2/4: backfill alone, {a.jobs} jobs", flush=True)
-    p, out = spawn(env, tmp, "b-alone", "--child", "backfill", "--tenant", "backfill", "--jobs", str(a.jobs),
-                   "--go", str(tmp / "go-0"), *common)  # fmt: skip
+    p, out = spawn(
+        env,
+        tmp,
+        "b-alone",
+        "--child",
+        "backfill",
+        "--tenant",
+        "backfill",
+        "--jobs",
+        str(a.jobs),
+        "--go",
+        str(tmp / "go-0"),
+        *common,
+    )
     res["b_alone"] = collect(p, out, tmp, "b-alone", budget)
 
     for n, (label, b_tenant, i_tenant) in enumerate(
@@ -222,10 +284,36 @@ def phases(a: argparse.Namespace, env: dict, tmp: Path) -> dict:
     ):
         print(f"phase {2 + n}/4: both, {'two tenants' if label == 'fair' else 'one tenant (FCFS)'}", flush=True)
         go, stop = tmp / f"go-{n}", tmp / f"stop-{n}"
-        pb, outb = spawn(env, tmp, f"b-{label}", "--child", "backfill", "--tenant", b_tenant, "--jobs",
-                         str(a.jobs), "--go", str(go), *common)  # fmt: skip
-        pi, outi = spawn(env, tmp, f"i-{label}", "--child", "interactive", "--tenant", i_tenant, "--go", str(go),
-                         "--stop", str(stop), "--every", str(a.every), *common)  # fmt: skip
+        pb, outb = spawn(
+            env,
+            tmp,
+            f"b-{label}",
+            "--child",
+            "backfill",
+            "--tenant",
+            b_tenant,
+            "--jobs",
+            str(a.jobs),
+            "--go",
+            str(go),
+            *common,
+        )
+        pi, outi = spawn(
+            env,
+            tmp,
+            f"i-{label}",
+            "--child",
+            "interactive",
+            "--tenant",
+            i_tenant,
+            "--go",
+            str(go),
+            "--stop",
+            str(stop),
+            "--every",
+            str(a.every),
+            *common,
+        )
         res[f"b_{label}"] = collect(pb, outb, tmp, f"b-{label}", budget)
         stop.touch()
         res[f"i_{label}"] = collect(pi, outi, tmp, f"i-{label}", budget)
@@ -236,13 +324,15 @@ def render(a: argparse.Namespace, r: dict, command: str) -> str:
     ia, ba = r["i_alone"]["times"], r["b_alone"]["rate"]
     p50a, p99a = pct(ia, 0.5), pct(ia, 0.99)
     lines = [
-        f"Command: `{command}`", "",
+        f"Command: `{command}`",
+        "",
         f"Lane: {a.rate:.0f} tokens/s ({int(a.rate * a.window)} tokens per {a.window:g} s sliding window), "
         f"max_leased {a.max_leased}, max_wait_seconds {a.max_wait:g} (a job is due after "
         f"{a.max_wait * a.size / (a.rate * a.window):.0f} s); jobs of {a.size} tokens whose bodies sleep {a.ms_per_1k:g} ms per 1,000 "
         f"(the slots could run {a.max_leased * 1e6 / a.ms_per_1k:.0f} tokens/s: the window binds); "
         f"interactive weight {a.weight:g}; tasks {'without' if a.no_lane_tags else 'with'} the lane's tags; "
-        f"ledger {a.db.split(':', 1)[0]}; Prefect server database {a.server_db}; {os.cpu_count()} cores, shared.", "",
+        f"ledger {a.db.split(':', 1)[0]}; Prefect server database {a.server_db}; {os.cpu_count()} cores, shared.",
+        "",
         f"Interactive alone: {len(ia)} runs of {RUN_JOBS} jobs, completion p50 {p50a:.2f} s, p99 {p99a:.2f} s. "
         f"Backfill alone: {r['b_alone']['jobs']} jobs, {ba:.0f} tokens/s over {r['b_alone']['seconds']:.1f} s. "
         f"The interactive runs start {'once every backfill job is in the ledger (--go-when-queued)' if a.go_when_queued else 'when the backfill has submitted its tasks'}.",
@@ -250,7 +340,7 @@ def render(a: argparse.Namespace, r: dict, command: str) -> str:
         "| order | interactive runs | completion p50 | p99 | p99 / alone (target <= 2x) "
         "| backfill tokens/s | / alone (target >= 0.95) |",
         "|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     verdicts = {}
     for label, name in (
         ("fair", "tenants (`backfill`, `interactive`)"),
@@ -262,8 +352,9 @@ def render(a: argparse.Namespace, r: dict, command: str) -> str:
             continue
         p99 = pct(it, 0.99)
         verdicts[label] = (p99 / p99a, b / ba)
-        lines.append(f"| {name} | {len(it)} | {pct(it, 0.5):.2f} s | {p99:.2f} s | {p99 / p99a:.2f}x "
-                     f"| {b:.0f} | {b / ba:.3f} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {len(it)} | {pct(it, 0.5):.2f} s | {p99:.2f} s | {p99 / p99a:.2f}x | {b:.0f} | {b / ba:.3f} |"
+        )
     lines.append("")
     if "fair" in verdicts:
         x, y = verdicts["fair"]
@@ -307,11 +398,15 @@ def where_time_goes(a: argparse.Namespace, r: dict, jobs: list[tuple], tasks: di
     by_run: dict[str, list[tuple]] = {}
     for j in jobs:
         by_run.setdefault(j[1], []).append(j)
-    lines = ["", "Where the time goes (from the ledger's rows; mean over the phase's runs, then its slowest run):", "",
-             "| phase | runs | total | flow start (Prefect) | task runs to Running (Prefect) | intake "
-             "| ledger wait (longest job) | lease to body | body | after the last body | CPU of the process "
-             "| backfill jobs leased meanwhile |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "",
+        "Where the time goes (from the ledger's rows; mean over the phase's runs, then its slowest run):",
+        "",
+        "| phase | runs | total | flow start (Prefect) | task runs to Running (Prefect) | intake "
+        "| ledger wait (longest job) | lease to body | body | after the last body | CPU of the process "
+        "| backfill jobs leased meanwhile |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     backfill_runs = {r[k]["run"] for k in ("b_alone", "b_fair", "b_fcfs") if k in r}
     for label in ("alone", "fair", "fcfs"):
         rows = []
@@ -325,30 +420,58 @@ def where_time_goes(a: argparse.Namespace, r: dict, jobs: list[tuple], tasks: di
             to_body = max(b[0] for b in bodies) - last_lease
             body = max(b[1] - b[0] for b in bodies)
             after = t["end"] - max(b[1] for b in bodies)
-            meanwhile = sum(1 for run in backfill_runs for j in by_run.get(run, [])
-                            if j[4] is not None and first_in <= j[4] <= last_lease)  # fmt: skip
+            meanwhile = sum(
+                1
+                for run in backfill_runs
+                for j in by_run.get(run, [])
+                if j[4] is not None and first_in <= j[4] <= last_lease
+            )
             running = max((x[1] for x in tasks.get(t["run"], [])), default=math.nan)
-            rows.append((t["end"] - t["start"], t["body"] - t["start"], running - t["body"], last_in - running, wait,
-                         to_body, body, after, t["cpu"], meanwhile))  # fmt: skip
+            rows.append(
+                (
+                    t["end"] - t["start"],
+                    t["body"] - t["start"],
+                    running - t["body"],
+                    last_in - running,
+                    wait,
+                    to_body,
+                    body,
+                    after,
+                    t["cpu"],
+                    meanwhile,
+                )
+            )
         if not rows:
             continue
         mean = [sum(x[i] for x in rows) / len(rows) for i in range(10)]
         worst = max(rows)
         for name, v in (("mean", mean), ("slowest", worst)):
-            lines.append(f"| {label} ({name}) | {len(rows)} | " + " | ".join(f"{x:.2f} s" for x in v[:9])
-                         + f" | {v[9]:.0f} |")  # fmt: skip
-    lines += ["", "The server's answer to one small read (`POST /flow_runs/filter`, limit 1) from the interactive "
-              "process, once a second while its runs went on:", "",
-              "| phase | reads | p50 | p99 | slowest |", "|---|---|---|---|---|"]  # fmt: skip
+            lines.append(
+                f"| {label} ({name}) | {len(rows)} | " + " | ".join(f"{x:.2f} s" for x in v[:9]) + f" | {v[9]:.0f} |"
+            )
+    lines += [
+        "",
+        "The server's answer to one small read (`POST /flow_runs/filter`, limit 1) from the interactive "
+        "process, once a second while its runs went on:",
+        "",
+        "| phase | reads | p50 | p99 | slowest |",
+        "|---|---|---|---|---|",
+    ]
     for label in ("alone", "fair", "fcfs"):
         xs = [x[1] for x in r[f"i_{label}"].get("probe", [])]
         if xs:
-            lines.append(f"| {label} | {len(xs)} | {pct(xs, 0.5) * 1000:.0f} ms | {pct(xs, 0.99) * 1000:.0f} ms | "
-                         f"{max(xs) * 1000:.0f} ms |")  # fmt: skip
-    lines += ["", "The lane over each backfill (its jobs' intake: when Prefect had started their task runs):", "",
-              "| phase | backfill intake span | intake jobs/s | leasing span | lane tokens leased/s (rate "
-              + f"{a.rate:.0f}) | interactive share | backfill tokens/s by bodies |",
-              "|---|---|---|---|---|---|---|"]  # fmt: skip
+            lines.append(
+                f"| {label} | {len(xs)} | {pct(xs, 0.5) * 1000:.0f} ms | {pct(xs, 0.99) * 1000:.0f} ms | "
+                f"{max(xs) * 1000:.0f} ms |"
+            )
+    lines += [
+        "",
+        "The lane over each backfill (its jobs' intake: when Prefect had started their task runs):",
+        "",
+        "| phase | backfill intake span | intake jobs/s | leasing span | lane tokens leased/s (rate "
+        + f"{a.rate:.0f}) | interactive share | backfill tokens/s by bodies |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for label in ("alone", "fair", "fcfs"):
         b = r.get(f"b_{label}")
         if b is None:
@@ -360,8 +483,10 @@ def where_time_goes(a: argparse.Namespace, r: dict, jobs: list[tuple], tasks: di
         total = sum(j[2] for j in inside)
         others = total - sum(j[2] for j in mine)
         span = max(hi - lo, 1e-9)
-        lines.append(f"| {label} | {intake:.1f} s | {len(mine) / max(intake, 1e-9):.1f} | {span:.1f} s | "
-                     f"{total / span:.0f} | {others / max(total, 1):.3f} | {b['rate']:.0f} |")  # fmt: skip
+        lines.append(
+            f"| {label} | {intake:.1f} s | {len(mine) / max(intake, 1e-9):.1f} | {span:.1f} s | "
+            f"{total / span:.0f} | {others / max(total, 1):.3f} | {b['rate']:.0f} |"
+        )
     return lines
 
 
@@ -396,13 +521,22 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="tasks without the lane:/stage: tags: Prefect then skips its tag-concurrency call at each task run's start",
     )
-    ap.add_argument("--server-db", choices=SERVER_DBS, default="sqlite",
-                    help="the Prefect server's database: sqlite (its default, a file) or postgres (a fresh database "
-                    "on --server-pg-url's server, dropped after the run)")  # fmt: skip
-    ap.add_argument("--server-pg-url", default=os.environ.get("LANE_BENCH_POSTGRES_URL",
-                    os.environ.get("LANE_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/postgres")),
-                    help="a PostgreSQL URL whose server holds --server-db postgres's database (any driver; "
-                    "default LANE_BENCH_POSTGRES_URL, else LANE_TEST_POSTGRES_URL)")  # fmt: skip
+    ap.add_argument(
+        "--server-db",
+        choices=SERVER_DBS,
+        default="sqlite",
+        help="the Prefect server's database: sqlite (its default, a file) or postgres (a fresh database "
+        "on --server-pg-url's server, dropped after the run)",
+    )
+    ap.add_argument(
+        "--server-pg-url",
+        default=os.environ.get(
+            "LANE_BENCH_POSTGRES_URL",
+            os.environ.get("LANE_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/postgres"),
+        ),
+        help="a PostgreSQL URL whose server holds --server-db postgres's database (any driver; "
+        "default LANE_BENCH_POSTGRES_URL, else LANE_TEST_POSTGRES_URL)",
+    )
     ap.add_argument("--alone-runs", type=int, default=8, help="interactive runs on the empty lane (default 8)")
     # the child processes
     ap.add_argument("--child", choices=("backfill", "interactive"), help=argparse.SUPPRESS)

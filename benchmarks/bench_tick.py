@@ -34,22 +34,30 @@ def fill(led: Ledger, waiting: int) -> None:
     """Insert ``waiting`` new jobs and as many parked ones, set-based on the server."""
     now = time.time()
     if led.url.dialect == "postgresql":
-        sql = ("insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, "
-               "created_at, wait_since, prio) select md5(random()::text || g::text || :st), 'scan', 'bench', "
-               "1 + (g::bigint * 7919) % 9000, 0, :st, 1, 0, 0, :now, :now - g % 300, "
-               ":now - g % 300 + (1 + (g::bigint * 7919) % 9000) * :f from generate_series(1, :n) g")  # fmt: skip
+        sql = (
+            "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, "
+            "created_at, wait_since, prio) select md5(random()::text || g::text || :st), 'scan', 'bench', "
+            "1 + (g::bigint * 7919) % 9000, 0, :st, 1, 0, 0, :now, :now - g % 300, "
+            ":now - g % 300 + (1 + (g::bigint * 7919) % 9000) * :f from generate_series(1, :n) g"
+        )
     else:
-        sql = ("with recursive g(i) as (select 1 union all select i + 1 from g where i < :n) "
-               "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, "
-               "created_at, wait_since, prio) select lower(hex(randomblob(16))), 'scan', 'bench', "
-               "1 + (i * 7919) % 9000, 0, :st, 1, 0, 0, :now, :now - i % 300, "
-               ":now - i % 300 + (1 + (i * 7919) % 9000) * :f from g")  # fmt: skip
+        sql = (
+            "with recursive g(i) as (select 1 union all select i + 1 from g where i < :n) "
+            "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, "
+            "created_at, wait_since, prio) select lower(hex(randomblob(16))), 'scan', 'bench', "
+            "1 + (i * 7919) % 9000, 0, :st, 1, 0, 0, :now, :now - i % 300, "
+            ":now - i % 300 + (1 + (i * 7919) % 9000) * :f from g"
+        )
     f = led.lane("scan").policy.age_factor  # each job's place in the order, as intake writes it
     for state in ("new", "parked"):
         led.db.transaction(lambda cur, s=state: cur.execute(sql, {"n": waiting, "st": s, "now": now, "f": f}))
-    led.db.transaction(lambda cur: cur.execute(  # every parked job has its tail entry (I6)
-        "insert into tail (job_id, lane, stage, est, reason, parked_at, deadline) "
-        "select id, lane, stage, est, 'bench', :now, :now + 86400 from job where state = 'parked'", {"now": now}))
+    led.db.transaction(
+        lambda cur: cur.execute(  # every parked job has its tail entry (I6)
+            "insert into tail (job_id, lane, stage, est, reason, parked_at, deadline) "
+            "select id, lane, stage, est, 'bench', :now, :now + 86400 from job where state = 'parked'",
+            {"now": now},
+        )
+    )
     if led.url.dialect == "postgresql":
         led.db.transaction(lambda cur: cur.execute("analyze job"))
 
@@ -77,23 +85,32 @@ def measure(url: str, waiting: int, ticks: int) -> dict:
     _, plan = led.rows(("explain query plan " if led.url.dialect == "sqlite" else "explain ") + HEAD_SQL, params)
     times.sort()
     led.close()
-    return {"p50": statistics.median(times), "p99": times[max(0, int(len(times) * 0.99) - 1)], "peak": peak,
-            "fill": filled, "plan": " / ".join(str(r[-1]).strip() for r in plan)}  # fmt: skip
+    return {
+        "p50": statistics.median(times),
+        "p99": times[max(0, int(len(times) * 0.99) - 1)],
+        "peak": peak,
+        "fill": filled,
+        "plan": " / ".join(str(r[-1]).strip() for r in plan),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1000,100000,1000000")
     ap.add_argument("--ticks", type=int, default=200)
-    ap.add_argument("--pg", default=os.environ.get("LANE_TEST_POSTGRES_URL",
-                                                   "postgresql+psycopg://root@127.0.0.1:5432/test"))  # fmt: skip
+    ap.add_argument(
+        "--pg", default=os.environ.get("LANE_TEST_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/test")
+    )
     ap.add_argument("--no-pg", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "docs" / "performance_tick.md"))
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    lines = [f"Machine: {platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}", "",
-             "| database | waiting (+ as many parked) | tick p50 | tick p99 | peak Python memory in a tick |",
-             "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"Machine: {platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}",
+        "",
+        "| database | waiting (+ as many parked) | tick p50 | tick p99 | peak Python memory in a tick |",
+        "|---|---|---|---|---|",
+    ]
     backends = ["sqlite"] + ([] if args.no_pg else ["postgresql"])
     for backend in backends:
         p50s = {}
@@ -116,8 +133,10 @@ def main() -> None:
             finally:
                 cleanup()
             p50s[n] = r["p50"]
-            line = (f"| {backend} | {n:,} | {r['p50'] * 1e3:.2f} ms | {r['p99'] * 1e3:.2f} ms | "
-                    f"{r['peak'] / 1024:.0f} KiB |")  # fmt: skip
+            line = (
+                f"| {backend} | {n:,} | {r['p50'] * 1e3:.2f} ms | {r['p99'] * 1e3:.2f} ms | "
+                f"{r['peak'] / 1024:.0f} KiB |"
+            )
             print(line + f"  (filled in {r['fill']:.1f} s)", flush=True)
             print(f"    plan of the head query: {r['plan']}", flush=True)
             lines.append(line)
@@ -127,8 +146,9 @@ def main() -> None:
             print(line, flush=True)
             lines.append(line)
     cmd = "python benchmarks/bench_tick.py " + " ".join(sys.argv[1:])
-    Path(args.out).write_text("## Tick latency as the queue grows\n\nCommand: `" + cmd.strip() + "`\n\n"
-                              + "\n".join(lines) + "\n")  # fmt: skip
+    Path(args.out).write_text(
+        "## Tick latency as the queue grows\n\nCommand: `" + cmd.strip() + "`\n\n" + "\n".join(lines) + "\n"
+    )
     print(f"wrote {args.out}")
 
 

@@ -121,15 +121,23 @@ def ideal(holds: list[float], slots: int) -> float:
     return max(sum(holds) / slots, max(holds))
 
 
-def run_once(kind: str, url: str | None, n: int, procs: int, slots: int, hold: str, env: dict, tmp: Path,
-             timeout: float) -> dict:  # fmt: skip
+def run_once(
+    kind: str, url: str | None, n: int, procs: int, slots: int, hold: str, env: dict, tmp: Path, timeout: float
+) -> dict:
     holds = holds_for(n, hold, seed=n * 7 + slots)
     if kind == "ledger":
         from lane_plugin import Ledger
 
         led = Ledger(url)
-        led.set_lane(LANE, allowance=10**12, ceiling=10**12, start_fraction=1.0, burst_tokens=10**12,
-                     max_leased=slots, lease_seconds=60.0)  # fmt: skip
+        led.set_lane(
+            LANE,
+            allowance=10**12,
+            ceiling=10**12,
+            start_fraction=1.0,
+            burst_tokens=10**12,
+            max_leased=slots,
+            lease_seconds=60.0,
+        )
         led.close()
     run = tmp / uuid.uuid4().hex[:8]
     run.mkdir()
@@ -163,17 +171,35 @@ def run_once(kind: str, url: str | None, n: int, procs: int, slots: int, hold: s
     picks = sorted(j["pick"] for j in jobs)[slots:]
     releases = sorted(j["release"] for j in jobs)[: len(picks)]
     refill = [max(0.0, p - r) for p, r in zip(picks, releases)]
-    res = {"kind": kind, "n": n, "procs": procs, "slots": slots, "hold": hold, "wall": wall,
-           "ideal": ideal(holds, slots), "util": sum(holds) / (slots * wall), "refill_p50": pct(refill, 0.5),
-           "refill_p99": pct(refill, 0.99)}  # fmt: skip
+    res = {
+        "kind": kind,
+        "n": n,
+        "procs": procs,
+        "slots": slots,
+        "hold": hold,
+        "wall": wall,
+        "ideal": ideal(holds, slots),
+        "util": sum(holds) / (slots * wall),
+        "refill_p50": pct(refill, 0.5),
+        "refill_p99": pct(refill, 0.99),
+    }
     if kind == "ledger":
         waits = [w for s in stats for w in s["lock_waits"]]
         holds_ = [h for s in stats for h in s.get("lock_holds", [])]
-        res.update(txn=sum(s["commits"] for s in stats) / n, writes=sum(s["writes"] for s in stats) / n,
-                   busy=sum(s["busy"] for s in stats), lock_p50=pct(waits, 0.5), lock_p99=pct(waits, 0.99),
-                   locks=len(waits), hold_p50=pct(holds_, 0.5), hold_p99=pct(holds_, 0.99))  # fmt: skip
+        res.update(
+            txn=sum(s["commits"] for s in stats) / n,
+            writes=sum(s["writes"] for s in stats) / n,
+            busy=sum(s["busy"] for s in stats),
+            lock_p50=pct(waits, 0.5),
+            lock_p99=pct(waits, 0.99),
+            locks=len(waits),
+            hold_p50=pct(holds_, 0.5),
+            hold_p99=pct(holds_, 0.99),
+        )
     if os.environ.get("BENCH_WAITERS_KEEP"):
-        (Path(os.environ["BENCH_WAITERS_KEEP"]) / f"{kind}-{n}.json").write_text(json.dumps({"t_go": t_go, "jobs": jobs}))
+        (Path(os.environ["BENCH_WAITERS_KEEP"]) / f"{kind}-{n}.json").write_text(
+            json.dumps({"t_go": t_go, "jobs": jobs})
+        )
     shutil.rmtree(run, ignore_errors=True)
     return res
 
@@ -205,13 +231,20 @@ class PrefectServer:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}/api"
-        self.env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-                    "PREFECT_API_URL": self.url}  # fmt: skip
+        self.env = {
+            **os.environ,
+            "PREFECT_HOME": str(home),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_API_URL": self.url,
+        }
         prefect = str(Path(sys.executable).with_name("prefect"))
-        self.proc = subprocess.Popen([prefect, "server", "start", "--host", "127.0.0.1", "--port", str(self.port)],
-                                     env={k: v for k, v in self.env.items() if k != "PREFECT_API_URL"},
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     start_new_session=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(self.port)],
+            env={k: v for k, v in self.env.items() if k != "PREFECT_API_URL"},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         end = time.monotonic() + 180
         while time.monotonic() < end:
             try:
@@ -227,8 +260,9 @@ class PrefectServer:
     def limit(self, slots: int) -> None:
         prefect = str(Path(sys.executable).with_name("prefect"))
         subprocess.run([prefect, "gcl", "delete", GCL], env=self.env, input="y\n", capture_output=True, text=True)
-        subprocess.run([prefect, "gcl", "create", GCL, "--limit", str(slots)], env=self.env, check=True,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            [prefect, "gcl", "create", GCL, "--limit", str(slots)], env=self.env, check=True, capture_output=True
+        )
 
     def stop(self) -> None:
         try:
@@ -252,9 +286,11 @@ def row(label: str, r: dict) -> str:
     txn = f"{r['txn']:.1f} ({r['writes']:.1f} writes)" if "txn" in r else "n/a"
     lock = f"{r['lock_p50'] * 1e3:.1f} / {r['lock_p99'] * 1e3:.1f} ms" if "lock_p50" in r else "n/a"
     hold = f"{r['hold_p50'] * 1e3:.1f} / {r['hold_p99'] * 1e3:.1f} ms" if "hold_p50" in r else "n/a"
-    return (f"| {label} | {r['n']} | {r['procs']} | {r['slots']} | {r['hold']} s | {r['wall']:.2f} s "
-            f"({r['wall'] / r['ideal']:.2f}x of {r['ideal']:.1f}) | {r['util']:.0%} | {txn} | {lock} | {hold} | "
-            f"{r['refill_p50'] * 1e3:.0f} / {r['refill_p99'] * 1e3:.0f} ms |")  # fmt: skip
+    return (
+        f"| {label} | {r['n']} | {r['procs']} | {r['slots']} | {r['hold']} s | {r['wall']:.2f} s "
+        f"({r['wall'] / r['ideal']:.2f}x of {r['ideal']:.1f}) | {r['util']:.0%} | {txn} | {lock} | {hold} | "
+        f"{r['refill_p50'] * 1e3:.0f} / {r['refill_p99'] * 1e3:.0f} ms |"
+    )
 
 
 def main() -> None:
@@ -263,10 +299,15 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="smaller counts: 200 waiters instead of 1,000")
     ap.add_argument("--db", default="sqlite,postgresql", help="databases to run (comma-separated)")
     ap.add_argument("--only", default="target,mixed,many", help="scenarios: target, mixed, many")
-    ap.add_argument("--pg", default=os.environ.get("LANE_BENCH_POSTGRES_URL", os.environ.get(
-        "LANE_TEST_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/test")),
+    ap.add_argument(
+        "--pg",
+        default=os.environ.get(
+            "LANE_BENCH_POSTGRES_URL",
+            os.environ.get("LANE_TEST_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/test"),
+        ),
         help="PostgreSQL database to run in (a fresh schema per run, dropped after); default "
-             "$LANE_BENCH_POSTGRES_URL, else $LANE_TEST_POSTGRES_URL, else .../5432/test")  # fmt: skip
+        "$LANE_BENCH_POSTGRES_URL, else $LANE_TEST_POSTGRES_URL, else .../5432/test",
+    )
     ap.add_argument("--no-prefect", action="store_true", help="skip Prefect's concurrency() and its server")
     ap.add_argument("--no-write", action="store_true", help=f"do not write {DOC.relative_to(ROOT)}")
     args = ap.parse_args()
@@ -306,8 +347,9 @@ def main() -> None:
                 print(row(f"{name}: lane gate, {db}", r), flush=True)
             if server is not None and name != "many":
                 server.limit(slots)
-                r = run_once("prefect", None, n, procs, slots, hold, {**env, **{"PREFECT_API_URL": server.url}},
-                             tmp, timeout=600)  # fmt: skip
+                r = run_once(
+                    "prefect", None, n, procs, slots, hold, {**env, **{"PREFECT_API_URL": server.url}}, tmp, timeout=600
+                )
                 results.append((name, "Prefect concurrency(occupy=1)", r))
                 print(row(f"{name}: Prefect concurrency(occupy=1)", r), flush=True)
     finally:
@@ -328,13 +370,17 @@ def targets(results) -> list[str]:
             continue
         db = label.split(", ")[1]
         if name == "target":
-            out.append(f"- 80 jobs x 1 s on 10 slots from 2 processes, {db}: wall {r['wall']:.2f} s (target <= 9.2 s) "
-                       f"{verdict(r['wall'] <= 9.2)}; {r['txn']:.1f} transactions per job (target <= 10) "
-                       f"{verdict(r['txn'] <= 10)}")  # fmt: skip
+            out.append(
+                f"- 80 jobs x 1 s on 10 slots from 2 processes, {db}: wall {r['wall']:.2f} s (target <= 9.2 s) "
+                f"{verdict(r['wall'] <= 9.2)}; {r['txn']:.1f} transactions per job (target <= 10) "
+                f"{verdict(r['txn'] <= 10)}"
+            )
         if name == "many":
-            out.append(f"- {r['n']} waiters in {r['procs']} processes, {db}: slot refill p99 {r['refill_p99'] * 1e3:.0f} ms "
-                       f"(target < 50 ms) {verdict(r['refill_p99'] < 0.05)}; lane-lock wait p99 "
-                       f"{r['lock_p99'] * 1e3:.1f} ms (target < 50 ms) {verdict(r['lock_p99'] < 0.05)}")  # fmt: skip
+            out.append(
+                f"- {r['n']} waiters in {r['procs']} processes, {db}: slot refill p99 {r['refill_p99'] * 1e3:.0f} ms "
+                f"(target < 50 ms) {verdict(r['refill_p99'] < 0.05)}; lane-lock wait p99 "
+                f"{r['lock_p99'] * 1e3:.1f} ms (target < 50 ms) {verdict(r['lock_p99'] < 0.05)}"
+            )
     return out
 
 
@@ -346,16 +392,24 @@ def write(results, lines, args) -> None:
         cmd += f" --only {args.only}"
     if args.no_prefect:
         cmd += " --no-prefect"
-    head = ["## Waiters: hand-off, wake-ups and one ticker per lane", "", f"Command: `{cmd}`", "",
-            f"Machine: {platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}; "
-            "wall from the start signal (workers already imported) to the last release.", "",
-            "| scenario | jobs | processes | slots | hold | wall (x ideal) | slot use | transactions per job "
-            "| lane-lock wait p50 / p99 | lane-lock hold p50 / p99 | slot refill p50 / p99 |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    head = [
+        "## Waiters: hand-off, wake-ups and one ticker per lane",
+        "",
+        f"Command: `{cmd}`",
+        "",
+        f"Machine: {platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}; "
+        "wall from the start signal (workers already imported) to the last release.",
+        "",
+        "| scenario | jobs | processes | slots | hold | wall (x ideal) | slot use | transactions per job "
+        "| lane-lock wait p50 / p99 | lane-lock hold p50 / p99 | slot refill p50 / p99 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     body = [row(f"{name}: {label}", r) for name, label, r in results]
     old = DOC.read_text() if DOC.exists() else ""
-    kept = old[old.index(NOTES):] if NOTES in old else ""  # the notes written by hand below the tables
-    DOC.write_text("\n".join(head + body + ["", "Targets (issue 14):", ""] + lines) + "\n" + ("\n" + kept if kept else ""))
+    kept = old[old.index(NOTES) :] if NOTES in old else ""  # the notes written by hand below the tables
+    DOC.write_text(
+        "\n".join(head + body + ["", "Targets (issue 14):", ""] + lines) + "\n" + ("\n" + kept if kept else "")
+    )
     print(f"wrote {DOC.relative_to(ROOT)}")
 
 

@@ -169,8 +169,10 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return (f"{cpu or platform.processor()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
-            f"Python {platform.python_version()}")  # fmt: skip
+    return (
+        f"{cpu or platform.processor()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}"
+    )
 
 
 def without_heading(text: str) -> str:
@@ -305,8 +307,9 @@ def main() -> None:
         return
     only = set(args.only.split(",")) if args.only else None
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    env.setdefault("LANE_BENCH_POSTGRES_URL", env.get("LANE_TEST_POSTGRES_URL",
-                                                      "postgresql+psycopg://root@127.0.0.1:5432/test"))  # fmt: skip
+    env.setdefault(
+        "LANE_BENCH_POSTGRES_URL", env.get("LANE_TEST_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/test")
+    )
     stamp = (
         f"Machine: {machine()}. Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by "
         f"`python benchmarks/run_all.py{' --quick' if args.quick else ''}`. Absolute times are this "

@@ -42,8 +42,15 @@ def default_plot_path() -> str:
 
 
 @flow(name="drift-report", log_prints=True)
-def drift_report(db: str | None = None, lane: str | None = None, since: str | None = "24h", by: str = "stage",
-                 plot: str | None = None, high: float = HIGH, refit: bool = True) -> list[dict]:  # fmt: skip
+def drift_report(
+    db: str | None = None,
+    lane: str | None = None,
+    since: str | None = "24h",
+    by: str = "stage",
+    plot: str | None = None,
+    high: float = HIGH,
+    refit: bool = True,
+) -> list[dict]:
     """Compute and publish the drift report.
 
     Args:
@@ -77,17 +84,22 @@ def drift_report(db: str | None = None, lane: str | None = None, since: str | No
         versions = drift(led, lane=lane, since=since, by="stage,version")
         path = None
         if plot != "":
-            path = plot_drift(drift_over_time(led, lane=lane, since=since), plot or default_plot_path(),
-                              spend=spend_over_time(led, lane=lane, since=since))  # fmt: skip
+            path = plot_drift(
+                drift_over_time(led, lane=lane, since=since),
+                plot or default_plot_path(),
+                spend=spend_over_time(led, lane=lane, since=since),
+            )
     finally:
         led.close()
-    summary = summary_markdown(versions, title="Lane drift" + (f" in lane {lane}" if lane else ""),
-                               since=since, ledger=str(led.url))  # fmt: skip
+    summary = summary_markdown(
+        versions, title="Lane drift" + (f" in lane {lane}" if lane else ""), since=since, ledger=str(led.url)
+    )
     high_rows = publish_drift(report, summary, plot=path, high=high)
     print(render(report, "table") if not report.empty else f"no settled jobs in the ledger at {led.url}")
     for r in high_rows:
-        log.warning("stage %s drift %.2f > %s: fix the estimator before you touch the ceiling",
-                    r.get("stage"), r["drift"], high)  # fmt: skip
+        log.warning(
+            "stage %s drift %.2f > %s: fix the estimator before you touch the ceiling", r.get("stage"), r["drift"], high
+        )
     return drift_table(report)
 
 

@@ -47,8 +47,10 @@ def lane_status(db: str | None = None, tail_alert: int | None = None) -> list[di
         led.close()
     published = publish_status(status, tail_alert=tail_alert)
     for r in status_table(status):
-        print(f"lane {r['lane']}: {r['pct_of_ceiling']:.1f}% of ceiling, {r['waiting']} waiting, "
-              f"{r['parked']} parked, {r['state']}")  # fmt: skip
+        print(
+            f"lane {r['lane']}: {r['pct_of_ceiling']:.1f}% of ceiling, {r['waiting']} waiting, "
+            f"{r['parked']} parked, {r['state']}"
+        )
     for c in changes:
         get_run_logger().info("lane %s: %s -> %s", c["lane"], c["previous"] or "new", c["state"])
     if published["alerts"]:

@@ -51,8 +51,11 @@ def park_overdue(db: str | None = None, tail_alert: int | None = None, max_event
     finally:
         led.close()
     for r in rolled:
-        emit("lane.lane.period-reset", r["lane"], {"period": r["period"], "period_start": r["period_start"],
-                                                   "previous": r["previous"]})  # fmt: skip
+        emit(
+            "lane.lane.period-reset",
+            r["lane"],
+            {"period": r["period"], "period_start": r["period_start"], "previous": r["previous"]},
+        )
     budget = max(0, int(max_events))
     for kind, jobs in (("lane.job.expired", moved.expired), ("lane.job.parked", moved.parked)):
         for job in jobs[:budget]:
@@ -68,8 +71,10 @@ def park_overdue(db: str | None = None, tail_alert: int | None = None, max_event
         "expired": len(moved.expired),
         "tail": published["parked"],
     }
-    print(f"requeued {result['requeued']}, parked {result['parked']}, expired {result['expired']}; "
-          f"{result['tail']} in the tail" + (f"; periods reset in {', '.join(result['rolled'])}" if rolled else ""))  # fmt: skip
+    print(
+        f"requeued {result['requeued']}, parked {result['parked']}, expired {result['expired']}; "
+        f"{result['tail']} in the tail" + (f"; periods reset in {', '.join(result['rolled'])}" if rolled else "")
+    )
     return result
 
 

@@ -24,6 +24,7 @@ from .errors import (
     UnknownJob,
     UnknownLane,
     UnknownRevision,
+    UnknownTenant,
     UsageMissing,
 )
 from .ledger import Lease, Ledger, Settled
@@ -46,9 +47,35 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "AmbiguousAttempt", "ConflictingReplay", "DatabaseError", "InvalidInput", "JobParked", "LaneError", "Lease",
-    "LeaseLost", "Ledger", "NeverFits", "NoLedger", "NotALedger", "NotLeased", "NotParked", "Settled", "UnknownJob",
-    "register_preflight", "unregister_preflight",
-    "UnknownLane", "UnknownRevision", "UsageMissing", "__version__",
-    "lane_task", "gate", "report_usage", "track_usage", "track_limits", "Gate", "NO_USAGE",  # _GATING: imported on first use
-]  # fmt: skip
+    "AmbiguousAttempt",
+    "ConflictingReplay",
+    "DatabaseError",
+    "InvalidInput",
+    "JobParked",
+    "LaneError",
+    "Lease",
+    "LeaseLost",
+    "Ledger",
+    "NeverFits",
+    "NoLedger",
+    "NotALedger",
+    "NotLeased",
+    "NotParked",
+    "Settled",
+    "UnknownJob",
+    "register_preflight",
+    "unregister_preflight",
+    "UnknownLane",
+    "UnknownRevision",
+    "UnknownTenant",
+    "UsageMissing",
+    "__version__",
+    # _GATING: imported on first use
+    "lane_task",
+    "gate",
+    "report_usage",
+    "track_usage",
+    "track_limits",
+    "Gate",
+    "NO_USAGE",
+]

@@ -26,7 +26,9 @@ DEFAULT_FILE = Path("deployments") / "automations.yaml"
 def block_document_id(block: str) -> str:
     """The id of block document ``TYPE-SLUG/NAME`` (e.g. ``slack-webhook/lane-alerts``) on the Prefect API."""
     if "/" not in block:
-        raise InvalidInput("block", block, "expected BLOCK-TYPE/NAME, e.g. slack-webhook/lane-alerts (prefect block ls)")
+        raise InvalidInput(
+            "block", block, "expected BLOCK-TYPE/NAME, e.g. slack-webhook/lane-alerts (prefect block ls)"
+        )
     slug, name = block.split("/", 1)
     from prefect import get_client
     from prefect.exceptions import ObjectNotFound
@@ -54,7 +56,9 @@ def load(path: Path, block_id: str) -> list:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise InvalidInput("file", str(path), f"is not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
+        raise InvalidInput(
+            "file", str(path), f"is not valid YAML{where}: {getattr(exc, 'problem', None) or exc}"
+        ) from None
     items = data.get("automations", [data]) if isinstance(data, dict) else data
     if not isinstance(items, list) or not items:
         raise InvalidInput("file", str(path), "holds no automations (expected a list of them, or automations: [...])")
@@ -91,7 +95,8 @@ def apply(path: Path, block_id: str | None = None, block: str | None = None) -> 
         for auto in automations:
             existing = client.read_automations_by_name(auto.name)
             what = f"on {', '.join(sorted(auto.trigger.expect)) or 'any event'} -> " + ", ".join(
-                a.type for a in auto.actions)  # fmt: skip
+                a.type for a in auto.actions
+            )
             if existing:
                 client.update_automation(existing[0].id, auto)
                 lines.append(f"updated automation {auto.name!r} (id {existing[0].id}): {what}")

@@ -2,8 +2,8 @@
 
 ``submit``, ``tick`` and ``settle`` import neither Prefect nor pandas, so a
 shell loop of them stays fast. Errors print one line and exit non-zero:
-1 audit found violations, 2 bad input, 3 unknown lane, job or ledger, 4 never
-fits, 5 wrong state (not leased, not parked), 6 conflicting replay, 7 parked,
+1 audit found violations, 2 bad input, 3 unknown lane, tenant, job or ledger,
+4 never fits, 5 wrong state (not leased, not parked), 6 conflicting replay, 7 parked,
 8 database. ``--db`` may come before or after the command. Read-only commands
 (``lanes``, ``status``, ``report``, ``tail``, ``audit``) never create a ledger.
 """
@@ -25,10 +25,11 @@ from .errors import LaneError
 app = typer.Typer(
     help="Token-weighted admission for LLM pipelines: a ledger of lanes, jobs, leases and settlements. "
     "Every command that reads a ledger names it first, on stderr. "
-    "Exit codes: 1 audit violations, 2 bad input, 3 unknown lane, job or ledger, 4 never fits, "
+    "Exit codes: 1 audit violations, 2 bad input, 3 unknown lane, tenant, job or ledger, 4 never fits, "
     "5 wrong state, 6 conflicting replay, 7 parked, 8 database.",
-    no_args_is_help=True, **PLAIN,
-)  # fmt: skip
+    no_args_is_help=True,
+    **PLAIN,
+)
 db_app = typer.Typer(help="The ledger's database schema.", no_args_is_help=True, **PLAIN)
 auto_app = typer.Typer(help="Prefect Automations that page on lane events.", no_args_is_help=True, **PLAIN)
 app.add_typer(lanes_app, name="lanes")
@@ -42,11 +43,14 @@ app.command("status")(status)
 @app.callback()
 def main_options(
     db: Optional[str] = typer.Option(
-        None, "--db", metavar="URL",
+        None,
+        "--db",
+        metavar="URL",
         help="Ledger URL, or block:lane-ledger/NAME (default: $LANE_DATABASE_URL, else lane.db under "
-        "PREFECT_HOME). May come before or after the command.", show_default=False,
+        "PREFECT_HOME). May come before or after the command.",
+        show_default=False,
     ),
-):  # fmt: skip
+):
     state["db"] = db
 
 
@@ -74,16 +78,37 @@ def submit(
     """Record a job; prints only its id on stdout, so id=$(lane submit ...) works (its attempt goes to stderr)."""
     fb = True if fallback == "lane" else fallback
     led = ledger()
-    jid = led.submit(stage, est, lane, rate_cost=rate_cost, est_version=est_version, run_key=run_key, key=key,
-                     wait_seconds=wait, fallback=fb, est_input=est_input, tenant=tenant)  # fmt: skip
+    jid = led.submit(
+        stage,
+        est,
+        lane,
+        rate_cost=rate_cost,
+        est_version=est_version,
+        run_key=run_key,
+        key=key,
+        wait_seconds=wait,
+        fallback=fb,
+        est_input=est_input,
+        tenant=tenant,
+    )
     job = led.job(jid)  # a known --key may name a job already retried: say which attempt it is at
     if as_json:
-        print_json({"id": jid, "attempt": job["attempt"], "ref": f"{jid}:{job['attempt']}", "lane": job["lane"],
-                     "state": job["state"]})  # fmt: skip
+        print_json(
+            {
+                "id": jid,
+                "attempt": job["attempt"],
+                "ref": f"{jid}:{job['attempt']}",
+                "lane": job["lane"],
+                "state": job["state"],
+            }
+        )
         return
     typer.echo(jid)
-    typer.echo(f"job {jid} attempt {job['attempt']} ({job['state']} in lane {job['lane']}; "
-               f"settle it as {jid}:{job['attempt']})", err=True)  # fmt: skip
+    typer.echo(
+        f"job {jid} attempt {job['attempt']} ({job['state']} in lane {job['lane']}; "
+        f"settle it as {jid}:{job['attempt']})",
+        err=True,
+    )
 
 
 @app.command()
@@ -95,9 +120,22 @@ def tick(lane: str = typer.Option("free", help="Lane to admit in."), as_json: bo
     if not ok:  # nothing admitted, and the reason is said, never a silent exit
         typer.echo(f"lane {lane}: preflight failed: {why}", err=True)
     if as_json:
-        print_json([{"id": x.job_id, "stage": x.stage, "est": x.est, "rate_cost": x.rate_cost, "lane": x.lane,
-                      "attempt": x.attempt, "ref": f"{x.job_id}:{x.attempt}", "lease_until": x.lease_until,
-                      "token": x.token} for x in leases])  # fmt: skip
+        print_json(
+            [
+                {
+                    "id": x.job_id,
+                    "stage": x.stage,
+                    "est": x.est,
+                    "rate_cost": x.rate_cost,
+                    "lane": x.lane,
+                    "attempt": x.attempt,
+                    "ref": f"{x.job_id}:{x.attempt}",
+                    "lease_until": x.lease_until,
+                    "token": x.token,
+                }
+                for x in leases
+            ]
+        )
         return
     for x in leases:
         typer.echo(f"{x.job_id}:{x.attempt}\t{x.stage}\t{x.est}\tattempt {x.attempt}")
@@ -211,11 +249,12 @@ def audit(grace: float = typer.Option(60.0, help="Reap interval: how long a leas
 
 @auto_app.command("apply")
 def automations_apply(
-    block: Optional[str] = typer.Option(None, "--block", metavar="TYPE/NAME",
-                                        help="Notification block to notify, e.g. slack-webhook/lane-alerts."),
+    block: Optional[str] = typer.Option(
+        None, "--block", metavar="TYPE/NAME", help="Notification block to notify, e.g. slack-webhook/lane-alerts."
+    ),
     block_id: Optional[str] = typer.Option(None, "--block-id", metavar="UUID", help="Or the block document's id."),
     file: str = typer.Option("deployments/automations.yaml", "--file", help="The automations file."),
-):  # fmt: skip
+):
     """Create the automations in the file on the Prefect API, with the block's id in place of its placeholder."""
     from pathlib import Path
 

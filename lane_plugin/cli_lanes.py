@@ -102,8 +102,9 @@ def lanes(ctx: typer.Context, as_json: bool = JSON, wide: bool = WIDE):
     ]
     numbers = set(LANE_COLUMNS[1:-1])
     numbers.discard("limits")
-    print_table("lanes", LANE_COLUMNS, rows, wide=wide, right=numbers,
-                optional=["remaining", "reserved", "overage", "limits"])  # fmt: skip
+    print_table(
+        "lanes", LANE_COLUMNS, rows, wide=wide, right=numbers, optional=["remaining", "reserved", "overage", "limits"]
+    )
     if drift := drift_rows(status):  # only lanes that learned an allowance: a table of its own, not 6 more columns
         print_table(DRIFT_TITLE, DRIFT_COLUMNS, drift, wide=wide, right=set(DRIFT_COLUMNS[1:]))
 
@@ -118,10 +119,12 @@ def lanes_set(
         None, help="Flat stop: share of the ceiling jobs that start a run may use (0.8: the article's)."
     ),
     limit: Optional[list[str]] = typer.Option(
-        None, "--limit", metavar="UNIT=AMOUNT/WINDOW",
+        None,
+        "--limit",
+        metavar="UNIT=AMOUNT/WINDOW",
         help="A sliding-window limit as the provider states it, repeatable: requests=500/60s, tokens=30000/60s "
         "(the burst window), input_tokens=..., output_tokens=8000/60s; UNIT=none drops one.",
-    ),  # fmt: skip
+    ),
     burst_tokens: Optional[int] = typer.Option(None, help="Rate tokens admitted in any sliding window."),
     window_seconds: Optional[float] = typer.Option(None, help="Sliding burst window length."),
     rate_basis: Optional[str] = typer.Option(
@@ -229,8 +232,11 @@ def _limits_text(row) -> str:
     limit is the burst window)."""
     from .policy.limits import NO_TOKENS_LIMIT, format_limit
 
-    burst = (f"burst {row.burst_tokens:,} per {duration(row.window_seconds)}" if row.burst_tokens < NO_TOKENS_LIMIT
-             else "no tokens limit")  # fmt: skip
+    burst = (
+        f"burst {row.burst_tokens:,} per {duration(row.window_seconds)}"
+        if row.burst_tokens < NO_TOKENS_LIMIT
+        else "no tokens limit"
+    )
     others = [format_limit(x) for x in row.policy.limits]
     return burst + (", limits " + ", ".join(others) if others else "")
 
@@ -303,11 +309,17 @@ def _lane_view(led, s: dict, as_json: bool) -> None:
     if s["limit_use"]:
         lines.append("  limits: " + ", ".join(f"{u['limit']} (used {u['used']:,})" for u in s["limit_use"]))
     if len(tenants) > 1 or any(t["ceiling"] is not None or t["weight"] != 1 for t in tenants):
-        lines.append("  tenants (shared fairly by tokens; lane tenants " + s["lane"] + " for more): " + ", ".join(
-            f"{t['tenant']} {t['waiting']} waiting, {t['reserved']:,} reserved"
-            + (f", weight {t['weight']:g}" if t["weight"] != 1 else "")
-            + (f", spent {t['spent']:,} of {t['ceiling']:,}" if t["ceiling"] is not None else "")
-            for t in tenants))  # fmt: skip
+        lines.append(
+            "  tenants (shared fairly by tokens; lane tenants "
+            + s["lane"]
+            + " for more): "
+            + ", ".join(
+                f"{t['tenant']} {t['waiting']} waiting, {t['reserved']:,} reserved"
+                + (f", weight {t['weight']:g}" if t["weight"] != 1 else "")
+                + (f", spent {t['spent']:,} of {t['ceiling']:,}" if t["ceiling"] is not None else "")
+                for t in tenants
+            )
+        )
     for j in parked[:PARKED_SHOWN]:
         lines.append(
             f"  parked {duration(j['age'])} ago: job {j['job_id']} ({j['stage']}, estimate {j['est']:,}): {j['reason']}"

@@ -19,6 +19,20 @@ class _LaneOrCommand(TyperGroup):
     """``lane tenants [LANE]`` beside ``lane tenants set ...``: a first word naming a subcommand is that
     subcommand (the optional LANE would otherwise swallow it), anything else is the LANE."""
 
+    def get_params(self, ctx):  # type: ignore[no-untyped-def]
+        """Without the LANE for a subcommand: click puts a group's arguments into its subcommand's usage line
+        (it calls this with the subcommand's context), which read ``lane tenants [lane] set ...``."""
+        params = super().get_params(ctx)
+        return params if ctx.command is self and not ctx.invoked_subcommand else [p for p in params if p.name != "lane"]
+
+    def collect_usage_pieces(self, ctx):  # type: ignore[no-untyped-def]
+        """``[OPTIONS] [LANE] | set {LANE} {TENANT} [OPTIONS]``: the two forms, not ``[LANE] COMMAND [ARGS]...``."""
+        pieces = [p for p in super().collect_usage_pieces(ctx) if p != self.subcommand_metavar]
+        for name, command in self.commands.items():
+            args = [p for p in command.collect_usage_pieces(ctx) if p != "[OPTIONS]"]
+            pieces += ["|", name, *args, "[OPTIONS]"]
+        return pieces
+
     def parse_args(self, ctx, args):  # type: ignore[no-untyped-def]
         if args and args[0] in self.commands:
             params = self.params
@@ -46,7 +60,9 @@ TENANT_COLUMNS = ["lane", "tenant", "weight", "ceiling", "period", "spent", "res
 @tenants_app.callback()
 def tenants(
     ctx: typer.Context,
-    lane: Optional[str] = typer.Argument(None, help="Only this lane's tenants (default: every lane's)."),
+    lane: Optional[str] = typer.Argument(
+        None, metavar="LANE", help="Only this lane's tenants (default: every lane's)."
+    ),
     as_json: bool = JSON,
     wide: bool = WIDE,
 ):
@@ -60,30 +76,49 @@ def tenants(
         return
     table = [
         [
-            t["lane"], t["tenant"], f"{t['weight']:g}", "-" if t["ceiling"] is None else f"{t['ceiling']:,}",
-            t["period"], f"{t['spent']:,}", f"{t['reserved']:,}", t["waiting"],
+            t["lane"],
+            t["tenant"],
+            f"{t['weight']:g}",
+            "-" if t["ceiling"] is None else f"{t['ceiling']:,}",
+            t["period"],
+            f"{t['spent']:,}",
+            f"{t['reserved']:,}",
+            t["waiting"],
             "-" if t["share_1h"] is None else f"{t['share_1h']:.0%}",
         ]
         for t in rows
-    ]  # fmt: skip
-    print_table("tenants", TENANT_COLUMNS, table, wide=wide, right={"weight", "ceiling", "spent", "reserved",
-                                                                    "waiting", "share 1h"})  # fmt: skip
+    ]
+    print_table(
+        "tenants",
+        TENANT_COLUMNS,
+        table,
+        wide=wide,
+        right={"weight", "ceiling", "spent", "reserved", "waiting", "share 1h"},
+    )
 
 
 @tenants_app.command("set")
 def tenants_set(
-    lane: str = typer.Argument(..., help="The lane (it must exist)."),
-    tenant: str = typer.Argument(..., help="The tenant (a name its jobs are not submitted with is refused unless --create)."),
+    lane: str = typer.Argument(..., metavar="LANE", help="The lane (it must exist)."),
+    tenant: str = typer.Argument(
+        ..., metavar="TENANT", help="The tenant (a name its jobs are not submitted with is refused unless --create)."
+    ),
     create: bool = typer.Option(False, "--create", help="Add the tenant if the lane has none of that name yet."),
-    weight: Optional[float] = typer.Option(None, help="Its share when backlogged, relative to the others (1 to 1000; default 1)."),
+    weight: Optional[float] = typer.Option(
+        None, help="Its share when backlogged, relative to the others (1 to 1000; default 1)."
+    ),
     ceiling: Optional[int] = typer.Option(None, help="Its budget inside the lane's: spent + reserved never pass it."),
     no_ceiling: bool = typer.Option(False, "--no-ceiling", help="Remove its budget."),
     period: Optional[str] = typer.Option(None, help="When its spent resets: none, daily or monthly (UTC)."),
-    force: bool = typer.Option(False, "--force", help="Lower the ceiling even under what the tenant already "
-                               "admitted this period (its jobs then wait until its next reset)."),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Lower the ceiling even under what the tenant already "
+        "admitted this period (its jobs then wait until its next reset).",
+    ),
     as_json: bool = JSON,
-):  # fmt: skip
-    """Give a tenant a weight or a budget, e.g. lane tenants set free interactive --create --weight 4
+):
+    """Give a tenant a weight or a budget. For example: lane tenants set free interactive --create --weight 4
     (--create: a tenant no job has been submitted as yet)."""
     from .errors import InvalidInput
 

@@ -17,10 +17,23 @@ import time
 from .policy.drift import drift_cap
 
 # Keys whose values are epoch seconds: shown as ISO-8601 UTC in --json output.
-TIME_KEYS = frozenset({
-    "lease_until", "deadline", "parked_at", "preflight_at", "created_at", "wait_since", "admitted_at",
-    "finished_at", "settled_at", "updated_at", "period_start", "window_start", "drift_cleared_at",
-})  # fmt: skip
+TIME_KEYS = frozenset(
+    {
+        "lease_until",
+        "deadline",
+        "parked_at",
+        "preflight_at",
+        "created_at",
+        "wait_since",
+        "admitted_at",
+        "finished_at",
+        "settled_at",
+        "updated_at",
+        "period_start",
+        "window_start",
+        "drift_cleared_at",
+    }
+)
 # Keys whose values are seconds of duration: renamed with their unit in --json output.
 DURATION_KEYS = {"age": "age_seconds"}
 
@@ -87,9 +100,17 @@ def drift_rows(status: list[dict]) -> list[list[str]]:
         ...              "ceiling": 10}])
         [['d', '11.8182x', '108,181', '0', '10,000']]
     """
-    return [[s["lane"], f"{s['drift']:g}x", f"{s['drift_overrun']:,}", f"{s['drift_spread']:,}",
-             f"{drift_cap(s['ceiling']):,}"]
-            for s in status if s["drift"] > 1.0 or s["drift_overrun"] or s["drift_spread"]]  # fmt: skip
+    return [
+        [
+            s["lane"],
+            f"{s['drift']:g}x",
+            f"{s['drift_overrun']:,}",
+            f"{s['drift_spread']:,}",
+            f"{drift_cap(s['ceiling']):,}",
+        ]
+        for s in status
+        if s["drift"] > 1.0 or s["drift_overrun"] or s["drift_spread"]
+    ]
 
 
 def why_waiting(s: dict) -> str:
@@ -126,11 +147,16 @@ def job_lines(s: dict) -> list[str]:
     if s["state"] == "leased" and s.get("lease_left") is not None:
         left = s["lease_left"]
         if s["lease_expired"]:
-            where = ("parks it (its waiter stopped renewing: waiter gone)" if s.get("gated") else
-                     "takes it back (to the queue for another attempt, or parked after the lane's max attempts)")  # fmt: skip
-            return [f"{job} was leased in lane {s['lane']} (attempt {s['attempt']}), but its lease expired "
-                    f"{duration(-left)} ago: the next reap (lane reap, or a waiting gate's periodic check) "
-                    f"{where}"]  # fmt: skip
+            where = (
+                "parks it (its waiter stopped renewing: waiter gone)"
+                if s.get("gated")
+                else "takes it back (to the queue for another attempt, or parked after the lane's max attempts)"
+            )
+            return [
+                f"{job} was leased in lane {s['lane']} (attempt {s['attempt']}), but its lease expired "
+                f"{duration(-left)} ago: the next reap (lane reap, or a waiting gate's periodic check) "
+                f"{where}"
+            ]
         return [
             f"{job} is leased in lane {s['lane']} (attempt {s['attempt']}), lease ends in {duration(left) if left >= 10 else f'{left:.1f}s'}"
         ]
@@ -144,8 +170,10 @@ def job_lines(s: dict) -> list[str]:
     if s["state"] != "new":
         why = f": {s['reason']}" if s.get("reason") else ""
         return [f"{job} is {s['state']} in lane {s['lane']}{why}"]
-    lines = [f"{job} waits in lane {s['lane']}: position {s['position']} of {s['waiting']}, {why_waiting(s)}; "
-             f"{s['remaining']:,} of {s['ceiling']:,} tokens remaining"]  # fmt: skip
+    lines = [
+        f"{job} waits in lane {s['lane']}: position {s['position']} of {s['waiting']}, {why_waiting(s)}; "
+        f"{s['remaining']:,} of {s['ceiling']:,} tokens remaining"
+    ]
     return lines + ([f"  {s['reason']}"] if s["reason"] else [])
 
 

@@ -61,6 +61,32 @@ class UnknownLane(LaneError):
         super().__init__(f"unknown {what} {_shown(name)} ({guess}{hint})", lane=name, suggestion=self.suggestion)
 
 
+class UnknownTenant(LaneError):
+    """No such tenant in the lane (``lane tenants set`` without ``--create``; exit 3, as an unknown lane).
+
+    ``known``: the lane's tenants; the closest to ``name`` (difflib) is suggested, and kept as ``suggestion``.
+
+    Example:
+        >>> str(UnknownTenant("interactiv", "free", known=["backfill", "interactive"]))
+        "unknown tenant 'interactiv' in lane 'free' (did you mean 'interactive'? --create adds it; lane tenants free lists them)"
+    """
+
+    exit_code = 3
+
+    def __init__(self, name: str, lane: str, known: Iterable[str] = ()) -> None:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(known), n=1)
+        self.suggestion = close[0] if close else None
+        guess = f"did you mean {self.suggestion!r}? " if self.suggestion else ""
+        super().__init__(
+            f"unknown tenant {_shown(name)} in lane {_shown(lane)} ({guess}--create adds it; lane tenants {lane} lists them)",
+            tenant=name,
+            lane=lane,
+            suggestion=self.suggestion,
+        )
+
+
 class UnknownJob(LaneError):
     """No such job."""
 
@@ -176,4 +202,3 @@ class Replay(LaneError):
 class WatchdogTimeout(LaneError):
     """A lane gate's background machinery (the wake-up watcher or the lease renewer) did not answer within
     its watchdog's time: the task fails rather than wait for ever."""
-

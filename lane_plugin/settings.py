@@ -19,6 +19,14 @@
                                 before it is ended with ``os._exit(143)`` (default 8;
                                 0: no handler); its leases are given back first
                                 (:mod:`lane_plugin.gating.termination`)
+``LANE_PG_POOL``                PostgreSQL connections a process keeps per ledger,
+                                shared by its threads (default 8; each transaction
+                                holds one only while it runs): lower it when many
+                                processes share a server's ``max_connections``
+``LANE_SEND_GUARD``             ``true`` (default) or ``false``: whether a gated body's
+                                httpx requests are held while its lane is paused and a
+                                429 pauses the lane the moment httpx has it
+                                (:mod:`lane_plugin.gating.send_guard`)
 ==============================  =====================================================
 
 Read afresh whenever a ``LANE_*`` variable changed (a process may change its
@@ -55,6 +63,8 @@ class LaneSettings(BaseSettings):
     traces_dir: Optional[Path] = Field(default=None)
     send_slack_seconds: Optional[float] = Field(default=None, ge=0.0, le=60.0)  # None: 0.5 s, <= 5% of the window
     sigterm_grace_seconds: float = Field(default=8.0, ge=0.0, le=3600.0)  # 0: no SIGTERM handler
+    pg_pool: int = Field(default=8, ge=1, le=1000)  # PostgreSQL connections per ledger per process
+    send_guard: bool = Field(default=True)  # false: no hold of a gated body's httpx sends, no pause at the 429
 
 
 _cache: dict = {}
@@ -86,8 +96,11 @@ def database_url() -> str | None:
     if value is None:
         return None
     if not value.get_secret_value().strip():
-        raise InvalidInput("LANE_DATABASE_URL", value.get_secret_value(), "is set but empty (an unset variable in an "
-                           "env file?): unset it for the default ledger, or give a URL")  # fmt: skip
+        raise InvalidInput(
+            "LANE_DATABASE_URL",
+            value.get_secret_value(),
+            "is set but empty (an unset variable in an env file?): unset it for the default ledger, or give a URL",
+        )
     return value.get_secret_value()
 
 

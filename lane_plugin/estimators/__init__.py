@@ -36,7 +36,26 @@ from .learned import Estimate, Learned, OutputLearner, RefitResult, StageFit, le
 from .tokens import TokenCounter, count_message_tokens, count_tokens, encoding_for_model
 
 __all__ = [
-    "Calibrated", "Constant", "Estimate", "Estimator", "Learned", "OutputLearner", "RefitResult", "StageFit",
-    "TextLength", "Tiktoken", "TokenCounter", "at_least_one", "base_samples", "calibrated", "count_message_tokens",
-    "count_tokens", "encoding_for_model", "learned", "load_local_encoding", "refit", "refit_all", "submit_kwargs",
-]  # fmt: skip
+    "Calibrated",
+    "Constant",
+    "Estimate",
+    "Estimator",
+    "Learned",
+    "OutputLearner",
+    "RefitResult",
+    "StageFit",
+    "TextLength",
+    "Tiktoken",
+    "TokenCounter",
+    "at_least_one",
+    "base_samples",
+    "calibrated",
+    "count_message_tokens",
+    "count_tokens",
+    "encoding_for_model",
+    "learned",
+    "load_local_encoding",
+    "refit",
+    "refit_all",
+    "submit_kwargs",
+]

@@ -92,14 +92,20 @@ class TextLength:
 
     name = "chars4"
 
-    def __init__(self, expected_output: int | Mapping[str, int] = 0, *, chars_per_token: float = 4.0,
-                 version: str = "v1"):  # fmt: skip
+    def __init__(
+        self, expected_output: int | Mapping[str, int] = 0, *, chars_per_token: float = 4.0, version: str = "v1"
+    ):
         if isinstance(expected_output, Mapping):
-            self.expected = {label("stage", s): tokens(f"expected_output for stage {s!r}", n, low=0) for s, n in expected_output.items()}
+            self.expected = {
+                label("stage", s): tokens(f"expected_output for stage {s!r}", n, low=0)
+                for s, n in expected_output.items()
+            }
         else:
             self.expected = tokens("expected_output", expected_output, low=0)
-        if isinstance(chars_per_token, bool) or not isinstance(chars_per_token, (int, float)) or not (
-            math.isfinite(chars_per_token) and chars_per_token > 0
+        if (
+            isinstance(chars_per_token, bool)
+            or not isinstance(chars_per_token, (int, float))
+            or not (math.isfinite(chars_per_token) and chars_per_token > 0)
         ):
             raise InvalidInput("chars_per_token", chars_per_token, "expected a positive number")
         self.chars_per_token = float(chars_per_token)
@@ -112,8 +118,7 @@ class TextLength:
             return self.expected.get(stage, 0)
         return self.expected
 
-    def estimate(self, text="", *args, stage: str | None = None, expected_output: int | None = None,
-                 **kwargs) -> int:  # fmt: skip
+    def estimate(self, text="", *args, stage: str | None = None, expected_output: int | None = None, **kwargs) -> int:
         chars = len(_text_of(text))
         return at_least_one(chars / self.chars_per_token + self._output(stage, expected_output))
 
@@ -147,15 +152,15 @@ class Tiktoken(TextLength):
 
     name = "tiktoken"
 
-    def __init__(self, encoding: str = "cl100k_base", expected_output: int | Mapping[str, int] = 0, *,
-                 version: str = "v1"):  # fmt: skip
+    def __init__(
+        self, encoding: str = "cl100k_base", expected_output: int | Mapping[str, int] = 0, *, version: str = "v1"
+    ):
         super().__init__(expected_output, version=version)
         self.encoding_name = label("encoding", encoding)
         self.encoding = load_local_encoding(self.encoding_name)
         self.version = f"{self.name}-{self.encoding_name}-{version}"
 
-    def estimate(self, text="", *args, stage: str | None = None, expected_output: int | None = None,
-                 **kwargs) -> int:  # fmt: skip
+    def estimate(self, text="", *args, stage: str | None = None, expected_output: int | None = None, **kwargs) -> int:
         n = len(self.encoding.encode(_text_of(text), disallowed_special=()))
         return at_least_one(n + self._output(stage, expected_output))
 
@@ -174,9 +179,11 @@ def load_local_encoding(name: str):
         cache = os.path.join(tempfile.gettempdir(), "data-gym-cache")
     if not os.path.isdir(cache) or not os.listdir(cache):
         raise TiktokenUnavailable(
-            "encoding", name, f"not in the local tiktoken cache {cache!r} (set TIKTOKEN_CACHE_DIR to a "
-            "directory holding the downloaded encoding; this estimator never downloads)"
-        )  # fmt: skip
+            "encoding",
+            name,
+            f"not in the local tiktoken cache {cache!r} (set TIKTOKEN_CACHE_DIR to a "
+            "directory holding the downloaded encoding; this estimator never downloads)",
+        )
     real = tiktoken.load.read_file
 
     def no_download(blobpath: str) -> bytes:

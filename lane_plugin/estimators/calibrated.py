@@ -22,8 +22,16 @@ class Calibrated:
 
     name = "calibrated"
 
-    def __init__(self, base: Estimator, *, quantile: float = 0.6, window: int = 200, min_jobs: int = 20,
-                 step: float = 0.01, factors: Mapping[str, float] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        base: Estimator,
+        *,
+        quantile: float = 0.6,
+        window: int = 200,
+        min_jobs: int = 20,
+        step: float = 0.01,
+        factors: Mapping[str, float] | None = None,
+    ):
         if not isinstance(base, Estimator):
             raise InvalidInput("base", base, "expected an estimator with name, version and estimate()")
         if isinstance(quantile, bool) or not isinstance(quantile, (int, float)) or not 0.5 <= quantile < 1:
@@ -71,7 +79,7 @@ class Calibrated:
         """
         changed = {}
         for stage, pairs in samples.items():
-            ratios = sorted(a / e for e, a in list(pairs)[-self.window:] if e > 0)
+            ratios = sorted(a / e for e, a in list(pairs)[-self.window :] if e > 0)
             if len(ratios) < self.min_jobs:
                 continue
             f = self._check_factor(stage, _quantile(ratios, self.quantile))
@@ -121,7 +129,9 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def base_samples(ledger, version: str, *, lane: str | None = None, window: int = 200) -> dict[str, list[tuple[int, int]]]:
+def base_samples(
+    ledger, version: str, *, lane: str | None = None, window: int = 200
+) -> dict[str, list[tuple[int, int]]]:
     """``{stage: [(est, actual), ...]}`` of done jobs estimated by ``version``, oldest first.
 
     Reads the newest ``window`` per stage from the admission estimate and the

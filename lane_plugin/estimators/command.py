@@ -20,8 +20,13 @@ import typer
 
 from ..cli_text import duration, iso
 
-estimators_app = typer.Typer(help="Learned estimators: show or refit their state in the ledger.", no_args_is_help=True,
-                             rich_markup_mode=None, pretty_exceptions_enable=False, add_completion=False)  # fmt: skip
+estimators_app = typer.Typer(
+    help="Learned estimators: show or refit their state in the ledger.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
 JSON = typer.Option(False, "--json", help="Print JSON for scripts (times in ISO-8601 UTC).")
 
 
@@ -53,8 +58,10 @@ def show(
         typer.echo(json.dumps([dict(r, sd=_sd(r), fitted_at=iso(r["fitted_at"])) for r in rows], indent=2))
         return
     if not rows:
-        typer.echo(f"no learned estimator state in {led.url}: jobs must settle with their input tokens recorded "
-                   "(estimate them with learned(), admitting or as a shadow), then run `lane estimators refit`")  # fmt: skip
+        typer.echo(
+            f"no learned estimator state in {led.url}: jobs must settle with their input tokens recorded "
+            "(estimate them with learned(), admitting or as a shadow), then run `lane estimators refit`"
+        )
         return
     now = led.now()
     cells = []
@@ -93,11 +100,18 @@ def refit_command(
     t0 = time.perf_counter()
     result = refit(led, estimator=estimator, window=window, min_jobs=min_jobs, tolerance=tolerance, lane=lane)
     if as_json:
-        typer.echo(json.dumps({
-            "estimator": result.estimator, "before": result.before, "after": result.after,
-            "changed": {s: {"from": a, "to": b} for s, (a, b) in result.changed.items()},
-            "stages": {s: dict(f.row(result.after), sd=f.std) for s, f in result.fits.items()},
-        }, indent=2))  # fmt: skip
+        typer.echo(
+            json.dumps(
+                {
+                    "estimator": result.estimator,
+                    "before": result.before,
+                    "after": result.after,
+                    "changed": {s: {"from": a, "to": b} for s, (a, b) in result.changed.items()},
+                    "stages": {s: dict(f.row(result.after), sd=f.std) for s, f in result.fits.items()},
+                },
+                indent=2,
+            )
+        )
         return
     if not result.fits:
         typer.echo(f"{estimator}: {result.outcome().replace(':', f' in {led.url}:', 1)}")

@@ -79,14 +79,26 @@ class Estimate:
 class Learned:
     """Exact input tokens plus a learned output allowance per stage; see :func:`learned`."""
 
-    def __init__(self, model: str | None = None, *, encoding: str | None = None, counter: TokenCounter | None = None,
-                 name: str = "learned", prior: int | Mapping[str, int] = 0, window: int = 1000, min_jobs: int = 20,
-                 tolerance: float = 0.01, ledger: Any = None, refresh: float = 60.0):  # fmt: skip
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        encoding: str | None = None,
+        counter: TokenCounter | None = None,
+        name: str = "learned",
+        prior: int | Mapping[str, int] = 0,
+        window: int = 1000,
+        min_jobs: int = 20,
+        tolerance: float = 0.01,
+        ledger: Any = None,
+        refresh: float = 60.0,
+    ):
         self.name = label("name", name)
         self.counter = counter if counter is not None else TokenCounter(model, encoding=encoding)
         if isinstance(prior, Mapping):
-            self.prior: int | dict[str, int] = {label("stage", s, limit=200): tokens(f"prior for stage {s!r}", n, low=0)
-                                                for s, n in prior.items()}  # fmt: skip
+            self.prior: int | dict[str, int] = {
+                label("stage", s, limit=200): tokens(f"prior for stage {s!r}", n, low=0) for s, n in prior.items()
+            }
         else:
             self.prior = tokens("prior", prior, low=0)
         self.learner = OutputLearner(window=window, min_jobs=min_jobs, tolerance=tolerance)
@@ -127,8 +139,12 @@ class Learned:
                 rows = self.ledger().estimator_state(self.name)
             except LaneError as exc:  # keep estimating from what we had; the submit will report the ledger
                 self._synced_at = now
-                log.warning("learned estimator %r: cannot read its state from the ledger (%s); "
-                            "estimating from the state it had", self.name, exc)  # fmt: skip
+                log.warning(
+                    "learned estimator %r: cannot read its state from the ledger (%s); "
+                    "estimating from the state it had",
+                    self.name,
+                    exc,
+                )
                 return
             self.learner.load(rows, replace=True)
             self._synced_at = now
@@ -136,8 +152,14 @@ class Learned:
     def refit(self, ledger: Any = None, *, lane: str | None = None) -> RefitResult:
         """Learn from the ledger's newest settled jobs, store the state there, and use it now."""
         led = ledger if ledger is not None else self.ledger()
-        result = refit(led, estimator=self.name, window=self.learner.window, min_jobs=self.learner.min_jobs,
-                       tolerance=self.learner.tolerance, lane=lane)  # fmt: skip
+        result = refit(
+            led,
+            estimator=self.name,
+            window=self.learner.window,
+            min_jobs=self.learner.min_jobs,
+            tolerance=self.learner.tolerance,
+            lane=lane,
+        )
         with self._sync_lock:
             self.learner.load(led.estimator_state(self.name), replace=True)
             self._synced_at = time.monotonic()
@@ -168,10 +190,22 @@ class Learned:
             return self.prior.get(stage, 0)
         return self.prior
 
-    def breakdown(self, prompt: Any = None, *args, stage: str | None = None, input_tokens: int | None = None,
-                  tools: Any = None, expected_output: int | None = None, **kwargs) -> Estimate:  # fmt: skip
+    def breakdown(
+        self,
+        prompt: Any = None,
+        *args,
+        stage: str | None = None,
+        input_tokens: int | None = None,
+        tools: Any = None,
+        expected_output: int | None = None,
+        **kwargs,
+    ) -> Estimate:
         """The estimate with its parts, for ``prompt`` (or ``input_tokens`` already counted)."""
-        n = tokens("input_tokens", input_tokens, low=0) if input_tokens is not None else self.input_tokens(prompt, tools=tools)
+        n = (
+            tokens("input_tokens", input_tokens, low=0)
+            if input_tokens is not None
+            else self.input_tokens(prompt, tools=tools)
+        )
         extra = self.allowance(stage, expected_output=expected_output)
         var = self.learner.variance(stage)
         return Estimate(at_least_one(n + extra), n, extra, self.version, 0 if var is None else math.ceil(var))
@@ -241,11 +275,15 @@ class RefitResult:
             if fit.allowance is None:
                 what = f"no allowance yet ({fit.jobs} of {self.min_jobs} jobs)"
             elif move:
-                what = f"allowance {move[0]} -> {move[1]}" if move[0] is not None else f"allowance {fit.allowance} (new)"
+                what = (
+                    f"allowance {move[0]} -> {move[1]}" if move[0] is not None else f"allowance {fit.allowance} (new)"
+                )
             else:
                 what = f"allowance {fit.allowance} (kept)"
-            out.append(f"{stage}: {what}; {fit.jobs} jobs, mean {fit.mean:.0f}, sd {fit.std:.0f}, "
-                       f"p90 {fit.p90:.0f}, mean input {fit.mean_input:.0f}")  # fmt: skip
+            out.append(
+                f"{stage}: {what}; {fit.jobs} jobs, mean {fit.mean:.0f}, sd {fit.std:.0f}, "
+                f"p90 {fit.p90:.0f}, mean input {fit.mean_input:.0f}"
+            )
         return out
 
     def outcome(self) -> str:
@@ -256,13 +294,22 @@ class RefitResult:
             'nothing to learn from: no done job recorded its input tokens (estimate with learned(), admitting or as a shadow)'
         """
         if not self.fits:
-            return ("nothing to learn from: no done job recorded its input tokens "
-                    "(estimate with learned(), admitting or as a shadow)")  # fmt: skip
+            return (
+                "nothing to learn from: no done job recorded its input tokens "
+                "(estimate with learned(), admitting or as a shadow)"
+            )
         return "version " + ("unchanged" if self.before == self.after else f"#{self.before} -> #{self.after}")
 
 
-def refit(ledger, *, estimator: str = "learned", window: int = 1000, min_jobs: int = 20, tolerance: float = 0.01,
-          lane: str | None = None) -> RefitResult:  # fmt: skip
+def refit(
+    ledger,
+    *,
+    estimator: str = "learned",
+    window: int = 1000,
+    min_jobs: int = 20,
+    tolerance: float = 0.01,
+    lane: str | None = None,
+) -> RefitResult:
     """Refit a learned estimator's state from the ledger's settled jobs and store it there.
 
     Reads the previous state (so a published allowance only moves past
@@ -300,4 +347,14 @@ def refit_all(ledger, *, lane: str | None = None) -> list[RefitResult]:
     return [refit(ledger, estimator=name, lane=lane) for name in names]
 
 
-__all__ = ["Estimate", "Learned", "OutputLearner", "RefitResult", "StageFit", "learned", "refit", "refit_all", "revision_of"]
+__all__ = [
+    "Estimate",
+    "Learned",
+    "OutputLearner",
+    "RefitResult",
+    "StageFit",
+    "learned",
+    "refit",
+    "refit_all",
+    "revision_of",
+]

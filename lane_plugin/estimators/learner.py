@@ -53,9 +53,18 @@ class StageFit:
 
     def row(self, revision: str) -> dict:
         """This fit as an ``estimator_state`` row (without ``estimator`` and ``fitted_at``)."""
-        return dict(stage=self.stage, revision=revision, allowance=int(self.allowance or 0), jobs=self.jobs,
-                    mean=self.mean, m2=self.m2, mean_input=self.mean_input, p50=self.p50, p90=self.p90,
-                    p99=self.p99)  # fmt: skip
+        return dict(
+            stage=self.stage,
+            revision=revision,
+            allowance=int(self.allowance or 0),
+            jobs=self.jobs,
+            mean=self.mean,
+            m2=self.m2,
+            mean_input=self.mean_input,
+            p50=self.p50,
+            p90=self.p90,
+            p99=self.p99,
+        )
 
 
 def _check_int(field: str, value, low: int = 1) -> int:
@@ -177,7 +186,7 @@ class OutputLearner:
                 self._sums.pop(stage, None)
                 self._tails.pop(stage, None)
                 self._loaded.pop(stage, None)
-                for input_tokens, actual in list(pairs)[-self.window:]:
+                for input_tokens, actual in list(pairs)[-self.window :]:
                     self._add(stage, int(input_tokens), int(actual))
                 if self._publish(stage):
                     changed[stage] = (old, self.allowances[stage])
@@ -227,8 +236,17 @@ class OutputLearner:
             mean = total / n
             m2 = max(0.0, total_sq - total * total / n)
             resid = sorted(r for _, r in q)
-            return StageFit(stage, n, mean, m2, total_in / n, _quantile(resid, 0.5), _quantile(resid, 0.9),
-                            _quantile(resid, 0.99), self.allowances.get(stage))  # fmt: skip
+            return StageFit(
+                stage,
+                n,
+                mean,
+                m2,
+                total_in / n,
+                _quantile(resid, 0.5),
+                _quantile(resid, 0.9),
+                _quantile(resid, 0.99),
+                self.allowances.get(stage),
+            )
 
     def fits(self) -> dict[str, StageFit]:
         """Every stage's fit, by stage."""
@@ -253,9 +271,17 @@ class OutputLearner:
             for r in rows:
                 stage = r["stage"]
                 allowances[stage] = int(r["allowance"])
-                loaded[stage] = StageFit(stage, int(r["jobs"]), float(r["mean"]), float(r["m2"]),
-                                         float(r["mean_input"]), float(r["p50"]), float(r["p90"]), float(r["p99"]),
-                                         int(r["allowance"]))  # fmt: skip
+                loaded[stage] = StageFit(
+                    stage,
+                    int(r["jobs"]),
+                    float(r["mean"]),
+                    float(r["m2"]),
+                    float(r["mean_input"]),
+                    float(r["p50"]),
+                    float(r["p90"]),
+                    float(r["p99"]),
+                    int(r["allowance"]),
+                )
             # swapped whole: a thread estimating meanwhile sees the old state or the new, never half of each
             self.allowances, self._loaded = allowances, loaded
 

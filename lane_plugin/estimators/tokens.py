@@ -33,11 +33,11 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
 import re
-import threading
 from collections.abc import Mapping, Sequence
 from functools import cache, lru_cache
 from typing import Any
@@ -52,12 +52,22 @@ DEFAULT_ENCODING = "o200k_base"
 ENCODINGS = ("o200k_base", "cl100k_base")
 # Model-name prefixes (after any "provider/" prefix), first match wins: the newer names first.
 _MODEL_PREFIXES = (
-    ("gpt-4o", "o200k_base"), ("chatgpt-4o", "o200k_base"), ("gpt-4.1", "o200k_base"), ("gpt-4.5", "o200k_base"),
-    ("gpt-5", "o200k_base"), ("gpt-oss", "o200k_base"), ("o1", "o200k_base"), ("o3", "o200k_base"),
-    ("o4", "o200k_base"), ("codex", "o200k_base"),
-    ("gpt-4", "cl100k_base"), ("gpt-3.5", "cl100k_base"), ("gpt-35", "cl100k_base"),
-    ("text-embedding-3", "cl100k_base"), ("text-embedding-ada-002", "cl100k_base"),
-)  # fmt: skip
+    ("gpt-4o", "o200k_base"),
+    ("chatgpt-4o", "o200k_base"),
+    ("gpt-4.1", "o200k_base"),
+    ("gpt-4.5", "o200k_base"),
+    ("gpt-5", "o200k_base"),
+    ("gpt-oss", "o200k_base"),
+    ("o1", "o200k_base"),
+    ("o3", "o200k_base"),
+    ("o4", "o200k_base"),
+    ("codex", "o200k_base"),
+    ("gpt-4", "cl100k_base"),
+    ("gpt-3.5", "cl100k_base"),
+    ("gpt-35", "cl100k_base"),
+    ("text-embedding-3", "cl100k_base"),
+    ("text-embedding-ada-002", "cl100k_base"),
+)
 TOKENS_PER_MESSAGE = 3  # <|start|>{role}\n{content}<|end|>
 TOKENS_PER_NAME = 1
 REPLY_PRIMING = 3  # <|start|>assistant<|message|>
@@ -67,8 +77,10 @@ _TOOL_OVERHEAD = {
     "cl100k_base": dict(func_init=10, prop_init=3, prop_key=3, enum_init=-3, enum_item=3, func_end=12),
 }
 _PIECE = 40_000  # characters per encode call: bpe-openai refuses more than 200,000 tokens at once
-_warned = threading.Event()
-_warn_lock = threading.Lock()
+# The fallback is warned about once per process, by the call that draws 0: ``next`` on a count is one C call, so
+# no Python-level lock or Event (whose Condition an exception raised into the thread, a Prefect timeout, can leave
+# held: every later fallback would then wait for ever) guards it.
+_warn_turns = itertools.count()
 
 
 def encoding_for_model(model: str | None) -> str:
@@ -115,15 +127,14 @@ def _tiktoken(encoding: str):
 
 
 def _warn_fallback(encoding: str) -> None:
-    with _warn_lock:
-        if _warned.is_set():
-            return
-        _warned.set()
+    if next(_warn_turns):
+        return
     log.warning(
         "lane_plugin: no local tokenizer for %s (pip install 'lane-plugin[tokens]' installs bpe-openai, "
         "which ships it); counting input tokens as characters / 4, which can be far off for code, "
-        "non-English text and JSON. This warning is logged once per process.", encoding,
-    )  # fmt: skip
+        "non-English text and JSON. This warning is logged once per process.",
+        encoding,
+    )
 
 
 class TokenCounter:
@@ -158,8 +169,9 @@ class TokenCounter:
         if backend in ("auto", "bpe-openai"):
             self._enc, self.backend = _bpe_openai(self.encoding), "bpe-openai"
             if self._enc is None and backend == "bpe-openai":
-                raise TiktokenUnavailable("backend", backend, "bpe-openai is not installed "
-                                          "(pip install 'lane-plugin[tokens]')")  # fmt: skip
+                raise TiktokenUnavailable(
+                    "backend", backend, "bpe-openai is not installed (pip install 'lane-plugin[tokens]')"
+                )
         if self._enc is None and backend in ("auto", "tiktoken"):
             if backend == "tiktoken":
                 self._enc = load_local_encoding(self.encoding)
@@ -344,8 +356,13 @@ def count_tokens(text: str, *, model: str | None = None, encoding: str | None = 
     return counter_for(model, encoding).count(text)
 
 
-def count_message_tokens(messages: Sequence[Any], *, model: str | None = None, encoding: str | None = None,
-                         tools: Sequence[Any] | None = None) -> int:  # fmt: skip
+def count_message_tokens(
+    messages: Sequence[Any],
+    *,
+    model: str | None = None,
+    encoding: str | None = None,
+    tools: Sequence[Any] | None = None,
+) -> int:
     """Prompt tokens of a chat request for ``model``: what ``usage.prompt_tokens`` will say.
 
     Example:
@@ -356,6 +373,10 @@ def count_message_tokens(messages: Sequence[Any], *, model: str | None = None, e
 
 
 __all__ = [
-    "DEFAULT_ENCODING", "TokenCounter", "count_message_tokens", "count_tokens", "counter_for",
+    "DEFAULT_ENCODING",
+    "TokenCounter",
+    "count_message_tokens",
+    "count_tokens",
+    "counter_for",
     "encoding_for_model",
-]  # fmt: skip
+]

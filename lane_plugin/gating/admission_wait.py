@@ -69,8 +69,14 @@ class AdmissionWait:
         s = led.wait_status(self._job)
         moved_to = led.give_up_waiting(self._job, f"admission deadline of {self.wait_seconds:g}s passed")
         if moved_to is not None:
-            run_logger().warning("lane gate: %s job waited %.1fs in lane %r (remaining %d); falling back to lane %r",
-                              self.stage, self.wait_seconds, s["lane"], s["remaining"], moved_to)  # fmt: skip
+            run_logger().warning(
+                "lane gate: %s job waited %.1fs in lane %r (remaining %d); falling back to lane %r",
+                self.stage,
+                self.wait_seconds,
+                s["lane"],
+                s["remaining"],
+                moved_to,
+            )
             state.update(t0=time.monotonic(), first=True, lane=moved_to)  # tick the fallback lane now
             return
         try:
@@ -79,9 +85,11 @@ class AdmissionWait:
             self.lease = None
         if self.lease is not None:
             return
-        msg = (f"job {self.job_id} (stage {self.stage!r}, estimate {s['est']} tokens) parked in lane {s['lane']!r}: "
-               f"not admitted within its deadline of {self.wait_seconds:g}s; {s['remaining']} tokens remained of "
-               f"ceiling {s['ceiling']} (spent {s['spent']}, reserved {s['reserved']}), blocked by "
-               f"{s['blocked_by'] or 'jobs ahead'}, {s['waiting']} job(s) waiting")  # fmt: skip
+        msg = (
+            f"job {self.job_id} (stage {self.stage!r}, estimate {s['est']} tokens) parked in lane {s['lane']!r}: "
+            f"not admitted within its deadline of {self.wait_seconds:g}s; {s['remaining']} tokens remained of "
+            f"ceiling {s['ceiling']} (spent {s['spent']}, reserved {s['reserved']}), blocked by "
+            f"{s['blocked_by'] or 'jobs ahead'}, {s['waiting']} job(s) waiting"
+        )
         run_logger().error("lane gate: %s", msg)
         raise JobParked(msg, job_id=self.job_id, lane=s["lane"], est=s["est"], remaining=s["remaining"])

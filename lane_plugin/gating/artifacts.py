@@ -19,9 +19,19 @@ from ..ledger.status import blocked_state
 from .events import emit, stage_resource
 
 STATUS_COLUMNS = (
-    "lane", "ceiling", "spent", "reserved", "remaining", "overage", "pct_of_ceiling", "leased", "max_leased",
-    "waiting", "parked", "state",
-)  # fmt: skip
+    "lane",
+    "ceiling",
+    "spent",
+    "reserved",
+    "remaining",
+    "overage",
+    "pct_of_ceiling",
+    "leased",
+    "max_leased",
+    "waiting",
+    "parked",
+    "state",
+)
 
 
 def artifact_key(*parts: str) -> str:
@@ -101,10 +111,13 @@ def publish_drift(report, summary: str, *, plot: str | None = None, high: float 
     from prefect.artifacts import create_markdown_artifact
 
     rows = drift_table(report)
-    create_table_artifact(table=rows, key="lane-drift",
-                          description="Drift = sum(actual) / sum(est) of done jobs, per group; "
-                          "near 1.0 honest, above 1.5 overspending; under / overspend / p99 / by_estimate "
-                          "show what the sum hides.")  # fmt: skip
+    create_table_artifact(
+        table=rows,
+        key="lane-drift",
+        description="Drift = sum(actual) / sum(est) of done jobs, per group; "
+        "near 1.0 honest, above 1.5 overspending; under / overspend / p99 / by_estimate "
+        "show what the sum hides.",
+    )
     create_markdown_artifact(markdown=summary, key="lane-drift-summary", description="Worst stage and what to do")
     if plot and os.path.exists(plot):
         with open(plot, "rb") as fh:
@@ -114,11 +127,15 @@ def publish_drift(report, summary: str, *, plot: str | None = None, high: float 
             key="lane-drift-plot",
             description="Drift per stage over time with the 1.0 and 1.5 lines; below it, each lane's spend as % "
             "of its ceiling with the ceiling and start-limit lines",
-        )  # fmt: skip
-    high_rows = [r for r in rows if r.get("role", "admission") == "admission" and r["drift"] is not None
-                 and r["drift"] > high]  # fmt: skip
+        )
+    high_rows = [
+        r for r in rows if r.get("role", "admission") == "admission" and r["drift"] is not None and r["drift"] > high
+    ]
     for r in high_rows:
         stage = str(r.get("stage", "-"))
-        emit("lane.drift.high", stage_resource(stage, str(r["lane"]) if r.get("lane") else None),
-             {**r, "threshold": high})  # fmt: skip
+        emit(
+            "lane.drift.high",
+            stage_resource(stage, str(r["lane"]) if r.get("lane") else None),
+            {**r, "threshold": high},
+        )
     return high_rows

@@ -73,7 +73,9 @@ def _hook_flow(flow_run_id: str, ledger: Ledger) -> None:
 
         flow_run_logger(ctx.flow_run, ctx.flow).info(
             "lane gate: this flow run's gated tasks use the ledger at %s; its lane-bill artifact is "
-            "published when the run finishes", ledger.url)  # fmt: skip
+            "published when the run finishes",
+            ledger.url,
+        )
     except Exception:  # pragma: no cover - a log line must not fail a task
         log.debug("could not log the ledger URL", exc_info=True)
 
@@ -85,23 +87,43 @@ def _fmt_wait(seconds: float | None) -> float | None:
 def bill_rows(lines: list[BillLine]) -> list[dict[str, Any]]:
     """The ``lane-bill`` table: one row per stage and lane, and a total row when there are several."""
     rows = [
-        {"stage": b.stage, "lane": b.lane, "tenant": b.tenant, "jobs": b.jobs, "estimated": b.estimated, "actual": b.actual,
-         "drift": b.drift, "overage": b.overage, "billed_by_estimate": b.by_estimate,
-         "wait_p50_s": _fmt_wait(b.wait_p50), "wait_max_s": _fmt_wait(b.wait_max), "unsettled": b.unsettled,
-         "rate_limited_429": b.rate_limited}
+        {
+            "stage": b.stage,
+            "lane": b.lane,
+            "tenant": b.tenant,
+            "jobs": b.jobs,
+            "estimated": b.estimated,
+            "actual": b.actual,
+            "drift": b.drift,
+            "overage": b.overage,
+            "billed_by_estimate": b.by_estimate,
+            "wait_p50_s": _fmt_wait(b.wait_p50),
+            "wait_max_s": _fmt_wait(b.wait_max),
+            "unsettled": b.unsettled,
+            "rate_limited_429": b.rate_limited,
+        }
         for b in lines
-    ]  # fmt: skip
+    ]
     if len(lines) > 1:
         est, act = sum(b.estimated for b in lines), sum(b.actual for b in lines)
         waits = [b.wait_max for b in lines if b.wait_max is not None]
-        rows.append({"stage": "(all)", "lane": ", ".join(sorted({b.lane for b in lines})),
-                     "tenant": ", ".join(sorted({t for b in lines for t in b.tenant.split(", ") if t})),
-                     "jobs": sum(b.jobs for b in lines), "estimated": est, "actual": act,
-                     "drift": round(act / est, 2) if est else None, "overage": sum(b.overage for b in lines),
-                     "billed_by_estimate": sum(b.by_estimate for b in lines), "wait_p50_s": None,
-                     "wait_max_s": _fmt_wait(max(waits)) if waits else None,
-                     "unsettled": sum(b.unsettled for b in lines),
-                     "rate_limited_429": sum(b.rate_limited for b in lines)})  # fmt: skip
+        rows.append(
+            {
+                "stage": "(all)",
+                "lane": ", ".join(sorted({b.lane for b in lines})),
+                "tenant": ", ".join(sorted({t for b in lines for t in b.tenant.split(", ") if t})),
+                "jobs": sum(b.jobs for b in lines),
+                "estimated": est,
+                "actual": act,
+                "drift": round(act / est, 2) if est else None,
+                "overage": sum(b.overage for b in lines),
+                "billed_by_estimate": sum(b.by_estimate for b in lines),
+                "wait_p50_s": None,
+                "wait_max_s": _fmt_wait(max(waits)) if waits else None,
+                "unsettled": sum(b.unsettled for b in lines),
+                "rate_limited_429": sum(b.rate_limited for b in lines),
+            }
+        )
     return rows
 
 
@@ -109,8 +131,10 @@ def bill_summary(lines: list[BillLine], ledger_url: str, state_name: str) -> str
     """One paragraph for the artifact's description and the flow run's log."""
     jobs = sum(b.jobs for b in lines)
     est, act = sum(b.estimated for b in lines), sum(b.actual for b in lines)
-    parts = [f"{jobs} gated job(s) of this flow run ({state_name}): {act:,} tokens billed against "
-             f"{est:,} estimated" + (f" (drift {act / est:.2f})" if est else "")]  # fmt: skip
+    parts = [
+        f"{jobs} gated job(s) of this flow run ({state_name}): {act:,} tokens billed against "
+        f"{est:,} estimated" + (f" (drift {act / est:.2f})" if est else "")
+    ]
     by_lane: dict[str, int] = {}
     for b in lines:
         by_lane[b.lane] = by_lane.get(b.lane, 0) + b.actual
@@ -147,9 +171,15 @@ def publish(flow_run_id: str, state_name: str, ledger: Ledger, logger=None) -> l
     rows = bill_rows(lines)
     summary = bill_summary(lines, str(ledger.url), state_name)
     with get_client(sync_client=True) as client:
-        client.create_artifact(artifact=ArtifactCreate(
-            type="table", key=KEY, description=summary, data=json.dumps(rows), flow_run_id=flow_run_id,
-        ))  # fmt: skip
+        client.create_artifact(
+            artifact=ArtifactCreate(
+                type="table",
+                key=KEY,
+                description=summary,
+                data=json.dumps(rows),
+                flow_run_id=flow_run_id,
+            )
+        )
     if logger is not None:
         logger.info("lane bill: %s", summary)
     return rows

@@ -162,8 +162,10 @@ def _coroutine_body(fn: Callable, spec: GateSpec) -> Callable:
 def _closed_early(g: Gate, spec: GateSpec) -> None:
     run_logger().warning(
         "lane gate: %s job %s was closed before it reported any token usage; billed its estimate of %d tokens",
-        spec.stage, g.job_id, g.est,
-    )  # fmt: skip
+        spec.stage,
+        g.job_id,
+        g.est,
+    )
 
 
 def _generator_body(fn: Callable, spec: GateSpec) -> Callable:

@@ -46,13 +46,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import functools
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from ..errors import InvalidInput, NeverFits, UsageMissing
+from ..errors import NeverFits, UsageMissing
 from ..ledger import Lease, Ledger, Settled
 from ..ledger.waiters import waiter_id
 from ..settings import lane_settings
@@ -69,11 +68,11 @@ from .estimates import (
     resolve_tenant,
     wait_seconds,
 )
+from .gate_usage import GateUsage
 from .ledgers import default_tenant, get_ledger, next_seq, prefect_run, run_logger
 from .provider_pause import ProviderPause
 from .renewal import Held, renewer
-from .streams import AsyncTrackedStream, TrackedStream, adrain, drain, is_async_stream, is_stream
-from .usage import READER_RETURNS, UsageMeter, check_missing_policy
+from .usage import UsageMeter, check_missing_policy
 
 WATCHDOG_CHECK = 1.0  # a waiter asks the watchdog whether its wake-up watcher lives at least this often
 ASYNC_CHECK = 0.01  # an async waiter looks at its wake-up event this often (no database read)
@@ -81,7 +80,7 @@ _missing_said: set[Any] = set()  # the missing-usage warning is said once per ta
 
 
 # -- the gate -------------------------------------------------------------------------
-class Gate(AdmissionWait, ProviderPause):
+class Gate(AdmissionWait, ProviderPause, GateUsage):
     """One gated block: intake, admission, a renewed lease and one settlement.
 
     Use :func:`gate` (or :func:`lane_task`) rather than building one directly.
@@ -111,11 +110,25 @@ class Gate(AdmissionWait, ProviderPause):
         ...     g.report(client.messages.create(...))
     """
 
-    def __init__(self, stage: str, estimate: Any, lane: str = "free", *, rate_cost: Any = None, deadline: Any = None,
-                 fallback: str | bool | None = None, est_version: str | None = None,
-                 missing_usage: str | None = None, ledger: Ledger | str | None = None, key: str | None = None,
-                 attempt: int | None = None, run_key: str | None = None, tenant: Any = None,
-                 _args: tuple[Any, ...] = (), _kwargs: dict[str, Any] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        stage: str,
+        estimate: Any,
+        lane: str = "free",
+        *,
+        rate_cost: Any = None,
+        deadline: Any = None,
+        fallback: str | bool | None = None,
+        est_version: str | None = None,
+        missing_usage: str | None = None,
+        ledger: Ledger | str | None = None,
+        key: str | None = None,
+        attempt: int | None = None,
+        run_key: str | None = None,
+        tenant: Any = None,
+        _args: tuple[Any, ...] = (),
+        _kwargs: dict[str, Any] | None = None,
+    ) -> None:
         self.stage, self.lane = stage, lane
         self.est, version, self.est_input, self.est_var = resolve_parts(estimate, stage, _args, _kwargs)
         self.rate_cost = resolve_rate_cost(rate_cost, stage, _args, _kwargs)
@@ -139,90 +152,6 @@ class Gate(AdmissionWait, ProviderPause):
         self._missing_key: Any = ("stage", stage, lane)  # lane_task: its task, so "once per task"
         self._stepwise = False  # a generator's gate is current only while the generator runs
 
-    # -- usage ----------------------------------------------------------------------
-    @property
-    def used(self) -> int:
-        """Tokens reported so far (ints, responses, and each stream at its newest usage)."""
-        return self.meter.total
-
-    def report(self, usage: Any) -> int:
-        """Add tokens spent inside the block: an int, an LLM response, or a stream chunk; returns the total.
-
-        A stream chunk or event without usage adds nothing, so ``report_usage(chunk)``
-        may be called on every chunk; the same response or usage chunk twice counts once.
-        An int of any kind counts (numpy's, an integral ``Decimal`` or float). Anything else (a bool,
-        NaN, ``50.7``, ``-5``, text, more than 10**12, or a report that would take the total past it)
-        is refused here, without raising: a warning names the value, nothing of it is counted, what was
-        reported before stays, and the block bills at least its estimate (``by_estimate``). The
-        provider served the call: a bad count neither fails the block nor bills it 0.
-
-        Threads the body starts may call this (``g.report``; :func:`current_gate` finds the gate);
-        usage reported after the block settled is not billed (a warning says so).
-
-        Example:
-            >>> with gate(stage="drop", estimate=100) as g:             # doctest: +SKIP
-            ...     g.report(5000)
-            ...     g.report(10**13)    # refused, warned: "invalid usage 10000000000000: absurdly large ..."
-            >>> g.settled.actual                                        # doctest: +SKIP
-            5000
-        """
-        if self.settled is not None:
-            late = "lane usage: %r reported to %s job %s after it settled: not billed (join the threads that report)"
-            run_logger().warning(late, usage, self.stage, self.job_id)
-            return self.meter.total
-        try:
-            self.meter.add(usage, "report_usage()")
-        except InvalidInput as exc:  # text, a result without usage: not a count either
-            self.meter.refuse(exc, "report_usage()")
-        return self.meter.total
-
-    def report_result(self, result: Any, reader: Callable[[Any], Any] | None = None) -> Any:
-        """Add the usage read from the block's return value; returns the value to hand back.
-
-        A returned stream is read to its end here (its usage is in its last
-        chunk) and a :class:`~lane_plugin.gating.streams.ReplayedStream` of its
-        chunks is returned instead. Without ``reader``, a value without usage (text, a bool, None) adds
-        nothing. What ``reader`` (the ``usage=`` option) returns is refused as :meth:`report` refuses a
-        bad count, and so is an exception it raises: never the task's failure, the block bills at least
-        its estimate.
-        """
-        if reader is None:
-            if is_stream(result):
-                return drain(result, functools.partial(self._feed, source="the returned stream"))
-            if not isinstance(result, bool):  # a task's yes/no answer, not a count
-                self._feed(result, "the return value")
-            return result
-        try:
-            found = reader(result)
-        except Exception as exc:  # the call was served and its result is here: a reader's bug is no failure
-            self.meter.refuse(f"the usage= callable's reading (it raised {type(exc).__name__}: {exc})")
-            return result
-        if found is not None:
-            try:
-                self.meter.add(found, "usage=")
-            except InvalidInput:
-                self.meter.refuse(InvalidInput("usage", found, READER_RETURNS), "usage=")
-        return result
-
-    async def areport_result(self, result: Any, reader: Callable[[Any], Any] | None = None) -> Any:
-        """:meth:`report_result` for an async body (reads a returned async stream)."""
-        if reader is None and is_async_stream(result):
-            return await adrain(result, functools.partial(self._feed, source="the returned stream"))
-        return self.report_result(result, reader)
-
-    def _feed(self, obj: Any, source: str = "a tracked stream") -> None:
-        """Count what carries usage; ignore what does not (text, a chunk without usage); refuse bad counts."""
-        try:
-            self.meter.add(obj, source)
-        except InvalidInput:
-            pass
-
-    def track(self, stream: Any) -> Any:
-        """``stream`` with each chunk's usage reported to this gate as it passes (sync or async)."""
-        if hasattr(stream, "__aiter__") and not hasattr(stream, "__iter__"):
-            return AsyncTrackedStream(stream, self._feed)
-        return TrackedStream(stream, self._feed)
-
     # -- enter ----------------------------------------------------------------------
     def _intake(self) -> Ledger:
         led = get_ledger(self._ledger_arg)
@@ -239,11 +168,23 @@ class Gate(AdmissionWait, ProviderPause):
             note_run(flow_run, led)  # the flow run's lane-bill is published when it finishes
         try:
             with timeouts.shield():  # a timeout landing in the submit is raised once its job id is known
-                self.job_id = led.submit(self.stage, self.est, self.lane, rate_cost=self.rate_cost,
-                                         est_version=self.est_version, est_input=self.est_input, run_key=self.run_key,
-                                         key=self.key, attempt=self.attempt, est_var=self.est_var, waiter=waiter_id(),
-                                         wait_seconds=self.wait_seconds, fallback=self.fallback, rerun=True,
-                                         tenant=self.tenant or default_tenant(flow_run))  # fmt: skip
+                self.job_id = led.submit(
+                    self.stage,
+                    self.est,
+                    self.lane,
+                    rate_cost=self.rate_cost,
+                    est_version=self.est_version,
+                    est_input=self.est_input,
+                    run_key=self.run_key,
+                    key=self.key,
+                    attempt=self.attempt,
+                    est_var=self.est_var,
+                    waiter=waiter_id(),
+                    wait_seconds=self.wait_seconds,
+                    fallback=self.fallback,
+                    rerun=True,
+                    tenant=self.tenant or default_tenant(flow_run),
+                )
         except NeverFits as exc:
             run_logger().error("lane gate: %s job (%s tokens) can never be admitted: %s", self.stage, self.est, exc)
             raise
@@ -260,8 +201,17 @@ class Gate(AdmissionWait, ProviderPause):
         lease = self.lease
         assert lease is not None, "a gate is admitted once it holds a lease"
         self._held = renewer().hold(led, lease, run_logger(), owner=self, frame=self._block_frame())
-        tokenlog.admitted(run_logger(), led, stage=self.stage, lane=lease.lane, est=self.est, waited=waited,
-                          attempt=lease.attempt, job_id=lease.job_id, asked=self.lane)  # fmt: skip
+        tokenlog.admitted(
+            run_logger(),
+            led,
+            stage=self.stage,
+            lane=lease.lane,
+            est=self.est,
+            waited=waited,
+            attempt=lease.attempt,
+            job_id=lease.job_id,
+            asked=self.lane,
+        )
         if not self._stepwise:
             self._token = _current.set(self)
 
@@ -280,7 +230,11 @@ class Gate(AdmissionWait, ProviderPause):
         f: Any = sys._getframe(1)
         while f is not None and f.f_code.co_filename == __file__:
             f = f.f_back
-        if f is None or f.f_code.co_name in ("__enter__", "enter_context") or f.f_code.co_filename == contextlib.__file__:
+        if (
+            f is None
+            or f.f_code.co_name in ("__enter__", "enter_context")
+            or f.f_code.co_filename == contextlib.__file__
+        ):
             return None  # entered by a wrapper that returns (an ExitStack): no frame stands for the block
         return f
 
@@ -370,9 +324,15 @@ class Gate(AdmissionWait, ProviderPause):
         ):  # a timeout, CancelledError, Prefect's TerminationSignal, ^C
             # A timeout or cancellation stopped the body, maybe during an LLM call the provider bills anyway:
             # bill the estimate (at least what was reported), marked as billed by estimate.
-            run_logger().warning("lane gate: %s job %s was stopped (%s) with %d tokens reported; billing its "
-                                 "estimate of %d (an interrupted call may still be billed by the provider)",
-                                 self.stage, self.job_id, exc_type.__name__, self.used, self.est)  # fmt: skip
+            run_logger().warning(
+                "lane gate: %s job %s was stopped (%s) with %d tokens reported; billing its "
+                "estimate of %d (an interrupted call may still be billed by the provider)",
+                self.stage,
+                self.job_id,
+                exc_type.__name__,
+                self.used,
+                self.est,
+            )
             self._settle(led, held, self.est, "failed", by_estimate=True)
             return
         if exc_type is not None:  # what was reported; known short after a refused count (warned): as on success
@@ -419,12 +379,17 @@ class Gate(AdmissionWait, ProviderPause):
         # given, and the estimate was checked at intake. The attempt is always settled, never left to be reaped.
         assert self.lease is not None, "only an admitted gate settles"
         with timeouts.shield():  # a timeout landing mid-transaction must not leave the attempt unbilled
-            self.settled = led.settle(self._job, actual, attempt=self.lease.attempt, outcome=outcome,
-                                      by_estimate=by_estimate)  # fmt: skip
+            self.settled = led.settle(
+                self._job, actual, attempt=self.lease.attempt, outcome=outcome, by_estimate=by_estimate
+            )
         tokenlog.settled(run_logger(), self.settled, stage=self.stage, est=self.est)
         if held is not None and held.lost:
-            run_logger().error("lane gate: %s job %s lost its lease while running; settled %d tokens late "
-                            "(billed, marked late)", self.stage, self.job_id, actual)  # fmt: skip
+            run_logger().error(
+                "lane gate: %s job %s lost its lease while running; settled %d tokens late (billed, marked late)",
+                self.stage,
+                self.job_id,
+                actual,
+            )
             if led.job(self._job)["state"] == "new":  # reaped and requeued: nobody will run it now
                 led.park(self._job, "lease lost while running; the Prefect task run already finished")
 

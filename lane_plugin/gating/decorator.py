@@ -33,10 +33,22 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def lane_task(stage: str, estimate: Any, lane: str = "free", usage: Callable[[Any], Any] | _NoUsage | None = None,
-              deadline: Any = None, fallback: str | bool | None = None, estimator_version: str | None = None,
-              *, rate_cost: Any = None, missing_usage: str | None = None, ledger: Ledger | str | None = None,
-              lane_tags: bool = True, tenant: Any = None, **task_options: Any) -> Callable[[Callable[P, R]], LaneTask[P, R]]:  # fmt: skip
+def lane_task(
+    stage: str,
+    estimate: Any,
+    lane: str = "free",
+    usage: Callable[[Any], Any] | _NoUsage | None = None,
+    deadline: Any = None,
+    fallback: str | bool | None = None,
+    estimator_version: str | None = None,
+    *,
+    rate_cost: Any = None,
+    missing_usage: str | None = None,
+    ledger: Ledger | str | None = None,
+    lane_tags: bool = True,
+    tenant: Any = None,
+    **task_options: Any,
+) -> Callable[[Callable[P, R]], LaneTask[P, R]]:
     """Decorate a function into a real :class:`prefect.Task` whose runs are gated by the ledger.
 
     Args:
@@ -97,8 +109,9 @@ def lane_task(stage: str, estimate: Any, lane: str = "free", usage: Callable[[An
     reader = None if isinstance(usage, _NoUsage) else usage  # NO_USAGE: no reader, nothing read
     no_usage = usage is NO_USAGE
     if not no_usage and usage is not None and not callable(usage):
-        raise InvalidInput("usage", usage, "expected None, a callable reading tokens from the return value, "
-                                           "or NO_USAGE")  # fmt: skip
+        raise InvalidInput(
+            "usage", usage, "expected None, a callable reading tokens from the return value, or NO_USAGE"
+        )
     wait_seconds(deadline)
     if missing_usage is not None:
         check_missing_policy(missing_usage)
@@ -109,11 +122,22 @@ def lane_task(stage: str, estimate: Any, lane: str = "free", usage: Callable[[An
     from .bodies import GateSpec
 
     spec = GateSpec(
-        stage, estimate, lane, usage=reader, no_usage=no_usage,
-        options=dict(deadline=deadline, fallback=fallback, est_version=estimator_version,
-                     missing_usage=missing_usage, ledger=ledger, rate_cost=rate_cost, tenant=tenant),
+        stage,
+        estimate,
+        lane,
+        usage=reader,
+        no_usage=no_usage,
+        options=dict(
+            deadline=deadline,
+            fallback=fallback,
+            est_version=estimator_version,
+            missing_usage=missing_usage,
+            ledger=ledger,
+            rate_cost=rate_cost,
+            tenant=tenant,
+        ),
         tags=frozenset({f"lane:{lane}", f"stage:{stage}"} if lane_tags else ()),
-    )  # fmt: skip
+    )
 
     def decorate(fn: Callable[P, R]) -> LaneTask[P, R]:
         from . import termination

@@ -32,8 +32,9 @@ def resolve_estimate(estimate: Any, stage: str, args: tuple = (), kwargs: dict |
     return est, version
 
 
-def resolve_parts(estimate: Any, stage: str, args: tuple = (), kwargs: dict | None = None
-                  ) -> tuple[int, str | None, int | None, int]:  # fmt: skip
+def resolve_parts(
+    estimate: Any, stage: str, args: tuple = (), kwargs: dict | None = None
+) -> tuple[int, str | None, int | None, int]:
     """``(tokens, est_version or None, input tokens or None, est_var)``: what the gate submits.
 
     The input tokens are known when the estimator breaks its number down
@@ -86,7 +87,9 @@ def resolve_rate_cost(
     """
     if rate_cost is None:
         return None
-    value = rate_cost(*args, **dict(kwargs or {})) if callable(rate_cost) and not isinstance(rate_cost, dict) else rate_cost
+    value = (
+        rate_cost(*args, **dict(kwargs or {})) if callable(rate_cost) and not isinstance(rate_cost, dict) else rate_cost
+    )
     if isinstance(value, dict):
         return _split(f"rate_cost for stage {stage!r}", value)
     return tokens(f"rate_cost for stage {stage!r}", value)

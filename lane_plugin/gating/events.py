@@ -94,9 +94,15 @@ def emit(event: str, about: str | dict, payload: dict | None = None, related: li
         log.warning("could not emit Prefect event %s about %s", event, about, exc_info=True)
 
 
-_JOB_LABELS = (("stage", "lane.stage"), ("est", "lane.estimate"), ("actual", "lane.actual"),
-               ("overage", "lane.overage"), ("attempt", "lane.attempt"), ("job_id", "lane.job"),
-               ("tenant", "lane.tenant"))  # fmt: skip
+_JOB_LABELS = (
+    ("stage", "lane.stage"),
+    ("est", "lane.estimate"),
+    ("actual", "lane.actual"),
+    ("overage", "lane.overage"),
+    ("attempt", "lane.attempt"),
+    ("job_id", "lane.job"),
+    ("tenant", "lane.tenant"),
+)
 # Ledger events that may change a lane's state: each makes the listener look (rare: at crossings).
 _LANE_EVENTS = ("lane.lane.start-stop", "lane.lane.hard-stop", "lane.preflight.failed", "lane.lane.period-reset")
 
@@ -143,8 +149,12 @@ def state_title(change: dict) -> str:
     lane, state = change["lane"], change["state"]
     if state == "finishing-only":
         return f"lane {lane} crossed {_pct(change.get('start_fraction', 0.8))} of its ceiling"
-    words = {"ceiling-spent": "spent its whole ceiling", "stopped": "was stopped",
-             "preflight-failed": "failed its preflight check", "ok": "is admitting new runs again"}  # fmt: skip
+    words = {
+        "ceiling-spent": "spent its whole ceiling",
+        "stopped": "was stopped",
+        "preflight-failed": "failed its preflight check",
+        "ok": "is admitting new runs again",
+    }
     return f"lane {lane} {words.get(state, 'is ' + state)}"
 
 
@@ -188,5 +198,17 @@ class PrefectListener:
 prefect_listener = PrefectListener()  # job events only: a ledger-less listener cannot read lane states
 
 
-__all__ = ["PrefectListener", "emit", "job_card", "job_resource", "job_title", "may_emit", "prefect_listener", "publish_lane_states", "resource",
-           "stage_resource", "state_event_name", "state_title"]
+__all__ = [
+    "PrefectListener",
+    "emit",
+    "job_card",
+    "job_resource",
+    "job_title",
+    "may_emit",
+    "prefect_listener",
+    "publish_lane_states",
+    "resource",
+    "stage_resource",
+    "state_event_name",
+    "state_title",
+]

@@ -8,16 +8,23 @@ sends alone (the probe, claimed in the ledger: :meth:`Ledger.claim_probe`) and t
 every process, hold until it returns: a success opens the lane (:meth:`Ledger.reopen`), a 429 pauses it
 again. Without it every lease granted at the reopen sends at once, and all but the first arrive in the
 window the first one's 429 closed; with a probe per process, one request per process does.
+
+The send guard (:mod:`lane_plugin.gating.send_guard`) makes the same checks at every request the body sends
+over httpx (:meth:`ProviderPause._hold_send`) and hears its 429 before the SDK does
+(:meth:`ProviderPause._heard_response`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from ..ledger import Lease, Ledger
-from .ledgers import run_logger
-from .ratelimits import headers_of, rate_limit_info, remaining_of
+from . import send_guard
+from .ledgers import get_ledger, run_logger
+from .ratelimits import DEFAULT_PAUSE, MAX_PAUSE, headers_of, rate_limit_info, remaining_of, wait_from_headers
 
 # How often a gate held behind this process's probe looks again (no database read), behind another
 # process's (one read each time), and the longest a probe holds the lane (a probe that hangs must not stall
@@ -25,6 +32,11 @@ from .ratelimits import headers_of, rate_limit_info, remaining_of
 PROBE_POLL = 0.02
 PROBE_POLL_LEDGER = 0.05
 PROBE_HOLD = 10.0
+# A request the body sends later than this after its lease's pick-up has its charges counted from its send (one
+# ledger write, once per gate): the lane dated them at the pick-up (plus the send slack), and a request that
+# leaves later (a loaded machine, a body that works before it calls) would have the lane's window let them go
+# before the provider's does (RPM-bound, single runs: 4 x 429 without it; 3 and 0 with it, the load 17 and 4-13).
+LATE_SEND = 0.1
 # (id(ledger), lane) -> (this process's probing gate, when its hold ends): its other gates wait without a
 # database read, and only one of them claims in the ledger. Single dict operations only, no lock: a timeout
 # raised into a thread at any bytecode never leaves one held past its hold (the ledger's claim arbitrates).
@@ -39,7 +51,10 @@ class ProviderPause:
     job_id: str | None
     lease: Lease | None
     _waited_pause: bool
+    _ledger_arg: Any
     _probe: tuple[tuple[int, str], float, float] | None = None  # (key, the pause's end, the claim's hold end)
+    _picked_at: float | None = None  # when the lease was picked up, or its charges last re-dated (time.time())
+    _late_done = False  # a late send re-dated the charges (once per gate)
 
     def _paused_for(self, led: Ledger) -> float:
         """Seconds to wait before the body (0.0: send now), read at the last moment before it: a lease granted
@@ -48,6 +63,9 @@ class ProviderPause:
         a 429 met here is known before its ledger write commits), else the ledger's row (another process's),
         which also says whether the pause ended with no request through since (the probe's turn)."""
         assert self.lease is not None
+        if self._picked_at is None:  # the first call, right after the pick-up
+            self._picked_at = time.time()
+        send_guard.install()  # the first gate to reach its body installs the guard of its sends (once)
         lane = self.lease.lane
         left = led.paused_here(lane)
         if left <= 0 and self._probe_out(led, lane):
@@ -66,8 +84,12 @@ class ProviderPause:
                 left = self._behind_probe(led, lane, ended, probe_left)
         if left > 0:
             if not self._waited_pause:
-                run_logger().info("lane gate: %s job %s waits for lane %s to reopen after a provider's 429",
-                                  self.stage, self.job_id, lane)  # fmt: skip
+                run_logger().info(
+                    "lane gate: %s job %s waits for lane %s to reopen after a provider's 429",
+                    self.stage,
+                    self.job_id,
+                    lane,
+                )
             self._waited_pause = True
         return left
 
@@ -135,37 +157,116 @@ class ProviderPause:
             run_logger().warning("lane gate: could not give back lane %s's probe: %s", probe[0][1], exc)
 
     def _resent(self, led: Ledger) -> None:
-        """After waiting out a pause, the request goes out now: its charges count from now."""
-        if self._waited_pause and self.lease is not None:
-            try:
-                led.sent_now(self.lease.job_id, self.lease.attempt)
-            except Exception as exc:  # noqa: BLE001 - the charge stays at its pick-up (earlier: optimistic by the wait)
-                run_logger().warning("lane gate: job %s's charges not moved to its send: %s", self.job_id, exc)
+        """As the body begins: after waiting out a pause, the request goes out now: its charges count from now."""
+        if self._waited_pause:
+            self._count_from_now(led)
+
+    def _count_from_now(self, led: Ledger) -> None:
+        if self.lease is None:
+            return
+        self._picked_at = time.time()
+        try:
+            led.sent_now(self.lease.job_id, self.lease.attempt)
+        except Exception as exc:  # noqa: BLE001 - the charge stays at its pick-up (earlier: optimistic by the wait)
+            run_logger().warning("lane gate: job %s's charges not moved to its send: %s", self.job_id, exc)
 
     def _heard_provider(self, led: Ledger, exc: BaseException) -> None:
         """A provider's rate-limit error ended the body: close the lane until the provider's reset, for every
         process (:meth:`Ledger.pause`); the attempt then bills what was reported (nothing for a rejected
-        request), and Prefect's retry waits for the lane to reopen like any admission."""
+        request), and Prefect's retry waits for the lane to reopen like any admission. A 429 the send guard
+        already heard (:meth:`_heard_response`) has paused the lane: not again."""
         said = rate_limit_info(exc)
-        if said is None:
+        if said is None or send_guard.heard_for(getattr(exc, "response", None)) is not None:
             return
         lane = self.lease.lane if self.lease is not None else self.lane
         try:
-            until = led.pause(lane, said.seconds, reason=f"a 429 on job {self.job_id} ({self.stage}): {said.what}",
-                              job_id=self.job_id)  # fmt: skip
+            until = led.pause(
+                lane, said.seconds, reason=f"a 429 on job {self.job_id} ({self.stage}): {said.what}", job_id=self.job_id
+            )
         except Exception as pause_error:  # never let the pause hide the body's own error
             run_logger().warning("lane gate: could not pause lane %s after a 429: %s", lane, pause_error)
             return
-        run_logger().warning("lane gate: %s job %s met the provider's rate limit (%s): lane %s paused for %.3gs "
-                             "(until %s) for every worker", self.stage, self.job_id, said.what, lane, said.seconds,
-                             time.strftime("%H:%M:%S", time.gmtime(until)))  # fmt: skip
-        self._true_up(led, lane, exc)
+        self._said_paused(lane, said.what, said.seconds, until)
+        self._true_up(led, lane, headers_of(exc))
 
-    def _true_up(self, led: Ledger, lane: str, exc: BaseException) -> None:
+    def _said_paused(self, lane: str, what: str, seconds: float, until: float) -> None:
+        run_logger().warning(
+            "lane gate: %s job %s met the provider's rate limit (%s): lane %s paused for %.3gs (until %s) for every "
+            "worker",
+            self.stage,
+            self.job_id,
+            what,
+            lane,
+            seconds,
+            time.strftime("%H:%M:%S", time.gmtime(until)),
+        )
+
+    # -- the send guard (send_guard.py): each request the body sends over httpx --------------------------
+    def _hold_send(self) -> None:
+        """Before a request of the body leaves: wait while the lane is paused or another gate's probe is out
+        (:meth:`_paused_for`); the probe itself goes."""
+        if self._probe is not None:
+            return
+        led = get_ledger(self._ledger_arg)
+        waited = False
+        while (left := self._paused_for(led)) > 0:
+            waited = True
+            time.sleep(left)
+        self._sent_late(led, waited)
+
+    def _sent_late(self, led: Ledger, waited: bool) -> None:
+        """The request leaves now: after a wait, or the first time it is more than :data:`LATE_SEND` after the
+        lease's pick-up, the attempt's charges count from now."""
+        late = not self._late_done and self._picked_at is not None and time.time() - self._picked_at > LATE_SEND
+        if waited or late:
+            self._late_done = True
+            self._count_from_now(led)
+
+    async def _ahold_send(self) -> None:
+        """:meth:`_hold_send` for an async client."""
+        if self._probe is not None:
+            return
+        led = get_ledger(self._ledger_arg)
+        waited = False
+        while (left := self._paused_for(led)) > 0:
+            waited = True
+            await asyncio.sleep(left)
+        self._sent_late(led, waited)
+
+    def _heard_response(self, response: Any) -> None:
+        """A request of the body has its answer, the SDK not yet: a 429 pauses the lane (this process's memory
+        at once, then the ledger) and is marked so the SDK's error does not pause it again; any other answer to
+        this gate's probe reopens the lane. Never fails the request: the lane's bookkeeping is no reason to."""
+        try:
+            led = get_ledger(self._ledger_arg)
+            if getattr(response, "status_code", None) != 429:
+                if self._probe is not None:
+                    self._probe_done(led, None)
+                return
+            assert self.lease is not None
+            lane = self.lease.lane
+            headers = {str(k).lower(): str(v) for k, v in response.headers.items()}
+            said = wait_from_headers(headers)
+            seconds = min(max(said[0] if said else DEFAULT_PAUSE, 0.001), MAX_PAUSE)
+            what = f"HTTP 429 ({said[1]} {headers.get(said[1], '')})" if said else "HTTP 429 (no reset header)"
+            led.remember_pause(lane, seconds)  # this process's other gates hold from now, before the write commits
+            setattr(response, send_guard.HEARD, lane)
+            probe, self._probe = self._probe, None
+            if probe is not None:  # the probe met the limit again: the new pause holds the lane
+                self._unclaim(probe[0])
+            reason = f"a 429 on job {self.job_id} ({self.stage}): {what}"
+            until = led.pause(lane, seconds, reason=reason, job_id=self.job_id)
+        except Exception as exc:  # noqa: BLE001 - the request's answer goes back to the SDK all the same
+            run_logger().warning("lane send guard: job %s's answer not heard: %s", self.job_id, exc)
+            return
+        self._said_paused(lane, what, seconds, until)
+        self._true_up(led, lane, headers)
+
+    def _true_up(self, led: Ledger, lane: str, headers: Mapping[str, str]) -> None:
         """The 429 carries the provider's own count (``x-ratelimit-limit-*`` less ``-remaining-*``): the lane's
         windows hold at least that from now (:meth:`Ledger.provider_used`), so it reopens knowing the spend
         outside it that made the 429, instead of on a window it thinks has room and a burst of sends into it."""
-        used = remaining_of(headers_of(exc))
+        used = remaining_of(headers)
         if not used:
             return
         try:

@@ -124,23 +124,31 @@ def wait_from_headers(headers: Mapping[str, str], now: float | None = None) -> t
         except ValueError:
             pass
     # retry-after-ms says the same more precisely (OpenAI rounds retry-after up to whole seconds)
-    if "retry-after" in headers and "retry-after-ms" not in headers and (
-        s := _retry_after(headers["retry-after"], now)
-    ) is not None:
+    if (
+        "retry-after" in headers
+        and "retry-after-ms" not in headers
+        and (s := _retry_after(headers["retry-after"], now)) is not None
+    ):
         found.append((s, "retry-after"))
     said_when = bool(found)  # retry-after(-ms): the provider's word on when this request fits
-    out_of = [k[len("x-ratelimit-remaining-"):] for k, v in headers.items()
-              if k.startswith("x-ratelimit-remaining-") and v.strip() in ("0", "0.0")]  # fmt: skip
+    out_of = [
+        k[len("x-ratelimit-remaining-") :]
+        for k, v in headers.items()
+        if k.startswith("x-ratelimit-remaining-") and v.strip() in ("0", "0.0")
+    ]
     for kind in ("requests", "tokens"):
         key = f"x-ratelimit-reset-{kind}"
         applies = kind in out_of if (out_of or said_when) else True
         if key in headers and applies and (s := openai_duration(headers[key])) is not None:
             found.append((s, key))
-    empty = [k.split("-")[2] for k, v in headers.items()
-             if k.startswith("anthropic-ratelimit-") and k.endswith("-remaining") and v.strip() == "0"]  # fmt: skip
+    empty = [
+        k.split("-")[2]
+        for k, v in headers.items()
+        if k.startswith("anthropic-ratelimit-") and k.endswith("-remaining") and v.strip() == "0"
+    ]
     for k, v in headers.items():
         if k.startswith("anthropic-ratelimit-") and k.endswith("-reset"):
-            kind = k[len("anthropic-ratelimit-"):-len("-reset")]
+            kind = k[len("anthropic-ratelimit-") : -len("-reset")]
             applies = kind.split("-")[0] in empty if (empty or said_when) else True
             if applies and (s := _rfc3339_in(v, now)) is not None:
                 found.append((s, k))
@@ -196,13 +204,17 @@ def remaining_of(headers: Mapping[str, Any]) -> dict[str, int]:
     """
     h = {str(k).lower(): str(v) for k, v in headers.items()}
     pairs = {
-        "requests": [("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests"),
-                     ("anthropic-ratelimit-requests-limit", "anthropic-ratelimit-requests-remaining")],
-        "tokens": [("x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens"),
-                   ("anthropic-ratelimit-tokens-limit", "anthropic-ratelimit-tokens-remaining")],
+        "requests": [
+            ("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests"),
+            ("anthropic-ratelimit-requests-limit", "anthropic-ratelimit-requests-remaining"),
+        ],
+        "tokens": [
+            ("x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens"),
+            ("anthropic-ratelimit-tokens-limit", "anthropic-ratelimit-tokens-remaining"),
+        ],
         "input_tokens": [("anthropic-ratelimit-input-tokens-limit", "anthropic-ratelimit-input-tokens-remaining")],
         "output_tokens": [("anthropic-ratelimit-output-tokens-limit", "anthropic-ratelimit-output-tokens-remaining")],
-    }  # fmt: skip
+    }
     out: dict[str, int] = {}
     for unit, options in pairs.items():
         for lim, rem in options:

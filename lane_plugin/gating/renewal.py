@@ -109,9 +109,17 @@ class Renewer:
         interval = self._interval(ledger, lease.lane)
         if frame is not None and frame.f_code.co_flags & _SUSPENDABLE:
             frame = None
-        held = Held(ledger, lease, logger or log, interval, time.monotonic() + interval, lease_until=lease.lease_until,
-                    owner=weakref.ref(owner) if owner is not None else None, thread=threading.current_thread(),
-                    frame=frame)  # fmt: skip
+        held = Held(
+            ledger,
+            lease,
+            logger or log,
+            interval,
+            time.monotonic() + interval,
+            lease_until=lease.lease_until,
+            owner=weakref.ref(owner) if owner is not None else None,
+            thread=threading.current_thread(),
+            frame=frame,
+        )
         thread = self._thread
         if thread is not None and thread.is_alive() and time.monotonic() - self.beat > STALL_SECONDS + 10.0:
             raise stuck("the lease renewer", thread.name, since=self.beat)  # its cycle waits 5 s at most
@@ -168,8 +176,13 @@ class Renewer:
                 "LEASE LOST: job %s (stage %r, lane %r, estimate %d, attempt %d) no longer holds its lease: %s. "
                 "The body keeps running and its tokens will still be billed (late), but the lane may have "
                 "admitted other work into its room.",
-                lease.job_id, lease.stage, lease.lane, lease.est, lease.attempt, exc,
-            )  # fmt: skip
+                lease.job_id,
+                lease.stage,
+                lease.lane,
+                lease.est,
+                lease.attempt,
+                exc,
+            )
         except Exception as exc:  # the database is briefly unavailable: try again soon
             held.renew_at = time.monotonic() + max(MIN_INTERVAL, held.interval / 4)
             held.logger.warning("lease renewal of job %s failed (%s); retrying", lease.job_id, exc)

@@ -175,5 +175,13 @@ async def adrain(stream: Any, sink: Callable[[Any], Any]) -> AsyncReplayedStream
     return AsyncReplayedStream(chunks, stream)
 
 
-__all__ = ["AsyncReplayedStream", "AsyncTrackedStream", "ReplayedStream", "TrackedStream", "adrain", "drain",
-           "is_async_stream", "is_stream"]  # fmt: skip
+__all__ = [
+    "AsyncReplayedStream",
+    "AsyncTrackedStream",
+    "ReplayedStream",
+    "TrackedStream",
+    "adrain",
+    "drain",
+    "is_async_stream",
+    "is_stream",
+]

@@ -52,7 +52,6 @@ log = logging.getLogger("lane_plugin.termination")
 _installed_in: int | None = None  # the pid whose main thread installed the handler
 _previous: Any = None  # the handler it replaced
 _grace_seconds = 8.0  # read at install: the handler must take no lock the interrupted main thread may hold
-_install_lock = threading.Lock()
 _begun = threading.Lock()  # taken once, by whichever sees SIGTERM first: the handler or the watcher
 _signal_at = 0.0
 _wakeup_write: int | None = None  # the write end of the watcher's pipe (signal.set_wakeup_fd)
@@ -75,7 +74,7 @@ def install() -> bool:
     grace = float(lane_settings().sigterm_grace_seconds)
     if not hasattr(signal, "SIGTERM") or grace <= 0:
         return False
-    if not _install_lock.acquire(blocking=False):  # another call is installing it (a signal handler's gate?)
+    if _reentered():  # a call this one interrupted is installing it (a signal handler's gate?)
         return False
     try:
         current = signal.getsignal(signal.SIGTERM)
@@ -93,14 +92,29 @@ def install() -> bool:
         return True
     except ValueError:  # not the main interpreter's main thread after all
         return False
-    finally:
-        _install_lock.release()
+
+
+def _reentered() -> bool:
+    """True if :func:`install` is already running lower in this thread's stack (a signal handler's gate called it).
+
+    Read from the stack, not kept in a lock or a flag: an exception raised into the main thread (Prefect's
+    alarm-based timeout) right after a lock's acquire returned, or before a ``finally`` cleared a flag, would
+    leave it set, and no later call in the process (or a forked child) would ever install the handler. Only the
+    main thread gets this far, so re-entry is the one case to guard.
+    """
+    frame = sys._getframe(2)  # install's caller
+    while frame is not None:
+        if frame.f_code is install.__code__:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _is_prefect_bridge(handler: Any) -> bool:
-    return getattr(handler, "__module__", "") == "prefect.utilities.engine" and getattr(
-        handler, "__name__", ""
-    ) == "_prefect_sigterm_handler"
+    return (
+        getattr(handler, "__module__", "") == "prefect.utilities.engine"
+        and getattr(handler, "__name__", "") == "_prefect_sigterm_handler"
+    )
 
 
 def _watch_wakeups() -> None:
@@ -152,8 +166,9 @@ def _arm(signum: int) -> None:
     if not _begun.acquire(blocking=False):
         return
     _signal_at = time.monotonic()
-    threading.Thread(target=_watchdog, args=(signum, _signal_at, _grace_seconds), name="lane-sigterm-grace",
-                     daemon=True).start()  # fmt: skip
+    threading.Thread(
+        target=_watchdog, args=(signum, _signal_at, _grace_seconds), name="lane-sigterm-grace", daemon=True
+    ).start()
 
 
 def _watchdog(signum: int, t0: float, grace: float) -> None:
@@ -232,14 +247,28 @@ def give_back_leases() -> int:
     for h in held:
         lease: Any = h.lease
         try:
-            h.ledger.settle(lease.job_id, int(lease.est), attempt=lease.attempt,  # type: ignore[attr-defined]
-                            outcome="failed", by_estimate=True)  # fmt: skip
+            h.ledger.settle(  # type: ignore[attr-defined]
+                lease.job_id,
+                int(lease.est),
+                attempt=lease.attempt,
+                outcome="failed",
+                by_estimate=True,
+            )
             done += 1
-            log.warning("lane: SIGTERM: gave back the lease of %s job %s (attempt %d), billed its estimate of %d",
-                        lease.stage, lease.job_id, lease.attempt, lease.est)  # fmt: skip
+            log.warning(
+                "lane: SIGTERM: gave back the lease of %s job %s (attempt %d), billed its estimate of %d",
+                lease.stage,
+                lease.job_id,
+                lease.attempt,
+                lease.est,
+            )
         except Exception as exc:
-            log.error("lane: SIGTERM: could not give back the lease of job %s (%s: %s); it expires unrenewed",
-                      lease.job_id, type(exc).__name__, exc)  # fmt: skip
+            log.error(
+                "lane: SIGTERM: could not give back the lease of job %s (%s: %s); it expires unrenewed",
+                lease.job_id,
+                type(exc).__name__,
+                exc,
+            )
     return done
 
 

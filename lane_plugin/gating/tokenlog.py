@@ -34,9 +34,20 @@ def waiting(logger, led: Ledger, *, stage: str, job_id: str, waited: float) -> N
     logger.info(
         "lane gate: %s job waiting %.1fs in lane %r: estimate %d, remaining %d of ceiling %d "
         "(spent %d, reserved %d), position %d of %d waiting, leased %d/%d, %s",
-        stage, waited, s["lane"], s["est"], s["remaining"], s["ceiling"], s["spent"], s["reserved"],
-        s["position"], s["waiting"], s["leased"], s["max_leased"], why_waiting(s),
-    )  # fmt: skip
+        stage,
+        waited,
+        s["lane"],
+        s["est"],
+        s["remaining"],
+        s["ceiling"],
+        s["spent"],
+        s["reserved"],
+        s["position"],
+        s["waiting"],
+        s["leased"],
+        s["max_leased"],
+        why_waiting(s),
+    )
 
 
 def left_queue(s: dict, *, stage: str, waited: float) -> str:
@@ -108,8 +119,16 @@ def settled(logger, s: Settled, *, stage: str, est: int) -> None:
     if s.outcome == "failed":
         notes.append("the attempt failed")
     drift = f"{s.actual / est:.2f}" if est else "-"
-    logger.info("lane gate: %s settled %s tokens (estimate %s, drift %s, overage %s)%s; job %s", stage, f"{s.actual:,}",
-                f"{est:,}", drift, f"{s.overage:,}", "; " + "; ".join(notes) if notes else "", s.job_id)  # fmt: skip
+    logger.info(
+        "lane gate: %s settled %s tokens (estimate %s, drift %s, overage %s)%s; job %s",
+        stage,
+        f"{s.actual:,}",
+        f"{est:,}",
+        drift,
+        f"{s.overage:,}",
+        "; " + "; ".join(notes) if notes else "",
+        s.job_id,
+    )
 
 
 __all__ = ["admitted", "left_queue", "settled", "waiting"]

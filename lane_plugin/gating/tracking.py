@@ -10,7 +10,8 @@ charges never lowered), and closes the lane on a 429 the SDK would retry on its 
 (:meth:`lane_plugin.Ledger.pause`), so every worker waits for the reset, not only this one. A request the
 client is about to send while the lane is paused (its lease was granted before the pause, or it is the
 SDK's own retry after the 429) waits for the reopen first, read in the request hook, the last moment before
-it leaves.
+it leaves. In a gated body on the same lane the send guard (:mod:`lane_plugin.gating.send_guard`) does both
+already, later still (after the request hooks, before the response hooks): these hooks leave them to it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from ..checks import text
 from ..errors import InvalidInput
 from ..ledger import Ledger
+from . import send_guard
 from .current import current_gate
 from .ratelimits import DEFAULT_PAUSE, MAX_PAUSE, remaining_of, wait_from_headers
 
@@ -59,6 +61,8 @@ def track_limits(client: Any, lane: str = "free", *, ledger: Ledger | str | None
         try:
             headers = {str(k).lower(): str(v) for k, v in response.headers.items()}
             led = _ledger(ledger)
+            if send_guard.heard_for(response) == lane:  # paused and trued up by the guard already
+                return
             if response.status_code == 429:
                 said = wait_from_headers(headers)
                 seconds = min(max(said[0] if said else DEFAULT_PAUSE, 0.001), MAX_PAUSE)
@@ -72,6 +76,9 @@ def track_limits(client: Any, lane: str = "free", *, ledger: Ledger | str | None
             log.warning("track_limits: lane %s not trued up: %s", lane, exc)
 
     def closed_for(_request: Any) -> float:
+        g = send_guard.guarding()
+        if g is not None and g.lease.lane == lane:  # the guard holds it, after these hooks
+            return 0.0
         try:
             return _ledger(ledger).paused_for(lane)
         except Exception as exc:  # never fail the request for the lane's bookkeeping

@@ -100,8 +100,20 @@ ANTHROPIC_WEIGHTS: dict[str, float] = {
     "ephemeral_5m_input_tokens": 1.25,
     "ephemeral_1h_input_tokens": 2.0,
 }
-_ANTHROPIC_EVENTS = ("message_start", "message_delta", "message_stop", "content_block_start", "content_block_delta",
-                     "content_block_stop", "ping", "text", "thinking", "signature", "input_json", "citation")  # fmt: skip
+_ANTHROPIC_EVENTS = (
+    "message_start",
+    "message_delta",
+    "message_stop",
+    "content_block_start",
+    "content_block_delta",
+    "content_block_stop",
+    "ping",
+    "text",
+    "thinking",
+    "signature",
+    "input_json",
+    "citation",
+)
 
 
 def _field(block: Any, name: str) -> Any:
@@ -374,8 +386,9 @@ def _has_usage_slot(obj: Any) -> bool:
 READER_RETURNS = "a usage= callable must return a token count (a whole number >= 0), a response with .usage, or None"
 
 
-def usage_of(obj: Any, reader: Callable[[Any], Any] | None = None,
-             malformed: Callable[[InvalidInput], Any] = warn_malformed) -> int | None:  # fmt: skip
+def usage_of(
+    obj: Any, reader: Callable[[Any], Any] | None = None, malformed: Callable[[InvalidInput], Any] = warn_malformed
+) -> int | None:
     """Usage of ``obj`` read by ``reader`` (the ``usage=`` option) or by :func:`extract_usage`.
 
     A reader may return a count (an int of any kind), a response-shaped object, or None (no usage).
@@ -409,6 +422,14 @@ def check_missing_policy(value: str) -> str:
 
 
 __all__ = [
-    "ANTHROPIC_WEIGHTS", "MISSING_POLICIES", "NO_USAGE", "READER_RETURNS", "UsageMeter", "check_missing_policy",
-    "extract_usage", "refusal", "usage_of", "weighted_usage",
-]  # fmt: skip
+    "ANTHROPIC_WEIGHTS",
+    "MISSING_POLICIES",
+    "NO_USAGE",
+    "READER_RETURNS",
+    "UsageMeter",
+    "check_missing_policy",
+    "extract_usage",
+    "refusal",
+    "usage_of",
+    "weighted_usage",
+]

@@ -50,8 +50,7 @@ def abandon(led, gate, exc: BaseException) -> None:
             if job["state"] == "leased":
                 led.settle(gate.job_id, 0, attempt=job["attempt"], outcome="failed", unsent=True)
     except Exception as err:  # its waiter is gone anyway: the ledger drops the job in a few seconds
-        run_logger().warning("lane gate: could not release job %s after %s: %s", gate.job_id,
-                             type(exc).__name__, err)  # fmt: skip
+        run_logger().warning("lane gate: could not release job %s after %s: %s", gate.job_id, type(exc).__name__, err)
 
 
 def _give_back(led, gate, exc: BaseException) -> None:
@@ -65,5 +64,4 @@ def _give_back(led, gate, exc: BaseException) -> None:
         with gate._shield, timeouts.shield():  # a timeout deferred by the gate's shield is raised after this
             gate.settled = led.settle(gate.job_id, 0, attempt=gate.lease.attempt, outcome="failed")
     except Exception as err:  # the lease expires on its own: it is no longer renewed
-        run_logger().warning("lane gate: could not release job %s after %s: %s", gate.job_id,
-                             type(exc).__name__, err)  # fmt: skip
+        run_logger().warning("lane gate: could not release job %s after %s: %s", gate.job_id, type(exc).__name__, err)

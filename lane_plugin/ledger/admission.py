@@ -43,9 +43,20 @@ class Ticked(NamedTuple):
 SKIP_EMPTY_HANDOFF = True
 
 
-def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = HEAD_SLACK,
-         handoff: bool = False, row: LaneRow | None = None, send_slack: float | None = 0.0,
-         holder: str | None = None, gated: bool = False, own: str | None = None) -> Ticked | None:  # fmt: skip
+def tick(
+    cur: Cursor,
+    lane: str,
+    *,
+    now: float,
+    token: str,
+    head_extra: int = HEAD_SLACK,
+    handoff: bool = False,
+    row: LaneRow | None = None,
+    send_slack: float | None = 0.0,
+    holder: str | None = None,
+    gated: bool = False,
+    own: str | None = None,
+) -> Ticked | None:
     """Lease what fits in ``lane`` now.
 
     Returns a :class:`Ticked`: ``parked`` the tail entries of the jobs this tick parked because they
@@ -102,8 +113,9 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = HE
     gone_tails: list[dict] = []
     gone = waiters.gone(cur, {r[9] for r in head if r[9] is not None}, now) if any(r[9] for r in head) else set()
     if gone:  # their jobs leave admission at once, never leased to nobody
-        gone_tails = upkeep.drop_waiters(cur, gone, now=now, lane=lane,
-                                         why=f"{waiters.WAITER_GONE}: not seen for {waiters.GONE_SECONDS:g}s")
+        gone_tails = upkeep.drop_waiters(
+            cur, gone, now=now, lane=lane, why=f"{waiters.WAITER_GONE}: not seen for {waiters.GONE_SECONDS:g}s"
+        )
         head = [r for r in head if r[9] not in gone]
     if not head:
         return Ticked([], Decision((), 0), row, refit_due, gone_tails)
@@ -111,21 +123,49 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = HE
     remaining = runs.runs_of(cur, lane, sorted({r[3] for r in head if r[3] is not None}))
     fits = runs.fits_of(cur, lane, sorted({r[4] for r in head if r[3] is not None}))
     cands = [
-        Candidate(r[0], r[1], r[2], r[3], r[6], r[4], fits[r[4]].after if r[3] is not None and r[4] in fits
-                  else 0, r[7], r[8], r[10], r[11], r[12])
+        Candidate(
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[6],
+            r[4],
+            fits[r[4]].after if r[3] is not None and r[4] in fits else 0,
+            r[7],
+            r[8],
+            r[10],
+            r[11],
+            r[12],
+        )
         for r in head
-    ]  # fmt: skip
+    ]
     # Several tenants: returning ones lifted, counters and budgets for the fair order (rule 11); one with a
     # budget: that budget. One tenant with none (the common case): nothing more to read or write.
     fair = several or any(r.ceiling is not None for r in tenant_rows.values())
-    tenant_states = tenants.states(cur, lane, tenant_rows, {r[10] for r in head} if several else set(tenant_rows),
-                                   now) if fair else {}  # fmt: skip
+    tenant_states = (
+        tenants.states(cur, lane, tenant_rows, {r[10] for r in head} if several else set(tenant_rows), now)
+        if fair
+        else {}
+    )
     snapshot = LaneSnapshot(
-        policy=row.policy, spent=row.spent, reserved=row.reserved, leased=row.leased, window_used=row.window_used,
-        now=now, started_runs=frozenset(remaining), finishing=row.finishing, run_remaining=remaining,
-        resets=row.period != "none", reserved_var=row.reserved_var, drift=row.drift, overrun=row.drift_overrun,
-        spread=row.drift_spread, tenants=tenant_states, limits=uses, paused_until=row.paused_until,
-    )  # fmt: skip
+        policy=row.policy,
+        spent=row.spent,
+        reserved=row.reserved,
+        leased=row.leased,
+        window_used=row.window_used,
+        now=now,
+        started_runs=frozenset(remaining),
+        finishing=row.finishing,
+        run_remaining=remaining,
+        resets=row.period != "none",
+        reserved_var=row.reserved_var,
+        drift=row.drift,
+        overrun=row.drift_overrun,
+        spread=row.drift_spread,
+        tenants=tenant_states,
+        limits=uses,
+        paused_until=row.paused_until,
+    )
     decision = admit(snapshot, cands)
     unfit = () if handoff else decision.parked  # a hand-off only leases; parking the unfit is a tick's
     parked = gone_tails + [t for t in (_give_up(cur, row, c.id, rule, why, now) for c, rule, why in unfit) if t]
@@ -135,13 +175,32 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = HE
     lease_until = now + row.lease_seconds
     charges = [(c.id, rows[c.id][5], c.rate, rows[c.id][9] in (None, holder)) for c in decision.admitted]
     slack = rates.slack_for(send_slack, row.window_seconds)
-    params = {"t": tokens, "n": n, "r": decision.rate, "fd": decision.finishing, "v": decision.var, "now": now,
-              "l": lane, "lu": lease_until, "tok": token}  # fmt: skip
+    params = {
+        "t": tokens,
+        "n": n,
+        "r": decision.rate,
+        "fd": decision.finishing,
+        "v": decision.var,
+        "now": now,
+        "l": lane,
+        "lu": lease_until,
+        "tok": token,
+    }
     if cur.dialect == "postgresql":  # the lane, the jobs, the rate charges and the NOTIFY: one round trip
-        counted, leased, _ = cur.one(queries.ADMISSION_LEASE_PG, {
-            **params, "ids": decision.ids, "js": [x[0] for x in charges], "atts": [x[1] for x in charges],
-            "cs": [x[2] for x in charges], "ss": [x[3] for x in charges], "ch": waiters.CHANNEL,
-            "what": waiters.leased_what(lane, decision.ids), "at": now + slack})
+        counted, leased, _ = cur.one(
+            queries.ADMISSION_LEASE_PG,
+            {
+                **params,
+                "ids": decision.ids,
+                "js": [x[0] for x in charges],
+                "atts": [x[1] for x in charges],
+                "cs": [x[2] for x in charges],
+                "ss": [x[3] for x in charges],
+                "ch": waiters.CHANNEL,
+                "what": waiters.leased_what(lane, decision.ids),
+                "at": now + slack,
+            },
+        )
         if counted != 1:
             raise LaneError(f"admission re-check failed in lane {lane!r}: the policy chose past the ceiling")
         if leased != n:
@@ -158,8 +217,13 @@ def tick(cur: Cursor, lane: str, *, now: float, token: str, head_extra: int = HE
                 raise LaneError(f"admission in lane {lane!r} lost a race it cannot lose (lock not held?)")
         rates.charge(cur, lane, now + slack, charges)  # (no NOTIFY on SQLite: its waiters read their own rows)
     if uses:
-        limits.charge(cur, lane, now + slack, [(c.id, rows[c.id][5], c.units, rows[c.id][9] in (None, holder))
-                                               for c in decision.admitted], decision.units)  # fmt: skip
+        limits.charge(
+            cur,
+            lane,
+            now + slack,
+            [(c.id, rows[c.id][5], c.units, rows[c.id][9] in (None, holder)) for c in decision.admitted],
+            decision.units,
+        )
     if decision.runs:
         runs.record(cur, row, now, decision, fits, set(remaining))
     if fair:

@@ -17,7 +17,8 @@ from .db import Busy
 from .jobs import Lease
 from .lanes import LaneRow, lock_lane, read_lane
 
-STALE_TICK_SECONDS = 0.2  # a tick claim this old was left by an interrupted thread (a tick takes ms; the try-lock 50 ms): taken over
+# A tick claim this old was left by an interrupted thread (a tick takes ms; the try-lock 50 ms): taken over.
+STALE_TICK_SECONDS = 0.2
 
 
 class Admitting:
@@ -52,8 +53,16 @@ class Admitting:
         def run(cur):
             if not waiters.try_tick_lock(cur, lane):  # another process is ticking it (PostgreSQL)
                 raise Busy()
-            return admission.tick(cur, lane, now=self.led._now(cur), token=token, send_slack=self.led.send_slack,
-                                  holder=waiters.waiter_id(), gated=gated, own=own)  # fmt: skip
+            return admission.tick(
+                cur,
+                lane,
+                now=self.led._now(cur),
+                token=token,
+                send_slack=self.led.send_slack,
+                holder=waiters.waiter_id(),
+                gated=gated,
+                own=own,
+            )
 
         try:
             held = self._tick_claims.setdefault(lane, mine)
@@ -90,9 +99,16 @@ class Admitting:
         committed_before = before.spent + before.reserved
         limit = before.policy.start_limit
         if committed_before < limit <= committed_before + decision.tokens:
-            self.led._emit("lane.lane.start-stop", lane, {
-                "start_limit": limit, "ceiling": before.ceiling,
-                "committed": committed_before + decision.tokens, "spent": before.spent})  # fmt: skip
+            self.led._emit(
+                "lane.lane.start-stop",
+                lane,
+                {
+                    "start_limit": limit,
+                    "ceiling": before.ceiling,
+                    "committed": committed_before + decision.tokens,
+                    "spent": before.spent,
+                },
+            )
 
     def hand_off(
         self, cur, now: float, lane: str, token: str, *, freed: bool = True, row: LaneRow | None = None
@@ -109,8 +125,7 @@ class Admitting:
         """
         if not freed:
             return None
-        handed = admission.tick(cur, lane, now=now, token=token, handoff=True, row=row,
-                                send_slack=self.led.send_slack)  # fmt: skip
+        handed = admission.tick(cur, lane, now=now, token=token, handoff=True, row=row, send_slack=self.led.send_slack)
         if handed is None:
             return None
         if not handed.leases:
@@ -150,14 +165,25 @@ class Admitting:
         if job["state"] == "leased":  # its request goes out now: the rate window counts it from now (+ send slack)
             if not sent:
                 self.led._run(lambda cur, now: rates.stamp_sent(cur, job_id, job["attempt"], now, self.led.send_slack))
-            return Lease(job["id"], job["lane"], job["stage"], job["est"], job["attempt"],
-                         job["lease_token"], job["lease_until"], job["run_key"], job["rate_cost"])  # fmt: skip
+            return Lease(
+                job["id"],
+                job["lane"],
+                job["stage"],
+                job["est"],
+                job["attempt"],
+                job["lease_token"],
+                job["lease_until"],
+                job["run_key"],
+                job["rate_cost"],
+            )
         if job["state"] in ("parked", "failed", "done"):
             raise JobParked(
                 f"job {job_id} ({job['stage']!r}, {job['est']} tokens) in lane {job['lane']!r} is "
                 f"{job['state']}: {job['reason'] or 'no reason recorded'}",
-                job_id=job_id, lane=job["lane"], est=job["est"],
-            )  # fmt: skip
+                job_id=job_id,
+                lane=job["lane"],
+                est=job["est"],
+            )
         return None
 
     # -- what a waiting process asks (its watcher thread, lane_plugin.ledger.wakeups) ---------------------

@@ -59,9 +59,16 @@ class Ledger:
             ``LANE_SEND_SLACK_SECONDS`` (unset: None).
     """
 
-    def __init__(self, url: str | None = None, *, clock: Callable[[], float] | None = None,
-                 listeners: list[Listener] | None = None, retry_for: float = 60.0,
-                 create: bool = True, send_slack: float | None = 0.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        clock: Callable[[], float] | None = None,
+        listeners: list[Listener] | None = None,
+        retry_for: float = 60.0,
+        create: bool = True,
+        send_slack: float | None = 0.0,
+    ) -> None:
         self.url = parse_url(url)
         self.db = Database(self.url, retry_for=retry_for, create=create)
         self.clock = clock
@@ -105,12 +112,27 @@ class Ledger:
         return self.db.revision()
 
     # -- intake ------------------------------------------------------------------
-    def submit(self, stage: str, est: int, lane: str = "free", *, rate_cost: int | dict[str, int] | None = None,
-               est_version: str | None = None, run_key: str | None = None, key: str | None = None, attempt: int = 1,
-               deadline: float | None = None, wait_seconds: float | None = None,
-               fallback: str | bool | None = None, shadows: dict[str, int] | None = None,
-               est_input: int | None = None, rerun: bool = False, est_var: int = 0,
-               waiter: str | None = None, tenant: str | None = None) -> str:  # fmt: skip
+    def submit(
+        self,
+        stage: str,
+        est: int,
+        lane: str = "free",
+        *,
+        rate_cost: int | dict[str, int] | None = None,
+        est_version: str | None = None,
+        run_key: str | None = None,
+        key: str | None = None,
+        attempt: int = 1,
+        deadline: float | None = None,
+        wait_seconds: float | None = None,
+        fallback: str | bool | None = None,
+        shadows: dict[str, int] | None = None,
+        est_input: int | None = None,
+        rerun: bool = False,
+        est_var: int = 0,
+        waiter: str | None = None,
+        tenant: str | None = None,
+    ) -> str:
         """Record a job waiting for admission; returns its id.
 
         Args:
@@ -160,8 +182,10 @@ class Ledger:
             wait_seconds = number("wait_seconds", wait_seconds, low=0.0, high=1e12)
         if fallback is not None and not isinstance(fallback, bool):
             fallback = text("fallback", fallback)
-        shadows = {text("shadow version", v, limit=SHADOW_VERSION_MAX): tokens(f"shadow estimate {v!r}", e)
-                   for v, e in (shadows or {}).items()}  # fmt: skip
+        shadows = {
+            text("shadow version", v, limit=SHADOW_VERSION_MAX): tokens(f"shadow estimate {v!r}", e)
+            for v, e in (shadows or {}).items()
+        }
         job_id = uuid.uuid4().hex  # chosen before the transaction: a retried commit finds it
 
         waiter = text("waiter", waiter, limit=64, required=False)
@@ -169,10 +193,28 @@ class Ledger:
 
         def record(cur: Cursor, now: float) -> tuple[str, str]:
             dl = now + wait_seconds if wait_seconds is not None else deadline
-            out = intake.submit(cur, job_id=job_id, lane=lane, stage=stage, est=est, now=now, rate_cost=rate_cost,
-                                est_version=est_version, est_input=est_input, run_key=run_key, key=key, attempt=attempt,
-                                deadline=dl, fallback=fallback, shadows=shadows, rerun=bool(rerun), est_var=est_var,
-                                tenant=tenant, rate_input=rate_input, rate_output=rate_output)  # fmt: skip
+            out = intake.submit(
+                cur,
+                job_id=job_id,
+                lane=lane,
+                stage=stage,
+                est=est,
+                now=now,
+                rate_cost=rate_cost,
+                est_version=est_version,
+                est_input=est_input,
+                run_key=run_key,
+                key=key,
+                attempt=attempt,
+                deadline=dl,
+                fallback=fallback,
+                shadows=shadows,
+                rerun=bool(rerun),
+                est_var=est_var,
+                tenant=tenant,
+                rate_input=rate_input,
+                rate_output=rate_output,
+            )
             if waiter is not None:
                 waiters.claim(cur, out[0], waiter, now)
             return out
@@ -244,8 +286,16 @@ class Ledger:
         return self._run(lambda cur, now: admission.renew(cur, job_id, token, now=now))
 
     # -- settlement ----------------------------------------------------------------
-    def settle(self, job: str | Lease, actual: int, *, attempt: int | None = None,
-               outcome: str = "done", by_estimate: bool = False, unsent: bool = False) -> Settled:  # fmt: skip
+    def settle(
+        self,
+        job: str | Lease,
+        actual: int,
+        *,
+        attempt: int | None = None,
+        outcome: str = "done",
+        by_estimate: bool = False,
+        unsent: bool = False,
+    ) -> Settled:
         """Bill what an attempt really spent, exactly once.
 
         Args:
@@ -279,22 +329,33 @@ class Ledger:
         token = uuid.uuid4().hex
 
         def run(cur: Cursor, now: float) -> tuple[tuple[Settled, LaneRow], admission.Ticked | None]:
-            done = settlement.settle(cur, job_id, actual=actual, attempt=attempt, outcome=outcome, now=now,
-                                     by_estimate=bool(by_estimate), unsent=bool(unsent))  # fmt: skip
+            done = settlement.settle(
+                cur,
+                job_id,
+                actual=actual,
+                attempt=attempt,
+                outcome=outcome,
+                now=now,
+                by_estimate=bool(by_estimate),
+                unsent=bool(unsent),
+            )
             return done, self._admitting.hand_off(cur, now, done[0].lane, token, freed=not done[0].late, row=done[1])
 
         try:
             (result, after), handed = self._run(run, fault="settle")
         except Replay as replay:  # the first result, if this one repeats it (else ConflictingReplay)
             att = replay.details["attempt"]
-            return settlement.replayed(self._run(lambda cur, now: settlement.first_settlement(cur, job_id, att),
-                                                 write=False), actual)  # fmt: skip
+            return settlement.replayed(
+                self._run(lambda cur, now: settlement.first_settlement(cur, job_id, att), write=False), actual
+            )
         if self.listeners:
             self._emit("lane.job.settled", result.lane, dict(vars(result)))
         self._admitting.handed(result.lane, handed)
         spent, ceiling = after.spent, after.ceiling
         if spent >= ceiling and spent - result.actual < ceiling:
-            self._emit("lane.lane.hard-stop", result.lane, {"spent": spent, "ceiling": ceiling, "overage": after.overage})
+            self._emit(
+                "lane.lane.hard-stop", result.lane, {"spent": spent, "ceiling": ceiling, "overage": after.overage}
+            )
         return result
 
     # -- upkeep --------------------------------------------------------------------
@@ -430,7 +491,8 @@ class Ledger:
             ceiling: its budget inside the lane's: its spent plus its leased estimates never pass it.
             no_ceiling: remove its budget.
             period: when its spent resets: ``none``, ``daily`` or ``monthly`` (UTC).
-            create: add the tenant if the lane has none of that name (False: refuse, suggesting the closest).
+            create: add the tenant if the lane has none of that name (False: ``UnknownTenant``, suggesting the
+                closest).
             force: set a ceiling under what the tenant already admitted this period (refused otherwise: its
                 jobs would wait until the next reset, and ``lane audit`` would report I1).
 
@@ -584,8 +646,9 @@ class Ledger:
         return self.db.transaction(lambda cur: audit_tables(cur, self._now(cur), grace=grace), write=False)
 
     # -- learned estimators' samples and state (ledger/learning.py) ------------------------------------------
-    def output_samples(self, *, window: int = 1000, lane: str | None = None,
-                       stage: str | None = None) -> dict[str, list[tuple[int, int]]]:  # fmt: skip
+    def output_samples(
+        self, *, window: int = 1000, lane: str | None = None, stage: str | None = None
+    ) -> dict[str, list[tuple[int, int]]]:
         """Settled jobs to learn an output allowance from: ``{stage: [(est_input, actual), ...]}``.
 
         The newest ``window`` per stage, oldest first: done jobs that recorded
@@ -621,7 +684,7 @@ class Ledger:
         One transaction: ``lane.paused_until`` (a later pause in force is kept: the longest word wins), and
         the job's ``rate_limited`` count (the run bill's 429s). Admission leases nothing before it; each
         process that ticks the lane meanwhile wakes at that moment (:mod:`lane_plugin.ledger.wakeups`).
-        Emits ``lane.paused``.
+        Emits ``lane.paused``. A ``job_id`` the ledger does not have is UnknownJob, and nothing is paused.
         """
         return self._limits.pause(lane, seconds, reason=reason, job_id=job_id)
 
@@ -663,24 +726,13 @@ class Ledger:
         write, which may wait for the database's lock while other workers send); returns when it reopens.
 
         Lock-free (a timeout may be raised into the thread at any bytecode): the later of two pauses wins, as
-        in the ledger row. The entry stays after it ends, as the mark of a lane reopening (:meth:`pause_ended`),
-        until :meth:`reopened` clears it.
+        in the ledger row. The entry stays after it ends, until :meth:`reopen` clears it.
         """
         return self._limits.remember_pause(lane, seconds)
 
     def paused_here(self, lane: str) -> float:
         """Seconds this process knows ``lane`` stays closed (:meth:`remember_pause`), with no database read."""
         return self._limits.paused_here(lane)
-
-    def pause_ended(self, lane: str) -> float | None:
-        """When the pause this process knows of for ``lane`` ended (``time.time()``), if it did and the lane
-        has not been seen open since (:meth:`reopened`); None otherwise."""
-        return self._limits.pause_ended(lane)
-
-    def reopened(self, lane: str, ended: float) -> None:
-        """A request after the pause that ended at ``ended`` went through: the lane is open (a later pause
-        since is kept)."""
-        self._limits.reopened(lane, ended)
 
     def provider_used(
         self, lane: str, used: Mapping[str, int], *, job_id: str | None = None, refused: bool = False

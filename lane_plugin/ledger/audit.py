@@ -14,12 +14,7 @@ def audit(cur: Cursor, now: float, *, grace: float = 60.0) -> list[str]:
     the next reap, but not longer.
     """
     bad: list[str] = []
-    leased = {
-        r[0]: (r[1], r[2], r[3])
-        for r in cur.all(
-            queries.AUDIT_LEASED_BY_LANE
-        )  # fmt: skip
-    }
+    leased = {r[0]: (r[1], r[2], r[3]) for r in cur.all(queries.AUDIT_LEASED_BY_LANE)}
     for lane in all_lanes(cur):
         n, est, var = leased.get(lane.name, (0, 0, 0))
         if lane.reserved_var != var:
@@ -56,24 +51,16 @@ def audit(cur: Cursor, now: float, *, grace: float = 60.0) -> list[str]:
             bad.append(
                 f"finishing reserve of lane {lane.name}: {lane.finishing} != sum of its runs' reserves {reserve}"
             )
-    for lane_name, unit, used, charged in cur.all(
-        queries.AUDIT_LIMIT_USED
-    ):
+    for lane_name, unit, used, charged in cur.all(queries.AUDIT_LIMIT_USED):
         if used != charged:  # each limit's window is kept as the burst window is (lane_plugin.ledger.limits)
             bad.append(f"{unit} window of lane {lane_name}: used {used} != sum of its charges {charged}")
     bad += _tenants(cur)
-    for job_id, attempt, n in cur.all(
-        queries.AUDIT_DOUBLE_SETTLEMENTS
-    ):
+    for job_id, attempt, n in cur.all(queries.AUDIT_DOUBLE_SETTLEMENTS):
         bad.append(f"I4 job {job_id} attempt {attempt} settled {n} times")
-    for job_id, actual, billed in cur.all(
-        queries.AUDIT_ACTUAL_MISMATCH
-    ):
+    for job_id, actual, billed in cur.all(queries.AUDIT_ACTUAL_MISMATCH):
         bad.append(f"I5 job {job_id}: actual {actual} != sum of its settlements {billed}")
     bad += _attempts(cur)
-    for job_id, attempt, lane, state in cur.all(
-        queries.AUDIT_STRAY_PENDING_CHARGES
-    ):
+    for job_id, attempt, lane, state in cur.all(queries.AUDIT_STRAY_PENDING_CHARGES):
         bad.append(
             f"rate window of lane {lane}: job {job_id} attempt {attempt} is {state or 'missing'} but its "
             "charge is still pending (never picked up, never dropped: it would hold the window forever)"
@@ -81,13 +68,9 @@ def audit(cur: Cursor, now: float, *, grace: float = 60.0) -> list[str]:
     orphan = cur.all(queries.AUDIT_ORPHAN_SETTLEMENTS)
     for (job_id,) in orphan:
         bad.append(f"I5 settlement for unknown job {job_id}")
-    for (job_id,) in cur.all(
-        queries.AUDIT_PARKED_WITHOUT_TAIL
-    ):
+    for (job_id,) in cur.all(queries.AUDIT_PARKED_WITHOUT_TAIL):
         bad.append(f"I6 parked job {job_id} has no tail entry with a deadline")
-    for job_id, state in cur.all(
-        queries.AUDIT_TAIL_NOT_PARKED
-    ):
+    for job_id, state in cur.all(queries.AUDIT_TAIL_NOT_PARKED):
         bad.append(f"I6 tail entry {job_id} is for a job that is {state or 'missing'}")
     for job_id, until in cur.all(
         queries.AUDIT_EXPIRED_LEASES,
@@ -114,8 +97,10 @@ def _tenants(cur: Cursor) -> list[str]:
         if spent != billed:
             bad.append(f"I3 tenant {name} of lane {lane}: spent {spent} != sum of its settlements {billed}")
         if ceiling is not None and spent - overage + reserved > ceiling:
-            bad.append(f"I1 tenant {name} of lane {lane}: admitted {spent - overage + reserved} (spent - overage + "
-                       f"reserved) > its ceiling {ceiling} (an overspend, or the ceiling was lowered below it)")  # fmt: skip
+            bad.append(
+                f"I1 tenant {name} of lane {lane}: admitted {spent - overage + reserved} (spent - overage + "
+                f"reserved) > its ceiling {ceiling} (an overspend, or the ceiling was lowered below it)"
+            )
         if spent < 0:
             bad.append(f"counters of tenant {name} of lane {lane} went negative")
     return bad
@@ -124,9 +109,7 @@ def _tenants(cur: Cursor) -> list[str]:
 def _attempts(cur: Cursor) -> list[str]:
     """Settlements agree with the attempts they bill, and job states with their leases."""
     bad: list[str] = []
-    for job_id, attempt, leased_up_to in cur.all(
-        queries.AUDIT_ATTEMPT_OUT_OF_RANGE
-    ):
+    for job_id, attempt, leased_up_to in cur.all(queries.AUDIT_ATTEMPT_OUT_OF_RANGE):
         bad.append(f"I4 job {job_id}: attempt {attempt} is billed but was never leased (leased up to {leased_up_to})")
     for job_id, attempt, est, actual, overage, late, job_est in cur.all(
         queries.AUDIT_SETTLEMENT_SPLIT_WRONG,
@@ -142,9 +125,7 @@ def _attempts(cur: Cursor) -> list[str]:
         {"f": False},
     ):
         bad.append(f"I3 job {job_id} is done but its attempt has no settlement")
-    for job_id, attempt, lease_attempt, token in cur.all(
-        queries.AUDIT_LEASE_INCONSISTENT
-    ):
+    for job_id, attempt, lease_attempt, token in cur.all(queries.AUDIT_LEASE_INCONSISTENT):
         bad.append(
             f"I2 job {job_id} is leased but attempt {attempt} is already settled, or the lease is not its own "
             f"(leased attempt {lease_attempt}, token {'set' if token else 'missing'})"
@@ -152,7 +133,7 @@ def _attempts(cur: Cursor) -> list[str]:
     for what, (sql) in (
         ("job", queries.AUDIT_JOBS_WITHOUT_LANE),
         ("settlement", queries.AUDIT_SETTLEMENTS_WITHOUT_LANE),
-    ):  # fmt: skip
+    ):
         for ident, lane in cur.all(sql):
             bad.append(f"I3 {what} {ident} is in lane {lane!r}, which does not exist: its tokens count nowhere")
     return bad

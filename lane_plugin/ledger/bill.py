@@ -80,8 +80,9 @@ def run_bill(cur: Cursor, run_key: str) -> list[BillLine]:
     groups: dict[tuple[str, str], dict] = {}
 
     def group(stage: str, lane: str) -> dict:
-        return groups.setdefault((stage, lane), {"jobs": {}, "actual": 0, "overage": 0, "by_estimate": 0, "late": 0,
-                                                 "tenants": set()})  # fmt: skip
+        return groups.setdefault(
+            (stage, lane), {"jobs": {}, "actual": 0, "overage": 0, "by_estimate": 0, "late": 0, "tenants": set()}
+        )
 
     for jid, stage, lane, est, created, admitted, tenant, limited, s_lane, actual, overage, by_est, late in rows:
         wait = None if admitted is None else max(0.0, admitted - created)
@@ -99,11 +100,21 @@ def run_bill(cur: Cursor, run_key: str) -> list[BillLine]:
     for (stage, lane), g in sorted(groups.items()):
         js = list(g["jobs"].values())
         waits = [j["wait"] for j in js if j["wait"] is not None]
-        out.append(BillLine(
-            stage=stage, lane=lane, jobs=len(js), settled=sum(j["billed"] for j in js),
-            estimated=sum(j["est"] for j in js if j["billed"]), actual=g["actual"], overage=g["overage"],
-            by_estimate=g["by_estimate"], late=g["late"], wait_p50=_median(waits),
-            wait_max=max(waits) if waits else None, tenant=", ".join(sorted(g["tenants"])),
-            rate_limited=sum(j["limited"] for j in js),
-        ))  # fmt: skip
+        out.append(
+            BillLine(
+                stage=stage,
+                lane=lane,
+                jobs=len(js),
+                settled=sum(j["billed"] for j in js),
+                estimated=sum(j["est"] for j in js if j["billed"]),
+                actual=g["actual"],
+                overage=g["overage"],
+                by_estimate=g["by_estimate"],
+                late=g["late"],
+                wait_p50=_median(waits),
+                wait_max=max(waits) if waits else None,
+                tenant=", ".join(sorted(g["tenants"])),
+                rate_limited=sum(j["limited"] for j in js),
+            )
+        )
     return out

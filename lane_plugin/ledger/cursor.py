@@ -31,8 +31,13 @@ class Stats:
         self.lock_holds: deque[float] = deque(maxlen=500_000)
 
     def snapshot(self) -> dict:
-        return {"commits": self.commits, "writes": self.writes, "busy": self.busy, "lock_waits": list(self.lock_waits),
-                "lock_holds": list(self.lock_holds)}  # fmt: skip
+        return {
+            "commits": self.commits,
+            "writes": self.writes,
+            "busy": self.busy,
+            "lock_waits": list(self.lock_waits),
+            "lock_holds": list(self.lock_holds),
+        }
 
 
 class Cursor:

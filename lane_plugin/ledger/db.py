@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import DatabaseError, LaneError, NoLedger, NotALedger
+from ..settings import lane_settings
 from . import queries
 from .cursor import Cursor as Cursor  # (re-exported: the ledger modules import it from here)
 from .cursor import DatabaseClock, Stats
@@ -28,6 +29,7 @@ from .pool import PG_POOL as PG_POOL  # (re-exported)
 from .pool import Slot, discard_slot, idle, new_pool
 from .pool import empty as empty_slot
 from .schema import HEAD_REVISION, check_revision, upgrade
+from .transient import SERVER_RESTARTING, _is_transient, interruption
 from .url import DatabaseURL, make_default_home
 
 T = TypeVar("T")
@@ -46,71 +48,10 @@ def _one_line(exc: BaseException, url: DatabaseURL) -> str:
     return " ".join(url.scrub(str(exc)).split())
 
 
-# What a retry of the whole transaction gets past: a serialization failure, a deadlock, a lock not available,
-# too many connections, a server shut down, crashed or not up yet, class 08 (the connection). Anything else (a
-# wrong database, a refused login, a denied permission, a full disk) fails alike for all of ``retry_for``.
-TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "53300", "57P01", "57P02", "57P03"})
-# libpq's words, with no SQLSTATE (connecting, a session lost), for a server not there yet or any more.
-TRANSIENT_TEXT = ("connection refused", "closed the connection", "closed unexpectedly", "connection is closed",
-                  "connection is lost", "starting up", "shutting down", "in recovery mode", "not yet accepting",
-                  "terminating connection", "too many clients", "connection slots are reserved", "timeout expired",
-                  "timed out", "could not receive data", "could not send data", "consuming input failed",
-                  "ssl syscall error", "eof detected", "connection reset", "broken pipe", "no route to host",
-                  "network is unreachable", "temporary failure in name resolution", "lost synchronization")  # fmt: skip
-
-# What a server says while it restarts: transient even on a process's first connection.
-SERVER_RESTARTING = ("starting up", "shutting down", "in recovery mode", "not yet accepting", "too many clients")
-
-
-def _is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, sqlite3.OperationalError):
-        msg = str(exc).lower()
-        return "locked" in msg or "busy" in msg
-    try:
-        import psycopg
-    except ImportError:  # pragma: no cover - psycopg is a dependency
-        return False
-    if isinstance(exc, psycopg.InterfaceError):
-        return True
-    if not isinstance(exc, psycopg.Error):
-        return False
-    state = exc.sqlstate
-    if state:
-        return state in TRANSIENT_SQLSTATES or state.startswith("08")
-    msg = str(exc).lower()
-    return isinstance(exc, psycopg.OperationalError) and any(text in msg for text in TRANSIENT_TEXT)
-
-
-def interruption(exc: BaseException, handled: BaseException | None = None) -> BaseException | None:
-    """The interruption behind ``exc``, if any: ``exc`` itself or an exception it was raised while handling that is
-    not an error of the database's (a ``BaseException`` such as Prefect's ``CancelledError``, a ``KeyboardInterrupt``;
-    a ``TimeoutError`` such as Prefect's ``TaskRunTimeoutError``). The chain is followed back to ``handled`` only:
-    the exception the caller was handling when the transaction began (a transaction run to clean up after a
-    timeout, e.g. parking a job whose wait it ended, is not itself interrupted by it, and is retried as any other).
-
-    An exception raised asynchronously into a thread (Prefect's timeout) inside the driver's own clean-up can be
-    replaced by the driver's error about the state it was left in: psycopg's pipeline, interrupted while it synced,
-    raises "cannot exit pipeline mode while busy" from a ``finally``. The interruption is what happened (the task timed
-    out); the connection is in no state to be reused."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and cur is not handled and id(cur) not in seen:
-        seen.add(id(cur))
-        if not isinstance(cur, Exception) or (isinstance(cur, TimeoutError) and not _is_db_error(cur)):
-            return cur
-        cur = cur.__cause__ or cur.__context__
-    return None
-
-
-def _is_db_error(exc: BaseException) -> bool:
-    return isinstance(exc, sqlite3.Error) or type(exc).__module__.startswith("psycopg")
-
-
 class Database:
     """The ledger's database: connections, transactions and schema checks."""
 
-    def __init__(self, url: DatabaseURL, *, busy_timeout: float = 30.0, retry_for: float = 60.0,
-                 create: bool = True):  # fmt: skip
+    def __init__(self, url: DatabaseURL, *, busy_timeout: float = 30.0, retry_for: float = 60.0, create: bool = True):
         self.url = url
         self.create = create
         self.dialect = url.dialect
@@ -123,7 +64,9 @@ class Database:
         self._check_lock = threading.Lock()
         self.stats = Stats()
         self.backend_pids: set[int] = set()
-        self._pool = new_pool()
+        # PostgreSQL's pool size is read when the ledger opens (a bad LANE_PG_POOL fails here, named); SQLite has none
+        self.pool_size = lane_settings().pg_pool if url.dialect == "postgresql" else 0
+        self._pool = new_pool(self.pool_size)
         self._pool_pid = os.getpid()
 
     # -- connections ---------------------------------------------------------
@@ -171,8 +114,12 @@ class Database:
 
     def connection(self):
         conn = getattr(self._local, "conn", None)
-        if (conn is not None and self.dialect == "sqlite" and self._local.pid == os.getpid()
-                and (conn.in_transaction or self._local.short_busy)):  # fmt: skip
+        if (
+            conn is not None
+            and self.dialect == "sqlite"
+            and self._local.pid == os.getpid()
+            and (conn.in_transaction or self._local.short_busy)
+        ):
             self._drop(conn)  # left mid-transaction (or on the try-lock's short busy timeout) by an interrupted thread
             conn = None
         if conn is None or self._local.pid != os.getpid():
@@ -218,10 +165,10 @@ class Database:
 
     # -- PostgreSQL's pool -----------------------------------------------------
     def _checkout(self) -> Slot:
-        """PostgreSQL: a slot of this process's pool of at most :data:`PG_POOL` (a thousand waiting threads
+        """PostgreSQL: a slot of this process's pool of at most ``pool_size`` (a thousand waiting threads
         share a few connections; each transaction holds one only while it runs). See :class:`~lane_plugin.ledger.pool.Slot`."""
         if self._pool_pid != os.getpid():  # forked: the parent's connections are not ours
-            self._pool, self._pool_pid = new_pool(), os.getpid()
+            self._pool, self._pool_pid = new_pool(self.pool_size), os.getpid()
         return self._pool.get()
 
     # -- transactions --------------------------------------------------------
@@ -294,8 +241,10 @@ class Database:
                     self.stats.lock_waits.append(t1 - t0)
                 result = fn(Cursor(conn.cursor(), "sqlite", stats=self.stats))
                 if not conn.in_transaction:  # a COMMIT, ROLLBACK or RELEASE ran inside it: what follows is not atomic
-                    raise DatabaseError("the ledger's transaction was ended inside it (a COMMIT, ROLLBACK or "
-                                        "RELEASE in the statement): refused")  # fmt: skip
+                    raise DatabaseError(
+                        "the ledger's transaction was ended inside it (a COMMIT, ROLLBACK or "
+                        "RELEASE in the statement): refused"
+                    )
                 if fault:
                     fault_point(fault + ".before_commit")
             if write:
@@ -306,8 +255,9 @@ class Database:
                 self._drop(conn)
             raise
 
-    def transaction(self, fn: Callable[[Cursor], T], *, write: bool = True, fault: str | None = None,
-                    try_lock: bool = False) -> T:  # fmt: skip
+    def transaction(
+        self, fn: Callable[[Cursor], T], *, write: bool = True, fault: str | None = None, try_lock: bool = False
+    ) -> T:
         """Run ``fn(cursor)`` in one transaction, retrying the whole of it when transient.
 
         ``try_lock``: on SQLite, give up with :class:`Busy` when another writer holds the database for
@@ -343,8 +293,10 @@ class Database:
                 delay = min(delay * 2, 1.0)
 
     def _no_ledger(self) -> NoLedger:
-        return NoLedger(f"no ledger at {self.url}: nothing was created (check --db or LANE_DATABASE_URL; "
-                        "'lane db upgrade' creates one)")  # fmt: skip
+        return NoLedger(
+            f"no ledger at {self.url}: nothing was created (check --db or LANE_DATABASE_URL; "
+            "'lane db upgrade' creates one)"
+        )
 
     def _wrap(self, exc: Exception) -> Exception:
         if isinstance(exc, LaneError):

@@ -59,15 +59,29 @@ def submit(
     # A job without a run starts none: no start limit for it, and no reserve.
     started = run_key is not None and run_started(cur, lane, run_key)
     rate_cost = est if rate_cost is None else rate_cost
-    why = never_fits(row.policy, est, starts_run=run_key is not None and not started, rate_cost=rate_cost,
-                     var=est_var, input_cost=rate_input, output_cost=rate_output)  # fmt: skip
+    why = never_fits(
+        row.policy,
+        est,
+        starts_run=run_key is not None and not started,
+        rate_cost=rate_cost,
+        var=est_var,
+        input_cost=rate_input,
+        output_cost=rate_output,
+    )
     if why is not None:
         if fallback_lane is None:
             raise NeverFits(f"job refused at intake in lane {lane!r}: {why}", lane=lane, est=est)
         target = read_lane(cur, fallback_lane)
         started = run_key is not None and run_started(cur, target.name, run_key)
-        why_fb = never_fits(target.policy, est, starts_run=run_key is not None, rate_cost=rate_cost, var=est_var,
-                            input_cost=rate_input, output_cost=rate_output)  # fmt: skip
+        why_fb = never_fits(
+            target.policy,
+            est,
+            starts_run=run_key is not None,
+            rate_cost=rate_cost,
+            var=est_var,
+            input_cost=rate_input,
+            output_cost=rate_output,
+        )
         if why_fb is not None:
             raise NeverFits(
                 f"job refused at intake: lane {lane!r}: {why}; fallback lane {fallback_lane!r}: {why_fb}",
@@ -78,12 +92,31 @@ def submit(
     # No conflict target: a concurrent submit of the same key (PostgreSQL does not serialise
     # intake) or a retried commit of this very id must be a replay, never a unique violation.
     fields = dict(
-        id=job_id, lane=target.name, stage=stage, est=est, est_version=est_version, est_input=est_input, est_var=est_var, actual=0,
-        state="new", attempt=attempt, lease_attempt=0, lease_until=0.0, run_key=run_key, key=key,
-        deadline=deadline, fallback=fallback_lane, created_at=now, wait_since=now,
-        rate_cost=rate_cost, prio=target.priority(est, now, started), finishing=started, tenant=tenant,
-        rate_input=rate_input, rate_output=rate_output,
-    )  # fmt: skip
+        id=job_id,
+        lane=target.name,
+        stage=stage,
+        est=est,
+        est_version=est_version,
+        est_input=est_input,
+        est_var=est_var,
+        actual=0,
+        state="new",
+        attempt=attempt,
+        lease_attempt=0,
+        lease_until=0.0,
+        run_key=run_key,
+        key=key,
+        deadline=deadline,
+        fallback=fallback_lane,
+        created_at=now,
+        wait_since=now,
+        rate_cost=rate_cost,
+        prio=target.priority(est, now, started),
+        finishing=started,
+        tenant=tenant,
+        rate_input=rate_input,
+        rate_output=rate_output,
+    )
     cur.execute(queries.intake_insert_job(cur.dialect, fields), fields)
     if cur.rowcount != 1:
         if key is not None:
@@ -145,8 +178,14 @@ def reopen(cur: Cursor, job: dict, *, attempt: int, now: float) -> None:
     finishing = job["run_key"] is not None and run_started(cur, row.name, job["run_key"])
     cur.execute(
         queries.INTAKE_REOPEN_UPDATE_JOB,
-        {"a": attempt, "now": now, "p": row.priority(job["est"], now, finishing), "id": job["id"],
-         "st": job["state"], "old": job["attempt"]},
+        {
+            "a": attempt,
+            "now": now,
+            "p": row.priority(job["est"], now, finishing),
+            "id": job["id"],
+            "st": job["state"],
+            "old": job["attempt"],
+        },
     )
     if cur.rowcount != 1:  # cannot happen under the locks; never let counters and rows part
         raise LaneError(f"reopen of job {job['id']} lost a race it cannot lose (lock not held?)")

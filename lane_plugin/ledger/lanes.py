@@ -17,26 +17,74 @@ from .db import Cursor
 from .preflight import validate_spec
 
 POLICY_FIELDS = (
-    "allowance", "ceiling", "start_fraction", "burst_tokens", "window_seconds", "max_leased",
-    "lease_seconds", "max_wait_seconds", "max_attempts", "park_seconds", "fallback", "preflight",
-    "preflight_timeout", "period", "stopped", "rate_basis", "headroom_sigmas",
-)  # fmt: skip
+    "allowance",
+    "ceiling",
+    "start_fraction",
+    "burst_tokens",
+    "window_seconds",
+    "max_leased",
+    "lease_seconds",
+    "max_wait_seconds",
+    "max_attempts",
+    "park_seconds",
+    "fallback",
+    "preflight",
+    "preflight_timeout",
+    "period",
+    "stopped",
+    "rate_basis",
+    "headroom_sigmas",
+)
 COUNTER_FIELDS = (
-    "spent", "reserved", "overage", "leased", "window_start", "window_used", "period_start",
-    "preflight_ok", "preflight_error", "preflight_at", "updated_at", "finishing", "profile_at", "reserved_var",
-    "size_boundary", "drift", "drift_overrun", "drift_spread", "drift_cleared_at", "paused_until", "paused_reason",
+    "spent",
+    "reserved",
+    "overage",
+    "leased",
+    "window_start",
+    "window_used",
+    "period_start",
+    "preflight_ok",
+    "preflight_error",
+    "preflight_at",
+    "updated_at",
+    "finishing",
+    "profile_at",
+    "reserved_var",
+    "size_boundary",
+    "drift",
+    "drift_overrun",
+    "drift_spread",
+    "drift_cleared_at",
+    "paused_until",
+    "paused_reason",
     "limit_spec",
-)  # fmt: skip
+)
 # Settings that move a waiting job's place in the order (lane_plugin.policy.LanePolicy.age_factor).
 ORDER_FIELDS = ("ceiling", "burst_tokens", "max_wait_seconds")
 PERIODS = ("none", "daily", "monthly")
 # A lane created with `lane lanes set NEW ...` starts from the policy's defaults and empty counters.
 NEW_LANE = dict(
-    LANE_DEFAULTS, spent=0, reserved=0, overage=0, leased=0, window_start=0.0, window_used=0,
-    period_start=0.0, preflight_ok=True, finishing=0, profile_at=0.0, reserved_var=0,
-    size_boundary=None, drift=1.0, drift_overrun=0, drift_spread=0, drift_cleared_at=None,
-    paused_until=None, paused_reason=None, limit_spec=None,
-)  # fmt: skip
+    LANE_DEFAULTS,
+    spent=0,
+    reserved=0,
+    overage=0,
+    leased=0,
+    window_start=0.0,
+    window_used=0,
+    period_start=0.0,
+    preflight_ok=True,
+    finishing=0,
+    profile_at=0.0,
+    reserved_var=0,
+    size_boundary=None,
+    drift=1.0,
+    drift_overrun=0,
+    drift_spread=0,
+    drift_cleared_at=None,
+    paused_until=None,
+    paused_reason=None,
+    limit_spec=None,
+)
 
 
 @dataclass
@@ -101,8 +149,11 @@ class LaneRow:
         ``finishing`` (whether the job finishes a run under way: a column or an expression)."""
         if self.size_boundary is None:
             return queries.lane_priority(wait, finishing, False), {"prio_f": self.policy.age_factor}
-        params = {"prio_f": self.policy.age_factor, "prio_b": self.size_boundary,
-                  "prio_w": float(self.max_wait_seconds)}
+        params = {
+            "prio_f": self.policy.age_factor,
+            "prio_b": self.size_boundary,
+            "prio_w": float(self.max_wait_seconds),
+        }
         return queries.lane_priority(wait, finishing, True), params
 
     @property
@@ -255,8 +306,11 @@ def validate_settings(settings: dict, current: LaneRow | None = None) -> dict:
         if current is None or current.ceiling == default_ceiling(current.allowance):
             merged["ceiling"] = out["ceiling"] = default_ceiling(out["allowance"])
         elif merged["ceiling"] > out["allowance"]:
-            raise InvalidInput("allowance", out["allowance"], f"below the lane's ceiling {merged['ceiling']}: "
-                               "lower --ceiling too (at most the allowance)")  # fmt: skip
+            raise InvalidInput(
+                "allowance",
+                out["allowance"],
+                f"below the lane's ceiling {merged['ceiling']}: lower --ceiling too (at most the allowance)",
+            )
     if merged.get("ceiling") and merged.get("allowance") and merged["ceiling"] > merged["allowance"]:
         raise InvalidInput("ceiling", merged["ceiling"], f"must not exceed the allowance {merged['allowance']}")
     return out
@@ -267,8 +321,9 @@ def default_ceiling(allowance: int) -> int:
     return max(1, int(allowance * 0.8))
 
 
-def write_lane_settings(cur: Cursor, now: float, name: str, settings: dict, create: bool = True,
-                        force: bool = False) -> LaneRow:  # fmt: skip
+def write_lane_settings(
+    cur: Cursor, now: float, name: str, settings: dict, create: bool = True, force: bool = False
+) -> LaneRow:
     """Apply checked settings to a lane under its lock, creating it from NEW_LANE if it is new.
 
     With ``create=False`` an unknown lane raises :class:`UnknownLane` and nothing is written. A ceiling
@@ -306,11 +361,16 @@ def write_lane_settings(cur: Cursor, now: float, name: str, settings: dict, crea
         admitted = now_row.spent - now_row.overage + now_row.reserved
         if row.ceiling < admitted:
             field = "ceiling" if "ceiling" in settings else "allowance"  # (a default ceiling follows the allowance)
-            raise InvalidInput(field, clean[field], (
-                f"lane {name!r} would get a ceiling of {row.ceiling:,}, under the {admitted:,} tokens it has already "
-                f"admitted this period (spent {now_row.spent:,} - overage {now_row.overage:,} + reserved "
-                f"{now_row.reserved:,}): nothing more would be admitted until the next reset, and lane audit reports "
-                "I1; to stop the lane use --stop, or pass --force (force=True) to lower it anyway"))  # fmt: skip
+            raise InvalidInput(
+                field,
+                clean[field],
+                (
+                    f"lane {name!r} would get a ceiling of {row.ceiling:,}, under the {admitted:,} tokens it has already "
+                    f"admitted this period (spent {now_row.spent:,} - overage {now_row.overage:,} + reserved "
+                    f"{now_row.reserved:,}): nothing more would be admitted until the next reset, and lane audit reports "
+                    "I1; to stop the lane use --stop, or pass --force (force=True) to lower it anyway"
+                ),
+            )
     if current is not None and any(k in clean and clean[k] != getattr(current, k) for k in ORDER_FIELDS):
         reprioritise(cur, row)
     return row
@@ -328,10 +388,10 @@ def _repoint_period(cur: Cursor, old: LaneRow, period: str, now: float) -> None:
         return
     start = period_start(period, now)
     spent, overage = cur.one(
-        queries.LANES_REPOINT_PERIOD_SELECT_SETTLEMENT, {"l": name, "p": start},
+        queries.LANES_REPOINT_PERIOD_SELECT_SETTLEMENT,
+        {"l": name, "p": start},
     )
-    cur.execute(queries.LANES_REPOINT_PERIOD_UPDATE_LANE,
-                {"p": start, "s": spent, "o": overage, "l": name})
+    cur.execute(queries.LANES_REPOINT_PERIOD_UPDATE_LANE, {"p": start, "s": spent, "o": overage, "l": name})
 
 
 def clear_drift(cur: Cursor, now: float, name: str) -> LaneRow:
@@ -361,8 +421,12 @@ def delete_lane(cur: Cursor, name: str) -> None:
         raise InvalidInput("lane", name, f"it has {jobs} job(s); stop it instead (lane lanes set {name} --stop)")
     left = cur.scalar(queries.LANES_DELETE_LANE_SELECT_LANE_MOVE, {"n": name})
     if left:  # attempts of theirs ran here: a late settlement of one bills this lane
-        raise InvalidInput("lane", name, f"{left} job(s) ran in it before they moved to their fallback; stop it "
-                           f"instead (lane lanes set {name} --stop)")  # fmt: skip
+        raise InvalidInput(
+            "lane",
+            name,
+            f"{left} job(s) ran in it before they moved to their fallback; stop it "
+            f"instead (lane lanes set {name} --stop)",
+        )
     users = [r[0] for r in cur.all(queries.LANES_DELETE_LANE_SELECT_LANE, {"n": name})]
     if users:
         raise InvalidInput("lane", name, f"lane(s) {', '.join(users)} fall back to it")

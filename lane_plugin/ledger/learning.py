@@ -23,7 +23,9 @@ _FLOATS = ("mean", "m2", "mean_input", "p50", "p90", "p99")
 MAX_WINDOW = 100_000
 
 
-def output_samples(cur: Cursor, *, window: int, lane: str | None, stage: str | None) -> dict[str, list[tuple[int, int]]]:
+def output_samples(
+    cur: Cursor, *, window: int, lane: str | None, stage: str | None
+) -> dict[str, list[tuple[int, int]]]:
     """``{stage: [(est_input, actual), ...]}``: the newest ``window`` learnable jobs per stage, oldest first."""
     params: dict = {"w": window}
     if lane:
@@ -80,8 +82,9 @@ class LearningStore:
     def __init__(self, ledger: Any) -> None:  # the Ledger (api.py imports this module)
         self.led = ledger
 
-    def output_samples(self, *, window: int = 1000, lane: str | None = None,
-                       stage: str | None = None) -> dict[str, list[tuple[int, int]]]:  # fmt: skip
+    def output_samples(
+        self, *, window: int = 1000, lane: str | None = None, stage: str | None = None
+    ) -> dict[str, list[tuple[int, int]]]:
         window = tokens("window", window)
         if window > MAX_WINDOW:
             raise InvalidInput("window", window, f"at most {MAX_WINDOW:,} jobs per stage")

@@ -22,7 +22,7 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, UnknownJob
 from ..policy.limits import NO_TOKENS_LIMIT, OUTPUT_TOKENS, TOKENS, Limit, LimitUse, format_limit, spec_of
 from ..policy.window import window_expiry
 from . import queries, rates, waiters
@@ -36,35 +36,39 @@ def slide(cur: Cursor, row: LaneRow, now: float) -> tuple[LimitUse, ...]:
         return ()
     stated = dict(row.limits)
     out = []
-    for unit, _amount, window, used, start in cur.all(
-        queries.LIMITS_SLIDE_SELECT_LANE_LIMIT, {"l": row.name}
-    ):
+    for unit, _amount, window, used, start in cur.all(queries.LIMITS_SLIDE_SELECT_LANE_LIMIT, {"l": row.name}):
         if unit not in stated:
             continue
         cut = now - window
         if cut > start and used:
             gone = cur.all(queries.LIMITS_SLIDE_DELETE_LIMIT_CHARGE, {"l": row.name, "u": unit, "cut": cut})
             freed = sum(r[0] for r in gone)
-            cur.execute(queries.LIMITS_SLIDE_UPDATE_LANE_LIMIT,
-                        {"f": freed, "cut": cut, "l": row.name, "u": unit})
+            cur.execute(queries.LIMITS_SLIDE_UPDATE_LANE_LIMIT, {"f": freed, "cut": cut, "l": row.name, "u": unit})
             used -= freed
         out.append(LimitUse(unit, stated[unit], int(used)))
     order = {u: i for i, (u, _) in enumerate(row.limits)}
     return tuple(sorted(out, key=lambda u: order[u.unit]))
 
 
-def charge(cur: Cursor, lane: str, at: float, charges: list[tuple[str, int, Mapping[str, int], bool]],
-           totals: Iterable[tuple[str, int]]) -> None:  # fmt: skip
+def charge(
+    cur: Cursor,
+    lane: str,
+    at: float,
+    charges: list[tuple[str, int, Mapping[str, int], bool]],
+    totals: Iterable[tuple[str, int]],
+) -> None:
     """Record ``(job_id, attempt, units, sent)`` admitted now against each limit, and add ``totals`` to them."""
     totals = [(u, n) for u, n in totals]
-    rows = [{"j": j, "a": a, "u": u, "l": lane, "at": at, "c": units[u], "s": s}
-            for j, a, units, s in charges for u, _ in totals]  # fmt: skip
+    rows = [
+        {"j": j, "a": a, "u": u, "l": lane, "at": at, "c": units[u], "s": s}
+        for j, a, units, s in charges
+        for u, _ in totals
+    ]
     if rows:
         cur.executemany(queries.LIMITS_CHARGE_INSERT_LIMIT_CHARGE, rows)
     for unit, n in totals:
         if n:
-            cur.execute(queries.LIMITS_CHARGE_UPDATE_LANE_LIMIT,
-                        {"n": n, "l": lane, "u": unit})
+            cur.execute(queries.LIMITS_CHARGE_UPDATE_LANE_LIMIT, {"n": n, "l": lane, "u": unit})
 
 
 def stamp(cur: Cursor, job_id: str, attempt: int, now: float, *, pending_only: bool = False) -> None:
@@ -76,12 +80,11 @@ def drop_pending(cur: Cursor, job_ids: list[str]) -> None:
     """:func:`lane_plugin.ledger.rates.drop_pending` for the limit charges (their lanes are locked)."""
     freed: dict[tuple[str, str], int] = {}
     for i in range(0, len(job_ids), 500):
-        part = {f"j{k}": j for k, j in enumerate(job_ids[i:i + 500])}
-        for lane, unit, cost in cur.all(queries.limits_drop_pending(part), part):  # fmt: skip
+        part = {f"j{k}": j for k, j in enumerate(job_ids[i : i + 500])}
+        for lane, unit, cost in cur.all(queries.limits_drop_pending(part), part):
             freed[(lane, unit)] = freed.get((lane, unit), 0) + cost
     for (lane, unit), cost in sorted(freed.items()):
-        cur.execute(queries.LIMITS_DROP_PENDING_UPDATE_LANE_LIMIT,
-                    {"c": cost, "l": lane, "u": unit})
+        cur.execute(queries.LIMITS_DROP_PENDING_UPDATE_LANE_LIMIT, {"c": cost, "l": lane, "u": unit})
 
 
 def true_up_output(cur: Cursor, job_id: str, attempt: int, actual: int, now: float) -> None:
@@ -91,18 +94,20 @@ def true_up_output(cur: Cursor, job_id: str, attempt: int, actual: int, now: flo
     What it generated: ``actual - rate_input`` (the job's input units; 0 where unknown, so cautious).
     """
     r = cur.one(
-        queries.LIMITS_TRUE_UP_OUTPUT_SELECT_LIMIT_CHARGE, {"j": job_id, "a": attempt, "u": OUTPUT_TOKENS},
+        queries.LIMITS_TRUE_UP_OUTPUT_SELECT_LIMIT_CHARGE,
+        {"j": job_id, "a": attempt, "u": OUTPUT_TOKENS},
     )
     if r is None:
         return
     old, lane, rate_input = r
     new = max(0, int(actual) - int(rate_input))
-    cur.execute(queries.LIMITS_TRUE_UP_OUTPUT_UPDATE_LIMIT_CHARGE,
-                {"c": new, "now": now, "j": job_id, "a": attempt, "u": OUTPUT_TOKENS})
+    cur.execute(
+        queries.LIMITS_TRUE_UP_OUTPUT_UPDATE_LIMIT_CHARGE,
+        {"c": new, "now": now, "j": job_id, "a": attempt, "u": OUTPUT_TOKENS},
+    )
     if new == old:
         return
-    cur.execute(queries.LIMITS_TRUE_UP_OUTPUT_UPDATE_LANE_LIMIT,
-                {"d": new - old, "l": lane, "u": OUTPUT_TOKENS})
+    cur.execute(queries.LIMITS_TRUE_UP_OUTPUT_UPDATE_LANE_LIMIT, {"d": new - old, "l": lane, "u": OUTPUT_TOKENS})
 
 
 def free_at(cur: Cursor, lane: str, use: LimitUse, used: int, need: int) -> float | None:
@@ -127,21 +132,23 @@ def set_limits(cur: Cursor, now: float, name: str, changes: Mapping[str, Limit |
     for unit, lim in changes.items():
         if unit == TOKENS:
             burst, window = (NO_TOKENS_LIMIT, row.window_seconds) if lim is None else (lim.amount, lim.window_seconds)
-            cur.execute(queries.LIMITS_SET_BURST,
-                        {"b": burst, "w": window, "now": now, "n": name})
+            cur.execute(queries.LIMITS_SET_BURST, {"b": burst, "w": window, "now": now, "n": name})
         elif lim is None:
             current.pop(unit, None)
             cur.execute(queries.LIMITS_SET_LIMITS_DELETE_LIMIT_CHARGE, {"l": name, "u": unit})
             cur.execute(queries.LIMITS_SET_LIMITS_DELETE_LANE_LIMIT, {"l": name, "u": unit})
         else:
             current[unit] = lim
-            cur.execute(queries.LIMITS_SET_LIMITS_UPDATE_LANE_LIMIT,
-                        {"a": lim.amount, "w": lim.window_seconds, "l": name, "u": unit})
+            cur.execute(
+                queries.LIMITS_SET_LIMITS_UPDATE_LANE_LIMIT,
+                {"a": lim.amount, "w": lim.window_seconds, "l": name, "u": unit},
+            )
             if cur.rowcount != 1:
-                cur.execute(queries.LIMITS_SET_LIMITS_INSERT_LANE_LIMIT,
-                            {"l": name, "u": unit, "a": lim.amount, "w": lim.window_seconds, "now": now})
-    cur.execute(queries.LIMITS_SET_SPEC,
-                {"s": spec_of(current.items()), "now": now, "n": name})
+                cur.execute(
+                    queries.LIMITS_SET_LIMITS_INSERT_LANE_LIMIT,
+                    {"l": name, "u": unit, "a": lim.amount, "w": lim.window_seconds, "now": now},
+                )
+    cur.execute(queries.LIMITS_SET_SPEC, {"s": spec_of(current.items()), "now": now, "n": name})
     return lock_lane(cur, name)
 
 
@@ -149,25 +156,28 @@ def pause(cur: Cursor, lane: str, *, until: float, reason: str, now: float, job_
     """Close ``lane`` until ``until`` for every process (a provider's 429); returns when it reopens.
 
     A later pause than the one in force replaces it; an earlier one changes nothing (the provider's
-    longest word wins). ``job_id``: the job whose attempt met the 429 (its ``rate_limited`` counts it).
+    longest word wins). ``job_id``: the job whose attempt met the 429 (its ``rate_limited`` counts it); a job
+    the ledger does not have is UnknownJob, and nothing is written.
     """
     if until <= now:
         raise InvalidInput("paused_until", until, f"must be after now ({now})")
     row = lock_lane(cur, lane)
     if job_id is not None:
         cur.execute(queries.LIMITS_PAUSE_UPDATE_JOB, {"id": job_id})
+        if cur.rowcount != 1:  # raised in the transaction: it rolls back, as every call with an unknown job
+            raise UnknownJob(job_id)
     if row.paused_until is not None and row.paused_until >= until:
         return row.paused_until
-    cur.execute(queries.LIMITS_PAUSE_UPDATE_LANE,
-                {"u": until, "r": reason, "now": now, "l": lane})
+    cur.execute(queries.LIMITS_PAUSE_UPDATE_LANE, {"u": until, "r": reason, "now": now, "l": lane})
     # Every listening process ticks the lane at commit (PostgreSQL): the tick finds it paused and wakes it
     # at the reopen, and no one ticking in between leases into the closed window.
     waiters.notify(cur, lane, "room")
     return until
 
 
-def true_up_remaining(cur: Cursor, lane: str, unit: str, provider_used: int, now: float,
-                      job_id: str | None = None, refused: bool = False) -> None:  # fmt: skip
+def true_up_remaining(
+    cur: Cursor, lane: str, unit: str, provider_used: int, now: float, job_id: str | None = None, refused: bool = False
+) -> None:
     """The provider says ``provider_used`` units of its limit are spent (its limit less what remains), counted
     when the request of ``job_id`` reached it (None: now; ``refused``: the count on its 429, which did not
     count the request itself): the lane's window holds the spend outside the lane that count shows, plus a
@@ -181,12 +191,13 @@ def true_up_remaining(cur: Cursor, lane: str, unit: str, provider_used: int, now
     window after it (dated at the first count only, it would leave the window while the other client keeps
     spending, and a lane waiting on its own window would then admit a burst into a full one). A lower count
     lowers it (the other client slowed down), but no faster than the charge it replaces would have left the
-window (its cost times the share of the window still ahead of it): counts come back out of order (a long
-answer's count is older than a short one's after it), and the lane's requests sent together are ordered
-only roughly against the counted one, so one low reading must not empty the window. The *margin*: the outside spend expected before the next count
-    (the outside spend divided by the counts a window brings: one per response of the lane's own requests in
-    it, at least one). ``tokens``: the burst window's ``rate_charge``; the others: ``limit_charge``. The window
-    is slid to ``now`` first, so a charge that left the provider's window does not hide outside spend.
+    window (its cost times the share of the window still ahead of it): counts come back out of order (a long
+    answer's count is older than a short one's after it), and the lane's requests sent together are ordered
+    only roughly against the counted one, so one low reading must not empty the window. The *margin*: the
+    outside spend expected before the next count (the outside spend divided by the counts a window brings: one
+    per response of the lane's own requests in it, at least one). ``tokens``: the burst window's
+    ``rate_charge``; the others: ``limit_charge``. The window is slid to ``now`` first, so a charge that left
+    the provider's window does not hide outside spend.
     """
     row = lock_lane(cur, lane)
     if unit == TOKENS:
@@ -237,15 +248,29 @@ def limit_status(cur: Cursor, row: LaneRow, now: float) -> list[dict]:
         if unit == TOKENS:
             held = rates.used(cur, row, now)
         else:
-            held = int(cur.scalar(queries.LIMITS_LIMIT_STATUS_SELECT_LIMIT_CHARGE,
-                                  {"l": row.name, "u": unit, "cut": now - lim.window_seconds}))
+            held = int(
+                cur.scalar(
+                    queries.LIMITS_LIMIT_STATUS_SELECT_LIMIT_CHARGE,
+                    {"l": row.name, "u": unit, "cut": now - lim.window_seconds},
+                )
+            )
         until = None
         if held >= lim.amount:
-            at = cur.scalar(queries.LIMITS_FREED_AT_TOKENS if unit == TOKENS else queries.LIMITS_FREED_AT,
-                            {"l": row.name, "u": unit, "cut": now - lim.window_seconds, "x": held - lim.amount + 1})
+            at = cur.scalar(
+                queries.LIMITS_FREED_AT_TOKENS if unit == TOKENS else queries.LIMITS_FREED_AT,
+                {"l": row.name, "u": unit, "cut": now - lim.window_seconds, "x": held - lim.amount + 1},
+            )
             until = None if at is None else window_expiry(float(at), lim.window_seconds)
-        out.append({"unit": unit, "amount": lim.amount, "window_seconds": lim.window_seconds, "used": held,
-                    "limit": format_limit((unit, lim)), "full_until": until})  # fmt: skip
+        out.append(
+            {
+                "unit": unit,
+                "amount": lim.amount,
+                "window_seconds": lim.window_seconds,
+                "used": held,
+                "limit": format_limit((unit, lim)),
+                "full_until": until,
+            }
+        )
     return out
 
 
@@ -259,7 +284,11 @@ def held_back(row: LaneRow, uses: list[dict], now: float) -> str | None:
     """
     if row.paused_until is not None and row.paused_until > now:
         return f"paused by the provider until {_clock(row.paused_until)}" + (
-            f" after {row.paused_reason}" if row.paused_reason else "")
-    full = [f"{u['limit']} full until {_clock(u['full_until'])}" if u["full_until"] is not None
-            else f"{u['limit']} full" for u in uses if u["used"] >= u["amount"]]  # fmt: skip
+            f" after {row.paused_reason}" if row.paused_reason else ""
+        )
+    full = [
+        f"{u['limit']} full until {_clock(u['full_until'])}" if u["full_until"] is not None else f"{u['limit']} full"
+        for u in uses
+        if u["used"] >= u["amount"]
+    ]
     return "; ".join(full) or None

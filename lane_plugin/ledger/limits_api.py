@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from ..checks import number, text, tokens
-from ..errors import InvalidInput, UnknownLane
+from ..errors import InvalidInput, UnknownJob, UnknownLane
 from ..policy.limits import UNITS, Limit, LimitSyntaxError, limit_problem, parse_limit
 from . import limits, queries, rates
 from .db import Cursor
@@ -93,7 +93,6 @@ class ProviderLimits:
         # operations only, no lock (a timeout may be raised into the thread at any bytecode)
         self.paused_here_until: dict[str, float] = {}
 
-
     def pause(self, lane: str, seconds: float, *, reason: str, job_id: str | None = None) -> float:
         lane = text("lane", lane)
         seconds = number("seconds", seconds, low=0.001, high=MAX_PAUSE_SECONDS)
@@ -106,14 +105,17 @@ class ProviderLimits:
 
         try:
             until, now = self.led._run(run)
-        except UnknownLane:  # no such lane: nothing to pause, in the ledger or in this process's memory
-            self.reopened(lane, here)
+        except (UnknownLane, UnknownJob):  # nothing paused, in the ledger or in this process's memory
+            self._forget_pause(lane, here)
             raise
         wakeups = getattr(self.led, "wakeups", None)
         if wakeups is not None:  # this process's waiters tick the lane the moment it reopens
             wakeups.tick_at(lane, max(0.0, until - now))
-        self.led._emit("lane.paused", lane, {"lane": lane, "until": until, "seconds": round(until - now, 3),
-                                         "reason": reason, "job_id": job_id})  # fmt: skip
+        self.led._emit(
+            "lane.paused",
+            lane,
+            {"lane": lane, "until": until, "seconds": round(until - now, 3), "reason": reason, "job_id": job_id},
+        )
         return until
 
     def sent_now(self, job_id: str, attempt: int) -> None:
@@ -135,12 +137,10 @@ class ProviderLimits:
     def paused_here(self, lane: str) -> float:
         return max(0.0, self.paused_here_until.get(lane, 0.0) - time.time())
 
-    def pause_ended(self, lane: str) -> float | None:
-        until = self.paused_here_until.get(lane)
-        return until if until is not None and until <= time.time() else None
-
-    def reopened(self, lane: str, ended: float) -> None:
-        if self.paused_here_until.get(lane) == ended:
+    def _forget_pause(self, lane: str, until: float) -> None:
+        """Drop this process's memory of the pause until ``until`` (:meth:`remember_pause`; a later one since is
+        kept)."""
+        if self.paused_here_until.get(lane) == until:
             self.paused_here_until.pop(lane, None)
 
     def pause_state(self, lane: str) -> tuple[float, float | None, float | None]:
@@ -198,8 +198,9 @@ class ProviderLimits:
 
         return self.led._run(run, write=False)
 
-    def provider_used(self, lane: str, used: Mapping[str, int], *, job_id: str | None = None,
-                      refused: bool = False) -> None:
+    def provider_used(
+        self, lane: str, used: Mapping[str, int], *, job_id: str | None = None, refused: bool = False
+    ) -> None:
         lane = text("lane", lane)
         job_id = text("job id", job_id, required=False)
         clean = {}

@@ -114,13 +114,28 @@ class Job(SQLModel, table=True):
         Index("ix_job_waiter", "waiter"),
         # The gated jobs still waiting, in ix_job_queue's order: does a settlement's hand-off have anyone to
         # lease to, and who is first (a tick leasing only waiters' jobs reads its head, not ix_job_queue's)?
-        Index("ix_job_gated", "lane", "finishing", "prio", "id", sqlite_where=text(GATED_WAITING),
-              postgresql_where=text(GATED_WAITING)),  # fmt: skip
+        Index(
+            "ix_job_gated",
+            "lane",
+            "finishing",
+            "prio",
+            "id",
+            sqlite_where=text(GATED_WAITING),
+            postgresql_where=text(GATED_WAITING),
+        ),
         Index("ix_job_lane_created", "lane", "created_at"),  # the lane's latest estimates (size classes)
         # ix_job_queue and ix_job_gated per tenant: fair admission reads the head of each tenant's queue.
         Index("ix_job_tenant_queue", "lane", "tenant", "state", "finishing", "prio", "id"),
-        Index("ix_job_tenant_gated", "lane", "tenant", "finishing", "prio", "id", sqlite_where=text(GATED_WAITING),
-              postgresql_where=text(GATED_WAITING)),  # fmt: skip
+        Index(
+            "ix_job_tenant_gated",
+            "lane",
+            "tenant",
+            "finishing",
+            "prio",
+            "id",
+            sqlite_where=text(GATED_WAITING),
+            postgresql_where=text(GATED_WAITING),
+        ),
         CheckConstraint("est > 0 and actual >= 0 and attempt >= 1", name="ck_job_numbers"),
         CheckConstraint(f"state in {JOB_STATES!r}", name="ck_job_state"),
         CheckConstraint("rate_cost is null or rate_cost > 0", name="ck_job_rate_cost"),

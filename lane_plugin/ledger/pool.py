@@ -1,5 +1,5 @@
-"""PostgreSQL's connection pool: a :class:`queue.SimpleQueue` of :data:`PG_POOL` slots, safe against exceptions
-raised asynchronously into the threads that use it (Prefect's timeouts)."""
+"""PostgreSQL's connection pool: a :class:`queue.SimpleQueue` of slots (``LANE_PG_POOL``, default :data:`PG_POOL`),
+safe against exceptions raised asynchronously into the threads that use it (Prefect's timeouts)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,19 @@ import os
 import queue
 import weakref
 
-PG_POOL = 8  # PostgreSQL connections per ledger per process, shared by its threads
+PG_POOL = 8  # PostgreSQL connections per ledger per process, shared by its threads, unless LANE_PG_POOL says
 
 
 def idle(conn) -> bool:
     """A connection fit to go back to the pool: open, not broken, no transaction left open."""
     from psycopg.pq import TransactionStatus
 
-    return (conn is not None and not conn.closed and not conn.broken
-            and conn.info.transaction_status == TransactionStatus.IDLE)  # fmt: skip
+    return (
+        conn is not None
+        and not conn.closed
+        and not conn.broken
+        and conn.info.transaction_status == TransactionStatus.IDLE
+    )
 
 
 class Slot:
@@ -48,9 +52,9 @@ class Slot:
             pass
 
 
-def new_pool() -> queue.SimpleQueue:
+def new_pool(size: int = PG_POOL) -> queue.SimpleQueue:
     pool: queue.SimpleQueue = queue.SimpleQueue()
-    for _ in range(PG_POOL):
+    for _ in range(size):
         pool.put(Slot(pool))
     return pool
 

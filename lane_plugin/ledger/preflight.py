@@ -106,8 +106,10 @@ def _lookup(name: str) -> Callable[[], object] | None:
 
 def _unknown(name: str) -> str:
     known = registered()
-    return (f"no preflight check named {name!r} is registered (register_preflight() in code, or an entry point "
-            f"in {ENTRY_POINT_GROUP!r}; registered: {', '.join(known) if known else 'none'})")  # fmt: skip
+    return (
+        f"no preflight check named {name!r} is registered (register_preflight() in code, or an entry point "
+        f"in {ENTRY_POINT_GROUP!r}; registered: {', '.join(known) if known else 'none'})"
+    )
 
 
 def validate_spec(spec: str) -> None:

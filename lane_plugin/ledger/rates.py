@@ -47,9 +47,7 @@ def slide(cur: Cursor, row: LaneRow, now: float) -> LaneRow:
         )
         row.window_start = cut
         return row
-    gone = cur.all(
-        queries.RATES_SLIDE_DELETE_RATE_CHARGE, {"l": row.name, "cut": cut}
-    )
+    gone = cur.all(queries.RATES_SLIDE_DELETE_RATE_CHARGE, {"l": row.name, "cut": cut})
     freed = sum(r[0] for r in gone)
     cur.execute(
         queries.RATES_SLIDE_UPDATE_LANE,
@@ -86,12 +84,8 @@ def true_up(cur: Cursor, job_id: str, attempt: int, actual: int) -> None:
     if row is None or row[0] == actual:
         return
     old, lane = row
-    cur.execute(
-        queries.RATES_TRUE_UP_UPDATE_RATE_CHARGE, {"c": actual, "j": job_id, "a": attempt}
-    )
-    cur.execute(
-        queries.RATES_TRUE_UP_UPDATE_LANE, {"d": actual - old, "l": lane}
-    )
+    cur.execute(queries.RATES_TRUE_UP_UPDATE_RATE_CHARGE, {"c": actual, "j": job_id, "a": attempt})
+    cur.execute(queries.RATES_TRUE_UP_UPDATE_LANE, {"d": actual - old, "l": lane})
 
 
 # The gate's default send slack (LANE_SEND_SLACK_SECONDS unset): this long, but at most SLACK_SHARE of
@@ -143,8 +137,8 @@ def drop_pending(cur: Cursor, job_ids: list[str]) -> None:
     The callers drop the limit charges too (:func:`lane_plugin.ledger.limits.drop_pending`)."""
     freed: dict[str, int] = {}
     for i in range(0, len(job_ids), 500):
-        part = {f"j{k}": j for k, j in enumerate(job_ids[i:i + 500])}
-        for lane, cost in cur.all(queries.rates_drop_pending(part), part):  # fmt: skip
+        part = {f"j{k}": j for k, j in enumerate(job_ids[i : i + 500])}
+        for lane, cost in cur.all(queries.rates_drop_pending(part), part):
             freed[lane] = freed.get(lane, 0) + cost
     for lane, cost in sorted(freed.items()):
         cur.execute(queries.RATES_DROP_PENDING_UPDATE_LANE, {"c": cost, "l": lane})
@@ -153,8 +147,7 @@ def drop_pending(cur: Cursor, job_ids: list[str]) -> None:
 def stamp_sent(cur: Cursor, job_id: str, attempt: int, now: float, send_slack: float | None) -> None:
     """:func:`stamp` at ``now`` plus the send slack the job's lane allows (:func:`slack_for` of its window)."""
     if send_slack is None or send_slack > 0:
-        window = cur.scalar(queries.RATES_STAMP_SENT,
-                            {"j": job_id})
+        window = cur.scalar(queries.RATES_STAMP_SENT, {"j": job_id})
         now += slack_for(send_slack, window or 0.0)
     stamp(cur, job_id, attempt, now)
 
@@ -188,7 +181,9 @@ def free_at(cur: Cursor, row: LaneRow, used: int, need: int) -> float | None:
 
 def used(cur: Cursor, row: LaneRow, now: float) -> int:
     """Rate tokens admitted in ``(now - window_seconds, now]`` and pending ones, read without writing (status)."""
-    return int(cur.scalar(
-        queries.RATES_USED,
-        {"l": row.name, "cut": now - row.window_seconds},
-    ))
+    return int(
+        cur.scalar(
+            queries.RATES_USED,
+            {"l": row.name, "cut": now - row.window_seconds},
+        )
+    )

@@ -11,8 +11,19 @@ from . import queries
 from .db import Cursor
 from .jobs import ALL_JOB_COLUMNS, get_job
 
-_SETTLED = ("id", "lane", "stage", "est", "est_version", "actual", "overage", "finished_at", "est_input",
-            "by_estimate", "rate_cost")
+_SETTLED = (
+    "id",
+    "lane",
+    "stage",
+    "est",
+    "est_version",
+    "actual",
+    "overage",
+    "finished_at",
+    "est_input",
+    "by_estimate",
+    "rate_cost",
+)
 
 
 def _dicts(keys: tuple[str, ...], rows) -> list[dict]:
@@ -110,5 +121,9 @@ def _undo(cur: Cursor, sql: str) -> None:
         cur.execute(queries.READS_ROLLBACK_QUERY)
         cur.execute(queries.READS_UNLOCK_ALL)
     except Exception:  # it ended the transaction or released the savepoint itself: refused, never retried
-        raise InvalidInput("sql", sql, "Ledger.rows runs one query in a read-only transaction; this statement "
-                           "ends the transaction or its savepoint") from None  # fmt: skip
+        raise InvalidInput(
+            "sql",
+            sql,
+            "Ledger.rows runs one query in a read-only transaction; this statement "
+            "ends the transaction or its savepoint",
+        ) from None

@@ -28,9 +28,7 @@ from .lanes import LaneRow, lock_lane
 
 def lapse(cur: Cursor, row: LaneRow, now: float) -> None:
     """Release the reserve of runs that admitted nothing for their hold (lane row locked)."""
-    rows = cur.all(
-        queries.RUNS_LAPSE_SELECT_LANE_RUN, {"l": row.name, "now": now}
-    )
+    rows = cur.all(queries.RUNS_LAPSE_SELECT_LANE_RUN, {"l": row.name, "now": now})
     if not rows:
         return
     cur.execute(
@@ -68,19 +66,24 @@ def record(cur: Cursor, row: LaneRow, now: float, decision: Decision, fits: dict
         if c.run_key is not None:
             committed[c.run_key] = committed.get(c.run_key, 0) + c.est
     rows = [
-        {"l": row.name, "r": key, "now": now, "st": stage, "c": committed.get(key, 0), "rem": remaining,
-         "exp": now + reserve_hold(row.policy, fits.get(stage))}
+        {
+            "l": row.name,
+            "r": key,
+            "now": now,
+            "st": stage,
+            "c": committed.get(key, 0),
+            "rem": remaining,
+            "exp": now + reserve_hold(row.policy, fits.get(stage)),
+        }
         for key, remaining, stage in decision.runs
-    ]  # fmt: skip
+    ]
     cur.executemany(
         queries.RUNS_RECORD_INSERT_LANE_RUN,
         rows,
     )
     new = [{"l": row.name, "r": key, "t": True} for key, _, _ in decision.runs if key not in started]
     if new:  # their other waiting jobs now finish a run under way: the finishing head of the index
-        cur.executemany(
-            queries.RUNS_RECORD_UPDATE_JOB, new
-        )
+        cur.executemany(queries.RUNS_RECORD_UPDATE_JOB, new)
 
 
 def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[str, StageFit] | None:
@@ -112,8 +115,7 @@ def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[st
     )
     # The size classes of the order, from the lane's latest estimates (the head of ix_job_lane_created);
     # waiting jobs keep the place they were given, jobs placed from now on get the new boundary.
-    ests = cur.all(queries.RUNS_LATEST_ESTIMATES,
-                   {"l": lane, "n": SIZE_CLASS_SAMPLE})
+    ests = cur.all(queries.RUNS_LATEST_ESTIMATES, {"l": lane, "n": SIZE_CLASS_SAMPLE})
     # The drift allowance, from the lane's latest settlements (the head of ix_settlement_lane_at): an
     # estimate billed back for missing usage says nothing about how the estimates drift, nor does a late
     # settlement (stored with est 0: its estimate was released when its lease was reaped); nor does one an
@@ -123,8 +125,7 @@ def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[st
     drift, overrun, spread = fit_drift(settled)
     cur.execute(
         queries.RUNS_REFIT_UPDATE_LANE,
-        {"now": now, "l": lane, "b": size_class_boundary(e for (e,) in ests), "d": drift, "o": overrun,
-         "s": spread},
+        {"now": now, "l": lane, "b": size_class_boundary(e for (e,) in ests), "d": drift, "o": overrun, "s": spread},
     )
     return fitted
 

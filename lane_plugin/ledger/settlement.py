@@ -19,6 +19,7 @@ def _limits_output(row: LaneRow) -> bool:
     """Does the lane limit ``output_tokens`` (its charges are trued up to what was generated)?"""
     return OUTPUT_TOKENS in dict(row.limits)
 
+
 # The common case in one statement (PostgreSQL), the lane's lock included: the attempt named is the
 # job's live lease. ``lk`` locks the lane row first (an uncorrelated EXISTS is a one-time filter,
 # evaluated before the job is touched: the lock order stays lane, then job), and only if its period
@@ -31,8 +32,15 @@ _LIVE_SQL = _SQL["live_pg"]
 
 
 def settle(
-    cur: Cursor, job_id: str, *, actual: int, attempt: int | None, outcome: str, now: float,
-    by_estimate: bool = False, unsent: bool = False,
+    cur: Cursor,
+    job_id: str,
+    *,
+    actual: int,
+    attempt: int | None,
+    outcome: str,
+    now: float,
+    by_estimate: bool = False,
+    unsent: bool = False,
 ) -> tuple[Settled, LaneRow]:
     """Bill what one attempt really spent, exactly once (raises :class:`Replay` if already).
 
@@ -44,8 +52,9 @@ def settle(
     settlements: which attempt a bare job id means, replay or conflict, live or late.
     """
     if cur.dialect == "postgresql" and attempt is not None and not unsent:
-        done = _settle_live(cur, job_id, actual=actual, attempt=attempt, outcome=outcome, now=now,
-                            by_estimate=by_estimate)  # fmt: skip
+        done = _settle_live(
+            cur, job_id, actual=actual, attempt=attempt, outcome=outcome, now=now, by_estimate=by_estimate
+        )
         if done is not None:
             return done
     # Locks in the order lane, then job, as every writer does; and rolls the period first: a
@@ -61,8 +70,11 @@ def settle(
         raise Replay(attempt=attempt)  # the caller compares the actual with the first result's
     if attempt > job["lease_attempt"] or attempt < 1:
         if job["state"] == "parked":
-            raise JobParked(f"job {job_id} is parked and was never leased for attempt {attempt}: nothing to settle "
-                            "(requeue it with lane tail requeue, or drop it)", job_id=job_id)  # fmt: skip
+            raise JobParked(
+                f"job {job_id} is parked and was never leased for attempt {attempt}: nothing to settle "
+                "(requeue it with lane tail requeue, or drop it)",
+                job_id=job_id,
+            )
         raise NotLeased(
             f"job {job_id} attempt {attempt} was never leased (state {job['state']}, "
             f"last leased attempt {job['lease_attempt'] or 'none'})",
@@ -87,8 +99,18 @@ def settle(
     overage = max(0, actual - est) if live else actual
     cur.execute(
         queries.SETTLEMENT_SETTLE_INSERT_SETTLEMENT,
-        {"j": job_id, "att": attempt, "l": lane, "e": est if live else 0, "a": actual, "o": overage,
-         "late": not live, "be": bool(by_estimate), "out": outcome, "now": now},
+        {
+            "j": job_id,
+            "att": attempt,
+            "l": lane,
+            "e": est if live else 0,
+            "a": actual,
+            "o": overage,
+            "late": not live,
+            "be": bool(by_estimate),
+            "out": outcome,
+            "now": now,
+        },
     )
     if cur.rowcount != 1:
         raise Replay(attempt=attempt)  # a concurrent settle of the same attempt won; roll back ours
@@ -108,21 +130,22 @@ def settle(
             _SQL["late"],
             {"a": actual, "o": overage, "now": now, "l": lane},
         )
-    settled = Settled(job_id, attempt, lane, est if live else 0, actual, overage, not live, outcome,
-                      by_estimate=bool(by_estimate))  # fmt: skip
+    settled = Settled(
+        job_id, attempt, lane, est if live else 0, actual, overage, not live, outcome, by_estimate=bool(by_estimate)
+    )
     return settled, row_of(after)
 
 
-def _settle_live(cur: Cursor, job_id: str, *, actual: int, attempt: int, outcome: str, now: float,
-                 by_estimate: bool) -> tuple[Settled, LaneRow] | None:  # fmt: skip
+def _settle_live(
+    cur: Cursor, job_id: str, *, actual: int, attempt: int, outcome: str, now: float, by_estimate: bool
+) -> tuple[Settled, LaneRow] | None:
     """PostgreSQL: settle the job's live lease in one statement under the lane lock; None if the
     attempt is not the live lease (the full path then decides, under the same lock)."""
     # Which lane to lock, and whether its period must roll first: read before the lock, re-checked by the
     # statement (a period only rolls forwards: if it needs no roll now, the locked row needs none either).
     # Not the live lease when read (late, replayed): the full path, before any lock is taken here, so that it
     # locks a lane the job left (a late settlement bills it) in name order with the job's lane.
-    pre = cur.one(queries.SETTLEMENT_SETTLE_LIVE,
-                  {"id": job_id, "att": attempt})
+    pre = cur.one(queries.SETTLEMENT_SETTLE_LIVE, {"id": job_id, "att": attempt})
     if pre is None or not pre[3]:
         return None
     lane, period, started, _ = pre
@@ -131,9 +154,23 @@ def _settle_live(cur: Cursor, job_id: str, *, actual: int, attempt: int, outcome
         return None
     final = "done" if outcome == "done" else "failed"
     t0 = time.perf_counter()
-    got = cur.one(_LIVE_SQL, {"st": final, "a": actual, "now": now, "id": job_id, "l": lane, "att": attempt,
-                              "be": bool(by_estimate), "out": outcome, "per": period, "ps": ps,
-                              "pd": period_start("daily", now), "pm": period_start("monthly", now)})  # fmt: skip
+    got = cur.one(
+        _LIVE_SQL,
+        {
+            "st": final,
+            "a": actual,
+            "now": now,
+            "id": job_id,
+            "l": lane,
+            "att": attempt,
+            "be": bool(by_estimate),
+            "out": outcome,
+            "per": period,
+            "ps": ps,
+            "pd": period_start("daily", now),
+            "pm": period_start("monthly", now),
+        },
+    )
     if got[0] and cur.locked_at is None:  # this statement waited for the lane's lock: a lock-wait sample
         cur.locked_at = time.perf_counter()
         if cur.stats is not None:
@@ -156,7 +193,7 @@ def _lock_lanes_left(cur: Cursor, job_id: str) -> None:
     """PostgreSQL: lanes are locked in name order, as the reaper locks them all: a lane the job left (a late
     settlement may bill it) whose name comes before the lane it is in now is locked before that one."""
     # (compared and ordered by the database, in the collation of the reaper's "order by name")
-    for (name,) in cur.all(queries.SETTLEMENT_LOCK_LANES_LEFT, {"j": job_id}):  # fmt: skip
+    for (name,) in cur.all(queries.SETTLEMENT_LOCK_LANES_LEFT, {"j": job_id}):
         lock_lane(cur, name)
 
 
@@ -199,8 +236,9 @@ def first_settlement(cur: Cursor, job_id: str, attempt: int | None) -> Settled:
     if row is None:
         raise NotLeased(f"job {job_id} attempt {attempt} has no settlement", job_id=job_id)
     lane, est, actual, overage, late, outcome, by_estimate = row
-    return Settled(job_id, attempt, lane, est, actual, overage, bool(late), outcome, replay=True,
-                   by_estimate=bool(by_estimate))  # fmt: skip
+    return Settled(
+        job_id, attempt, lane, est, actual, overage, bool(late), outcome, replay=True, by_estimate=bool(by_estimate)
+    )
 
 
 def replayed(first: Settled, actual: int) -> Settled:
@@ -209,6 +247,8 @@ def replayed(first: Settled, actual: int) -> Settled:
         raise ConflictingReplay(
             f"job {first.job_id} attempt {first.attempt} was already settled with {first.actual} tokens; this "
             f"settlement says {actual} (a replay must repeat the first; another attempt's tokens must name "
-            f"that attempt: {first.job_id}:ATTEMPT)", job_id=first.job_id, attempt=first.attempt,
-        )  # fmt: skip
+            f"that attempt: {first.job_id}:ATTEMPT)",
+            job_id=first.job_id,
+            attempt=first.attempt,
+        )
     return first

@@ -91,20 +91,26 @@ def report_states(cur: Cursor, now: float, lane: str | None = None) -> list[dict
         cur.execute(queries.STATUS_REPORT_STATES_UPDATE_LANE, {"s": state, "n": row.name})
         if previous is None and state == "ok":
             continue
-        changes.append({
-            "lane": row.name, "state": state, "previous": previous, "ceiling": row.ceiling,
-            "start_limit": row.policy.start_limit, "start_fraction": row.start_fraction, "spent": row.spent,
-            "reserved": row.reserved, "committed": row.spent + row.reserved, "overage": row.overage,
-            "preflight_error": row.preflight_error,
-        })  # fmt: skip
+        changes.append(
+            {
+                "lane": row.name,
+                "state": state,
+                "previous": previous,
+                "ceiling": row.ceiling,
+                "start_limit": row.policy.start_limit,
+                "start_fraction": row.start_fraction,
+                "spent": row.spent,
+                "reserved": row.reserved,
+                "committed": row.spent + row.reserved,
+                "overage": row.overage,
+                "preflight_error": row.preflight_error,
+            }
+        )
     return changes
 
 
 def lane_status(cur: Cursor, now: float) -> list[dict]:
-    counts: dict[tuple[str, str], int] = {
-        (r[0], r[1]): r[2]
-        for r in cur.all(queries.STATUS_LANE_STATUS)
-    }
+    counts: dict[tuple[str, str], int] = {(r[0], r[1]): r[2] for r in cur.all(queries.STATUS_LANE_STATUS)}
     out = []
     for row in (as_of(r, now) for r in all_lanes(cur)):  # a period rolled since the last tick: today's numbers
         committed = row.spent + row.reserved
@@ -198,8 +204,12 @@ def _when(row: LaneRow, c: Candidate, kind: str, need: int) -> str:
     """
     if row.period == "none":
         return " (the lane has no period: the next tick parks it)"
-    if unfit_before_reset(row.policy, c, kind, spent=0, need=need, drift=row.drift, overrun=row.drift_overrun,
-                          spread=row.drift_spread) is None:  # fmt: skip
+    if (
+        unfit_before_reset(
+            row.policy, c, kind, spent=0, need=need, drift=row.drift, overrun=row.drift_overrun, spread=row.drift_spread
+        )
+        is None
+    ):
         return " (until the period resets)"
     return (
         " (not even after the period resets: it does not fit the empty lane either; the drift allowance "
@@ -223,9 +233,7 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
     """Where a waiting job stands: its place in admission order and the lane's room (Ledger.wait_status)."""
     job = get_job(cur, job_id)
     row = as_of(read_lane(cur, job["lane"]), now)
-    prio, rate_cost, waiter, stored = cur.one(
-        queries.STATUS_JOB_PLACE, {"id": job_id}
-    )
+    prio, rate_cost, waiter, stored = cur.one(queries.STATUS_JOB_PLACE, {"id": job_id})
     p = {"l": row.name, "p": prio, "id": job_id}
     position = 0
     if job["state"] == "new":
@@ -233,21 +241,37 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
     key = job["run_key"]
     started = runs_of(cur, row.name, [key] if key else [])
     fit = fits_of(cur, row.name, [job["stage"]]).get(job["stage"]) if key else None
-    c = Candidate(job_id, job["est"], 0.0, key, rate_cost, job["stage"], fit.after if fit else 0, prio,
-                  job["est_var"])  # fmt: skip
+    c = Candidate(job_id, job["est"], 0.0, key, rate_cost, job["stage"], fit.after if fit else 0, prio, job["est_var"])
     kind = kind_of(c, frozenset(started))
     need = c.est + (c.after if kind == START else 0)
-    unfit = unfit_before_reset(row.policy, c, kind, spent=row.spent, need=need, drift=row.drift,
-                               overrun=row.drift_overrun, spread=row.drift_spread)  # fmt: skip
+    unfit = unfit_before_reset(
+        row.policy,
+        c,
+        kind,
+        spent=row.spent,
+        need=need,
+        drift=row.drift,
+        overrun=row.drift_overrun,
+        spread=row.drift_spread,
+    )
     if unfit is not None:
         blocked_by, reason = unfit[0], unfit[1] + _when(row, c, kind, need)
     else:
         reason = None
         blocked_by = blocking_rule(
-            row.policy, est=c.est, kind=kind, rate_cost=rate_cost, need=need, committed=row.spent + row.reserved,
-            finishing=row.finishing, leased=row.leased, window_used=used(cur, row, now), stopped=row.held,
-            var=row.reserved_var + c.var, over=row.over(row.reserved + c.est, row.leased + 1),
-        )  # fmt: skip
+            row.policy,
+            est=c.est,
+            kind=kind,
+            rate_cost=rate_cost,
+            need=need,
+            committed=row.spent + row.reserved,
+            finishing=row.finishing,
+            leased=row.leased,
+            window_used=used(cur, row, now),
+            stopped=row.held,
+            var=row.reserved_var + c.var,
+            over=row.over(row.reserved + c.est, row.leased + 1),
+        )
     if job["state"] == "new" and unfit is None:  # its tenant's budget (rule 11): it blocks this job, no other
         budget = tenant_budget(cur, now, row.name, job["tenant"], job["est"])
         if budget is not None:
@@ -257,18 +281,35 @@ def wait_status(cur: Cursor, now: float, job_id: str) -> dict:
     if job["state"] in ("parked", "failed", "done"):  # left the queue: the reason the ledger recorded, if any
         reason = stored
     return {
-        "job_id": job_id, "lane": row.name, "stage": job["stage"], "est": job["est"], "rate_cost": rate_cost,
-        "state": job["state"], "position": position, "waiting": cur.scalar(queries.STATUS_WAITING, p),
-        "remaining": row.remaining, "spent": row.spent, "reserved": row.reserved, "finishing": row.finishing,
-        "ceiling": row.ceiling, "start_limit": row.policy.start_limit, "leased": row.leased,
-        "max_leased": row.max_leased, "starts_run": kind != FINISH, "kind": kind,
-        "blocked_by": blocked_by, "reason": reason,
+        "job_id": job_id,
+        "lane": row.name,
+        "stage": job["stage"],
+        "est": job["est"],
+        "rate_cost": rate_cost,
+        "state": job["state"],
+        "position": position,
+        "waiting": cur.scalar(queries.STATUS_WAITING, p),
+        "remaining": row.remaining,
+        "spent": row.spent,
+        "reserved": row.reserved,
+        "finishing": row.finishing,
+        "ceiling": row.ceiling,
+        "start_limit": row.policy.start_limit,
+        "leased": row.leased,
+        "max_leased": row.max_leased,
+        "starts_run": kind != FINISH,
+        "kind": kind,
+        "blocked_by": blocked_by,
+        "reason": reason,
         # a lease past its end is still 'leased' until the next reap takes it back (a tick reaps nothing); the
         # reap's own test, lease_until < now; a gated job's (a waiter waited for it) is parked, not requeued
-        "attempt": job["attempt"], "lease_until": job["lease_until"] if job["state"] == "leased" else None,
+        "attempt": job["attempt"],
+        "lease_until": job["lease_until"] if job["state"] == "leased" else None,
         "lease_left": job["lease_until"] - now if job["state"] == "leased" else None,
         "lease_expired": job["state"] == "leased" and job["lease_until"] < now,
-        "run_key": key, "gated": waiter is not None, "tenant": job["tenant"],
+        "run_key": key,
+        "gated": waiter is not None,
+        "tenant": job["tenant"],
     }
 
 
@@ -283,8 +324,14 @@ def tenant_budget(cur: Cursor, now: float, lane: str, tenant: str, est: int) -> 
     room = t["ceiling"] - t["spent"] - t["reserved"]
     if est <= room:
         return None
-    when = (f"until its {t['period']} period resets" if t["period"] != "none" else
-            "for good unless its ceiling is raised (lane tenants set)" if t["spent"] + est > t["ceiling"] else
-            "until its leased jobs settle")  # fmt: skip
-    return (f"the budget of tenant {tenant!r}: {max(room, 0):,} of its ceiling {t['ceiling']:,} left (spent "
-            f"{t['spent']:,}, reserved {t['reserved']:,}): it waits {when}; the lane's other tenants are not held")
+    when = (
+        f"until its {t['period']} period resets"
+        if t["period"] != "none"
+        else "for good unless its ceiling is raised (lane tenants set)"
+        if t["spent"] + est > t["ceiling"]
+        else "until its leased jobs settle"
+    )
+    return (
+        f"the budget of tenant {tenant!r}: {max(room, 0):,} of its ceiling {t['ceiling']:,} left (spent "
+        f"{t['spent']:,}, reserved {t['reserved']:,}): it waits {when}; the lane's other tenants are not held"
+    )

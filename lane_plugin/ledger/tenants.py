@@ -40,8 +40,7 @@ class TenantRow:
 def ensure(cur: Cursor, lane: str, names: Iterable[str], now: float) -> None:
     """Give each tenant a row in ``lane`` (weight 1, no budget) if it has none."""
     for name in sorted(set(names)):
-        cur.execute(queries.TENANTS_ENSURE,
-                    {"l": lane, "n": name, "now": now})
+        cur.execute(queries.TENANTS_ENSURE, {"l": lane, "n": name, "now": now})
 
 
 def of_lane(cur: Cursor, lane: str, now: float) -> dict[str, TenantRow]:
@@ -51,8 +50,7 @@ def of_lane(cur: Cursor, lane: str, now: float) -> dict[str, TenantRow]:
         row = TenantRow(r[0], float(r[1]), float(r[2]), r[3], r[4], float(r[5]), int(r[6]), bool(r[7]))
         ps = period_start(row.period, now)
         if row.period != "none" and ps > row.period_start:
-            cur.execute(queries.TENANTS_OF_LANE_UPDATE_TENANT,
-                        {"ps": ps, "l": lane, "n": row.name})
+            cur.execute(queries.TENANTS_OF_LANE_UPDATE_TENANT, {"ps": ps, "l": lane, "n": row.name})
             row.spent, row.period_start = 0, ps
         out[row.name] = row
     return out
@@ -64,7 +62,9 @@ def reserved_of(cur: Cursor, lane: str) -> dict[str, int]:
     return {t: int(s or 0) for t, s in rows}
 
 
-def states(cur: Cursor, lane: str, rows: dict[str, TenantRow], backlogged: set[str], now: float) -> dict[str, TenantState]:
+def states(
+    cur: Cursor, lane: str, rows: dict[str, TenantRow], backlogged: set[str], now: float
+) -> dict[str, TenantState]:
     """The tenants as the policy sees them: returning tenants lifted, backlog flags written, budgets with
     their leased estimates. Writes only the rows that change."""
     served = {n: r.served for n, r in rows.items()}
@@ -74,15 +74,20 @@ def states(cur: Cursor, lane: str, rows: dict[str, TenantRow], backlogged: set[s
         rows[name].served = floor
     for name, row in rows.items():
         if row.backlogged != (name in backlogged):
-            cur.execute(queries.TENANTS_SET_BACKLOGGED,
-                        {"b": name in backlogged, "l": lane, "n": name})
+            cur.execute(queries.TENANTS_SET_BACKLOGGED, {"b": name in backlogged, "l": lane, "n": name})
             row.backlogged = name in backlogged
     reserved = reserved_of(cur, lane) if any(r.ceiling is not None for r in rows.values()) else {}
     return {n: r.state(reserved.get(n, 0)) for n, r in rows.items()}
 
 
-def charge(cur: Cursor, lane: str, rows: dict[str, TenantRow], by_tenant: Iterable[tuple[str, int]],
-           reserved_before: dict[str, TenantState], now: float) -> None:  # fmt: skip
+def charge(
+    cur: Cursor,
+    lane: str,
+    rows: dict[str, TenantRow],
+    by_tenant: Iterable[tuple[str, int]],
+    reserved_before: dict[str, TenantState],
+    now: float,
+) -> None:
     """After a decision: each tenant's weighted service grows by its admitted tokens / weight; a budget is
     re-checked by the UPDATE itself (a bug in the policy fails the transaction, never overspends a tenant)."""
     for name, tokens in by_tenant:
@@ -92,11 +97,19 @@ def charge(cur: Cursor, lane: str, rows: dict[str, TenantRow], by_tenant: Iterab
         state = reserved_before.get(name)
         cur.execute(
             queries.TENANTS_CHARGE,
-            {"d": tokens / row.weight, "now": now, "l": lane, "n": name, "t": tokens,
-             "r": state.reserved if state is not None else 0},
+            {
+                "d": tokens / row.weight,
+                "now": now,
+                "l": lane,
+                "n": name,
+                "t": tokens,
+                "r": state.reserved if state is not None else 0,
+            },
         )
         if cur.rowcount != 1:
-            raise LaneError(f"admission re-check failed in lane {lane!r}: the policy chose past the ceiling of tenant {name!r}")
+            raise LaneError(
+                f"admission re-check failed in lane {lane!r}: the policy chose past the ceiling of tenant {name!r}"
+            )
 
 
 # Settlement: the tenant's spent (in its period, rolled here as at admission) and its counter trued up to the actual.
@@ -105,8 +118,14 @@ SETTLE_JOINED_SQL = queries.TENANTS_SETTLE_JOINED_SQL  # PostgreSQL's one-statem
 
 
 def settle_params(lane: str, tenant: str, actual: int, est: int, now: float) -> dict:
-    return {"pd": period_start("daily", now), "pm": period_start("monthly", now), "a": actual, "e": est,
-            "l": lane, "n": tenant}  # fmt: skip
+    return {
+        "pd": period_start("daily", now),
+        "pm": period_start("monthly", now),
+        "a": actual,
+        "e": est,
+        "l": lane,
+        "n": tenant,
+    }
 
 
 def settle(cur: Cursor, lane: str, tenant: str, *, actual: int, est: int, now: float) -> None:
@@ -137,19 +156,14 @@ def set_tenant(
     tenant has already admitted this period is refused unless ``force``, as a lane's is: its jobs would wait
     until the next reset (without a period, for ever) and ``lane audit`` would report I1.
     """
-    import difflib
-
-    from ..errors import InvalidInput
+    from ..errors import UnknownTenant
     from .lanes import lock_lane
 
     lock_lane(cur, lane)  # UnknownLane; and a budget changes under the lane's lock, as admission reads it
     known = [r[0] for r in cur.all(queries.TENANTS_SET_TENANT_SELECT_TENANT, {"l": lane})]
     if name not in known:
         if not create:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise InvalidInput("tenant", name, f"lane {lane!r} has no such tenant ({hint}--create adds it; "
-                               f"lane tenants {lane} lists them)")  # fmt: skip
+            raise UnknownTenant(name, lane, known)
         ensure(cur, lane, (name,), now)
     sets: dict = {}
     if weight is not None:
@@ -204,11 +218,9 @@ def listing(cur: Cursor, now: float, lane: str | None = None) -> list[dict]:
     for ln in lanes:
         for t, s in reserved_of(cur, ln).items():
             reserved[ln, t] = s
-        for t, n in cur.all(queries.TENANTS_LISTING_SELECT_JOB,
-                            {"l": ln}):  # fmt: skip
+        for t, n in cur.all(queries.TENANTS_LISTING_SELECT_JOB, {"l": ln}):
             waiting[ln, t] = int(n)
-        for t, s in cur.all(queries.TENANTS_LISTING_SELECT_SETTLEMENT,
-                            {"l": ln, "since": now - 3600.0}):  # fmt: skip
+        for t, s in cur.all(queries.TENANTS_LISTING_SELECT_SETTLEMENT, {"l": ln, "since": now - 3600.0}):
             hour[ln, t] = int(s or 0)
     out = []
     for r in rows:
@@ -216,10 +228,20 @@ def listing(cur: Cursor, now: float, lane: str | None = None) -> list[dict]:
         ps = period_start(r[5], now)
         spent = 0 if r[5] != "none" and ps > float(r[6]) else int(r[7])  # a period that rolled counts from 0
         lane_hour = sum(v for (x, _), v in hour.items() if x == ln)
-        out.append({
-            "lane": ln, "tenant": name, "weight": float(r[2]), "ceiling": r[4], "period": r[5], "spent": spent,
-            "reserved": reserved.get((ln, name), 0), "waiting": waiting.get((ln, name), 0), "served": float(r[3]),
-            "backlogged": bool(r[8]), "tokens_1h": hour.get((ln, name), 0),
-            "share_1h": hour.get((ln, name), 0) / lane_hour if lane_hour else None,
-        })  # fmt: skip
+        out.append(
+            {
+                "lane": ln,
+                "tenant": name,
+                "weight": float(r[2]),
+                "ceiling": r[4],
+                "period": r[5],
+                "spent": spent,
+                "reserved": reserved.get((ln, name), 0),
+                "waiting": waiting.get((ln, name), 0),
+                "served": float(r[3]),
+                "backlogged": bool(r[8]),
+                "tokens_1h": hour.get((ln, name), 0),
+                "share_1h": hour.get((ln, name), 0) / lane_hour if lane_hour else None,
+            }
+        )
     return out

@@ -65,8 +65,18 @@ def reap(cur: Cursor, *, now: float) -> Moved:
             {"l": lane.name, "now": now, "why": why_gone},
         )
         gone |= {r[3] for r in orphans}
-        tail = [dict(job_id=r[0], lane=lane.name, stage=r[1], est=r[2], reason=why_gone, parked_at=now,
-                     deadline=now + lane.park_seconds) for r in orphans]  # fmt: skip
+        tail = [
+            dict(
+                job_id=r[0],
+                lane=lane.name,
+                stage=r[1],
+                est=r[2],
+                reason=why_gone,
+                parked_at=now,
+                deadline=now + lane.park_seconds,
+            )
+            for r in orphans
+        ]
         _insert_tail(cur, tail)
         moved.parked += tail
         if orphans:
@@ -81,10 +91,17 @@ def reap(cur: Cursor, *, now: float) -> Moved:
         )
         moved.requeued += [r[0] for r in requeued]
         tail = [
-            dict(job_id=r[0], lane=lane.name, stage=r[1], est=r[2], reason=f"lease expired on attempt "
-                 f"{lane.max_attempts} of {lane.max_attempts}", parked_at=now, deadline=now + lane.park_seconds)
+            dict(
+                job_id=r[0],
+                lane=lane.name,
+                stage=r[1],
+                est=r[2],
+                reason=f"lease expired on attempt {lane.max_attempts} of {lane.max_attempts}",
+                parked_at=now,
+                deadline=now + lane.park_seconds,
+            )
             for r in parked
-        ]  # fmt: skip
+        ]
         _insert_tail(cur, tail)
         moved.parked += tail
         ests = [(r[1], r[2]) for r in requeued] + [(r[2], r[3]) for r in parked]
@@ -112,8 +129,10 @@ def drop_waiters(cur: Cursor, waiters: set[str], *, now: float, why: str, lane: 
         sql = queries.UPKEEP_DROP_WAITERS_UPDATE_JOB_OF_LANE if lane else queries.UPKEEP_DROP_WAITERS_UPDATE_JOB
         rows = cur.all(sql, {"why": why, "now": now, "w": w, "l": lane})
         park_for = {r[1]: read_lane(cur, r[1]).park_seconds for r in rows}
-        tails += [dict(job_id=r[0], lane=r[1], stage=r[2], est=r[3], reason=why, parked_at=now,
-                       deadline=now + park_for[r[1]]) for r in rows]  # fmt: skip
+        tails += [
+            dict(job_id=r[0], lane=r[1], stage=r[2], est=r[3], reason=why, parked_at=now, deadline=now + park_for[r[1]])
+            for r in rows
+        ]
     _insert_tail(cur, tails)
     return tails
 
@@ -127,10 +146,17 @@ def park_overdue(cur: Cursor, *, now: float) -> Moved:
             {"l": lane.name, "now": now},
         )
         tail = [
-            dict(job_id=r[0], lane=lane.name, stage=r[1], est=r[2], reason="deadline passed while waiting",
-                 parked_at=now, deadline=now + lane.park_seconds)
+            dict(
+                job_id=r[0],
+                lane=lane.name,
+                stage=r[1],
+                est=r[2],
+                reason="deadline passed while waiting",
+                parked_at=now,
+                deadline=now + lane.park_seconds,
+            )
             for r in rows
-        ]  # fmt: skip
+        ]
         _insert_tail(cur, tail)
         moved.parked += tail
     return moved
@@ -159,8 +185,15 @@ def park(cur: Cursor, job_id: str, *, reason: str, now: float) -> dict | None:
     )
     if cur.rowcount != 1:
         return None
-    tail = dict(job_id=job_id, lane=lane.name, stage=job["stage"], est=job["est"], reason=reason, parked_at=now,
-                deadline=now + lane.park_seconds)  # fmt: skip
+    tail = dict(
+        job_id=job_id,
+        lane=lane.name,
+        stage=job["stage"],
+        est=job["est"],
+        reason=reason,
+        parked_at=now,
+        deadline=now + lane.park_seconds,
+    )
     _insert_tail(cur, [tail])
     return tail
 
@@ -179,8 +212,9 @@ def give_up_never_fitting(cur: Cursor, row: LaneRow, *, now: float) -> list[dict
     found = cur.all(sql, {"l": row.name, "burst": pol.burst_tokens, "ceiling": pol.ceiling})
     tails = []
     for job_id, est, rate_cost, rate_input, rate_output in found:
-        why = never_fits(pol, est, starts_run=False, rate_cost=rate_cost, input_cost=rate_input,
-                         output_cost=rate_output)  # fmt: skip
+        why = never_fits(
+            pol, est, starts_run=False, rate_cost=rate_cost, input_cost=rate_input, output_cost=rate_output
+        )
         tail = (
             None
             if why is None
@@ -242,8 +276,7 @@ def move_to_fallback(cur: Cursor, job_id: str, *, now: float) -> str | None:
 def fall_back_waiting(cur: Cursor, lane: str, *, now: float) -> int:
     """Preflight failed: every waiting job of ``lane`` that may fall back moves to its fallback."""
     moved = 0
-    for (fb,) in cur.all(queries.UPKEEP_FALL_BACK_WAITING_SELECT_JOB,
-                         {"l": lane}):  # fmt: skip
+    for (fb,) in cur.all(queries.UPKEEP_FALL_BACK_WAITING_SELECT_JOB, {"l": lane}):
         place, params = _fresh_place(cur, fb)
         rows = cur.all(
             queries.upkeep_fall_back_waiting_update_job(place),
@@ -297,6 +330,5 @@ def roll_periods(cur: Cursor, *, now: float) -> list[dict]:
         if row.period != "none" and period_start(row.period, now) > row.period_start:
             before = dict(spent=row.spent, overage=row.overage, period_start=row.period_start)
             roll_counters(cur, row, now)
-            rolled.append(dict(lane=row.name, period=row.period, period_start=row.period_start,
-                               previous=before))  # fmt: skip
+            rolled.append(dict(lane=row.name, period=row.period, period_start=row.period_start, previous=before))
     return rolled

@@ -120,8 +120,15 @@ class DatabaseURL:
         info = dict(self.conninfo or {})
         named = {k: info.pop(k, None) for k in ("host", "port", "user", "password", "dbname")}
         query = {k: (MASK if hide and k.lower() in SECRET_PARAMS else v) for k, v in info.items()}
-        return URL.create("postgresql+psycopg", username=named["user"], password=named["password"],
-                          host=named["host"], port=named["port"], database=named["dbname"], query=query)  # fmt: skip
+        return URL.create(
+            "postgresql+psycopg",
+            username=named["user"],
+            password=named["password"],
+            host=named["host"],
+            port=named["port"],
+            database=named["dbname"],
+            query=query,
+        )
 
     @property
     def sqlalchemy_url(self):

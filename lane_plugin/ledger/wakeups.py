@@ -158,8 +158,20 @@ class Wakeups:
             w = self._jobs.get(lease.job_id)
             if w is not None:
                 w.sent = False
-                w.row = (lease.job_id, lease.lane, lease.stage, lease.est, lease.attempt, lease.token,
-                         lease.lease_until, lease.run_key, lease.rate_cost, "leased", None, None)  # fmt: skip
+                w.row = (
+                    lease.job_id,
+                    lease.lane,
+                    lease.stage,
+                    lease.est,
+                    lease.attempt,
+                    lease.token,
+                    lease.lease_until,
+                    lease.run_key,
+                    lease.rate_cost,
+                    "leased",
+                    None,
+                    None,
+                )
                 w.event.set()
 
     def retick(self, lane: str) -> None:

@@ -22,8 +22,10 @@ _said: set[tuple[str, str]] = set()
 def stuck(what: str, holder: str, since: float | None = None) -> WatchdogTimeout:
     """The error to raise for ``what`` held (or stalled) by the thread named ``holder``; logged once at ERROR."""
     ago = f" for {time.monotonic() - since:.1f}s" if since is not None else ""
-    msg = (f"{what} was not available{ago} (held by thread {holder or 'unknown'!r}); failing this task rather "
-           "than waiting for ever")  # fmt: skip
+    msg = (
+        f"{what} was not available{ago} (held by thread {holder or 'unknown'!r}); failing this task rather "
+        "than waiting for ever"
+    )
     if (what, holder) not in _said:
         _said.add((what, holder))
         log.error("lane watchdog: %s", msg)

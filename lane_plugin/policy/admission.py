@@ -68,7 +68,9 @@ Rules, in order (docs/admission.md, "The rules in full"):
     while an older one waits is allowed only while what younger jobs took ahead of the oldest waiting job
     (``passed``), with it, stays at most every waiting job's key (``beta`` times the rate tokens it found
     waiting); a job it keeps out holds no shadow. So at most ``(1 + beta) V`` rate tokens are admitted
-    ahead of a job that found ``V`` waiting: within ``1 + beta`` of token-fifo, by construction.
+    ahead of a job that found ``V`` waiting: within ``1 + beta`` of token-fifo, by construction. Its quantile
+    form (:mod:`lane_plugin.policy.slack`, also an option) keys each job from a p99 of ``V`` as well, and adds
+    a second allowance (``since``, ``dues``): the lane's p99 of tokens ahead within ``c`` of token-fifo's.
 
 The order and the bound on how long a job that fits can wait: :mod:`lane_plugin.policy.order`; the
 bound against token-fifo: :mod:`lane_plugin.policy.overtake`; the service-gap bound between tenants:
@@ -200,7 +202,7 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
     # Tenants with a budget (rule 11), and the tokens admitted per tenant in this tick.
     budgets = {name: t for name, t in snapshot.tenants.items() if t.ceiling is not None}
     by_tenant: dict[str, int] = {}
-    budget_ok = Overtaking(snapshot.passed, snapshot.guard, snapshot.oldest)
+    budget_ok = Overtaking(snapshot.passed, snapshot.guard, snapshot.oldest, snapshot.since, snapshot.dues)
     queue = candidates if ordered else order(snapshot, candidates)
     if budget_ok.on and budget_ok.spent():  # rule 12: no room to pass anybody, the oldest first in arrival order
         queue = budget_ok.oldest_first(queue)

@@ -38,8 +38,10 @@ class LanePolicy:
     @classmethod
     def of(cls, source: Any) -> LanePolicy:
         """The policy of anything carrying these fields by name (a lane row, simulator settings)."""
-        return cls(**{f: getattr(source, f) for f in cls.__dataclass_fields__ if f != "limits"},
-                   limits=tuple(getattr(source, "limits", ())))
+        return cls(
+            **{f: getattr(source, f) for f in cls.__dataclass_fields__ if f != "limits"},
+            limits=tuple(getattr(source, "limits", ())),
+        )
 
     @property
     def all_limits(self) -> tuple[tuple[str, Limit], ...]:
@@ -49,7 +51,9 @@ class LanePolicy:
             >>> LanePolicy(ceiling=10, burst_tokens=500, window_seconds=60.0).all_limits
             (('tokens', Limit(amount=500, window_seconds=60.0)),)
         """
-        tokens = () if self.burst_tokens >= NO_TOKENS_LIMIT else ((TOKENS, Limit(self.burst_tokens, self.window_seconds)),)
+        tokens = (
+            () if self.burst_tokens >= NO_TOKENS_LIMIT else ((TOKENS, Limit(self.burst_tokens, self.window_seconds)),)
+        )
         return tokens + tuple(self.limits)
 
     @property
@@ -96,7 +100,9 @@ class LaneSnapshot:
     ``paused_until`` when a provider's 429 closed the lane until (rule 1b: nothing before);
     ``passed``, ``guard`` and ``oldest`` the overtaking budget (rule 12, :mod:`lane_plugin.policy.overtake`):
     what younger jobs took ahead of the oldest waiting job, the least keys of the waiting jobs ``(key, id)``
-    ascending, the ids of the oldest waiting jobs in arrival order (``guard`` empty: the rule is off).
+    ascending, the ids of the oldest waiting jobs in arrival order (``guard`` empty: the rule is off);
+    ``since`` and ``dues`` its second bound (:mod:`lane_plugin.policy.slack`, optional): the rate tokens that ever
+    left the queue, and the least ``left at arrival + key`` of the waiting jobs ``(due, id)`` ascending (empty: none).
 
     Example:
         >>> s = LaneSnapshot(LanePolicy(ceiling=1_000), spent=600, reserved=300, leased=2, window_used=0, now=0.0)
@@ -125,3 +131,5 @@ class LaneSnapshot:
     passed: int = 0
     guard: tuple[tuple[int, str], ...] = ()
     oldest: tuple[str, ...] = ()
+    since: int = 0
+    dues: tuple[tuple[int, str], ...] = ()

@@ -34,6 +34,7 @@ from .candidate import Candidate
 from .fairness import fair_order
 from .lane import LanePolicy, LaneSnapshot
 
+
 def priority(
     policy: LanePolicy,
     est: int,

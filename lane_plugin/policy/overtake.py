@@ -99,6 +99,9 @@ class Overtaking:
     (the module's ``left - pos_J0``); ``guard``: the least keys of the waiting jobs, ``(key, id)`` ascending
     (the first few: the keys past them are no smaller than the last one read); ``oldest``: the ids of the
     waiting jobs in arrival order (the first few). An empty ``guard``: the rule is off (everything allowed).
+    ``since`` and ``dues`` (optional, :mod:`lane_plugin.policy.slack`'s second bound): the rate tokens that ever
+    left the queue, and the least ``due = left at arrival + key`` of the waiting jobs, ``(due, id)`` ascending;
+    a pass is also allowed while ``since`` plus what this tick admitted plus its rate is at most the least due.
 
     Example:
         >>> o = Overtaking(0, ((500, "old"), (9_000, "small")), ("old", "small"))
@@ -110,12 +113,20 @@ class Overtaking:
         True
     """
 
-    __slots__ = ("_done", "_i", "base", "guard", "oldest", "on", "overtook")
+    __slots__ = ("_done", "_i", "base", "dues", "guard", "moved", "oldest", "on", "overtook", "since")
 
-    def __init__(self, passed: int, guard: Sequence[tuple[int, str]], oldest: Sequence[str]) -> None:
-        self.base, self.guard, self.oldest = passed, guard, oldest
+    def __init__(
+        self,
+        passed: int,
+        guard: Sequence[tuple[int, str]],
+        oldest: Sequence[str],
+        since: int = 0,
+        dues: Sequence[tuple[int, str]] = (),
+    ) -> None:
+        self.base, self.guard, self.oldest, self.since, self.dues = passed, guard, oldest, since, dues
         self.on = bool(guard)
         self.overtook = 0  # the rate tokens this tick admits out of order
+        self.moved = 0  # the rate tokens this tick admits, in order or not
         self._i = 0  # oldest[_i]: the oldest job still waiting (as far as the list reaches)
         self._done: set[str] = set()
 
@@ -123,23 +134,26 @@ class Overtaking:
         """Whether ``c`` is the oldest waiting job (a job past the list read counts as out of order)."""
         return self._i < len(self.oldest) and self.oldest[self._i] == c.id
 
-    def limit(self, cid: str) -> int:
-        """The least key of the jobs still waiting but ``cid`` (a lower bound past the keys read)."""
+    def limit(self, cid: str, heads: Sequence[tuple[int, str]] | None = None) -> int:
+        """The least key (of ``heads``: due) of the jobs still waiting but ``cid`` (a lower bound past those read)."""
         done = self._done
-        for key, jid in self.guard:
+        heads = self.guard if heads is None else heads
+        for key, jid in heads:
             if jid != cid and jid not in done:
                 return key
-        return self.guard[-1][0]
+        return heads[-1][0]
 
     def allows(self, c: Candidate) -> bool:
         """Whether the budget lets ``c`` be admitted now."""
         if not self.on or self.in_order(c):
             return True
-        return self.base + self.overtook + c.rate <= self.limit(c.id)
+        if self.base + self.overtook + c.rate <= self.limit(c.id):
+            return True
+        return bool(self.dues) and self.since + self.moved + c.rate <= self.limit(c.id, self.dues)
 
     def spent(self) -> bool:
         """Whether the budget has no room left for any pass (then the lane is first come, first served)."""
-        return self.base >= self.guard[0][0]
+        return self.base >= self.guard[0][0] and (not self.dues or self.since >= self.dues[0][0])
 
     def oldest_first(self, candidates: Iterable[Candidate]) -> list[Candidate]:
         """``candidates`` with the oldest waiting jobs first, in arrival order (they are admitted in order,
@@ -154,6 +168,7 @@ class Overtaking:
         """``c`` is admitted: out of order, its rate tokens count."""
         if self.on and not self.in_order(c):
             self.overtook += c.rate
+        self.moved += c.rate
         self.left(c)
 
     def left(self, c: Candidate) -> None:

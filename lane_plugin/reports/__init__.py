@@ -1,10 +1,9 @@
-"""Reports on a ledger: drift (estimate against actual, pandas) and its plot over time."""
+"""Reports on a ledger: drift (estimate against actual, pandas), its summary in words and its plot over time."""
 
 from .drift import (
     GROUPS,
     HIGH,
     LOW,
-    advice,
     done_jobs,
     drift,
     drift_over_time,
@@ -13,14 +12,28 @@ from .drift import (
     render,
     round2,
     spend_over_time,
-    summary_markdown,
     verdict,
     version_jobs,
-    worst,
-)  # fmt: skip
+)
 from .plots import plot_drift
+from .summary import advice, summary_markdown, worst
 
 __all__ = [
-    "GROUPS", "HIGH", "LOW", "advice", "done_jobs", "drift", "drift_over_time", "parse_since", "plot_drift",
-    "ratio2", "render", "round2", "spend_over_time", "summary_markdown", "verdict", "version_jobs", "worst",
-]  # fmt: skip
+    "GROUPS",
+    "HIGH",
+    "LOW",
+    "advice",
+    "done_jobs",
+    "drift",
+    "drift_over_time",
+    "parse_since",
+    "plot_drift",
+    "ratio2",
+    "render",
+    "round2",
+    "spend_over_time",
+    "summary_markdown",
+    "verdict",
+    "version_jobs",
+    "worst",
+]

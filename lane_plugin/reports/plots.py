@@ -40,8 +40,9 @@ def time_axis(ax, times) -> str:
     return label
 
 
-def plot_drift(series, path: str | os.PathLike, *, title: str = "Drift per stage (sum actual / sum est)",
-               spend=None) -> str:  # fmt: skip
+def plot_drift(
+    series, path: str | os.PathLike, *, title: str = "Drift per stage (sum actual / sum est)", spend=None
+) -> str:
     """Draw drift per group over time with the 1.0 and 1.5 lines and, given ``spend``, each lane's budget.
 
     Args:
@@ -71,8 +72,9 @@ def plot_drift(series, path: str | os.PathLike, *, title: str = "Drift per stage
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     group = series.columns[0] if len(series.columns) else "stage"
     budget = spend is not None and len(spend)
-    fig, axes = plt.subplots(2 if budget else 1, 1, figsize=(10, 7 if budget else 4.5), dpi=100, sharex=True,
-                             squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        2 if budget else 1, 1, figsize=(10, 7 if budget else 4.5), dpi=100, sharex=True, squeeze=False
+    )
     ax = axes[0][0]
     times = []
     try:

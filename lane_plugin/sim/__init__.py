@@ -17,6 +17,20 @@ from .traffic import MIXES, Trace, from_ledger, generate
 from .window import RateWindow
 
 __all__ = [
-    "MIXES", "PERIODS", "POLICIES", "Sim", "SimConfig", "RateWindow", "SimResult", "Trace", "from_ledger",
-    "generate", "load_csv", "load_trace", "percentile", "refused_at_intake", "simulate", "write_csv",
-]  # fmt: skip
+    "MIXES",
+    "PERIODS",
+    "POLICIES",
+    "Sim",
+    "SimConfig",
+    "RateWindow",
+    "SimResult",
+    "Trace",
+    "from_ledger",
+    "generate",
+    "load_csv",
+    "load_trace",
+    "percentile",
+    "refused_at_intake",
+    "simulate",
+    "write_csv",
+]

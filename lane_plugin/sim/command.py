@@ -24,14 +24,31 @@ from .tenants import assign_by_hash, parse_tenants
 from .traffic import MIXES, from_ledger, generate
 
 LANE_FIELDS = (
-    "ceiling", "allowance", "start_fraction", "burst_tokens", "window_seconds", "max_leased",
-    "lease_seconds", "max_wait_seconds", "max_attempts", "rate_basis", "headroom_sigmas",
-)  # fmt: skip
+    "ceiling",
+    "allowance",
+    "start_fraction",
+    "burst_tokens",
+    "window_seconds",
+    "max_leased",
+    "lease_seconds",
+    "max_wait_seconds",
+    "max_attempts",
+    "rate_basis",
+    "headroom_sigmas",
+)
 
 
 # Flags that shape generated traffic, and flags that shape how a trace file is read.
-GENERATOR_FLAGS = {"jobs": "--jobs", "mix": "--mix", "drift": "--drift", "noise": "--noise", "seed": "--seed",
-                   "stages": "--stages", "median": "--median", "days": "--days"}  # fmt: skip
+GENERATOR_FLAGS = {
+    "jobs": "--jobs",
+    "mix": "--mix",
+    "drift": "--drift",
+    "noise": "--noise",
+    "seed": "--seed",
+    "stages": "--stages",
+    "median": "--median",
+    "days": "--days",
+}
 TRACE_FLAGS = {"output_allowance": "--output-allowance", "max_tokens": "--max-tokens"}
 
 
@@ -51,8 +68,10 @@ def _check_sources(ctx: typer.Context | None, trace: Optional[Path], from_ledger
     if trace is not None:
         gen = _given(ctx, GENERATOR_FLAGS)
         if gen:
-            raise _fail(f"{', '.join(gen)} shape(s) generated traffic and cannot apply to --trace {trace}: drop "
-                        "them, or drop --trace to generate traffic")  # fmt: skip
+            raise _fail(
+                f"{', '.join(gen)} shape(s) generated traffic and cannot apply to --trace {trace}: drop "
+                "them, or drop --trace to generate traffic"
+            )
         return
     gen = _given(ctx, {k: v for k, v in GENERATOR_FLAGS.items() if k != "days"}) if from_ledger_ else []
     if gen:
@@ -155,11 +174,14 @@ def simulate(
     stages: int = typer.Option(3, "--stages", help="Generator: jobs per pipeline run (same run_key)."),
     median: float = typer.Option(1_000.0, "--median", help="Generator: median estimate in tokens."),
     tenants: Optional[str] = typer.Option(
-        None, "--tenants", metavar="NAME:WEIGHT:SHARE,...",
+        None,
+        "--tenants",
+        metavar="NAME:WEIGHT:SHARE,...",
         help="Tenants sharing the lane, e.g. backfill:1:0.9,interactive:4:0.1: the generator draws each run's "
         "by SHARE; a trace without a tenant column gets them by hashing each run key (else row number); "
         "WEIGHT is the tenant's weight. Adds today's order (lane-one-queue) as a baseline row and per-tenant "
-        "figures.", show_default=False,
+        "figures.",
+        show_default=False,
     ),
     from_ledger_: bool = typer.Option(
         False, "--from-ledger", help="Replay the settled jobs of the last --days days of the ledger at --db."
@@ -181,11 +203,13 @@ def simulate(
         None, help="Starting a run stops at this share of the ceiling [0.8]."
     ),
     limit: Optional[list[str]] = typer.Option(
-        None, "--limit", metavar="UNIT=AMOUNT/WINDOW",
+        None,
+        "--limit",
+        metavar="UNIT=AMOUNT/WINDOW",
         help="A sliding-window limit as the provider states it, as lane lanes set takes it, repeatable: "
         "requests=500/60s, tokens=30000/60s (the burst window), input_tokens=..., output_tokens=8000/60s; "
         "UNIT=none drops one (of --lane's).",
-    ),  # fmt: skip
+    ),
     burst_tokens: Optional[int] = typer.Option(None, help="Tokens admitted per window [40,000]."),
     window_seconds: Optional[float] = typer.Option(None, help="Burst window length [1.0]."),
     max_leased: Optional[int] = typer.Option(None, help="Leases held at once [25]."),
@@ -231,8 +255,22 @@ def simulate(
     horizon: Optional[float] = typer.Option(None, help="Stop the clock here, in seconds (default: until drained)."),
     starve_after: float = typer.Option(3_600.0, help="A never-admitted, overtaken job waiting this long is starved."),
     overtake_beta: Optional[float] = typer.Option(
-        None, "--overtake-beta", help="The lane row's overtaking budget (rule 12): younger jobs take at most this "
-        "times the rate tokens a job found waiting ahead of it (0.25: within 1.25x of token-fifo's). Default: off."
+        None,
+        "--overtake-beta",
+        help="The lane row's overtaking budget (rule 12): younger jobs take at most this "
+        "times the rate tokens a job found waiting ahead of it (0.25: within 1.25x of token-fifo's). Default: off.",
+    ),
+    overtake_slack: Optional[float] = typer.Option(
+        None,
+        "--overtake-slack",
+        help="Rule 12's quantile form: the lane's p99 of rate tokens ahead of a job within this times "
+        "token-fifo's (1.3); a job is passed only within the slack a running p99 leaves it. Default: off.",
+    ),
+    overtake_learned: Optional[int] = typer.Option(
+        None,
+        "--overtake-learned",
+        help="With --overtake-slack: the p99 of the rate tokens waiting at arrivals that the lane learned before "
+        "(yesterday's), read instead of the running estimate.",
     ),
     policies: str = typer.Option(
         ",".join(POLICIES),
@@ -291,10 +329,17 @@ def simulate(
     except Exception as exc:  # noqa: BLE001 - any ledger error ends the command with its message
         raise _fail(f"lane={lane!r}: cannot read its settings: {exc}") from None
     flags = dict(
-        ceiling=ceiling, allowance=allowance, start_fraction=start_fraction, burst_tokens=burst_tokens,
-        window_seconds=window_seconds, max_leased=max_leased, lease_seconds=lease_seconds,
-        max_wait_seconds=max_wait_seconds, max_attempts=max_attempts, headroom_sigmas=headroom_sigmas,
-    )  # fmt: skip
+        ceiling=ceiling,
+        allowance=allowance,
+        start_fraction=start_fraction,
+        burst_tokens=burst_tokens,
+        window_seconds=window_seconds,
+        max_leased=max_leased,
+        lease_seconds=lease_seconds,
+        max_wait_seconds=max_wait_seconds,
+        max_attempts=max_attempts,
+        headroom_sigmas=headroom_sigmas,
+    )
     settings.update({k: v for k, v in flags.items() if v is not None})
     if period is not None:
         settings["period_seconds"] = PERIODS[period]
@@ -307,11 +352,25 @@ def simulate(
     try:
         tenant_spec = parse_tenants(tenants) if tenants is not None else None
         cfg = SimConfig(
-            **settings, workers=workers, service_base=service_base, service_per_token=service_per_token,
-            service_per_output_token=service_per_output_token, sleep_seconds=sleep_seconds, sleep_every=sleep_every,
-            preflight=preflight, deadline=deadline, count_slots=count_slots, horizon=horizon,
-            starve_after=starve_after, chain=chain, estimator=estimator, warmup=warmup, overtake_beta=overtake_beta,
-        )  # fmt: skip
+            **settings,
+            workers=workers,
+            service_base=service_base,
+            service_per_token=service_per_token,
+            service_per_output_token=service_per_output_token,
+            sleep_seconds=sleep_seconds,
+            sleep_every=sleep_every,
+            preflight=preflight,
+            deadline=deadline,
+            count_slots=count_slots,
+            horizon=horizon,
+            starve_after=starve_after,
+            chain=chain,
+            estimator=estimator,
+            warmup=warmup,
+            overtake_beta=overtake_beta,
+            overtake_slack=overtake_slack,
+            overtake_learned=overtake_learned,
+        )
         if tenant_spec is not None:  # --tenants' weights, over those of the --lane's tenants
             cfg = replace(cfg, tenant_weights=tuple((n, w) for n, w, _ in tenant_spec))
         if trace is not None:
@@ -319,10 +378,21 @@ def simulate(
         elif from_ledger_:
             tr = from_ledger(url, days)
         else:
-            tr = generate(jobs, mix=mix, drift=drift, noise=noise, seed=seed, days=days, stages=stages,
-                          median=median, tenants=tenant_spec)  # fmt: skip
+            tr = generate(
+                jobs,
+                mix=mix,
+                drift=drift,
+                noise=noise,
+                seed=seed,
+                days=days,
+                stages=stages,
+                median=median,
+                tenants=tenant_spec,
+            )
         if tenant_spec is not None and all(t is None for t in tr.tenant):
-            assigned: list[str | None] = list(assign_by_hash([rk or str(i) for i, rk in enumerate(tr.run_key)], tenant_spec))
+            assigned: list[str | None] = list(
+                assign_by_hash([rk or str(i) for i, rk in enumerate(tr.run_key)], tenant_spec)
+            )
             tr.tenant = assigned
         if estimator is not None:
             from .estimating import OnlineEstimator

@@ -66,6 +66,12 @@ class SimConfig:
     # rate tokens a job found waiting are admitted ahead of it (lane_plugin.policy.overtake.OVERTAKE_BETA: 0.25).
     # None: off, the default (the order alone; docs/admission.md, "Bounding waits against first come, first served").
     overtake_beta: float | None = None
+    # Rule 12's quantile form (lane_plugin.policy.slack): keys max((c - 1) V, c Q - V), Q the lane's running p99 of V,
+    # so the lane's p99 of tokens ahead stays within c x token-fifo's (QUANTILE_SLACK: 1.3). None: off.
+    overtake_slack: float | None = None
+    # The p99 of V (rate tokens) the lane learned before this run (the ledger would refit it from the last day's
+    # arrivals, as it refits the size classes): every key reads it instead of the running estimate. None: running.
+    overtake_learned: int | None = None
     # The lane's limits other than tokens (requests, input_tokens, output_tokens): LanePolicy.limits.
     limits: tuple[tuple[str, Limit], ...] = ()
 
@@ -76,8 +82,16 @@ class SimConfig:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be > 0")
         if not 0 < self.start_fraction <= 1:
             raise ValueError(f"start_fraction={self.start_fraction!r} must be in (0, 1]")
-        for name in ("window_seconds", "max_wait_seconds", "service_base", "service_per_token",
-                     "service_per_output_token", "sleep_seconds", "sleep_every", "starve_after"):  # fmt: skip
+        for name in (
+            "window_seconds",
+            "max_wait_seconds",
+            "service_base",
+            "service_per_token",
+            "service_per_output_token",
+            "sleep_seconds",
+            "sleep_every",
+            "starve_after",
+        ):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be >= 0")
         if not self.headroom_sigmas >= 0:
@@ -86,6 +100,15 @@ class SimConfig:
             raise ValueError(f"warmup={self.warmup!r} must be >= 0")
         if self.overtake_beta is not None and not self.overtake_beta >= 0:
             raise ValueError(f"overtake_beta={self.overtake_beta!r} must be >= 0 (or None: off)")
+        if self.overtake_slack is not None and not self.overtake_slack >= 1:
+            raise ValueError(f"overtake_slack={self.overtake_slack!r} must be >= 1 (or None: off)")
+        if self.overtake_learned is not None and (self.overtake_slack is None or not self.overtake_learned >= 0):
+            raise ValueError(f"overtake_learned={self.overtake_learned!r} must be >= 0, with overtake_slack set")
+        if self.overtake_slack is not None and self.overtake_beta is not None:
+            raise ValueError(
+                f"overtake_beta={self.overtake_beta!r} and overtake_slack={self.overtake_slack!r}: "
+                "set one (the slack's keys carry their own pointwise part, slack - 1)"
+            )
         check_name(self.estimator)
         if self.rate_basis not in ("request", "actual"):
             raise ValueError(f"rate_basis={self.rate_basis!r} must be 'request' or 'actual'")
@@ -94,8 +117,10 @@ class SimConfig:
         units = [unit for unit, _ in self.limits]
         for unit, lim in self.limits:
             if unit not in EXTRA_UNITS:
-                raise ValueError(f"limits: unit={unit!r} must be one of {', '.join(EXTRA_UNITS)} "
-                                 "(tokens is burst_tokens / window_seconds)")  # fmt: skip
+                raise ValueError(
+                    f"limits: unit={unit!r} must be one of {', '.join(EXTRA_UNITS)} "
+                    "(tokens is burst_tokens / window_seconds)"
+                )
             if units.count(unit) > 1:
                 raise ValueError(f"limits: unit={unit!r} is given twice")
             if not (lim.amount > 0 and lim.window_seconds > 0):
@@ -130,9 +155,17 @@ def refused_at_intake(trace: Trace, cfg: SimConfig) -> list[bool]:
     for j, (e, rc, rk) in enumerate(zip(trace.est, trace.rate_costs(), trace.run_key)):  # a run's first job starts it
         units = job_units(rc, e, inputs[j]) if pol.limits else None
         starts = rk is not None and rk not in seen
-        out.append(never_fits(pol, e, starts_run=starts, rate_cost=rc,
-                              input_cost=units and units[INPUT_TOKENS], output_cost=units and units[OUTPUT_TOKENS])
-                   is not None)  # fmt: skip
+        out.append(
+            never_fits(
+                pol,
+                e,
+                starts_run=starts,
+                rate_cost=rc,
+                input_cost=units and units[INPUT_TOKENS],
+                output_cost=units and units[OUTPUT_TOKENS],
+            )
+            is not None
+        )
         if rk is not None:
             seen.add(rk)
     return out

@@ -52,7 +52,6 @@ from .chains import (
     EXPIRE_EV,
     FUTURE,
     LEASED,
-    PARKED,
     REFUSED,
     WAITING,
     WAKE_EV,
@@ -63,9 +62,10 @@ from .estimating import OnlineEstimator, figures
 from .gcpause import paused_gc
 from .limits import SimLimits
 from .meter import OverBurst
+from .parking import Parking
 from .periods import BudgetPeriods
 from .policies import EXTRA_POLICIES, LANE_POLICIES, POLICIES, USES_EST_HEAP, LaneQueue, policy_named
-from .results import SimResult, collect, percentile
+from .results import SimResult, collect, estimate_ratio, percentile
 from .tenants import TenantBook
 from .traffic import Trace
 from .views import PolicyView
@@ -84,11 +84,20 @@ def service_times(trace: Trace, cfg: SimConfig) -> list[float]:
     return [base + (per_tok * a if o is None else per_out * o) for a, o in zip(trace.actual, trace.output_tokens)]
 
 
-class Sim(PolicyView, BudgetPeriods, SlowWorker):
+class Sim(PolicyView, BudgetPeriods, SlowWorker, Parking):
     """One policy over one trace. Build it, call :meth:`run` once."""
 
-    def __init__(self, trace: Trace, cfg: SimConfig, policy: str, *, refused: list[bool] | None = None,
-                 record: bool = False, runs: Runs | None = None, progress: Progress | None = None) -> None:
+    def __init__(
+        self,
+        trace: Trace,
+        cfg: SimConfig,
+        policy: str,
+        *,
+        refused: list[bool] | None = None,
+        record: bool = False,
+        runs: Runs | None = None,
+        progress: Progress | None = None,
+    ) -> None:
         select = policy_named(policy)
         if select is None:
             raise ValueError(f"policy={policy!r} is not one of {', '.join([*POLICIES, *EXTRA_POLICIES])}")
@@ -117,7 +126,8 @@ class Sim(PolicyView, BudgetPeriods, SlowWorker):
         self.age: list[tuple[float, int]] = []  # waiting jobs by (submitted, index)
         self.by_est: list[tuple[int, int]] = []  # waiting jobs by (est, index)
         self._use_age = policy in ("count", "token-fifo") or cfg.deadline is not None  # kept only where read
-        self._use_est = policy in USES_EST_HEAP and (policy not in LANE_POLICIES or bool(cfg.period_seconds))  # (a lane: skip)
+        # by_est is kept only where read (a lane: skip)
+        self._use_est = policy in USES_EST_HEAP and (policy not in LANE_POLICIES or bool(cfg.period_seconds))
         self.spent = self.reserved = self.leased = 0
         # The burst window every policy obeys (rate_cost, sliding) and what it measures.
         self.window = RateWindow(cfg.window_seconds)
@@ -184,9 +194,18 @@ class Sim(PolicyView, BudgetPeriods, SlowWorker):
         if rk is not None:
             self._runs_seen.add(rk)
         units = self.units(j) if self.limits else None
-        self.refused[j] = never_fits(self.cfg.lane_policy, est, starts_run=starts, rate_cost=self.rate[j], var=var,
-                                     input_cost=units and units["input_tokens"],
-                                     output_cost=units and units["output_tokens"]) is not None  # fmt: skip
+        self.refused[j] = (
+            never_fits(
+                self.cfg.lane_policy,
+                est,
+                starts_run=starts,
+                rate_cost=self.rate[j],
+                var=var,
+                input_cost=units and units["input_tokens"],
+                output_cost=units and units["output_tokens"],
+            )
+            is not None
+        )
 
     def _make_waiting(self, j: int) -> None:
         self.state[j] = WAITING
@@ -255,50 +274,6 @@ class Sim(PolicyView, BudgetPeriods, SlowWorker):
         nxt = self.runs.next_stage[j]
         if nxt >= 0:
             self._submit(nxt, t)  # the next stage of the run: submitted as this one settles
-
-    def park(self, j: int, t: float) -> None:
-        """A waiting job leaves the queue for the tail (past its deadline, or a policy parks it)."""
-        self.n_waiting -= 1
-        if self.lane_queue is not None:
-            self.lane_queue.left(j)
-        if self.tenants is not None:
-            self.tenants.leave(j)
-        self._park(j, t)
-
-    def _park(self, j: int, t: float) -> None:
-        self.state[j] = PARKED
-        self.parked += 1
-        self.parked_at[j] = t
-        if self.record:
-            self.log.append(("park", t, self.job_id(j)))
-
-    def _expire(self, j: int, t: float) -> None:
-        self.leased -= 1
-        self.reserved -= self.est[j]
-        self.reserved_var -= self.var[j]
-        self.expired += 1
-        if self.record:
-            self.log.append(("expire", t, self.job_id(j)))
-        if self.lease_no[j] >= self.cfg.max_attempts:
-            self._park(j, t)
-        else:
-            self._make_waiting(j)
-
-    def _park_overdue(self, t: float) -> None:
-        deadline = self.cfg.deadline
-        age, state = self.age, self.state
-        while age:
-            since, j = age[0]
-            if state[j] != WAITING:
-                heappop(age)
-                continue
-            if since + deadline > t:
-                if since + deadline != self._next_deadline_wake:
-                    self._next_deadline_wake = since + deadline
-                    self._push(since + deadline, WAKE_EV)
-                break
-            heappop(age)
-            self.park(j, t)
 
     def _tick(self, t: float) -> int:
         limits = self.limits
@@ -392,17 +367,26 @@ class Sim(PolicyView, BudgetPeriods, SlowWorker):
         if self.estimator is not None:
             warm = self.estimator.warm
             counted = [warm[j] and state[j] == DONE for j in range(self.n)]
-            result.estimator = figures(self.cfg.estimator, self.policy, self.est, self.trace.actual, counted,
-                                       self.cfg.warmup).as_dict()  # fmt: skip
+            result.estimator = figures(
+                self.cfg.estimator, self.policy, self.est, self.trace.actual, counted, self.cfg.warmup
+            ).as_dict()
         if progress is not None:
             progress(self, end)
+        if self.lane_queue is not None and self.lane_queue.backlog is not None:
+            result.slack_estimate_ratio = estimate_ratio(self.lane_queue.arrivals, self.lane_queue.backlog.q)
         if self.lane_queue is not None:  # a cycle back to this Sim: refcounting frees it, not a GC pass over the run
             self.lane_queue.sim = self.lane_queue.runs.sim = None
         return result
 
 
-def simulate(trace: Trace, cfg: SimConfig, policies: list[str] | tuple[str, ...] = tuple(POLICIES),
-             *, record: bool = False, progress: Progress | None = None) -> list[SimResult]:
+def simulate(
+    trace: Trace,
+    cfg: SimConfig,
+    policies: list[str] | tuple[str, ...] = tuple(POLICIES),
+    *,
+    record: bool = False,
+    progress: Progress | None = None,
+) -> list[SimResult]:
     """Run every policy over the same trace and lane, side by side.
 
     Args:
@@ -428,8 +412,18 @@ def simulate(trace: Trace, cfg: SimConfig, policies: list[str] | tuple[str, ...]
     runs = Runs.of(trace, chain=cfg.chain)
     # with an estimator each policy's run estimates (and refuses) at submission: its own copy
     with paused_gc():
-        return [Sim(trace, cfg, p, refused=list(refused) if cfg.estimator else refused, record=record, runs=runs,
-                    progress=progress).run() for p in policies]  # fmt: skip
+        return [
+            Sim(
+                trace,
+                cfg,
+                p,
+                refused=list(refused) if cfg.estimator else refused,
+                record=record,
+                runs=runs,
+                progress=progress,
+            ).run()
+            for p in policies
+        ]
 
 
 __all__ = ["PERIODS", "Sim", "SimConfig", "SimResult", "percentile", "refused_at_intake", "service_times", "simulate"]

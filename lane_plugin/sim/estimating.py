@@ -47,9 +47,11 @@ class OnlineEstimator:
         check_name(name)
         missing = sum(1 for x in trace.input_tokens if x is None)
         if missing:
-            raise ValueError(f"estimator={name!r} needs every job's input tokens: {missing} of {len(trace)} jobs of "
-                             f"{trace.source or 'the trace'} have none (use a trace with input_tokens,output_tokens, "
-                             "an Azure or a Mooncake trace)")  # fmt: skip
+            raise ValueError(
+                f"estimator={name!r} needs every job's input tokens: {missing} of {len(trace)} jobs of "
+                f"{trace.source or 'the trace'} have none (use a trace with input_tokens,output_tokens, "
+                "an Azure or a Mooncake trace)"
+            )
         self.name, self.trace, self.warmup = name, trace, warmup
         # The inputs come counted: the counter is never asked (chars/4 loads no tokenizer).
         self.impl = Learned(counter=TokenCounter(encoding="o200k_base", backend="chars/4"), ledger=False)
@@ -111,8 +113,17 @@ def figures(name: str, policy: str, est: list[int], actual: list[int], counted, 
     def q(p: float) -> float:
         return ratios[min(len(ratios) - 1, max(0, math.ceil(p * len(ratios)) - 1))]
 
-    return EstimatorFigures(name, policy, len(pairs), warmup, total_a / total_e, under / len(pairs),
-                            over / total_a if total_a else 0.0, q(0.90), q(0.99))  # fmt: skip
+    return EstimatorFigures(
+        name,
+        policy,
+        len(pairs),
+        warmup,
+        total_a / total_e,
+        under / len(pairs),
+        over / total_a if total_a else 0.0,
+        q(0.90),
+        q(0.99),
+    )
 
 
 __all__ = ["ESTIMATORS", "WARMUP", "EstimatorFigures", "OnlineEstimator", "check_name", "figures"]

@@ -17,10 +17,11 @@ from typing import Any, Protocol
 
 from ..policy import Candidate
 from ..policy.drift import DRIFT_SAMPLE, drift_cap, fit_drift_arrays
+from ..policy.fairness import DEFAULT_TENANT
 from ..policy.order import priority
 from ..policy.overtake import overtake_key
-from ..policy.fairness import DEFAULT_TENANT
 from ..policy.sizeclass import SIZE_CLASS_SAMPLE, size_class_boundary
+from ..policy.slack import BacklogQuantile, slack_key
 from .runs import RunBook
 
 WAITING = 0  # the engine's state code of a waiting job
@@ -106,6 +107,12 @@ class LaneQueue:
         # out-of-order rate tokens, and the waiting jobs by (key, arrival) and by arrival, lazily deleted
         # (an entry is stale once its job stops waiting or enters again with a new arrival number).
         self.beta = sim.cfg.overtake_beta
+        self.slack = sim.cfg.overtake_slack  # rule 12's quantile form: keys from a running p99 of V (policy.slack)
+        self.backlog = BacklogQuantile() if self.slack is not None else None
+        self.learned = sim.cfg.overtake_learned  # a p99 of V learned before the run, read instead (None: running)
+        self.on = self.beta is not None or self.slack is not None
+        self.by_due: list[tuple[int, int, int]] = []  # (left at arrival + key, arrival, job): the slack's second bound
+        self.arrivals: list[tuple[int, int]] = []  # (V, the estimate its key read), per arrival: the bound's check
         self.waiting_rate = 0
         self.left_rate = 0  # rate tokens that left the queue (leased or parked)
         self.pos: dict[int, int] = {}  # left_rate + waiting_rate at each job's arrival
@@ -120,8 +127,13 @@ class LaneQueue:
         p = self._prio.get(j)
         if p is None:
             key = self.sim.trace.run_key[j]
-            p = self._prio[j] = priority(self.policy, self.sim.est[j], self.sim.waiting_since[j], self.size_boundary,
-                                         key is not None and key in self.runs.runs)  # fmt: skip
+            p = self._prio[j] = priority(
+                self.policy,
+                self.sim.est[j],
+                self.sim.waiting_since[j],
+                self.size_boundary,
+                key is not None and key in self.runs.runs,
+            )
         return p
 
     def refit(self, now: float) -> None:
@@ -138,7 +150,10 @@ class LaneQueue:
         """A settlement the drift allowance learns from (the ledger's settlement rows)."""
         i = self._settles % DRIFT_SAMPLE
         if max(abs(est), abs(actual)) >= 2**62 and self._settled_est.dtype != object:
-            self._settled_est, self._settled_actual = self._settled_est.astype(object), self._settled_actual.astype(object)
+            self._settled_est, self._settled_actual = (
+                self._settled_est.astype(object),
+                self._settled_actual.astype(object),
+            )
         self._settled_est[i], self._settled_actual[i] = est, actual
         self._settles += 1
 
@@ -150,7 +165,7 @@ class LaneQueue:
 
     def left(self, j: int) -> None:
         """Job ``j`` stops waiting (leased or parked): token-fifo's queue no longer holds its rate tokens."""
-        if self.beta is not None:
+        if self.on:
             self.waiting_rate -= self.sim.rate[j]
             self.left_rate += self.sim.rate[j]
 
@@ -173,6 +188,11 @@ class LaneQueue:
         job_id = self.sim.job_id
         return tuple((k, job_id(j)) for k, _, j in self._first(self.by_key, n))
 
+    def dues(self, n: int) -> tuple[tuple[int, str], ...]:
+        """The least ``n`` dues (left at arrival + key) of the waiting jobs, ``(due, id)`` ascending (LaneSnapshot.dues)."""
+        job_id = self.sim.job_id
+        return tuple((d, job_id(j)) for d, _, j in self._first(self.by_due, n))
+
     def passed(self, oldest: int) -> int:
         """The rate tokens younger than the oldest waiting job that left the queue since it arrived (at least
         what passed it): what left since, less the ``V`` that waited ahead of it, all gone now."""
@@ -188,11 +208,19 @@ class LaneQueue:
         if p is None:  # a job entering the lane: its estimate is one the boundary learns from
             p = self.prio(j)
             self.recent.append(sim.est[j])
-        if self.beta is not None:  # an arrival: its number and key (a job entering again is a new arrival)
+        if self.on:  # an arrival: its number and key (a job entering again is a new arrival)
             self.arrived += 1
             self.seq[j] = n = self.arrived
             self.pos[j] = self.left_rate + self.waiting_rate
-            heappush(self.by_key, (overtake_key(self.waiting_rate, self.beta), n, j))
+            if self.backlog is not None:
+                estimate = self.backlog.value() if self.learned is None else self.learned
+                key = slack_key(self.waiting_rate, estimate, self.slack)
+                self.backlog.add(self.waiting_rate)
+                self.arrivals.append((self.waiting_rate, estimate))
+                heappush(self.by_due, (self.left_rate + key, n, j))
+            else:
+                key = overtake_key(self.waiting_rate, self.beta)
+            heappush(self.by_key, (key, n, j))
             heappush(self.by_age, (n, j))
             self.waiting_rate += sim.rate[j]
         if self._biggest:
@@ -297,8 +325,11 @@ class LaneQueue:
             while left_o and i_o < n_o:
                 e = other[i_o]
                 j = e[1]
-                if (state[j] == WAITING and (i_o == 0 or other[i_o - 1] != e)
-                        and (run_key[j] is None or run_key[j] not in runs)):  # fmt: skip
+                if (
+                    state[j] == WAITING
+                    and (i_o == 0 or other[i_o - 1] != e)
+                    and (run_key[j] is None or run_key[j] not in runs)
+                ):
                     o = e
                     break
                 seen.append((other, i_o, -1))
@@ -328,7 +359,17 @@ def candidate_for(sim: Sim, j: int) -> Candidate:
     """The ``lane`` policy's view of waiting job ``j`` (its id sorts like its index)."""
     q, tr = sim.lane_queue, sim.trace
     units = sim.units(j) if sim.limits else None  # its input and output allowance, for the limits over them
-    return Candidate(sim.job_id(j), sim.est[j], sim.waiting_since[j], tr.run_key[j], sim.rate[j], tr.stage[j],
-                     q.runs.after(tr.stage[j]) if tr.run_key[j] is not None else 0, q.prio(j), sim.var[j],
-                     tr.tenant[j] or DEFAULT_TENANT, units and units["input_tokens"],
-                     units and units["output_tokens"])  # fmt: skip
+    return Candidate(
+        sim.job_id(j),
+        sim.est[j],
+        sim.waiting_since[j],
+        tr.run_key[j],
+        sim.rate[j],
+        tr.stage[j],
+        q.runs.after(tr.stage[j]) if tr.run_key[j] is not None else 0,
+        q.prio(j),
+        sim.var[j],
+        tr.tenant[j] or DEFAULT_TENANT,
+        units and units["input_tokens"],
+        units and units["output_tokens"],
+    )

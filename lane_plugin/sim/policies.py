@@ -76,31 +76,51 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     # cheap): does some waiting job (the smallest or the biggest the engine keeps) pass rules 3 and 4 at
     # the most they could charge it?
     some = _smallest(sim) if cfg.period_seconds else -q.biggest[0][0] if q.biggest else math.inf
-    if (resets and sim.spent + sim.reserved + book.finishing + some + book.most_after() + q.dcap > q.policy.ceiling
-            and q.nothing_fits()):  # fmt: skip
+    if (
+        resets
+        and sim.spent + sim.reserved + book.finishing + some + book.most_after() + q.dcap > q.policy.ceiling
+        and q.nothing_fits()
+    ):
         if now - book.profile_at >= REFIT_SECONDS:
             q.refit(now)
         return [], 0
     snap = LaneSnapshot(
-        policy=q.policy, spent=sim.spent, reserved=sim.reserved, leased=sim.leased,
-        window_used=sim.window.used(now), now=now, stopped=sim.stopped(now), started_runs=book.runs,
-        finishing=book.finishing, run_remaining=book,  # type: ignore[arg-type]
-        resets=resets, reserved_var=sim.reserved_var, drift=q.drift, overrun=q.overrun, spread=q.spread,
+        policy=q.policy,
+        spent=sim.spent,
+        reserved=sim.reserved,
+        leased=sim.leased,
+        window_used=sim.window.used(now),
+        now=now,
+        stopped=sim.stopped(now),
+        started_runs=book.runs,
+        finishing=book.finishing,
+        run_remaining=book,  # type: ignore[arg-type]
+        resets=resets,
+        reserved_var=sim.reserved_var,
+        drift=q.drift,
+        overrun=q.overrun,
+        spread=q.spread,
         limits=sim.limits.uses(now) if sim.limits else (),
-    )  # fmt: skip
+    )
     k = max(cfg.max_leased - sim.leased, 0) + HEAD_SLACK
     # The overtaking budget (rule 12): the least keys waiting and the oldest jobs, as the store reads two index
     # heads. While the budget has more room than the window could admit this tick it cannot bind: the oldest
     # need not be read as candidates (the snapshot still names them, so one read in the head goes in order).
     late: list = []
-    if q.beta is not None:
+    if q.on:
         guard = q.guard(k + 2)
         oldest = q.oldest(k)
         passed = q.passed(oldest[0]) if oldest else 0
         snap = replace(snap, passed=passed, guard=guard, oldest=tuple(sim.job_id(j) for j in oldest))
-        if guard and guard[0][0] - passed < q.policy.burst_tokens:
+        room = guard[0][0] - passed if guard else 0
+        if q.slack is not None:  # the slack's second bound: what left the queue since each job arrived
+            dues = q.dues(k + 2)
+            snap = replace(snap, since=q.left_rate, dues=dues)
+            room = max(room, dues[0][0] - q.left_rate) if dues else room
+        if guard and room < q.policy.burst_tokens:
             late = [q.candidate(j) for j in oldest]
-    if sim.tenants is not None and sim.policy == "lane":  # several tenants: the head of each one's queue, merged fairly by admit
+    # Several tenants: the head of each one's queue, merged fairly by admit.
+    if sim.tenants is not None and sim.policy == "lane":
         tenants = sim.tenants
         decision = admit(replace(snap, tenants=tenants.states()), late + _tenant_heads(sim, q, k, seen))
     elif late:
@@ -126,7 +146,7 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     if reason == BURST:
         sim.held_by = TOKENS
     elif reason is not None and reason.startswith(LIMIT_PREFIX):
-        sim.held_by = reason[len(LIMIT_PREFIX):]
+        sim.held_by = reason[len(LIMIT_PREFIX) :]
     return admitted, decision.burst_need or 0
 
 
@@ -319,4 +339,6 @@ EXTRA_POLICIES = {ONE_QUEUE: select_lane}
 def policy_named(name: str):
     """The select function of ``name`` (read at each call: tests may patch :data:`POLICIES`), or None."""
     return POLICIES.get(name) or EXTRA_POLICIES.get(name)
+
+
 USES_EST_HEAP = {"smallest-first", "lane", ONE_QUEUE}

@@ -220,11 +220,16 @@ def _read_calls(rows: _Rows, fmt: str, output_allowance: int, max_tokens: int) -
                 raise r.fail(in_name, r.raw(in_name), f"gives est = input + {allow} = 0; an estimate must be > 0")
         stamps.append(t)
         trace.add(
-            t, (r.raw("stage") if fmt == "tokens" else "") or "call", est, inp + out,
+            t,
+            (r.raw("stage") if fmt == "tokens" else "") or "call",
+            est,
+            inp + out,
             (r.raw("run_key") or None) if fmt == "tokens" else None,
-            rate_cost=rate if rate is not None else inp + max_tokens, input_tokens=inp, output_tokens=out,
+            rate_cost=rate if rate is not None else inp + max_tokens,
+            input_tokens=inp,
+            output_tokens=out,
             tenant=(r.raw("tenant") or None) if fmt == "tokens" else None,
-        )  # fmt: skip
+        )
     if fmt in ("azure", "mooncake") and stamps:
         t0 = min(stamps)
         trace.arrival = [t - t0 for t in trace.arrival]
@@ -233,15 +238,26 @@ def _read_calls(rows: _Rows, fmt: str, output_allowance: int, max_tokens: int) -
 
 def write_csv(trace: Trace, path: str | Path) -> None:
     """Write a trace in the ``est`` format (every column it has), which :func:`load_trace` reads back."""
-    extra = [c for c in ("rate_cost", "input_tokens", "output_tokens", "tenant")
-             if any(v is not None for v in getattr(trace, c))]  # fmt: skip
+    extra = [
+        c
+        for c in ("rate_cost", "input_tokens", "output_tokens", "tenant")
+        if any(v is not None for v in getattr(trace, c))
+    ]
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["arrival_s", "stage", "est", "actual", "run_key", *extra])
         for i in range(len(trace)):
             more = ["" if getattr(trace, c)[i] is None else getattr(trace, c)[i] for c in extra]
-            w.writerow([f"{trace.arrival[i]:.3f}", trace.stage[i], trace.est[i], trace.actual[i],
-                        trace.run_key[i] or "", *more])  # fmt: skip
+            w.writerow(
+                [
+                    f"{trace.arrival[i]:.3f}",
+                    trace.stage[i],
+                    trace.est[i],
+                    trace.actual[i],
+                    trace.run_key[i] or "",
+                    *more,
+                ]
+            )
 
 
 __all__ = ["FORMATS", "MAX_TOKENS", "OUTPUT_ALLOWANCE", "detect", "load_csv", "load_trace", "write_csv"]

@@ -61,39 +61,88 @@ def _bound(r: SimResult) -> str:
 FIGURES = (
     ("jobs", "jobs", "submitted and not refused", lambda r: f"{r.jobs:,}"),
     ("done", "done", "settled", lambda r: f"{r.done:,}"),
-    ("runs done/begun", "runs_finished runs_started", "runs with every stage settled / with a stage admitted",
-     lambda r: f"{r.runs_finished:,}/{r.runs_started:,}"),
+    (
+        "runs done/begun",
+        "runs_finished runs_started",
+        "runs with every stage settled / with a stage admitted",
+        lambda r: f"{r.runs_finished:,}/{r.runs_started:,}",
+    ),
     ("spent", "spent", "tokens settled", lambda r: fmt_tokens(r.spent)),
-    ("budget used", "budget_used", "spent / the ceilings of the periods traffic arrived in",
-     lambda r: f"{100 * r.budget_used:.1f}%"),
+    (
+        "budget used",
+        "budget_used",
+        "spent / the ceilings of the periods traffic arrived in",
+        lambda r: f"{100 * r.budget_used:.1f}%",
+    ),
     ("over ceiling", "over_ceiling", "settled past the ceiling, per period", lambda r: fmt_tokens(r.over_ceiling)),
-    ("over allowance", "over_allowance", "settled past the allowance, per period",
-     lambda r: fmt_tokens(r.over_allowance)),
-    ("stranded", "stranded_tokens", "settled for runs that never finished (% of spent)",
-     lambda r: f"{fmt_tokens(r.stranded_tokens)} {_pct(r.stranded_tokens, r.spent)}"),
+    (
+        "over allowance",
+        "over_allowance",
+        "settled past the allowance, per period",
+        lambda r: fmt_tokens(r.over_allowance),
+    ),
+    (
+        "stranded",
+        "stranded_tokens",
+        "settled for runs that never finished (% of spent)",
+        lambda r: f"{fmt_tokens(r.stranded_tokens)} {_pct(r.stranded_tokens, r.spent)}",
+    ),
     ("over burst", "over_burst", "rate tokens past the burst in a sliding window", lambda r: fmt_tokens(r.over_burst)),
-    ("over burst act", "over_burst_actual", "the same, counting actual tokens",
-     lambda r: fmt_tokens(r.over_burst_actual)),
-    ("over limits", "over_limits", "units past the lane's other limits (requests, input/output tokens), sliding",
-     lambda r: fmt_tokens(sum(r.over_limits.values()))),
-    ("bound by", "bound_by limit_held", "the limit that kept the queue waiting longest (% of the clock)",
-     lambda r: _bound(r)),
+    (
+        "over burst act",
+        "over_burst_actual",
+        "the same, counting actual tokens",
+        lambda r: fmt_tokens(r.over_burst_actual),
+    ),
+    (
+        "over limits",
+        "over_limits",
+        "units past the lane's other limits (requests, input/output tokens), sliding",
+        lambda r: fmt_tokens(sum(r.over_limits.values())),
+    ),
+    (
+        "bound by",
+        "bound_by limit_held",
+        "the limit that kept the queue waiting longest (% of the clock)",
+        lambda r: _bound(r),
+    ),
     ("busy %", "busy_pct", "worker slots busy", lambda r: f"{r.busy_pct:.1f}"),
-    ("wait p50/p99", "wait_p50 wait_p99", "submission to start, admitted jobs", lambda r: _pair(r.wait_p50, r.wait_p99)),
-    ("top-10% p50/99", "big_wait_p50 big_wait_p99", "the same, largest decile of estimates",
-     lambda r: _pair(r.big_wait_p50, r.big_wait_p99)),
+    (
+        "wait p50/p99",
+        "wait_p50 wait_p99",
+        "submission to start, admitted jobs",
+        lambda r: _pair(r.wait_p50, r.wait_p99),
+    ),
+    (
+        "top-10% p50/99",
+        "big_wait_p50 big_wait_p99",
+        "the same, largest decile of estimates",
+        lambda r: _pair(r.big_wait_p50, r.big_wait_p99),
+    ),
     ("never admitted", "never_admitted", "still waiting at the end", lambda r: f"{r.never_admitted:,}"),
-    ("  wait p50/p99", "never_admitted_wait_p50 never_admitted_wait_p99", "their wait until the end (a lower bound)",
-     lambda r: _pair(r.never_admitted_wait_p50, r.never_admitted_wait_p99)),
+    (
+        "  wait p50/p99",
+        "never_admitted_wait_p50 never_admitted_wait_p99",
+        "their wait until the end (a lower bound)",
+        lambda r: _pair(r.never_admitted_wait_p50, r.never_admitted_wait_p99),
+    ),
     ("parked", "parked", "deadline passed or attempts exhausted", lambda r: f"{r.parked:,}"),
-    ("  wait p50/p99", "parked_wait_p50 parked_wait_p99", "their wait until parked",
-     lambda r: _pair(r.parked_wait_p50, r.parked_wait_p99)),
+    (
+        "  wait p50/p99",
+        "parked_wait_p50 parked_wait_p99",
+        "their wait until parked",
+        lambda r: _pair(r.parked_wait_p50, r.parked_wait_p99),
+    ),
     ("starved", "starved", "never admitted, overtaken, waited >= starve_after", lambda r: f"{r.starved:,}"),
     ("expired leases", "expired", "leases the worker did not start in time", lambda r: f"{r.expired:,}"),
-    ("not submitted", "not_submitted", "stages of runs that broke off or never reached",
-     lambda r: f"{r.not_submitted:,}"),
+    (
+        "not submitted",
+        "not_submitted",
+        "stages of runs that broke off or never reached",
+        lambda r: f"{r.not_submitted:,}",
+    ),
     ("jobs/s", "jobs_per_s", "simulated jobs per wall-clock second", lambda r: f"{r.jobs_per_s:,.0f}"),
-)  # fmt: skip
+)
 
 
 def figures(results: list[SimResult]) -> list[tuple[str, list[str]]]:
@@ -126,8 +175,11 @@ def scenario(trace: Trace, cfg: SimConfig) -> dict:
 
 def _limits_text(cfg: SimConfig) -> str:
     """The lane's limits as the header says them: ``burst 40.0k per 1 s (sliding), requests 500/60s``."""
-    tokens = ("tokens unlimited" if cfg.burst_tokens >= NO_TOKENS_LIMIT
-              else f"burst {fmt_tokens(cfg.burst_tokens)} per {cfg.window_seconds:g} s (sliding)")  # fmt: skip
+    tokens = (
+        "tokens unlimited"
+        if cfg.burst_tokens >= NO_TOKENS_LIMIT
+        else f"burst {fmt_tokens(cfg.burst_tokens)} per {cfg.window_seconds:g} s (sliding)"
+    )
     return ", ".join([tokens, *(format_limit(lim) for lim in cfg.limits)])
 
 
@@ -144,7 +196,9 @@ def machine() -> str:
                     break
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+    return (
+        f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+    )
 
 
 def to_json(trace: Trace, cfg: SimConfig, results: list[SimResult], wall: float) -> dict:
@@ -176,8 +230,7 @@ def text_table(results: list[SimResult]) -> list[str]:
 
 def markdown_table(results: list[SimResult]) -> list[str]:
     """The figures as a markdown table, a column per policy."""
-    out = ["| figure | " + " | ".join(f"`{r.policy}`" for r in results) + " |",
-           "|---|" + "---:|" * len(results)]  # fmt: skip
+    out = ["| figure | " + " | ".join(f"`{r.policy}`" for r in results) + " |", "|---|" + "---:|" * len(results)]
     out += [f"| {label.strip()} | " + " | ".join(vals) + " |" for label, vals in figures(results)]
     return out
 
@@ -201,9 +254,10 @@ def print_table(trace: Trace, cfg: SimConfig, results: list[SimResult], wall: fl
         f"{fmt_seconds(max((r.end_s for r in results), default=0.0))}"
         f"{' (the horizon)' if cfg.horizon is not None else ''}"
         f"{'; stalled (jobs wait that nothing can ever admit: budget spent, no reset to come): ' + ', '.join(r.policy for r in results if r.stalled) if any(r.stalled for r in results) else ''}."
-    )  # fmt: skip
+    )
     lines += wrap.wrap(notes)
-    for r in sorted((r for r in results if r.estimator), key=lambda r: r.policy != "lane")[:1]:  # lane's, else the first
+    # The lane's, else the first.
+    for r in sorted((r for r in results if r.estimator), key=lambda r: r.policy != "lane")[:1]:
         e = r.estimator
         if e["jobs"]:
             lines += wrap.wrap(
@@ -211,7 +265,7 @@ def print_table(trace: Trace, cfg: SimConfig, results: list[SimResult], wall: fl
                 f"top-10% are the trace's own estimates): drift {e['drift']:.3f}, {e['under_share']:.0%} "
                 f"under-estimated, {e['overspend_share']:.1%} of tokens beyond estimates, p90 ratio "
                 f"{e['p90_ratio']:.2f}, over {e['jobs']:,} jobs after {e['warmup']} of their stage settled."
-            )  # fmt: skip
+            )
     for line in tenant_lines(results):
         lines += wrap.wrap(line) if line else [line]
     jobs = sum(r.jobs for r in results)
@@ -224,8 +278,11 @@ def tenant_lines(results: list[SimResult]) -> list[str]:
     weighted-service gap between two backlogged tenants, Jain's index while several were backlogged)."""
     if not any(r.tenants for r in results):
         return []
-    out = ["", "tenants (share of tokens settled; wait p50/p99; runs finished) and fairness (largest "
-           "weighted-service gap between two backlogged tenants; Jain's index, 1 = fair):"]
+    out = [
+        "",
+        "tenants (share of tokens settled; wait p50/p99; runs finished) and fairness (largest "
+        "weighted-service gap between two backlogged tenants; Jain's index, 1 = fair):",
+    ]
     for r in results:
         if not r.tenants:
             continue
@@ -233,7 +290,7 @@ def tenant_lines(results: list[SimResult]) -> list[str]:
             f"{name} (w {t['weight']:g}) {t['share']:.0%}, {fmt_seconds(t['wait_p50'])}/{fmt_seconds(t['wait_p99'])}, "
             f"{t['runs_finished']:,}/{t['runs']:,}"
             for name, t in sorted(r.tenants.items())
-        )  # fmt: skip
+        )
         jain = "-" if r.jain is None else f"{r.jain:.3f}"
         out.append(f"  {r.policy}: {each}; gap {fmt_tokens(round(r.fair_gap or 0))}, Jain {jain}")
     return out
@@ -263,7 +320,7 @@ def plot(trace: Trace, cfg: SimConfig, results: list[SimResult], path: str) -> N
     ax1.legend(fontsize=8)
 
     ranked = sorted(range(len(trace)), key=trace.est.__getitem__)
-    bins = [ranked[i * len(ranked) // 10:(i + 1) * len(ranked) // 10] for i in range(10)]
+    bins = [ranked[i * len(ranked) // 10 : (i + 1) * len(ranked) // 10] for i in range(10)]
     mids = [trace.est[b[len(b) // 2]] for b in bins if b]
     for r in results:
         p99 = []

@@ -73,6 +73,10 @@ class SimResult:
     over_limits: dict = field(default_factory=dict)
     fair_gap: float | None = None
     jain: float | None = None
+    # Rule 12's quantile form (SimConfig.overtake_slack): the largest estimate any key read over the run's p99 of V
+    # (the rate tokens waiting at arrivals); the lane's p99 of tokens ahead is within slack x max(1, this) x
+    # token-fifo's (lane_plugin.policy.slack): at most 1, the estimate cost the bound nothing.
+    slack_estimate_ratio: float | None = None
     series_t: list[float] = field(default_factory=list, repr=False)
     series_spent: list[int] = field(default_factory=list, repr=False)
     waits: list[float | None] = field(default_factory=list, repr=False)
@@ -90,6 +94,15 @@ def percentile(values: list[float], q: float) -> float:
         return math.nan
     xs = sorted(values)
     return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]
+
+
+def estimate_ratio(arrivals: list[tuple[int, int]], q: float) -> float | None:
+    """The largest estimate of ``(V, estimate)`` arrivals over the ``q``-quantile of every ``V`` (inf: that is 0)."""
+    if not arrivals:
+        return None
+    p = percentile([v for v, _ in arrivals], q)
+    top = max(e for _, e in arrivals)
+    return top / p if p else (0.0 if top == 0 else math.inf)
 
 
 def big_threshold(trace: Trace, refused: list[bool]) -> int:

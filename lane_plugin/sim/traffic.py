@@ -201,6 +201,13 @@ def from_ledger(url: str | None, days: float) -> Trace:
     t0 = min(float(r["created_at"]) for r in rows)
     trace = Trace(source=f"ledger {ledger.url}, last {days:g} days")
     for r in rows:
-        trace.add(float(r["created_at"]) - t0, r["stage"], max(1, int(r["est"])), int(r["actual"] or 0), r.get("run_key"),
-                  r.get("rate_cost"), tenant=r.get("tenant"))  # fmt: skip
+        trace.add(
+            float(r["created_at"]) - t0,
+            r["stage"],
+            max(1, int(r["est"])),
+            int(r["actual"] or 0),
+            r.get("run_key"),
+            r.get("rate_cost"),
+            tenant=r.get("tenant"),
+        )
     return trace.sort()

@@ -60,9 +60,18 @@ def handle_messages(handler: Any, raw: bytes) -> None:
     text = "".join(WORDS[i % len(WORDS)] for i in range(rec.completion_tokens))
     emu.sleep(emu.latency_base + emu.latency_per_token * rec.completion_tokens)
     emu.finish(rec)
-    _send(handler, 200, {
-        "id": f"msg_{emu.next_id()}", "type": "message", "role": "assistant", "model": model,
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": "max_tokens" if rec.finish_reason == "length" else "end_turn", "stop_sequence": None,
-        "usage": {"input_tokens": rec.prompt_tokens, "output_tokens": rec.completion_tokens},
-    }, headers)  # fmt: skip
+    _send(
+        handler,
+        200,
+        {
+            "id": f"msg_{emu.next_id()}",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "max_tokens" if rec.finish_reason == "length" else "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": rec.prompt_tokens, "output_tokens": rec.completion_tokens},
+        },
+        headers,
+    )

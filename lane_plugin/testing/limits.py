@@ -109,8 +109,11 @@ def draw_length(outputs: list[int], seed: int, request: dict) -> int:
     same length in any order and any process, so a workload run three ways meets the
     same outputs each time. Capping at ``max_tokens`` is the caller's business.
     """
-    key = json.dumps([seed, request.get("model"), request.get("messages"), request.get("seed"),
-                      request.get("user")], sort_keys=True, default=str)  # fmt: skip
+    key = json.dumps(
+        [seed, request.get("model"), request.get("messages"), request.get("seed"), request.get("user")],
+        sort_keys=True,
+        default=str,
+    )
     digest = hashlib.sha256(key.encode()).digest()
     return outputs[int.from_bytes(digest[:8], "big") % len(outputs)]
 
@@ -144,6 +147,8 @@ class Record:
         t_done: when the response was complete.
         api: ``openai`` (chat completions) or ``anthropic`` (messages).
         t_answered: when a refusal's answer was written out (the earliest a client can know of it).
+        request_id: a refusal's request id (its ``x-request-id`` / ``request-id`` header).
+        t_received: when the client said it had the refusal's answer (:meth:`ProviderEmulator.received`).
     """
 
     t: float
@@ -158,6 +163,8 @@ class Record:
     t_done: float | None = None
     api: str = "openai"
     t_answered: float | None = None
+    request_id: str | None = None
+    t_received: float | None = None
 
     @property
     def billed(self) -> int:
@@ -210,8 +217,17 @@ class Limits:
     Not thread-safe: the emulator holds its lock around every call.
     """
 
-    def __init__(self, tpm: int, rpm: int | None, daily_tokens: int | None, window_seconds: float,
-                 day_seconds: float, t0: float = 0.0, itpm: int | None = None, otpm: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        tpm: int,
+        rpm: int | None,
+        daily_tokens: int | None,
+        window_seconds: float,
+        day_seconds: float,
+        t0: float = 0.0,
+        itpm: int | None = None,
+        otpm: int | None = None,
+    ):
         if tpm <= 0 or window_seconds <= 0 or day_seconds <= 0:
             raise ValueError("tpm, window_seconds and day_seconds must be positive")
         self.tpm, self.rpm, self.daily_tokens = tpm, rpm, daily_tokens

@@ -29,14 +29,14 @@ Example:
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
-from .limits import WORDS, Limits, Record, count_tokens, draw_length, duration, load_trace, max_in_window, sent_at
+from .emulator_http import _Handler
+from .limits import Limits, Record, count_tokens, draw_length, duration, load_trace, max_in_window
 
 _LIMIT_TEXT = {"tokens": "tokens per min (TPM)", "requests": "requests per min (RPM)", "daily": "tokens per day (TPD)"}
 
@@ -73,15 +73,33 @@ class ProviderEmulator:
     out (``in_flight_at_429``: no client could have held them). When a request was sent is its arrival, or
     what its ``x-client-sent-at`` header says (epoch seconds: the moment the client's code began the call,
     which a benchmark stamps; a request can be begun long before its bytes arrive on a loaded machine).
+    A client that tells the emulator when it had each 429's answer in hand (:meth:`received`, by the
+    refusal's request id) has its requests counted against that moment instead: no client can hold back a
+    request for an answer that has left the server but not yet reached it (``sent_after_answer`` keeps the
+    count against the answer's writing).
     """
 
-    def __init__(self, tpm: int = 90_000, rpm: int | None = 3_500, daily_tokens: int | None = None, *,
-                 itpm: int | None = None, otpm: int | None = None,
-                 window_seconds: float = 60.0, day_seconds: float = 86_400.0, trace: str = "azure-code",
-                 output_lengths: list[int] | None = None, seed: int = 0, latency_base: float = 0.0,
-                 latency_per_token: float = 0.0, default_max_tokens: int = 1024, model: str = "emu-1",
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                 host: str = "127.0.0.1"):  # fmt: skip
+    def __init__(
+        self,
+        tpm: int = 90_000,
+        rpm: int | None = 3_500,
+        daily_tokens: int | None = None,
+        *,
+        itpm: int | None = None,
+        otpm: int | None = None,
+        window_seconds: float = 60.0,
+        day_seconds: float = 86_400.0,
+        trace: str = "azure-code",
+        output_lengths: list[int] | None = None,
+        seed: int = 0,
+        latency_base: float = 0.0,
+        latency_per_token: float = 0.0,
+        default_max_tokens: int = 1024,
+        model: str = "emu-1",
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        host: str = "127.0.0.1",
+    ):
         self.outputs = list(output_lengths) if output_lengths else [o for _, o in load_trace(trace)]
         if not self.outputs or min(self.outputs) < 0:
             raise ValueError("output lengths must be a non-empty list of non-negative ints")
@@ -102,12 +120,22 @@ class ProviderEmulator:
         """Forget every record and charge: empty windows, a new day, time 0 is now."""
         with self._lock:
             self.t0 = self.clock()
-            self.limits = Limits(self.tpm, self.rpm, self.daily_tokens, self.window_seconds, self.day_seconds,
-                                 t0=self.t0, itpm=self.itpm, otpm=self.otpm)  # fmt: skip
+            self.limits = Limits(
+                self.tpm,
+                self.rpm,
+                self.daily_tokens,
+                self.window_seconds,
+                self.day_seconds,
+                t0=self.t0,
+                itpm=self.itpm,
+                otpm=self.otpm,
+            )
             self._records: list[Record] = []
             self._saying: list[tuple[Record, float]] = []  # the 429s whose reset is still ahead, and that reset
             self.sent_into_closed = 0  # requests sent after such a 429's answer went out (the client did not wait)
             self.in_flight_at_429 = 0  # requests sent before any such answer went out, arriving after a 429
+            self.sent_after_answer = 0  # sent after such a 429's answer was written (its client may not have it)
+            self.receipts = False  # a client says when it had each 429's answer (received): counted against that
             # (request, the 429 in force, sent (s since the start), whether that 429's answer was out by then)
             self.closed_arrivals: list[tuple[Record, Record, float, bool]] = []
             self.outside_ok = self.outside_refused = 0
@@ -175,16 +203,26 @@ class ProviderEmulator:
             if r.status == 429:
                 by_limit[r.limit or "?"] = by_limit.get(r.limit or "?", 0) + 1
         return {
-            "requests": len(recs), "ok": len(ok), "rejected_429": sum(by_limit.values()),
-            "rejected_by_limit": by_limit, "billed_tokens": sum(r.billed for r in ok),
+            "requests": len(recs),
+            "ok": len(ok),
+            "rejected_429": sum(by_limit.values()),
+            "rejected_by_limit": by_limit,
+            "billed_tokens": sum(r.billed for r in ok),
             "rate_tokens": sum(r.rate_tokens for r in recs),
-            "max_window_tokens": self.max_window_tokens(), "tpm": self.tpm, "window_seconds": self.window_seconds,
+            "max_window_tokens": self.max_window_tokens(),
+            "tpm": self.tpm,
+            "window_seconds": self.window_seconds,
             "truncated": sum(r.finish_reason == "length" for r in ok),
-            "first_t": recs[0].t if recs else None, "last_done": max((r.t_done or r.t for r in recs), default=None),
-            "sent_into_closed": self.sent_into_closed, "in_flight_at_429": self.in_flight_at_429,
+            "first_t": recs[0].t if recs else None,
+            "last_done": max((r.t_done or r.t for r in recs), default=None),
+            "sent_into_closed": self.sent_into_closed,
+            "in_flight_at_429": self.in_flight_at_429,
+            "sent_after_answer": self.sent_after_answer,
+            "receipts": self.receipts,
             "outside_ok": self.outside_ok,
-            "outside_refused": self.outside_refused, "closed_arrivals": self.closed_detail(),
-        }  # fmt: skip
+            "outside_refused": self.outside_refused,
+            "closed_arrivals": self.closed_detail(),
+        }
 
     def closed_detail(self) -> list[dict]:
         """Each request that arrived while a 429 said to wait: when it arrived (s since the start), whether it
@@ -198,6 +236,7 @@ class ProviderEmulator:
                     "after_429": round(r.t - c.t, 4),
                     "sent_after_answer": None if c.t_answered is None else round(sent - c.t_answered, 4),
                     "arrived_after_answer": None if c.t_answered is None else round(r.t - c.t_answered, 4),
+                    "sent_after_receipt": None if c.t_received is None else round(sent - c.t_received, 4),
                     "status": r.status,
                 }
                 for r, c, sent, known in self.closed_arrivals
@@ -228,8 +267,7 @@ class ProviderEmulator:
         cap = body.get("max_completion_tokens") or body.get("max_tokens") or self.default_max_tokens
         with self._lock:
             now = self.clock()
-            rec = Record(t=now - self.t0, status=429, prompt_tokens=prompt, max_tokens=int(cap), stream=stream,
-                         api=api)  # fmt: skip
+            rec = Record(t=now - self.t0, status=429, prompt_tokens=prompt, max_tokens=int(cap), stream=stream, api=api)
             self._closed_window(rec, now, sent_at)
             limit, retry = self.limits.check(now, prompt + rec.max_tokens, prompt)
             if limit is None:
@@ -240,12 +278,15 @@ class ProviderEmulator:
                 rec.finish_reason = "length" if full > rec.max_tokens else "stop"
             else:
                 rec.limit, rec.t_done = limit, now - self.t0
+                rec.request_id = f"req_{self.next_id()}"
                 if retry is not None:
                     self._saying.append((rec, now + retry))
             if api == "anthropic":
                 headers = self.limits.anthropic_headers(now, time.time() - now)
             else:
                 headers = self.limits.headers(now)
+            if rec.request_id is not None:
+                headers["request-id" if api == "anthropic" else "x-request-id"] = rec.request_id
             self._records.append(rec)
         if limit is not None and retry is not None:
             headers["retry-after"] = str(max(1, math.ceil(retry)))
@@ -263,22 +304,36 @@ class ProviderEmulator:
 
     def _closed_window(self, rec: Record, now: float, sent_at: float | None) -> None:
         """Count ``rec`` if it arrived while a 429 said to wait: sent into the closed window when one such 429's
-        answer was out before it was sent, else in flight (lock held)."""
+        answer was out before it was sent (in its client's hands, when the client tells :meth:`received`), else
+        in flight (lock held)."""
         self._saying = [(c, until) for c, until in self._saying if until > now]
         if not self._saying:
             return
         sent = rec.t if sent_at is None else min(rec.t, sent_at - (time.time() - now) - self.t0)
-        known = [c for c, _ in self._saying if c.t_answered is not None and c.t_answered <= sent]
+        answered = [c for c, _ in self._saying if c.t_answered is not None and c.t_answered <= sent]
+        known = answered
+        if self.receipts:  # the client said when it had each answer: only those in its hands count
+            known = [c for c in answered if c.t_received is not None and c.t_received <= sent]
+        self.sent_after_answer += bool(answered)
         if known:
             self.sent_into_closed += 1
         else:
             self.in_flight_at_429 += 1
-        self.closed_arrivals.append((rec, (known or [c for c, _ in self._saying])[0], sent, bool(known)))
+        self.closed_arrivals.append((rec, (known or answered or [c for c, _ in self._saying])[0], sent, bool(known)))
 
     def answered(self, rec: Record) -> None:
         """A refusal's answer is out: from now its client can know it."""
         with self._lock:
             rec.t_answered = self.clock() - self.t0
+
+    def received(self, request_id: str | None, at: float) -> None:
+        """The client had the answer of the refusal ``request_id`` at ``at`` (epoch seconds); from now the requests
+        sent into its window are counted against that moment (the one before it is unknown to the emulator)."""
+        with self._lock:
+            self.receipts = True
+            rec = next((r for r in reversed(self._records) if r.request_id == request_id), None)
+            if rec is not None and rec.t_received is None:
+                rec.t_received = at - (time.time() - self.clock()) - self.t0
 
     def refusal(self, rec: Record, model: str, retry: float | None) -> dict:
         """The OpenAI-shaped error body of a 429."""
@@ -286,134 +341,24 @@ class ProviderEmulator:
         if rec.limit in ("input_tokens", "output_tokens"):
             message = f"Rate limit reached for {model} on {rec.limit.replace('_', ' ')} per window."
         elif rec.limit == "too_large":
-            message = (f"Request too large for {model} in organization org-emulator on tokens per min (TPM): "
-                       f"Limit {lim.tpm}, Requested {requested}.")  # fmt: skip
+            message = (
+                f"Request too large for {model} in organization org-emulator on tokens per min (TPM): "
+                f"Limit {lim.tpm}, Requested {requested}."
+            )
         else:
             with self._lock:
-                used = {"tokens": lim.used_tokens(self.clock()), "requests": lim.rpm,
-                        "daily": lim.billed_today}[rec.limit]  # fmt: skip
+                used = {"tokens": lim.used_tokens(self.clock()), "requests": lim.rpm, "daily": lim.billed_today}[
+                    rec.limit
+                ]
             limit = {"tokens": lim.tpm, "requests": lim.rpm, "daily": lim.daily_tokens}[rec.limit]
             asked = {"tokens": requested, "requests": 1, "daily": rec.prompt_tokens}[rec.limit]
-            message = (f"Rate limit reached for {model} in organization org-emulator on {_LIMIT_TEXT[rec.limit]}: "
-                       f"Limit {limit}, Used {used}, Requested {asked}. "
-                       f"Please try again in {duration(retry or 0)}.")  # fmt: skip
+            message = (
+                f"Rate limit reached for {model} in organization org-emulator on {_LIMIT_TEXT[rec.limit]}: "
+                f"Limit {limit}, Used {used}, Requested {asked}. "
+                f"Please try again in {duration(retry or 0)}."
+            )
         kind = "requests" if rec.limit == "requests" else "tokens"
         return {"error": {"message": message, "type": kind, "param": None, "code": "rate_limit_exceeded"}}
 
     def next_id(self) -> str:
         return f"chatcmpl-emu{next(self._ids):06d}"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    """One HTTP/1.1 connection (keep-alive): JSON answers, SSE streams in chunked encoding."""
-
-    emulator: ProviderEmulator
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body go out as separate writes: no 40 ms delayed-ACK stall
-    server_version = "provider-emulator/1"
-
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - the stdlib's name
-        pass
-
-    def _send_json(self, status: int, body: dict, headers: dict[str, str] | None = None,
-                   id_header: str = "x-request-id") -> None:  # fmt: skip
-        """One JSON response; ``id_header`` names the request id as the provider does (Anthropic: ``request-id``)."""
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.send_header(id_header, f"req_{self.emulator.next_id()}")
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _error(self, status: int, message: str, kind: str = "invalid_request_error", code: str | None = None):
-        self._send_json(status, {"error": {"message": message, "type": kind, "param": None, "code": code}})
-
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-        if self.path.rstrip("/") == "/v1/models":
-            model = {"id": self.emulator.model, "object": "model", "created": 0, "owned_by": "emulator"}
-            return self._send_json(200, {"object": "list", "data": [model]})
-        self._error(404, f"Unknown request URL: GET {self.path}.", code="unknown_url")
-
-    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        if self.path.split("?")[0].rstrip("/") == "/v1/messages":
-            from .anthropic import handle_messages
-
-            return handle_messages(self, raw)
-        if self.path.split("?")[0].rstrip("/") != "/v1/chat/completions":
-            return self._error(404, f"Unknown request URL: POST {self.path}.", code="unknown_url")
-        if not (self.headers.get("authorization") or "").startswith("Bearer "):
-            return self._error(401, "You didn't provide an API key.", code="invalid_api_key")
-        try:
-            body = json.loads(raw or b"{}")
-        except ValueError:
-            return self._error(400, "We could not parse the JSON body of your request.")
-        messages = body.get("messages") if isinstance(body, dict) else None
-        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-            return self._error(400, "'messages' must be a non-empty array of objects.", code="invalid_value")
-        cap = body.get("max_completion_tokens", body.get("max_tokens"))
-        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
-            return self._error(
-                400, f"Invalid 'max_tokens': {cap!r}; expected a positive integer.", code="invalid_value"
-            )
-        emu, stream = self.emulator, bool(body.get("stream"))
-        model = body.get("model") or emu.model
-        rec, headers, retry = emu.admit(body, stream, sent_at=sent_at(self.headers))
-        if rec.status != 200:
-            self._send_json(429, emu.refusal(rec, model, retry), headers)
-            return emu.answered(rec)
-        text = "".join(WORDS[i % len(WORDS)] for i in range(rec.completion_tokens))
-        usage = {"prompt_tokens": rec.prompt_tokens, "completion_tokens": rec.completion_tokens,
-                 "total_tokens": rec.prompt_tokens + rec.completion_tokens}  # fmt: skip
-        base = {"id": emu.next_id(), "created": int(time.time()), "model": model, "system_fingerprint": "fp_emu"}
-        if stream:
-            include = bool((body.get("stream_options") or {}).get("include_usage"))
-            return self._stream(rec, headers, base, text, usage if include else None)
-        emu.sleep(emu.latency_base + emu.latency_per_token * rec.completion_tokens)
-        emu.finish(rec)
-        choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                  "logprobs": None, "finish_reason": rec.finish_reason}  # fmt: skip
-        self._send_json(200, {**base, "object": "chat.completion", "choices": [choice], "usage": usage}, headers)
-
-    def _stream(self, rec: Record, headers: dict, base: dict, text: str, usage: dict | None) -> None:
-        emu = self.emulator
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream; charset=utf-8")
-        self.send_header("cache-control", "no-cache")
-        self.send_header("transfer-encoding", "chunked")
-        for k, v in headers.items():
-            self.send_header(k, v)
-        self.end_headers()
-        extra = {"usage": None} if usage is not None else {}
-
-        def chunk(delta: dict, finish: str | None = None) -> dict:
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            return {**base, "object": "chat.completion.chunk", "choices": [choice], **extra}
-
-        def send(data: str) -> None:
-            payload = f"data: {data}\n\n".encode()
-            self.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
-            self.wfile.flush()
-
-        try:
-            emu.sleep(emu.latency_base)
-            send(json.dumps(chunk({"role": "assistant", "content": "", "refusal": None})))
-            step = 4  # tokens per chunk
-            for i in range(0, rec.completion_tokens, step):
-                n = min(step, rec.completion_tokens - i)
-                emu.sleep(emu.latency_per_token * n)
-                send(json.dumps(chunk({"content": text[i * 4 : (i + n) * 4]})))
-            send(json.dumps(chunk({}, rec.finish_reason)))
-            if usage is not None:
-                send(json.dumps({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage}))
-            send("[DONE]")
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-        except OSError:  # the client went away: the tokens were generated and are billed all the same
-            self.close_connection = True
-        finally:
-            emu.finish(rec)

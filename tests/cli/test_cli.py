@@ -153,7 +153,9 @@ def test_tenants_list_set_and_refuse(run):
     assert rows["backfill"]["weight"] == 1.0 and rows["backfill"]["ceiling"] is None
     assert "interactive" in run("tenants").stdout and "tenant interactive" not in run("tenants").stdout
     typo = run("tenants", "set", "free", "interactiv", "--weight", "2", check=False)
-    assert typo.returncode == 2 and "did you mean 'interactive'?" in typo.stderr and "--create" in typo.stderr
+    # an unknown tenant is exit 3, as an unknown lane (docs/cli.md's exit codes), naming the lane and the closest
+    assert typo.returncode == 3 and "unknown tenant 'interactiv' in lane 'free'" in typo.stderr, typo.stderr
+    assert "did you mean 'interactive'?" in typo.stderr and "--create" in typo.stderr
     assert run("tenants", "set", "free", "nightly", "--create", "--weight", "2").returncode == 0
     for weight in ("0", "-1", "1001", "nan"):
         bad = run("tenants", "set", "free", "backfill", "--weight", weight, check=False)
@@ -164,6 +166,21 @@ def test_tenants_list_set_and_refuse(run):
     both = run("tenants", "set", "free", "backfill", "--ceiling", "5", "--no-ceiling", check=False)
     assert both.returncode == 2 and "--no-ceiling" in both.stderr
     assert run("audit").stdout.strip() == "ledger sound: I1-I6 hold"
+
+
+def test_tenants_usage_lines_name_each_form_once(run):
+    """`lane tenants set --help` read `lane tenants [lane] set [OPTIONS] {lane} {tenant}`: the group's optional
+    LANE leaked into the subcommand's path. Each usage line now says what to type."""
+    usage = run("tenants", "set", "--help").stdout.splitlines()[0]
+    assert usage == "Usage: lane tenants set [OPTIONS] {LANE} {TENANT}", usage
+    group = run("tenants", "--help").stdout
+    usage = group.splitlines()[0]
+    assert usage == "Usage: lane tenants [OPTIONS] [LANE] | set {LANE} {TENANT} [OPTIONS]", usage
+    assert group.rstrip().endswith("set  Give a tenant a weight or a budget."), group  # not cut at "e.g."
+    missing = run("tenants", "set", "free", check=False)
+    assert missing.returncode == 2 and "Missing argument 'TENANT'" in missing.stderr, missing.stderr
+
+
 def test_a_tenant_ceiling_under_what_it_admitted_needs_force(run):
     jid = run("submit", "--stage", "s", "--est", "500", "--tenant", "team").stdout.strip()
     run("tick")

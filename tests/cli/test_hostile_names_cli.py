@@ -21,8 +21,9 @@ def one_line_error(p, code: int, needle: str) -> None:
 
 
 # a non-UTF-8 byte on the command line (b'\xff') arrives in sys.argv as the lone surrogate '\udcff'
-@pytest.mark.parametrize("args", [("estimators", "show", "--estimator", "\udcff"),
-                                  ("estimators", "refit", "--estimator", "\udcff")])  # fmt: skip
+@pytest.mark.parametrize(
+    "args", [("estimators", "show", "--estimator", "\udcff"), ("estimators", "refit", "--estimator", "\udcff")]
+)
 def test_an_estimator_name_that_is_not_text_is_bad_input(run, args):
     one_line_error(run(*args, check=False), 2, "invalid estimator")
 

@@ -50,9 +50,24 @@ def test_bare_lane_prints_its_help_once_in_a_terminal_and_piped(run, env):
 
 
 def test_help_shows_switches_without_bool_and_no_literal_backticks(run):
-    for cmd in ([], ["submit"], ["tick"], ["settle"], ["reap"], ["report"], ["lanes"], ["lanes", "set"],
-                ["lanes", "delete"], ["lanes", "clear-drift"], ["status"], ["tail"], ["tail", "drop"], ["audit"], ["db", "upgrade"],
-                ["simulate"]):  # fmt: skip
+    for cmd in (
+        [],
+        ["submit"],
+        ["tick"],
+        ["settle"],
+        ["reap"],
+        ["report"],
+        ["lanes"],
+        ["lanes", "set"],
+        ["lanes", "delete"],
+        ["lanes", "clear-drift"],
+        ["status"],
+        ["tail"],
+        ["tail", "drop"],
+        ["audit"],
+        ["db", "upgrade"],
+        ["simulate"],
+    ):
         text = run(*cmd, "--help").stdout
         assert "Usage:" in text
         assert "<bool>" not in text and "`" not in text, (cmd, text)
@@ -98,8 +113,9 @@ def test_a_write_to_a_missing_directory_or_an_empty_db_is_refused_and_creates_no
     assert not home.exists()
     # the default ledger's home is still made on first use: a fresh machine has no ~/.prefect
     unset = {k: v for k, v in env.items() if k != "LANE_DATABASE_URL"}
-    p = subprocess.run([LANE, "db", "upgrade"], capture_output=True, text=True, env={**unset, "PREFECT_HOME": str(home)},
-                       timeout=60)  # fmt: skip
+    p = subprocess.run(
+        [LANE, "db", "upgrade"], capture_output=True, text=True, env={**unset, "PREFECT_HOME": str(home)}, timeout=60
+    )
     assert p.returncode == 0 and (home / "lane.db").is_file(), p.stderr
 
 
@@ -336,9 +352,11 @@ def test_status_of_a_leased_job_says_when_its_lease_ends_and_when_it_has_expired
 def test_a_value_the_command_line_cannot_parse_is_named_in_the_error(run):
     # newer Typer (pydantic) said "Input should be a valid integer" without saying which value it got
     run("db", "upgrade")
-    for args, needle in ((["submit", "--stage", "s", "--est", "5k"], "'--est' '5k'"),
-                         (["lanes", "set", "free", "--window-seconds", "1m"], "'--window-seconds' '1m'"),
-                         (["settle", "x:1", "--actual", "twelve"], "'--actual' 'twelve'")):  # fmt: skip
+    for args, needle in (
+        (["submit", "--stage", "s", "--est", "5k"], "'--est' '5k'"),
+        (["lanes", "set", "free", "--window-seconds", "1m"], "'--window-seconds' '1m'"),
+        (["settle", "x:1", "--actual", "twelve"], "'--actual' 'twelve'"),
+    ):
         p = run(*args, check=False)
         one_line_error(p, 2, f"Invalid value for {needle}")
 
@@ -374,7 +392,16 @@ def test_the_lanes_table_fits_the_terminal_or_is_a_block_per_lane_with_no_number
 def test_a_lease_ending_within_seconds_is_said_to_the_tenth_not_0s():
     from lane_plugin.cli_text import job_lines
 
-    s = {"job_id": "j1", "stage": "s", "est": 10, "state": "leased", "lane": "q", "attempt": 1, "lease_left": 0.64,
-         "lease_expired": False, "gated": False}  # fmt: skip
+    s = {
+        "job_id": "j1",
+        "stage": "s",
+        "est": 10,
+        "state": "leased",
+        "lane": "q",
+        "attempt": 1,
+        "lease_left": 0.64,
+        "lease_expired": False,
+        "gated": False,
+    }
     assert job_lines(s) == ["job j1 (s, estimate 10) is leased in lane q (attempt 1), lease ends in 0.6s"]
     assert job_lines({**s, "lease_left": 95.0})[0].endswith("lease ends in 1m 35s")

@@ -61,8 +61,9 @@ def test_drift_report_deployment_on_a_real_server(tmp_path):
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     lane_url = f"sqlite:///{tmp_path / 'lane.db'}"
-    env = server_env(tmp_path, api, PREFECT_RUNNER_POLL_FREQUENCY="2", PREFECT_LOGGING_LEVEL="INFO",
-                     LANE_DATABASE_URL=lane_url)  # fmt: skip
+    env = server_env(
+        tmp_path, api, PREFECT_RUNNER_POLL_FREQUENCY="2", PREFECT_LOGGING_LEVEL="INFO", LANE_DATABASE_URL=lane_url
+    )
 
     # the ledger: one biased stage, one honest one
     rng = random.Random(11)
@@ -82,19 +83,40 @@ def test_drift_report_deployment_on_a_real_server(tmp_path):
     try:
         with server_log.open("w") as out:
             server = subprocess.Popen(
-                [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port),
-                 "--analytics-off", "--no-ui"],  # fmt: skip
-                env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                [
+                    str(BIN / "prefect"),
+                    "server",
+                    "start",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--analytics-off",
+                    "--no-ui",
+                ],
+                env=env,
+                cwd=tmp_path,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         wait_healthy(api, server, server_log)
         with serve_log.open("w") as out:
             serve = subprocess.Popen(
                 [sys.executable, "deployments/serve.py", "--only", "drift-report", "--no-schedule"],
-                env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                env=env,
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         client = subprocess.run(
             [sys.executable, "-c", CLIENT, str(tmp_path / "drift.png")],
-            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240,
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=240,
         )
         logs = f"\nclient stderr:\n{client.stderr[-3000:]}\nserve log:\n{serve_log.read_text()[-3000:]}"
         assert client.returncode == 0, logs
@@ -106,9 +128,16 @@ def test_drift_report_deployment_on_a_real_server(tmp_path):
         for stage, jobs, est_tokens, actual_tokens, d in article:
             row = table[stage]
             assert (row["jobs"], row["est_tokens"], row["actual_tokens"], row["drift"]) == (
-                jobs, est_tokens, actual_tokens, float(d))  # fmt: skip
+                jobs,
+                est_tokens,
+                actual_tokens,
+                float(d),
+            )
             assert (row["p50"], row["p90"], row["overage_tokens"]) == (
-                expected.loc[stage, "p50"], expected.loc[stage, "p90"], expected.loc[stage, "overage_tokens"])  # fmt: skip
+                expected.loc[stage, "p50"],
+                expected.loc[stage, "p90"],
+                expected.loc[stage, "overage_tokens"],
+            )
         assert table["draft"]["drift"] > 1.5 and table["draft"]["verdict"].startswith("overspends")
         assert "**Worst overspender: draft" in result["artifacts"]["lane-drift-summary"]
         assert (tmp_path / "drift.png").stat().st_size > 5000

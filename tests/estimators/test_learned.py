@@ -66,8 +66,7 @@ def test_residuals_can_be_negative_when_the_provider_counts_less_than_we_do():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 9000)), min_size=1, max_size=80),
-       st.integers(1, 30))  # fmt: skip
+@given(st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 9000)), min_size=1, max_size=80), st.integers(1, 30))
 def test_running_sums_match_a_recomputation_over_the_window(pairs, window):
     ol = OutputLearner(window=window, min_jobs=1)
     for inp, act in pairs:
@@ -78,7 +77,9 @@ def test_running_sums_match_a_recomputation_over_the_window(pairs, window):
     assert fit.mean == pytest.approx(statistics.fmean(kept))
     expected_m2 = sum((r - statistics.fmean(kept)) ** 2 for r in kept)
     assert fit.m2 == pytest.approx(expected_m2, rel=1e-9, abs=1e-6)
-    assert fit.p50 == pytest.approx(statistics.quantiles(kept, n=2, method="inclusive")[0] if len(kept) > 1 else kept[0])
+    assert fit.p50 == pytest.approx(
+        statistics.quantiles(kept, n=2, method="inclusive")[0] if len(kept) > 1 else kept[0]
+    )
 
 
 def test_the_estimate_counts_the_prompt_and_adds_the_stage_allowance():
@@ -97,17 +98,20 @@ def test_the_estimate_counts_the_prompt_and_adds_the_stage_allowance():
     assert b.version == "learned(o200k_base)#00000000"
 
 
-@pytest.mark.parametrize("call, field", [
-    (lambda: learned(ledger=False, window=0), "window"),
-    (lambda: learned(ledger=False, min_jobs=True), "min_jobs"),
-    (lambda: learned(ledger=False, tolerance=1.5), "tolerance"),
-    (lambda: learned(ledger=False, prior=-5), "prior"),
-    (lambda: learned(ledger=False, prior={"d": 2.5}), "prior for stage 'd'"),
-    (lambda: learned(ledger=False, refresh=-1), "refresh"),
-    (lambda: learned(ledger=False).observe("d", -1, 10), "input_tokens"),
-    (lambda: learned(ledger=False).estimate(input_tokens=-3, stage="d"), "input_tokens"),
-    (lambda: learned(ledger=False).estimate(3.5, stage="d"), "prompt"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "call, field",
+    [
+        (lambda: learned(ledger=False, window=0), "window"),
+        (lambda: learned(ledger=False, min_jobs=True), "min_jobs"),
+        (lambda: learned(ledger=False, tolerance=1.5), "tolerance"),
+        (lambda: learned(ledger=False, prior=-5), "prior"),
+        (lambda: learned(ledger=False, prior={"d": 2.5}), "prior for stage 'd'"),
+        (lambda: learned(ledger=False, refresh=-1), "refresh"),
+        (lambda: learned(ledger=False).observe("d", -1, 10), "input_tokens"),
+        (lambda: learned(ledger=False).estimate(input_tokens=-3, stage="d"), "input_tokens"),
+        (lambda: learned(ledger=False).estimate(3.5, stage="d"), "prompt"),
+    ],
+)
 def test_bad_options_and_inputs_name_the_field(call, field):
     with pytest.raises(InvalidInput, match=field):
         call()
@@ -145,9 +149,11 @@ def test_refit_learns_from_the_ledger_and_every_process_sees_it(ledger_url):
     assert refit(led).changed == {}  # the same jobs: nothing moves, the version stays
     assert refit(led).outcome() == "version unchanged"
     # another process (or machine) estimating with the same ledger reads the same state and version
-    code = ("import json, sys; from lane_plugin.estimators import learned\n"
-            "e = learned('gpt-4o', ledger=sys.argv[1])\n"
-            "print(json.dumps([e.allowance('critique'), e.version, e.estimate(1000, stage='critique')]))")  # fmt: skip
+    code = (
+        "import json, sys; from lane_plugin.estimators import learned\n"
+        "e = learned('gpt-4o', ledger=sys.argv[1])\n"
+        "print(json.dumps([e.allowance('critique'), e.version, e.estimate(1000, stage='critique')]))"
+    )
     out = subprocess.run([sys.executable, "-c", code, ledger_url], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == [new, est.version, 1000 + new]
 

@@ -8,10 +8,13 @@ PostgreSQL tests skip with a reason when the server is unreachable, unless
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -69,22 +72,51 @@ def pg_admin():
         pytest.skip(reason)
 
 
+# The PostgreSQL legs that start many ledger processes (marked ``pg_processes``) take turns, machine-wide: one
+# such test at a time, its processes keeping PG_PROCESSES_POOL connections each, so that three xdist workers (or
+# another suite on this machine) never run the server out of its connections (max_connections 100 here; one
+# 8-process test with the default pool of 8 reached about 76).
+PG_PROCESSES_LOCK = Path(tempfile.gettempdir()) / "lane-tests-pg-processes.lock"
+PG_PROCESSES_POOL = "4"
+
+
+@contextlib.contextmanager
+def pg_processes_turn():
+    """Hold the machine-wide turn of the many-process PostgreSQL tests (an ``flock``: a killed holder lets go)."""
+    with open(PG_PROCESSES_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 @pytest.fixture
-def pg_url():
-    """A ledger URL in a private schema f_<uuid>, dropped afterwards."""
+def pg_url(request, monkeypatch):
+    """A ledger URL in a private schema f_<uuid>, dropped afterwards. Its sessions are named after the schema
+    (``application_name``), so what the test left is found and ended by name."""
     schema = "f_" + uuid.uuid4().hex
-    admin = pg_admin()
-    admin.execute(f"create schema {schema}")
-    sep = "&" if "?" in PG_BASE else "?"
-    yield f"{PG_BASE}{sep}options=-csearch_path%3D{schema}"
-    admin.close()
+    turn = contextlib.ExitStack()
+    if request.node.get_closest_marker("pg_processes"):
+        turn.enter_context(pg_processes_turn())
+        monkeypatch.setenv("LANE_PG_POOL", PG_PROCESSES_POOL)  # this process's ledgers and the workers it spawns
+    with turn:
+        admin = pg_admin()
+        admin.execute(f"create schema {schema}")
+        sep = "&" if "?" in PG_BASE else "?"
+        yield f"{PG_BASE}{sep}application_name={schema}&options=-csearch_path%3D{schema}"
+        admin.close()
+        _drop_schema(schema)
+
+
+def _drop_schema(schema: str) -> None:
     for _ in range(30):  # the server may be restarting (test_db_restart)
         try:
             admin = pg_admin()
             admin.execute(
                 "select pg_terminate_backend(pid) from pg_stat_activity "
-                "where pid <> pg_backend_pid() and query like %s",
-                (f"%{schema}%",),
+                "where pid <> pg_backend_pid() and (application_name = %s or query like %s)",
+                (schema, f"%{schema}%"),
             )
             admin.execute(f"drop schema if exists {schema} cascade")
             admin.close()
@@ -100,8 +132,15 @@ def sqlite_url(tmp_path):
 
 def make_lane(led, name: str = "free", **kw):
     """A lane whose only limit is the ceiling unless told otherwise."""
-    settings = dict(allowance=kw.get("ceiling", 1000), ceiling=1000, start_fraction=1.0, burst_tokens=10**9,
-                    max_leased=64, lease_seconds=90.0, max_attempts=3)  # fmt: skip
+    settings = dict(
+        allowance=kw.get("ceiling", 1000),
+        ceiling=1000,
+        start_fraction=1.0,
+        burst_tokens=10**9,
+        max_leased=64,
+        lease_seconds=90.0,
+        max_attempts=3,
+    )
     settings.update(kw)
     settings.setdefault("allowance", settings["ceiling"])
     settings["allowance"] = max(settings["allowance"], settings["ceiling"])

@@ -26,8 +26,18 @@ def _out(path: str, **record) -> None:
         os.fsync(fh.fileno())
 
 
-def main(url: str, lane: str, n: str, est: str, seconds: str, workers: str, threads: str, out: str,
-         fault_task: str = "-1", flaky_task: str = "-1") -> None:  # fmt: skip
+def main(
+    url: str,
+    lane: str,
+    n: str,
+    est: str,
+    seconds: str,
+    workers: str,
+    threads: str,
+    out: str,
+    fault_task: str = "-1",
+    flaky_task: str = "-1",
+) -> None:
     os.environ["LANE_DATABASE_URL"] = url  # the Dask worker processes inherit it (spawned after this)
     from prefect import flow
     from prefect.runtime import task_run
@@ -40,22 +50,43 @@ def main(url: str, lane: str, n: str, est: str, seconds: str, workers: str, thre
 
     @lane_task(stage="dask", estimate=est_n, lane=lane, retries=2, retry_delay_seconds=0)
     def work(i: int) -> str:
-        _out(out, event="start", i=i, pid=os.getpid(), task_run=str(task_run.id), run_count=task_run.run_count,
-             t=time.time())  # fmt: skip
+        _out(
+            out,
+            event="start",
+            i=i,
+            pid=os.getpid(),
+            task_run=str(task_run.id),
+            run_count=task_run.run_count,
+            t=time.time(),
+        )
         time.sleep(pause)
         spent = random.randint(est_n // 2, est_n)
         report_usage(spent)
         if i == fault_i and marker and not os.path.exists(marker):
             # this worker dies right after this run's settlement commits, before Dask has the result
             os.environ["LANE_FAULT"] = "settle.after_commit"
-        _out(out, event="end", i=i, pid=os.getpid(), task_run=str(task_run.id), run_count=task_run.run_count,
-             spent=spent, t=time.time())  # fmt: skip
+        _out(
+            out,
+            event="end",
+            i=i,
+            pid=os.getpid(),
+            task_run=str(task_run.id),
+            run_count=task_run.run_count,
+            spent=spent,
+            t=time.time(),
+        )
         if i == flaky_i and task_run.run_count == 1:
             raise RuntimeError("flaky: the provider failed after spending tokens; Prefect retries")
         return f"spent={spent}"  # a string: the gate reads no usage from it
 
-    runner = DaskTaskRunner(cluster_kwargs={"n_workers": int(workers), "threads_per_worker": int(threads),
-                                            "processes": True, "dashboard_address": None})  # fmt: skip
+    runner = DaskTaskRunner(
+        cluster_kwargs={
+            "n_workers": int(workers),
+            "threads_per_worker": int(threads),
+            "processes": True,
+            "dashboard_address": None,
+        }
+    )
 
     @flow(task_runner=runner)
     def dask_gated(count: int):
@@ -64,8 +95,13 @@ def main(url: str, lane: str, n: str, est: str, seconds: str, workers: str, thre
 
     for task_run_id, state in dask_gated(int(n)):
         result = state.result(raise_on_failure=False)
-        _out(out, event="final", task_run=str(task_run_id), state=state.type.value,
-             result=result if isinstance(result, str) else repr(result))  # fmt: skip
+        _out(
+            out,
+            event="final",
+            task_run=str(task_run_id),
+            state=state.type.value,
+            result=result if isinstance(result, str) else repr(result),
+        )
 
 
 if __name__ == "__main__":

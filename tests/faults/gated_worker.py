@@ -22,8 +22,15 @@ def main(mode: str, url: str, lane: str, n: str, hold: str, out: str) -> None:
 
     def one(i: int) -> None:
         try:
-            with gate(stage=mode, estimate=100, lane=lane, ledger=url, key=f"{'dead' if mode == 'hold' else 'live'}-{i}",
-                      attempt=1, run_key=f"{mode}-run") as g:  # fmt: skip
+            with gate(
+                stage=mode,
+                estimate=100,
+                lane=lane,
+                ledger=url,
+                key=f"{'dead' if mode == 'hold' else 'live'}-{i}",
+                attempt=1,
+                run_key=f"{mode}-run",
+            ) as g:
                 time.sleep(float(hold))
                 g.report(10)
         except BaseException as exc:  # noqa: BLE001 - reported to the parent

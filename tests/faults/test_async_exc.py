@@ -145,8 +145,11 @@ def _within(fut, seconds: float, what: str):
     except TimeoutError:
         import traceback
 
-        stacks = "\n".join(f"--- {t.name}\n" + "".join(traceback.format_stack(sys._current_frames()[t.ident])[-6:])
-                           for t in threading.enumerate() if t.ident in sys._current_frames())  # fmt: skip
+        stacks = "\n".join(
+            f"--- {t.name}\n" + "".join(traceback.format_stack(sys._current_frames()[t.ident])[-6:])
+            for t in threading.enumerate()
+            if t.ident in sys._current_frames()
+        )
         pytest.fail(f"{what}: not done within {seconds}s\n{stacks}")
 
 
@@ -165,18 +168,25 @@ def _backends(led: Ledger, app: str) -> list[tuple[int, str, float]]:
     """The backends of this test's ``application_name``: (pid, state, seconds in that state)."""
     import psycopg
 
-    with psycopg.connect(**{k: v for k, v in led.url.conninfo.items() if k != "application_name"},
-                         autocommit=True) as admin:  # fmt: skip
-        return admin.execute("select pid, coalesce(state, ''), extract(epoch from clock_timestamp() - state_change) "
-                             "from pg_stat_activity where application_name = %s", (app,)).fetchall()  # fmt: skip
+    with psycopg.connect(
+        **{k: v for k, v in led.url.conninfo.items() if k != "application_name"}, autocommit=True
+    ) as admin:
+        return admin.execute(
+            "select pid, coalesce(state, ''), extract(epoch from clock_timestamp() - state_change) "
+            "from pg_stat_activity where application_name = %s",
+            (app,),
+        ).fetchall()
 
 
 def _idle_in_transaction(led: Ledger, app: str) -> list[int]:
     """This test's ledger sessions left idle in a transaction (not merely between two statements of a live
     one, as the watcher's and the renewer's are for a moment: idle so for over 0.3 s, looked at for 1 s)."""
     for _ in range(5):
-        rows = [pid for pid, state, took in _backends(led, app) if state.startswith("idle in transaction")
-                and float(took or 0) > 0.3]  # fmt: skip
+        rows = [
+            pid
+            for pid, state, took in _backends(led, app)
+            if state.startswith("idle in transaction") and float(took or 0) > 0.3
+        ]
         if not rows:
             return []
         time.sleep(0.2)
@@ -237,22 +247,29 @@ def test_an_exception_at_any_line_leaves_nothing_held(db, mode, request, tmp_pat
                     f"backend idle in transaction after injection at {fired_at}"
                 )
                 open_now = len(_backends(led, app))
-                assert open_now <= PG_POOL + 1, (f"{open_now} backends open after the injection at {fired_at} (line "
-                                                 f"{at}): more than the pool's {PG_POOL} and the watcher's 1")  # fmt: skip
+                assert open_now <= PG_POOL + 1, (
+                    f"{open_now} backends open after the injection at {fired_at} (line "
+                    f"{at}): more than the pool's {PG_POOL} and the watcher's 1"
+                )
             # another gated call runs, in another thread and in the interrupted one: never held up for good
             # (NEXT_CALL_LIMIT), and within 1 s but for a few the CPU-starved machine delays (SLOW_SHARE)
             after = f"a gated call after the injection at {fired_at} (line {at})"
             for name, pool in (("another thread", other), ("same thread", worker)):
                 t0 = time.monotonic()
-                assert _within(pool.submit(_gated_call, led, f"{name[:5]}-{at}", mode), NEXT_CALL_LIMIT,
-                               f"{name}: {after}") == 7  # fmt: skip
+                assert (
+                    _within(
+                        pool.submit(_gated_call, led, f"{name[:5]}-{at}", mode), NEXT_CALL_LIMIT, f"{name}: {after}"
+                    )
+                    == 7
+                )
                 nexts.append((time.monotonic() - t0, f"{name}: {after}"))
             # no lease renewed for the holder that is gone (a gate the interrupted block left is gone once the
             # exception's reference cycle, frame <-> traceback, is collected: the renewer holds it only weakly)
             gc.collect()
             job_id = led.rows(f"select id from job where key = '{key}'")[1]
-            live = [h for h in list(renewer()._held) if job_id and h.lease.job_id == job_id[0][0]
-                    and not h.holder_gone()]  # fmt: skip
+            live = [
+                h for h in list(renewer()._held) if job_id and h.lease.job_id == job_id[0][0] and not h.holder_gone()
+            ]
             assert not live, (
                 f"lease of the interrupted holder still renewed after injection at {fired_at} (line {at}, landed {landed})"
             )
@@ -273,11 +290,13 @@ def test_an_exception_at_any_line_leaves_nothing_held(db, mode, request, tmp_pat
                 f"{PG_POOL} + watcher 1), {len(left)} of the ledger's transactions left after closing its pool"
             )
         took = time.monotonic() - t_start
-        figure(f"async exception ({db}, {mode}): {len(points)} injection points of {total} traced lines "
-               f"(stride {stride}), raised in the library at {raised} ({len(landed_at)} distinct lines), "
-               f"jobs {states}; outside BEGIN IMMEDIATE max {max(waits, default=0) * 1000:.0f} ms; next gated call "
-               f"max {max(t for t, _ in nexts):.2f} s, {sum(t > 1.0 for t, _ in nexts)} of {len(nexts)} over 1 s"
-               f"{backends}; {took:.1f}s")  # fmt: skip
+        figure(
+            f"async exception ({db}, {mode}): {len(points)} injection points of {total} traced lines "
+            f"(stride {stride}), raised in the library at {raised} ({len(landed_at)} distinct lines), "
+            f"jobs {states}; outside BEGIN IMMEDIATE max {max(waits, default=0) * 1000:.0f} ms; next gated call "
+            f"max {max(t for t, _ in nexts):.2f} s, {sum(t > 1.0 for t, _ in nexts)} of {len(nexts)} over 1 s"
+            f"{backends}; {took:.1f}s"
+        )
         # the fault happened: almost every point raised inside the gate or the ledger (the last lines of the
         # call may return before the next bytecode that checks for it)
         assert raised >= 0.9 * len(points), (raised, len(points))
@@ -376,9 +395,11 @@ def test_an_exception_at_any_bytecode_of_the_pool_leaves_no_slot_lost_and_no_con
         # the ledger still works, and every connection it opened is the pool's
         assert worker.submit(_pool_call, led, 10**9).result(10)[0] == "returned"
         open_after, left = _pool_backends_after_close(led, app)
-        figure(f"pool injection (postgresql): up to {total} bytecodes of db.py per call x {3 if FULL else 1}, set at "
-               f"{fired}, raised at {raised} ({len(where)} distinct places); backends {before} before, at most {most} during, "
-               f"{open_after} after, {len(left)} left after closing the pool; {time.monotonic() - t0:.1f}s")  # fmt: skip
+        figure(
+            f"pool injection (postgresql): up to {total} bytecodes of db.py per call x {3 if FULL else 1}, set at "
+            f"{fired}, raised at {raised} ({len(where)} distinct places); backends {before} before, at most {most} during, "
+            f"{open_after} after, {len(left)} left after closing the pool; {time.monotonic() - t0:.1f}s"
+        )
         assert raised == fired >= 0.7 * total * (3 if FULL else 1), (raised, fired, total)  # the fault happened
         assert left == [] and open_after <= PG_POOL
     finally:

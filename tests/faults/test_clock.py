@@ -49,9 +49,11 @@ def test_skewed_workers_use_the_database_clock(pg_url, tmp_path):
     late = _run("reap_only", tmp_path, "behind-late", pg_url, -SKEW)
     assert sorted(late["reaped"]) == sorted([a, b]), "a worker 300 s behind kept expired leases"
     assert_audit_clean(led)
-    figure(f"clock pg: workers {SKEW:+.0f}s and {-SKEW:+.0f}s off: lease_until = database now + {LEASE:g}s "
-           f"(off by {abs(ahead['lease_until'] - ahead['ledger_now'] - LEASE):.2f}s), no early reap at +{SKEW:.0f}s, "
-           f"both leases reaped on time at -{SKEW:.0f}s; burst window on the database clock")  # fmt: skip
+    figure(
+        f"clock pg: workers {SKEW:+.0f}s and {-SKEW:+.0f}s off: lease_until = database now + {LEASE:g}s "
+        f"(off by {abs(ahead['lease_until'] - ahead['ledger_now'] - LEASE):.2f}s), no early reap at +{SKEW:.0f}s, "
+        f"both leases reaped on time at -{SKEW:.0f}s; burst window on the database clock"
+    )
 
 
 def test_injected_clock_drives_expiry(sqlite_url):

@@ -59,11 +59,14 @@ def _contention(url_factory, tmp_path, *, name, procs, per_proc, ceiling, runs):
         max_committed = max(max_committed, mon.max_committed)
         samples += mon.samples
         audits += mon.audits
-    figure(f"contention {name}: {exact}/{runs} runs of {procs} processes x {per_proc} unit jobs admitted exactly "
-           f"{ceiling}; max sampled committed {max_committed} <= ceiling {ceiling} over {samples} samples "
-           f"and {audits} live audits; 0 errors reached a caller")  # fmt: skip
+    figure(
+        f"contention {name}: {exact}/{runs} runs of {procs} processes x {per_proc} unit jobs admitted exactly "
+        f"{ceiling}; max sampled committed {max_committed} <= ceiling {ceiling} over {samples} samples "
+        f"and {audits} live audits; 0 errors reached a caller"
+    )
 
 
+@pytest.mark.pg_processes  # 8 ledger processes on PostgreSQL: one such test at a time
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_contention_postgres(pg_url, tmp_path):

@@ -51,6 +51,9 @@ def test_crash_in_settlement_then_retry(url, tmp_path, where):
     settlements = led.rows("select count(*) from settlement")[1][0][0]
     assert settlements == n
     assert_audit_clean(led)
-    figure(f"crash {where} {led.db.dialect}: {killed}/{n} workers killed by SIGKILL (exit -9, marker written) "
-           f"inside settle.{where}; after retry {settlements} settlements for {n} attempts, "
-           f"spent {row.spent} = sum of actuals" + ("; every retry returned the first result" if where == "after_commit" else ""))  # fmt: skip
+    figure(
+        f"crash {where} {led.db.dialect}: {killed}/{n} workers killed by SIGKILL (exit -9, marker written) "
+        f"inside settle.{where}; after retry {settlements} settlements for {n} attempts, "
+        f"spent {row.spent} = sum of actuals"
+        + ("; every retry returned the first result" if where == "after_commit" else "")
+    )

@@ -74,8 +74,9 @@ def _dead(pid: int, timeout: float = 15.0) -> str:
 
 
 def _api(api: str, path: str, body: dict) -> list[dict]:
-    req = urllib.request.Request(f"{api}{path}", data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})  # fmt: skip
+    req = urllib.request.Request(
+        f"{api}{path}", data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=10) as r:
         return json.loads(r.read())
 
@@ -99,9 +100,25 @@ def _one_round(pg_url: str, tmp_path: Path, api: str, env: dict, lane: str) -> d
     flow_env = {**env, "LANE_DATABASE_URL": pg_url, "LANE_FAULT_MARKER": str(marker), "PREFECT_LOGGING_LEVEL": "INFO"}
     with log.open("w") as fh:
         flow = subprocess.Popen(
-            [sys.executable, str(FLOW), pg_url, lane, str(TASKS), str(EST), str(SECONDS), str(WORKERS), str(THREADS),
-             str(out), str(FAULT), str(FLAKY)],  # fmt: skip
-            env=flow_env, cwd=tmp_path, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                str(FLOW),
+                pg_url,
+                lane,
+                str(TASKS),
+                str(EST),
+                str(SECONDS),
+                str(WORKERS),
+                str(THREADS),
+                str(out),
+                str(FAULT),
+                str(FLAKY),
+            ],
+            env=flow_env,
+            cwd=tmp_path,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     killed = held = None
     try:
@@ -118,8 +135,11 @@ def _one_round(pg_url: str, tmp_path: Path, api: str, env: dict, lane: str) -> d
             if killed is None and fault_pid is not None and by_pid:
                 pid, runs = max(by_pid.items(), key=lambda kv: len(kv[1]))
                 keys = [f"prefect-task-run:{r}" for r in runs]
-                held = sql.all("select key from job where key = any(%s) and state = 'leased' "
-                               "and lease_until > extract(epoch from clock_timestamp())", keys)  # fmt: skip
+                held = sql.all(
+                    "select key from job where key = any(%s) and state = 'leased' "
+                    "and lease_until > extract(epoch from clock_timestamp())",
+                    keys,
+                )
                 os.kill(pid, signal.SIGKILL)
                 killed = (pid, runs, _dead(pid))
                 ended = {r["task_run"] for r in read_json_lines(out) if r["event"] == "end" and r["pid"] == pid}
@@ -139,8 +159,10 @@ def _one_round(pg_url: str, tmp_path: Path, api: str, env: dict, lane: str) -> d
         done = {r["task_run"] for r in recs if r["event"] in ("end", "final")}
         stuck = sorted({r["task_run"] for r in recs if r["event"] == "start"} - done)
         waiting = [line for line in text.splitlines() if "job waiting" in line][-3:]
-        pytest.fail(f"the flow did not finish in {WAIT_FLOW} s (killed); task runs started and never ended: {stuck}; "
-                    "the last waits:\n" + "\n".join(waiting) + f"\nits log ends:\n{text[-2000:]}")  # fmt: skip
+        pytest.fail(
+            f"the flow did not finish in {WAIT_FLOW} s (killed); task runs started and never ended: {stuck}; "
+            "the last waits:\n" + "\n".join(waiting) + f"\nits log ends:\n{text[-2000:]}"
+        )
     assert code == 0, f"flow exited {code}:\n{text[-4000:]}"
     assert killed is not None, "no worker was ever seen running a gated body: nothing was killed"
     pid, killed_runs, seen = killed
@@ -158,7 +180,8 @@ def _one_round(pg_url: str, tmp_path: Path, api: str, env: dict, lane: str) -> d
     assert all(states.get(i) == "COMPLETED" for i in finals), states
     flow_runs = _api(api, "/flow_runs/filter", {"limit": 50})
     assert flow_runs and all(r["state_type"] == "COMPLETED" for r in flow_runs), [
-        (r["name"], r["state_type"]) for r in flow_runs]  # fmt: skip
+        (r["name"], r["state_type"]) for r in flow_runs
+    ]
 
     # our SQL: no lease left; the lane's counters are its tables
     lane_row = sql.all("select spent, reserved, leased, overage from lane where name = %s", lane)[0]
@@ -167,8 +190,10 @@ def _one_round(pg_url: str, tmp_path: Path, api: str, env: dict, lane: str) -> d
     assert leased == [], f"leases left after the run: {leased}"
     assert lane_row[1] == sum(j[3] for j in leased) and lane_row[2] == len(leased), lane_row
     assert len(jobs) == TASKS and all(j[1] == "done" for j in jobs), jobs
-    setts = sql.all("select j.key, s.attempt, s.actual, s.late from settlement s join job j on j.id = s.job_id "
-                    "where j.lane = %s", lane)  # fmt: skip
+    setts = sql.all(
+        "select j.key, s.attempt, s.actual, s.late from settlement s join job j on j.id = s.job_id where j.lane = %s",
+        lane,
+    )
     assert len({(k, a) for k, a, _, _ in setts}) == len(setts), "an attempt settled twice"
     assert lane_row[0] == sum(a for _, _, a, _ in setts), f"spent {lane_row[0]} != sum of settlements"
     for key, *_, actual, _ in jobs:
@@ -191,8 +216,10 @@ def _one_round(pg_url: str, tmp_path: Path, api: str, env: dict, lane: str) -> d
         assert final in billed, (key, final, billed)
         reruns_after_settle += len(billed) > 1 and key != f"prefect-task-run:{flaky_run}"
     # Prefect's retry: the flaky task's first run raised after spending; billed as failed, then retried
-    outcomes = sql.all("select s.outcome from settlement s join job j on j.id = s.job_id where j.key = %s "
-                       "order by s.attempt", f"prefect-task-run:{flaky_run}")  # fmt: skip
+    outcomes = sql.all(
+        "select s.outcome from settlement s join job j on j.id = s.job_id where j.key = %s order by s.attempt",
+        f"prefect-task-run:{flaky_run}",
+    )
     assert [o for (o,) in outcomes][-2:] == ["failed", "done"], outcomes
     assert any(r["event"] == "start" and r["i"] == FLAKY and r["run_count"] == 2 for r in recs)
     for run in killed_runs:  # the leases held at kill time ended: voided by the rerun's new attempt
@@ -202,10 +229,18 @@ def _one_round(pg_url: str, tmp_path: Path, api: str, env: dict, lane: str) -> d
     assert_audit_clean(led)
     sql.close()
     led.close()
-    return {"held": len(held), "seen": seen, "settlements": len(setts), "spent": lane_row[0], "retried": len(outcomes),
-            "reruns_after_settle": reruns_after_settle, "leases_left": len(leased)}  # fmt: skip
+    return {
+        "held": len(held),
+        "seen": seen,
+        "settlements": len(setts),
+        "spent": lane_row[0],
+        "retried": len(outcomes),
+        "reruns_after_settle": reruns_after_settle,
+        "leases_left": len(leased),
+    }
 
 
+@pytest.mark.pg_processes  # a Dask cluster of ledger processes on PostgreSQL: one such test at a time
 @pytest.mark.postgres
 @pytest.mark.slow
 @pytest.mark.timeout(600)
@@ -217,11 +252,13 @@ def test_dask_worker_killed_while_holding_leases(pg_url, tmp_path):
         for n in range(rounds):
             results.append(_one_round(pg_url, tmp_path, api, env, f"dask{n}"))
     took = time.monotonic() - t0
-    figure(f"dask pg: {rounds} round(s), real prefect server, {TASKS} @lane_task tasks (retries=2) on {WORKERS} Dask "
-           f"worker processes x {THREADS} threads, lease {LEASE:g} s: per round one worker SIGKILLed holding "
-           f"{'/'.join(str(r['held']) for r in results)} live lease(s) (then {results[0]['seen']}), one killed right "
-           f"after a settlement commit, one task failing once; {rounds * TASKS} of {rounds * TASKS} task runs "
-           f"Completed, 0 leases left; {sum(r['settlements'] for r in results)} settlements, one per (job, attempt), "
-           f"each a body run that finished ({sum(r['reruns_after_settle'] for r in results)} task(s) Dask ran again "
-           f"after their settlement, billed as the next attempt); sum(actual) == spent, reserved == leased == 0 == "
-           f"the leased jobs; audit clean; {took:.0f} s")  # fmt: skip
+    figure(
+        f"dask pg: {rounds} round(s), real prefect server, {TASKS} @lane_task tasks (retries=2) on {WORKERS} Dask "
+        f"worker processes x {THREADS} threads, lease {LEASE:g} s: per round one worker SIGKILLed holding "
+        f"{'/'.join(str(r['held']) for r in results)} live lease(s) (then {results[0]['seen']}), one killed right "
+        f"after a settlement commit, one task failing once; {rounds * TASKS} of {rounds * TASKS} task runs "
+        f"Completed, 0 leases left; {sum(r['settlements'] for r in results)} settlements, one per (job, attempt), "
+        f"each a body run that finished ({sum(r['reruns_after_settle'] for r in results)} task(s) Dask ran again "
+        f"after their settlement, billed as the next attempt); sum(actual) == spent, reserved == leased == 0 == "
+        f"the leased jobs; audit clean; {took:.0f} s"
+    )

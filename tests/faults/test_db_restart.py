@@ -31,8 +31,12 @@ RESTARTS_ALLOWED = FULL or "1" in (os.environ.get("LANE_FAULT_RESTART"), os.envi
 def restart_postgres(cluster: str) -> float:
     version, name = cluster.split("/", 1)
     t = time.monotonic()
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, name, "restart"], check=True,
-                   capture_output=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, name, "restart"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     return time.monotonic() - t
 
 
@@ -53,13 +57,34 @@ def restart_target(pg_url):
         pytest.skip("no local PostgreSQL install to make a private cluster with (pg_createcluster)")
     version = sorted(os.listdir("/etc/postgresql"))[0]
     name, port = f"lane_restart_{os.getpid()}", free_port()
-    made = subprocess.run(["pg_createcluster", version, name, "-p", str(port), "--start", "--", "--auth=trust"],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    made = subprocess.run(
+        ["pg_createcluster", version, name, "-p", str(port), "--start", "--", "--auth=trust"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert made.returncode == 0, f"pg_createcluster failed: {made.stderr[-2000:]}"
     try:
-        subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-v", "ON_ERROR_STOP=1",
-                        "-c", "create role root superuser login", "-c", "create database test owner root"],
-                       check=True, capture_output=True, timeout=60)  # fmt: skip
+        subprocess.run(
+            [
+                "psql",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-U",
+                "postgres",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+                "create role root superuser login",
+                "-c",
+                "create database test owner root",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         url = f"postgresql+psycopg://root@127.0.0.1:{port}/test"
         yield f"{url}?connect_timeout=10", url, f"{version}/{name}"
     finally:
@@ -82,6 +107,7 @@ def terminate(app: str, admin_url: str) -> int:
     raise AssertionError("could not reach PostgreSQL to terminate sessions")
 
 
+@pytest.mark.pg_processes  # 8 ledger processes on PostgreSQL: one such test at a time
 @pytest.mark.postgres
 @pytest.mark.slow
 @pytest.mark.timeout(900)
@@ -100,8 +126,10 @@ def test_db_restart_and_killed_sessions(restart_target, tmp_path):
     mon.start()
     # events spread over the run: kills everywhere, the restarts at one and two thirds
     start = time.monotonic()
-    events = sorted([(seconds * (i + 0.5) / (kills + 1), "kill") for i in range(kills)]
-                    + [(seconds * (i + 1) / (restarts + 1), "restart") for i in range(restarts)])  # fmt: skip
+    events = sorted(
+        [(seconds * (i + 0.5) / (kills + 1), "kill") for i in range(kills)]
+        + [(seconds * (i + 1) / (restarts + 1), "restart") for i in range(restarts)]
+    )
     killed_sessions, restart_times = [], []
     for at, what in events:
         time.sleep(max(0.0, start + at - time.monotonic()))
@@ -124,9 +152,11 @@ def test_db_restart_and_killed_sessions(restart_target, tmp_path):
     row = led.lane("free")
     assert row.spent == sum(settled.values())
     assert_audit_clean(led)
-    figure(f"db restart pg: {seconds}s of 8 gated workers, {len(restart_times)} server restarts "
-           f"({', '.join(f'{t:.1f}s' for t in restart_times) or 'skipped: set LANE_FAULT_RESTART=1'}), "
-           f"{len(killed_sessions)} rounds of pg_terminate_backend ({sum(killed_sessions)} sessions killed); "
-           f"{len(acked)} acknowledged settlements, all {len(acked)} in the database; 0 errors reached a worker; "
-           f"{len(acked) - sum(r['replay'] for r in acked)} first results + {sum(r['replay'] for r in acked)} "
-           f"replays after a lost commit ack; audit clean")  # fmt: skip
+    figure(
+        f"db restart pg: {seconds}s of 8 gated workers, {len(restart_times)} server restarts "
+        f"({', '.join(f'{t:.1f}s' for t in restart_times) or 'skipped: set LANE_FAULT_RESTART=1'}), "
+        f"{len(killed_sessions)} rounds of pg_terminate_backend ({sum(killed_sessions)} sessions killed); "
+        f"{len(acked)} acknowledged settlements, all {len(acked)} in the database; 0 errors reached a worker; "
+        f"{len(acked) - sum(r['replay'] for r in acked)} first results + {sum(r['replay'] for r in acked)} "
+        f"replays after a lost commit ack; audit clean"
+    )

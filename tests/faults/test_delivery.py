@@ -43,6 +43,7 @@ def _dup_settle_round(led, url, tmp_path, rnd: int) -> tuple[int, int]:
     return len(billed), n
 
 
+@pytest.mark.pg_processes  # 8 ledger processes on PostgreSQL: one such test at a time
 def test_duplicate_settlement_bills_once(url, tmp_path):
     led = Ledger(url)
     make_lane(led, ceiling=100_000)
@@ -52,8 +53,10 @@ def test_duplicate_settlement_bills_once(url, tmp_path):
     row = led.lane("free")
     assert row.spent == 12 * rounds and row.reserved == 0
     assert_audit_clean(led)
-    figure(f"duplicate settle {led.db.dialect}: {rounds}/{rounds} rounds of 100 concurrent deliveries from 8 "
-           f"processes billed exactly once; spent {row.spent} = {rounds} x 12")  # fmt: skip
+    figure(
+        f"duplicate settle {led.db.dialect}: {rounds}/{rounds} rounds of 100 concurrent deliveries from 8 "
+        f"processes billed exactly once; spent {row.spent} = {rounds} x 12"
+    )
 
 
 def test_duplicate_submit_is_one_job(url):

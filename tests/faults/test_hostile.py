@@ -31,14 +31,27 @@ CALLS = {"api": 0, "api_failed": 0, "cli": 0, "cli_failed": 0, "urls": 0}
 
 sql = st.sampled_from(["'; drop table job; --", '" or 1=1 --', "free'--", "%s", "%(x)s", ":l", "?", "\\", "$$"])
 texts = st.one_of(
-    st.text(max_size=40), sql, st.just("x" * 10_000), st.just(""), st.just("   "), st.just("a\x00b"),
-    st.just("\ud800"), st.just("free"), st.just("ünï©ødé ✓ 😀"), st.just("line\nbreak"),
-)  # fmt: skip
+    st.text(max_size=40),
+    sql,
+    st.just("x" * 10_000),
+    st.just(""),
+    st.just("   "),
+    st.just("a\x00b"),
+    st.just("\ud800"),
+    st.just("free"),
+    st.just("ünï©ødé ✓ 😀"),
+    st.just("line\nbreak"),
+)
 numbers = st.one_of(
-    st.integers(-(10**15), 10**15), st.integers(-5, 5), st.just(10**30),
-    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.5, 1.0, -0.0, 3.0]),
-    st.text(max_size=5), st.none(), st.booleans(),
-)  # fmt: skip
+    st.integers(-(10**15), 10**15),
+    st.integers(-5, 5),
+    st.just(10**30),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.5, 1.0, -0.0, 3.0]),
+    st.text(max_size=5),
+    st.none(),
+    st.booleans(),
+)
 values = st.one_of(texts, numbers)
 
 
@@ -79,17 +92,41 @@ def _api_call(led: Ledger, jobs: list[str], op: str, a, b, c):
         field = POLICY_FIELDS[zlib.crc32(repr(b).encode()) % len(POLICY_FIELDS)] if not isinstance(b, str) else b
         return led.set_lane(a if isinstance(a, str) else "free", **{field if field.isidentifier() else "x": c})
     if op == "read":  # every read that takes a lane name
-        reads = [lambda: led.lane(a), lambda: led.tail(a), lambda: led.settled_jobs(lane=a),
-                 lambda: led.spend(lane=a), lambda: led.shadow_estimates(lane=a),
-                 lambda: led.estimator_samples("v1", lane=a), lambda: led.report_lane_states(a)]  # fmt: skip
+        reads = [
+            lambda: led.lane(a),
+            lambda: led.tail(a),
+            lambda: led.settled_jobs(lane=a),
+            lambda: led.spend(lane=a),
+            lambda: led.shadow_estimates(lane=a),
+            lambda: led.estimator_samples("v1", lane=a),
+            lambda: led.report_lane_states(a),
+        ]
         return reads[zlib.crc32(repr(b).encode()) % len(reads)]()
     raise AssertionError(op)
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
-@given(op=st.sampled_from(["submit", "submit_kw", "settle", "renew", "tick", "park", "requeue", "drop", "job",
-                           "acquire", "set_lane", "read"]),
-       a=st.one_of(values, st.integers(0, 2)), b=values, c=values)  # fmt: skip
+@given(
+    op=st.sampled_from(
+        [
+            "submit",
+            "submit_kw",
+            "settle",
+            "renew",
+            "tick",
+            "park",
+            "requeue",
+            "drop",
+            "job",
+            "acquire",
+            "set_lane",
+            "read",
+        ]
+    ),
+    a=st.one_of(values, st.integers(0, 2)),
+    b=values,
+    c=values,
+)
 def test_api_hostile_input(ledger_dir, op, a, b, c):
     tmp = Path(tempfile.mkdtemp(dir=ledger_dir))
     led, jobs = _fresh(tmp)
@@ -129,8 +166,13 @@ def _cli_args(cmd: str, a, b) -> list[str]:
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
-@given(cmd=st.sampled_from(["submit", "submit_lane", "settle", "settle_attempt", "tick", "set", "set_float",
-                            "requeue", "drop", "audit"]), a=values, b=values)  # fmt: skip
+@given(
+    cmd=st.sampled_from(
+        ["submit", "submit_lane", "settle", "settle_attempt", "tick", "set", "set_float", "requeue", "drop", "audit"]
+    ),
+    a=values,
+    b=values,
+)
 def test_cli_hostile_input(ledger_dir, cmd, a, b):
     tmp = Path(tempfile.mkdtemp(dir=ledger_dir))
     led, jobs = _fresh(tmp)
@@ -159,17 +201,44 @@ def test_cli_hostile_input(ledger_dir, cmd, a, b):
 
 urls = st.one_of(
     st.text(max_size=60),
-    st.builds(lambda s, r: s + r, st.sampled_from(["sqlite://", "sqlite:///", "sqlite:////", "postgresql://",
-              "postgresql+psycopg://", "postgres://", "mysql://", "postgresql+asyncpg://", "sqlite+pysqlite:///"]),
-              st.one_of(st.text(max_size=40), sql,
-                        st.sampled_from([f"u:{SECRET}@127.0.0.1:1/x", f"u:{SECRET}@127.0.0.1:99999/x",
-                                         f"u:{SECRET}@[::1/x", f"u:{SECRET}@h:port/x", f"u:{SECRET}@127.0.0.1:5432/",
-                                         f"root:{SECRET}@127.0.0.1:1/test?connect_timeout=2",
-                                         f"root:{SECRET}@127.0.0.1:1/test?nonsense=1",
-                                         f"u:pa@{SECRET}@127.0.0.1:1/x",
-                                         f"root@127.0.0.1:5432/test?password={SECRET}&port=1",
-                                         "nope/x.db", "tmp/\x00.db", "/", "."]))),
-)  # fmt: skip
+    st.builds(
+        lambda s, r: s + r,
+        st.sampled_from(
+            [
+                "sqlite://",
+                "sqlite:///",
+                "sqlite:////",
+                "postgresql://",
+                "postgresql+psycopg://",
+                "postgres://",
+                "mysql://",
+                "postgresql+asyncpg://",
+                "sqlite+pysqlite:///",
+            ]
+        ),
+        st.one_of(
+            st.text(max_size=40),
+            sql,
+            st.sampled_from(
+                [
+                    f"u:{SECRET}@127.0.0.1:1/x",
+                    f"u:{SECRET}@127.0.0.1:99999/x",
+                    f"u:{SECRET}@[::1/x",
+                    f"u:{SECRET}@h:port/x",
+                    f"u:{SECRET}@127.0.0.1:5432/",
+                    f"root:{SECRET}@127.0.0.1:1/test?connect_timeout=2",
+                    f"root:{SECRET}@127.0.0.1:1/test?nonsense=1",
+                    f"u:pa@{SECRET}@127.0.0.1:1/x",
+                    f"root@127.0.0.1:5432/test?password={SECRET}&port=1",
+                    "nope/x.db",
+                    "tmp/\x00.db",
+                    "/",
+                    ".",
+                ]
+            ),
+        ),
+    ),
+)
 
 
 @pytest.fixture(scope="module")
@@ -227,8 +296,9 @@ def test_known_bad_urls(url):
 def _lane(*args, env=None):
     exe = Path(sys.executable).with_name("lane")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "lane_plugin.cli"]
-    return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **(env or {})})  # fmt: skip
+    return subprocess.run(
+        cmd + list(args), capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})}
+    )
 
 
 def test_real_cli_errors_are_one_line(tmp_path):
@@ -257,8 +327,14 @@ def test_password_never_printed_pg(pg_url):
 
     pg_admin().close()
     url = pg_url.replace("root@", f"root:{SECRET}@")  # trust auth: the password is accepted and ignored
-    for args in (["db", "upgrade"], ["lanes", "--json"], ["lanes", "set", "free", "--ceiling", "100", "--json"],
-                 ["tick", "--json"], ["audit"], ["tail", "--json"]):  # fmt: skip
+    for args in (
+        ["db", "upgrade"],
+        ["lanes", "--json"],
+        ["lanes", "set", "free", "--ceiling", "100", "--json"],
+        ["tick", "--json"],
+        ["audit"],
+        ["tail", "--json"],
+    ):
         r = _lane("--db", url, *args)
         assert r.returncode == 0, (args, r.stderr[-300:])
         assert SECRET not in r.stdout + r.stderr, f"`lane {' '.join(args)}` printed the password"
@@ -269,9 +345,11 @@ def test_password_never_printed_pg(pg_url):
 def _hostile_figure() -> str | None:
     if not CALLS["api"] and not CALLS["cli"]:
         return None
-    return (f"hostile input: {CALLS['api']} API calls ({CALLS['api_failed']} refused with LaneError), "
-           f"{CALLS['cli']} CLI calls ({CALLS['cli_failed']} refused, no traceback), {CALLS['urls']} malformed URLs; "
-           "every refused call left row counts and audit unchanged; no password printed")  # fmt: skip
+    return (
+        f"hostile input: {CALLS['api']} API calls ({CALLS['api_failed']} refused with LaneError), "
+        f"{CALLS['cli']} CLI calls ({CALLS['cli_failed']} refused, no traceback), {CALLS['urls']} malformed URLs; "
+        "every refused call left row counts and audit unchanged; no password printed"
+    )
 
 
 late_figure(_hostile_figure)

@@ -61,8 +61,10 @@ def test_a_job_leased_before_its_waiter_registered_is_taken_at_once(db, request)
             with gate(stage="missed", estimate=10, ledger=led) as g:
                 took.append(time.monotonic() - registered[-1])  # from the register to the admission
                 g.report(1)
-        figure(f"missed wake-up ({db}): job state at the register {sorted(set(leased_before))} in {len(leased_before)} "
-               f"calls; admitted {', '.join(f'{t * 1000:.0f}' for t in took)} ms after the register")  # fmt: skip
+        figure(
+            f"missed wake-up ({db}): job state at the register {sorted(set(leased_before))} in {len(leased_before)} "
+            f"calls; admitted {', '.join(f'{t * 1000:.0f}' for t in took)} ms after the register"
+        )
         assert leased_before == ["leased"] * CALLS  # the fault happened: leased by another thread before the register
         assert max(took) < 0.5, took  # not left to the watcher's safety poll (1 s)
         assert led.lane("free").reserved == 0

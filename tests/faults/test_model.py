@@ -30,14 +30,47 @@ from .conftest import FULL, PG_BASE, late_figure, pg_admin
 
 CEILING, MAX_LEASED, LEASE, MAX_ATTEMPTS, PARK = 100, 4, 10.0, 2, 1000.0
 _TEMPLATE: dict = {}
-RAN = {db: {"programs": 0, "steps": 0, "settlements": 0, "late": 0, "bare": 0, "ambiguous": 0, "conflicts": 0,
-            "reopens": 0, "races": 0} for db in ("sqlite", "postgresql")}
+RAN = {
+    db: {
+        "programs": 0,
+        "steps": 0,
+        "settlements": 0,
+        "late": 0,
+        "bare": 0,
+        "ambiguous": 0,
+        "conflicts": 0,
+        "reopens": 0,
+        "races": 0,
+    }
+    for db in ("sqlite", "postgresql")
+}
 # Every table a program writes (emptied before each PostgreSQL program; a table left out carries one program's
 # counters into the next: the tenant table did, and the audit's I3 per tenant caught it).
-_TABLES = ("job", "settlement", "tail", "shadow_estimate", "lane_run", "rate_charge", "run_profile", "estimator_state",
-           "lane_move", "tenant", "limit_charge", "lane_limit")
-LANE = dict(allowance=CEILING, ceiling=CEILING, start_fraction=1.0, burst_tokens=10**9, max_leased=MAX_LEASED,
-            lease_seconds=LEASE, max_wait_seconds=10**8, max_attempts=MAX_ATTEMPTS, park_seconds=PARK)
+_TABLES = (
+    "job",
+    "settlement",
+    "tail",
+    "shadow_estimate",
+    "lane_run",
+    "rate_charge",
+    "run_profile",
+    "estimator_state",
+    "lane_move",
+    "tenant",
+    "limit_charge",
+    "lane_limit",
+)
+LANE = dict(
+    allowance=CEILING,
+    ceiling=CEILING,
+    start_fraction=1.0,
+    burst_tokens=10**9,
+    max_leased=MAX_LEASED,
+    lease_seconds=LEASE,
+    max_wait_seconds=10**8,
+    max_attempts=MAX_ATTEMPTS,
+    park_seconds=PARK,
+)
 
 
 def _template() -> Path:
@@ -166,7 +199,11 @@ class LedgerMachine(RuleBasedStateMachine):
     def start(self):
         pass
 
-    @rule(target=jobs, est=st.sampled_from([10, 25, 50]) | st.integers(1, 60), key=st.none() | st.sampled_from(["k1", "k2", "k3"]))
+    @rule(
+        target=jobs,
+        est=st.sampled_from([10, 25, 50]) | st.integers(1, 60),
+        key=st.none() | st.sampled_from(["k1", "k2", "k3"]),
+    )
     def submit(self, est, key):
         if key in self.keys and self.keys[key][1] != est:
             with pytest.raises(ConflictingReplay):
@@ -177,8 +214,17 @@ class LedgerMachine(RuleBasedStateMachine):
             assert job == self.keys[key][0], "one key made two jobs"
             return multiple()
         self.seq += 1
-        self.m[job] = dict(est=est, state="new", attempt=1, lease_attempt=0, lease_until=0.0, actual=0,
-                           wait_since=self.t, seq=self.seq, prio=self._place(est))  # fmt: skip
+        self.m[job] = dict(
+            est=est,
+            state="new",
+            attempt=1,
+            lease_attempt=0,
+            lease_until=0.0,
+            actual=0,
+            wait_since=self.t,
+            seq=self.seq,
+            prio=self._place(est),
+        )
         if key is not None:
             self.keys[key] = (job, est)
         return job
@@ -207,8 +253,9 @@ class LedgerMachine(RuleBasedStateMachine):
         tests/ledger/test_drift_allowance.py), what admission does with it is restated here."""
         expect, parked = [], []
         free = MAX_LEASED - self.leased
-        _, [(drift, overrun, spread)] = self.led.rows("select drift, drift_overrun, drift_spread from lane "
-                                                      "where name = 'free'")  # fmt: skip
+        _, [(drift, overrun, spread)] = self.led.rows(
+            "select drift, drift_overrun, drift_spread from lane where name = 'free'"
+        )
         if free > 0:
             waiting = sorted((j for j in self.m if self.m[j]["state"] == "new"), key=lambda j: (self.m[j]["prio"], j))
             committed, leased, sh_est, sh_slot = self.spent + self.reserved, self.leased, 0, 0
@@ -219,8 +266,13 @@ class LedgerMachine(RuleBasedStateMachine):
                     parked.append(j)
                 elif leased + sh_slot + 1 > MAX_LEASED:
                     continue
-                elif committed + sh_est + est + capped(over_charge(drift, overrun, spread, in_flight, leased + sh_slot + 1),
-                                                       CEILING, est) <= CEILING:  # fmt: skip
+                elif (
+                    committed
+                    + sh_est
+                    + est
+                    + capped(over_charge(drift, overrun, spread, in_flight, leased + sh_slot + 1), CEILING, est)
+                    <= CEILING
+                ):
                     expect.append(j)
                     committed += est
                     leased += 1
@@ -291,8 +343,11 @@ class LedgerMachine(RuleBasedStateMachine):
     def _settle(self, job, attempt, actual, failed, bare=False):
         outcome = "failed" if failed else "done"
         kind, info = self._expect_settle(job, attempt, actual)
-        settle = (lambda: self.led.settle(job, actual, outcome=outcome)) if bare else (
-            lambda: self.led.settle(job, actual, attempt=attempt, outcome=outcome))  # fmt: skip
+        settle = (
+            (lambda: self.led.settle(job, actual, outcome=outcome))
+            if bare
+            else (lambda: self.led.settle(job, actual, attempt=attempt, outcome=outcome))
+        )
         if kind == "notleased" or attempt < 1:
             with pytest.raises((NotLeased, LaneError)):
                 settle()
@@ -363,8 +418,9 @@ class LedgerMachine(RuleBasedStateMachine):
         if against == "reap":
             self.t += LEASE + 0.01  # every lease has run out
         first = (lambda: self.led.settle(job, actual, attempt=attempt)) if against == "settle" else self.led.reap
-        out = _together(self.led, first,
-                        lambda: self.led.submit("model", m["est"], "free", key=key, attempt=attempt + 1))  # fmt: skip
+        out = _together(
+            self.led, first, lambda: self.led.submit("model", m["est"], "free", key=key, attempt=attempt + 1)
+        )
         assert not any(isinstance(r, BaseException) for r in out) and out[1] == job, out
         if against == "settle":
             if out[0].late:  # the retry went first: the lease was void when the settlement came
@@ -459,7 +515,10 @@ class LedgerMachine(RuleBasedStateMachine):
         self.ran["steps"] += 1
         row = self.led.lane("free")
         assert (row.spent, row.reserved, row.overage, row.leased) == (
-            self.spent, self.reserved, self.overage, self.leased
+            self.spent,
+            self.reserved,
+            self.overage,
+            self.leased,
         ), "lane counters diverged from the model"
         rows = self.led.rows("select id, state, attempt, actual from job")[1]
         got = {r[0]: (r[1], r[2], r[3]) for r in rows}
@@ -469,9 +528,11 @@ class LedgerMachine(RuleBasedStateMachine):
 
 
 LedgerMachine.TestCase.settings = settings(
-    max_examples=2000 if FULL else 100, stateful_step_count=50, deadline=None,
+    max_examples=2000 if FULL else 100,
+    stateful_step_count=50,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)  # fmt: skip
+)
 
 
 class PgLedgerMachine(LedgerMachine):
@@ -481,9 +542,11 @@ class PgLedgerMachine(LedgerMachine):
 
 
 PgLedgerMachine.TestCase.settings = settings(
-    max_examples=300 if FULL else 25, stateful_step_count=50, deadline=None,
+    max_examples=300 if FULL else 25,
+    stateful_step_count=50,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)  # fmt: skip
+)
 
 
 TestLedgerModel = LedgerMachine.TestCase
@@ -501,13 +564,15 @@ def _model_figure(db: str, machine) -> str | None:
     if not ran["programs"]:
         return None
     n = machine.TestCase.settings.max_examples
-    return (f"model {db}: {ran['programs']} hypothesis programs (max_examples {n}), {ran['steps']} checked steps "
-            f"(submit, tick, renew, settle by attempt and by bare id, replayed and conflicting settles, zombies, "
-            f"crash-then-retry, clock, expire, reap, park, requeue, retries of keyed jobs, settle/reap racing the "
-            f"retry on two connections), {ran['settlements']} settlements ({ran['late']} late), {ran['bare']} bare-id "
-            f"settles ({ran['ambiguous']} refused as ambiguous), {ran['conflicts']} conflicting replays, "
-            f"{ran['reopens']} reopens, {ran['races']} races: real store and reference model never diverged; "
-            "audit clean after every step")  # fmt: skip
+    return (
+        f"model {db}: {ran['programs']} hypothesis programs (max_examples {n}), {ran['steps']} checked steps "
+        f"(submit, tick, renew, settle by attempt and by bare id, replayed and conflicting settles, zombies, "
+        f"crash-then-retry, clock, expire, reap, park, requeue, retries of keyed jobs, settle/reap racing the "
+        f"retry on two connections), {ran['settlements']} settlements ({ran['late']} late), {ran['bare']} bare-id "
+        f"settles ({ran['ambiguous']} refused as ambiguous), {ran['conflicts']} conflicting replays, "
+        f"{ran['reopens']} reopens, {ran['races']} races: real store and reference model never diverged; "
+        "audit clean after every step"
+    )
 
 
 late_figure(lambda: _model_figure("sqlite", LedgerMachine))

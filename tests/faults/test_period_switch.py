@@ -49,8 +49,10 @@ def test_switching_to_a_daily_period_keeps_todays_spend(db, request, clock):
     clock.t += 60
     admitted = _spend(led, 3)
     today, leased = _settled_today(led, clock.t)
-    figure(f"period switch {db}: 900 settled, then --period daily: {admitted} of 3 x 300 admitted, {today} settled "
-           f"today against the daily ceiling 1,000 (own SQL; before the fix: 3 admitted, 1,800)")  # fmt: skip
+    figure(
+        f"period switch {db}: 900 settled, then --period daily: {admitted} of 3 x 300 admitted, {today} settled "
+        f"today against the daily ceiling 1,000 (own SQL; before the fix: 3 admitted, 1,800)"
+    )
     assert admitted == 0 and today + leased <= 1000
     assert led.lane("free").spent == 900
     assert_audit_clean(led)

@@ -58,8 +58,9 @@ class PipelineInjector:
             self.seen += 1
             if self.seen == self.at:
                 self.fired_at = f"{frame.f_code.co_name}:{frame.f_lineno}"
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.get_ident()),
-                                                           ctypes.py_object(Injected))  # fmt: skip
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(threading.get_ident()), ctypes.py_object(Injected)
+                )
                 sys.settrace(None)
                 return None
         return self
@@ -90,9 +91,11 @@ def _idle_in_transaction(conninfo: dict, app: str) -> list:
     moment after the close), looked at for 1.5 s."""
     with psycopg.connect(**conninfo, autocommit=True) as admin:
         for _ in range(6):
-            rows = admin.execute("select pid, state from pg_stat_activity where application_name = %s and state like "
-                                 "'idle in transaction%%' and clock_timestamp() - state_change > interval '0.3 seconds'",
-                                 (app,)).fetchall()  # fmt: skip
+            rows = admin.execute(
+                "select pid, state from pg_stat_activity where application_name = %s and state like "
+                "'idle in transaction%%' and clock_timestamp() - state_change > interval '0.3 seconds'",
+                (app,),
+            ).fetchall()
             if not rows:
                 return []
             time.sleep(0.25)
@@ -142,10 +145,12 @@ def test_a_timeout_inside_psycopgs_pipeline_is_what_the_transaction_raises(reque
             assert slots == PG_POOL, f"{PG_POOL - slots} pool slots lost after the exception at {fired_at}"
             assert _idle_in_transaction(conninfo, app) == [], f"a backend idle in a transaction after {fired_at}"
             assert worker.submit(_injected, ledger, 10**9).result(30)[0] == "returned", fired_at
-        figure(f"pipeline interruption (postgresql): {total} bytecodes of psycopg's pipeline per executemany; psycopg "
-               f"alone raised its own error in place of the interruption at {len(driver)} points"
-               f"{'' if FULL else ' (looked for the first 3)'} ({sorted(driver)[:3]}); through the ledger ({len(points)} points) the interruption raised at "
-               f"{raised}, another error at {len(wrong)}")  # fmt: skip
+        figure(
+            f"pipeline interruption (postgresql): {total} bytecodes of psycopg's pipeline per executemany; psycopg "
+            f"alone raised its own error in place of the interruption at {len(driver)} points"
+            f"{'' if FULL else ' (looked for the first 3)'} ({sorted(driver)[:3]}); through the ledger ({len(points)} points) the interruption raised at "
+            f"{raised}, another error at {len(wrong)}"
+        )
         assert driver, "psycopg never replaced the interruption with its own error: the fault was not reproduced"
         assert wrong == [], wrong[:5]
         assert raised >= 0.9 * len(points), (raised, len(points))
@@ -162,8 +167,11 @@ def test_a_transient_error_is_still_retried_and_a_timeout_error_is_not(db, reque
     raised inside a transaction is raised at once, neither retried nor wrapped."""
     led = Ledger(request.getfixturevalue("sqlite_url" if db == "sqlite" else "pg_url"))
     make_lane(led)
-    transient = (sqlite3.OperationalError("database is locked") if db == "sqlite"
-                 else psycopg.errors.SerializationFailure("could not serialize access"))  # fmt: skip
+    transient = (
+        sqlite3.OperationalError("database is locked")
+        if db == "sqlite"
+        else psycopg.errors.SerializationFailure("could not serialize access")
+    )
     calls = []
 
     def flaky(cur):

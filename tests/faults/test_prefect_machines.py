@@ -11,6 +11,7 @@ from .conftest import assert_audit_clean, figure, make_lane, read_json_lines, re
 from .monitor import Monitor
 
 
+@pytest.mark.pg_processes  # 4 Prefect flow processes on one PostgreSQL ledger: one such test at a time
 @pytest.mark.postgres
 @pytest.mark.slow
 @pytest.mark.timeout(900)
@@ -55,6 +56,8 @@ def test_four_machines_one_ledger(pg_url, tmp_path):
             totals["JobParked"] += sum(r["outcome"] == "JobParked" for r in results)
             max_committed = max(max_committed, mon.max_committed)
             led.close()
-    figure(f"prefect machines pg: {runs} run(s) of {machines} processes x {per_machine} @lane_task tasks "
-           f"(demand 3x the ceiling {ceiling}): {totals['done']} done, {totals['JobParked']} parked with a reason "
-           f"(JobParked), 0 unclear; max sampled committed {max_committed} <= {ceiling}; audit clean")  # fmt: skip
+    figure(
+        f"prefect machines pg: {runs} run(s) of {machines} processes x {per_machine} @lane_task tasks "
+        f"(demand 3x the ceiling {ceiling}): {totals['done']} done, {totals['JobParked']} parked with a reason "
+        f"(JobParked), 0 unclear; max sampled committed {max_committed} <= {ceiling}; audit clean"
+    )

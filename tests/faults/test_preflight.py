@@ -123,8 +123,9 @@ def test_the_timeout_holds(tmp_path):
         _unregister(name)
 
 
-@pytest.mark.parametrize("fn, shown", [("exits", "SystemExit: 3"), ("interrupt", "KeyboardInterrupt"),
-                                       ("down", "returned False")])  # fmt: skip
+@pytest.mark.parametrize(
+    "fn, shown", [("exits", "SystemExit: 3"), ("interrupt", "KeyboardInterrupt"), ("down", "returned False")]
+)
 def test_any_exception_is_a_failed_preflight(tmp_path, fn, shown):
     name = f"{CHECKS}:{fn}"
     _register(name, getattr(__import__(CHECKS, fromlist=[fn]), fn))
@@ -173,8 +174,10 @@ def _figure() -> str | None:
         return None
     parts = []
     if SEEN.get("rows"):
-        parts.append(f"rows naming {', '.join(SEEN['rows'])}: nothing ran, no process died, preflight failed "
-                     "with the reason (before: SIGABRT, a silent exit 0, the file written)")  # fmt: skip
+        parts.append(
+            f"rows naming {', '.join(SEEN['rows'])}: nothing ran, no process died, preflight failed "
+            "with the reason (before: SIGABRT, a silent exit 0, the file written)"
+        )
     if "timeout" in SEEN:
         parts.append(f"a 15 s check with timeout 1 s: tick returned in {SEEN['timeout']:.1f} s (before: 15 s)")
     if SEEN.get("raised"):

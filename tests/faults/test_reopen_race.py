@@ -102,10 +102,12 @@ def test_settle_or_reap_racing_a_reopen_releases_the_reservation_once(pg_url):
         led.settle(again, 0)
         if kind == "settle":
             assert led.settle(job, 0, attempt=1).actual == 0  # billed once (live or late), or a replay
-    figure(f"reopen race pg: {rounds} rounds of settle-or-reap of attempt 1 against submit(attempt=2), two "
-           f"connections released together: {broken['settle']} settle and {broken['reap']} reap rounds released "
-           f"the reservation twice or failed on the counters' >= 0 check (lane reserved {deficit} below the "
-           "leased jobs at the end, own SQL)")  # fmt: skip
+    figure(
+        f"reopen race pg: {rounds} rounds of settle-or-reap of attempt 1 against submit(attempt=2), two "
+        f"connections released together: {broken['settle']} settle and {broken['reap']} reap rounds released "
+        f"the reservation twice or failed on the counters' >= 0 check (lane reserved {deficit} below the "
+        "leased jobs at the end, own SQL)"
+    )
     # the next tick must not admit past the ceiling whatever happened above
     for _ in range(CEILING // EST + 5):
         led.submit("s", EST)

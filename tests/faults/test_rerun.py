@@ -74,8 +74,10 @@ def test_two_runs_of_one_attempt_never_share_a_lease(url):
     row = led.lane("free")
     assert (row.spent, row.reserved, row.leased) == (130, 0, 0)
     assert_audit_clean(led)
-    figure(f"rerun {url.split(':')[0].split('+')[0]}: two runs of one attempt hold leases of attempts 1 and 2 and "
-           f"settle 60 (late) + 70 = spent {row.spent}; nothing dropped as a replay")  # fmt: skip
+    figure(
+        f"rerun {url.split(':')[0].split('+')[0]}: two runs of one attempt hold leases of attempts 1 and 2 and "
+        f"settle 60 (late) + 70 = spent {row.spent}; nothing dropped as a replay"
+    )
     led.close()
 
 
@@ -127,8 +129,10 @@ def test_a_rerun_with_a_persisted_result_is_a_cache_hit(ledger, prefect_server):
     @flow
     def twice():
         run_id, ctx = uuid.uuid4(), serialize_context()
-        return [run_task_sync(work, task_run_id=run_id, parameters={"i": 1}, return_type="state", context=ctx)
-                for _ in range(2)]  # fmt: skip
+        return [
+            run_task_sync(work, task_run_id=run_id, parameters={"i": 1}, return_type="state", context=ctx)
+            for _ in range(2)
+        ]
 
     first, again = twice()
     assert (first.is_completed(), again.name, bodies) == (True, "Cached", [1])

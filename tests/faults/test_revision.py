@@ -91,19 +91,26 @@ def test_newer_revision_is_refused_in_one_line(ledger_url):
 
 
 def test_another_applications_schema_is_refused_in_one_line(ledger_url):
-    _sql(ledger_url, ["create table alembic_version (version_num varchar(32) not null primary key)",
-                      "insert into alembic_version values ('ae1027a6acf')",
-                      "create table users (id integer primary key, name varchar(40))"])  # fmt: skip
+    _sql(
+        ledger_url,
+        [
+            "create table alembic_version (version_num varchar(32) not null primary key)",
+            "insert into alembic_version values ('ae1027a6acf')",
+            "create table users (id integer primary key, name varchar(40))",
+        ],
+    )
     _check_refused(ledger_url, "ae1027a6acf", "foreign")
 
 
 def _figure() -> str | None:
     if not SEEN.get("newer") or not SEEN.get("foreign"):
         return None
-    return (f"unknown revision ({', '.join(sorted(set(SEEN['newer']) & set(SEEN['foreign'])))}): a newer ledger and "
-            "another app's Alembic schema refused by the API (UnknownRevision) and by lane lanes / tick / db upgrade "
-            "in one line naming the revision, exit 8, database untouched (before the fix: CommandError traceback, "
-            "exit 1)")  # fmt: skip
+    return (
+        f"unknown revision ({', '.join(sorted(set(SEEN['newer']) & set(SEEN['foreign'])))}): a newer ledger and "
+        "another app's Alembic schema refused by the API (UnknownRevision) and by lane lanes / tick / db upgrade "
+        "in one line naming the revision, exit 8, database untouched (before the fix: CommandError traceback, "
+        "exit 1)"
+    )
 
 
 late_figure(_figure)

@@ -55,8 +55,11 @@ def _pg_base_url(user_info: str, port: int | None = None, query: str = "") -> st
 def test_unreachable_url_never_prints_the_password(sep):
     password = HEAD + SEPARATORS[sep] + TAIL
     userinfo = _pg_base_url(f"u:{password}", port=1)
-    for url in (userinfo, _pg_base_url("u", port=1, query=f"?sslpassword={password}"),
-                _pg_base_url("u", port=1, query=f"?password={quote(password)}&connect_timeout=2")):  # fmt: skip
+    for url in (
+        userinfo,
+        _pg_base_url("u", port=1, query=f"?sslpassword={password}"),
+        _pg_base_url("u", port=1, query=f"?password={quote(password)}&connect_timeout=2"),
+    ):
         try:
             led = Ledger(url, retry_for=0.5)
             _assert_hidden(repr(led) + str(led.url) + repr(led.url), f"api repr {sep}")
@@ -88,8 +91,11 @@ def test_reachable_ledger_never_prints_the_password(pg_url, sep):
     led.settle(lease, 12)
     _assert_hidden(repr(led) + str(led.url), f"api repr {sep}")
     led.close()
-    for args in (["db", "upgrade"], ["lanes", "--json"],
-                 ["simulate", "--from-ledger", "--days", "1", "--policies", "lane", "--json"]):  # fmt: skip
+    for args in (
+        ["db", "upgrade"],
+        ["lanes", "--json"],
+        ["simulate", "--from-ledger", "--days", "1", "--policies", "lane", "--json"],
+    ):
         r = _lane("--db", url, *args)
         assert r.returncode == 0, (sep, args, r.returncode, r.stderr[-500:])
         _assert_hidden(r.stdout + r.stderr, f"cli {' '.join(args)} {sep}")
@@ -156,8 +162,11 @@ def test_one_parser_for_connecting_and_migrating_pg():
     name = _role(password)
     try:
         encoded = quote(password, safe="")
-        forms = {"encoded": encoded, "raw @": password.replace("/", "%2F").replace("#", "%23"),
-                 "raw @ and #": password.replace("/", "%2F")}  # fmt: skip
+        forms = {
+            "encoded": encoded,
+            "raw @": password.replace("/", "%2F").replace("#", "%23"),
+            "raw @ and #": password.replace("/", "%2F"),
+        }
         took = {}
         for label, pw in forms.items():
             url = _pg_base_url(f"{name}:{pw}", query=f"?options=-csearch_path%3D{name}&connect_timeout=3")
@@ -174,8 +183,9 @@ def test_one_parser_for_connecting_and_migrating_pg():
                 led.close()
             took[label] = time.monotonic() - t0
             admin = pg_admin()
-            owner = admin.execute(f"select tableowner from pg_tables where schemaname = '{name}' and "
-                                  "tablename = 'alembic_version'").fetchone()  # fmt: skip
+            owner = admin.execute(
+                f"select tableowner from pg_tables where schemaname = '{name}' and tablename = 'alembic_version'"
+            ).fetchone()
             admin.close()
             assert owner == (name,), (label, owner)  # migrated by that very role, in its schema
             r = _lane("--db", url, "db", "upgrade")
@@ -187,8 +197,10 @@ def test_one_parser_for_connecting_and_migrating_pg():
         _drop_role(name)
 
 
-@pytest.mark.parametrize("name, on_disk", [("a%20b.db", "a b.db"), ("a b.db", "a b.db"), ("odd%zz.db", "odd%zz.db"),
-                                           ("c%2525.db", "c%25.db")])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, on_disk",
+    [("a%20b.db", "a b.db"), ("a b.db", "a b.db"), ("odd%zz.db", "odd%zz.db"), ("c%2525.db", "c%25.db")],
+)
 def test_one_parser_for_connecting_and_migrating_sqlite(tmp_path, name, on_disk):
     url = f"sqlite:///{tmp_path / name}"
     led = Ledger(url)
@@ -225,12 +237,18 @@ def _figure() -> str | None:
     if not LEAKS["checked"]:
         return None
     seps = sorted(LEAKS["seps"] & set(SEPARATORS))
-    out = (f"secrets: {LEAKS['checked']} outputs checked ({', '.join(sorted(LEAKS['surfaces']))}; passwords with "
-           f"{', '.join(seps) or 'none'} in the user info" + (", ?password=, ?sslpassword=" if seps else "")
-           + "): no half of a password printed")  # fmt: skip
+    out = (
+        f"secrets: {LEAKS['checked']} outputs checked ({', '.join(sorted(LEAKS['surfaces']))}; passwords with "
+        f"{', '.join(seps) or 'none'} in the user info"
+        + (", ?password=, ?sslpassword=" if seps else "")
+        + "): no half of a password printed"
+    )
     if "pg" in LEAKS:
-        out += "; a real role with password 'p@ss/w#rd' migrates and connects with one parser (" + ", ".join(
-            f"{k} {v:.1f} s" for k, v in LEAKS["pg"].items()) + "; before the fix: host 'ss...@127.0.0.1', retried)"
+        out += (
+            "; a real role with password 'p@ss/w#rd' migrates and connects with one parser ("
+            + ", ".join(f"{k} {v:.1f} s" for k, v in LEAKS["pg"].items())
+            + "; before the fix: host 'ss...@127.0.0.1', retried)"
+        )
     if LEAKS.get("sqlite"):
         out += f"; SQLite {', '.join(LEAKS['sqlite'])}: one file, migrated and opened alike"
     return out

@@ -62,8 +62,10 @@ def test_a_zombie_and_the_retry_settling_by_bare_id_lose_nothing(db, request, cl
     live = _settle_as_told(led, job, 120, second.attempt)
     billed = _billed(led, job)
     spent = led.lane("free").spent
-    figure(f"settle by bare id {db}: zombie 500 then live worker 120 after a re-lease: zombie {zombie}, live {live}; "
-           f"billed {spent} of 620 ({billed})")  # fmt: skip
+    figure(
+        f"settle by bare id {db}: zombie 500 then live worker 120 after a re-lease: zombie {zombie}, live {live}; "
+        f"billed {spent} of 620 ({billed})"
+    )
     assert billed == {1: (500, True), 2: (120, False)}
     assert spent == 620 and led.job(job)["actual"] == 620
     with pytest.raises(LaneError, match="already settled with 120"):  # ConflictingReplay: exit 6 in the CLI
@@ -97,8 +99,12 @@ def test_the_shell_loop_names_the_attempt(tmp_path):
     sub = _lane("--db", db, "submit", "--stage", "s", "--est", "100")
     job = sub.stdout.strip()
     assert len(job) == 32 and f"{job}:1" in sub.stderr  # stdout stays the id alone: id=$(lane submit ...)
-    assert json.loads(_lane("--db", db, "submit", "--stage", "s", "--est", "100", "--key", "k", "--json").stdout)[
-        "attempt"] == 1  # fmt: skip
+    assert (
+        json.loads(_lane("--db", db, "submit", "--stage", "s", "--est", "100", "--key", "k", "--json").stdout)[
+            "attempt"
+        ]
+        == 1
+    )
     leased = {x["id"]: x for x in json.loads(_lane("--db", db, "tick", "--json").stdout)}
     assert (leased[job]["attempt"], leased[job]["ref"]) == (1, f"{job}:1")
     time.sleep(1.2)

@@ -40,8 +40,13 @@ def _spawn(stuck: str, previous: str, url: str, grace: str | None = None, **more
     env.pop("LANE_SIGTERM_GRACE_SECONDS", None)
     if grace is not None:
         env["LANE_SIGTERM_GRACE_SECONDS"] = grace
-    return subprocess.Popen([sys.executable, str(WORKER), stuck, previous, url, "s", str(N)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), stuck, previous, url, "s", str(N)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _held(led: Ledger, proc: subprocess.Popen, key: str = "stuck-%") -> None:
@@ -186,8 +191,9 @@ def test_sigterm_to_a_prefect_flow_run_with_stuck_tasks(url, prefect_server):
 
     led = Ledger(url)
     make_lane(led, "s", ceiling=10_000, lease_seconds=30.0)
-    proc = _spawn("flow", "default", url, grace="3", PREFECT_API_URL=str(PREFECT_API_URL.value()),
-                  PREFECT_LOGGING_LEVEL="ERROR")  # fmt: skip
+    proc = _spawn(
+        "flow", "default", url, grace="3", PREFECT_API_URL=str(PREFECT_API_URL.value()), PREFECT_LOGGING_LEVEL="ERROR"
+    )
     _held(led, proc, key="prefect-task-run:%")
     code, took, err = _stop(proc)
     assert code == 128 + signal.SIGTERM, err[-3000:]
@@ -197,6 +203,8 @@ def test_sigterm_to_a_prefect_flow_run_with_stuck_tasks(url, prefect_server):
     with get_client(sync_client=True) as client:
         state = client.read_flow_run(run_id).state
     assert state is not None
-    figure(f"SIGTERM to a Prefect flow run, 3 tasks stuck ({url.split(':')[0]}): leases given back, forced out "
-           f"after {took:.2f} s (grace 3 s); the run left {state.type.value} by Prefect's engine")  # fmt: skip
+    figure(
+        f"SIGTERM to a Prefect flow run, 3 tasks stuck ({url.split(':')[0]}): leases given back, forced out "
+        f"after {took:.2f} s (grace 3 s); the run left {state.type.value} by Prefect's engine"
+    )
     _given_back(led, key="prefect-task-run:%")

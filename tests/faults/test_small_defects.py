@@ -67,8 +67,13 @@ def test_rows_cannot_write(url):
         led.submit("s", 10)
     before = counts(led)
     refused = 0
-    for sql in ("delete from job", "update lane set spent = 999", "insert into tail (job_id, lane, stage, est, "
-                "reason, parked_at, deadline) values ('x', 'free', 's', 1, 'r', 0, 0)", "drop table job"):  # fmt: skip
+    for sql in (
+        "delete from job",
+        "update lane set spent = 999",
+        "insert into tail (job_id, lane, stage, est, "
+        "reason, parked_at, deadline) values ('x', 'free', 's', 1, 'r', 0, 0)",
+        "drop table job",
+    ):
         with pytest.raises(InvalidInput, match="read-only"):
             led.rows(sql)
         refused += 1
@@ -90,5 +95,7 @@ def test_the_cli_names_the_field_and_the_value(tmp_path):
     assert free.returncode == 0 and "ceiling 800" in free.stdout, free.stderr
     paid = _lane("--db", db, "lanes", "set", "paid", "--allowance", "1000")  # its ceiling is its allowance
     assert paid.returncode == 2 and "invalid allowance 1000: below the lane's ceiling 100000000" in paid.stderr
-    figure("small defects cli: audit --grace nan exit 2; lanes set free --allowance 1000 -> ceiling 800 (was: "
-           "'invalid ceiling 8000000'); paid --allowance 1000 -> exit 2 naming the allowance")  # fmt: skip
+    figure(
+        "small defects cli: audit --grace nan exit 2; lanes set free --allowance 1000 -> ceiling 800 (was: "
+        "'invalid ceiling 8000000'); paid --allowance 1000 -> exit 2 naming the allowance"
+    )

@@ -106,8 +106,11 @@ def test_the_gates_helper_threads_start_and_hand_the_exception_back(db, request,
         with gate(stage="warm", estimate=10, ledger=led, key="warm") as g:  # schema, threads and connections up
             g.report(5)
         wakeups, ren = led.wakeups, renewer()
-        shim = SimpleNamespace(start_new_thread=_start_new_thread_raising_first, allocate_lock=_thread.allocate_lock,
-                               get_ident=_thread.get_ident)  # fmt: skip
+        shim = SimpleNamespace(
+            start_new_thread=_start_new_thread_raising_first,
+            allocate_lock=_thread.allocate_lock,
+            get_ident=_thread.get_ident,
+        )
         figures = []
         for name, start, record in (
             ("wake-up watcher", wakeups._start_watcher, lambda: wakeups._thread),
@@ -137,7 +140,9 @@ def test_the_gates_helper_threads_start_and_hand_the_exception_back(db, request,
             g.report(7)
         took = time.monotonic() - t0
         assert g.settled.actual == 7 and took < 1.0, took
-        figure(f"helper starts with the starter's exception in the new thread ({db}): {'; '.join(figures)}; "
-               f"next gated call {took * 1000:.0f} ms")  # fmt: skip
+        figure(
+            f"helper starts with the starter's exception in the new thread ({db}): {'; '.join(figures)}; "
+            f"next gated call {took * 1000:.0f} ms"
+        )
     finally:
         led.close()

@@ -63,6 +63,7 @@ class TenantMonitor(threading.Thread):
         self.led.close()
 
 
+@pytest.mark.pg_processes  # 8 ledger processes on PostgreSQL: one such test at a time
 def test_a_tenant_ceiling_holds_under_concurrency_and_kill_9(url, tmp_path):
     led = Ledger(url)
     make_lane(led, ceiling=10**9, max_leased=16, lease_seconds=2.0)
@@ -98,9 +99,11 @@ def test_a_tenant_ceiling_holds_under_concurrency_and_kill_9(url, tmp_path):
     others = sum(t["spent"] for t in led.tenants("free") if t["tenant"] != "capped")
     assert others > 0  # the capped tenant's budget blocked no other tenant
     assert_audit_clean(led)
-    figure(f"tenant ceiling {led.db.dialect}: {procs_n} processes x {seconds}s of random ops "
-           f"({sum(o.get('submit', 0) for o in ops)} submits, {sum(o.get('settle', 0) for o in ops)} settles), "
-           f"{len(victims)} SIGKILLed (exit -9); capped tenant spent {capped['spent']} of {CEILING}, worst sampled "
-           f"spent - overage + reserved {monitor.worst} over {monitor.samples} samples, 0 violations; other tenants "
-           f"{others} tokens; audit clean")  # fmt: skip
+    figure(
+        f"tenant ceiling {led.db.dialect}: {procs_n} processes x {seconds}s of random ops "
+        f"({sum(o.get('submit', 0) for o in ops)} submits, {sum(o.get('settle', 0) for o in ops)} settles), "
+        f"{len(victims)} SIGKILLed (exit -9); capped tenant spent {capped['spent']} of {CEILING}, worst sampled "
+        f"spent - overage + reserved {monitor.worst} over {monitor.samples} samples, 0 violations; other tenants "
+        f"{others} tokens; audit clean"
+    )
     led.close()

@@ -128,8 +128,9 @@ def test_timeouts_raised_while_waiting_for_the_ledger_leave_nothing_held(db, req
     outside = None
     stop = tmp_path / "stop"
     if db == "sqlite":
-        outside = subprocess.Popen([sys.executable, "-c", OUTSIDE, led.url.path, str(stop)], stdout=subprocess.PIPE,
-                                   text=True)  # fmt: skip
+        outside = subprocess.Popen(
+            [sys.executable, "-c", OUTSIDE, led.url.path, str(stop)], stdout=subprocess.PIPE, text=True
+        )
     states = []
     engine_crashes = []  # a run whose Prefect task engine itself failed (not a state): its traceback
 
@@ -175,16 +176,20 @@ def test_timeouts_raised_while_waiting_for_the_ledger_leave_nothing_held(db, req
             for _ in range(5):  # idle in a transaction for over 0.3 s (not between two statements of a live one)
                 idle_in_txn = admin.execute(
                     "select pid from pg_stat_activity where application_name = %s and state like 'idle in transaction%%' "
-                    "and clock_timestamp() - state_change > interval '0.3 seconds'", (app,)).fetchall()  # fmt: skip
+                    "and clock_timestamp() - state_change > interval '0.3 seconds'",
+                    (app,),
+                ).fetchall()
                 if not idle_in_txn:
                     break
                 time.sleep(0.2)
-    figure(f"timeout storm ({db}): {RUNS} runs in {took:.1f}s, {timed_out} timed out, {completed} completed, "
-           f"other failures {other[:3]}; 'within a transaction' {len(nested)}; jobs {jobs}; outside BEGIN IMMEDIATE "
-           f"{outside_figs.get('n', '-')} taken, max wait {outside_figs.get('max', 0) * 1000:.0f} ms, "
-           f"over 1 s {outside_figs.get('over_1s', '-')}, errors {len(outside_figs.get('errors', []))}; "
-           f"backends idle in transaction {len(idle_in_txn)}; runs lost in Prefect's engine {len(engine_crashes)}; "
-           f"timeouts surfaced as the driver's pipeline error {pipeline_busy}")  # fmt: skip
+    figure(
+        f"timeout storm ({db}): {RUNS} runs in {took:.1f}s, {timed_out} timed out, {completed} completed, "
+        f"other failures {other[:3]}; 'within a transaction' {len(nested)}; jobs {jobs}; outside BEGIN IMMEDIATE "
+        f"{outside_figs.get('n', '-')} taken, max wait {outside_figs.get('max', 0) * 1000:.0f} ms, "
+        f"over 1 s {outside_figs.get('over_1s', '-')}, errors {len(outside_figs.get('errors', []))}; "
+        f"backends idle in transaction {len(idle_in_txn)}; runs lost in Prefect's engine {len(engine_crashes)}; "
+        f"timeouts surfaced as the driver's pipeline error {pipeline_busy}"
+    )
     assert len(states) + len(engine_crashes) == RUNS
     # a run Prefect's own engine lost before the task began is no failure of the gate's: none passes through it
     assert not [t for t in engine_crashes if f"lane_plugin{os.sep}" in t], engine_crashes[:1]
@@ -243,7 +248,9 @@ def test_a_timeout_raised_while_the_thread_waits_for_its_shield_leaves_the_shiel
 
     prefect_raised, prefect_leaked = _shield_race(prefects_shield)
     raised, leaked = _shield_race(timeouts.shield)
-    figure(f"shield race: Prefect's shield() raised {prefect_raised}, left locked {prefect_leaked}; the gate's "
-           f"timeouts.shield() raised {raised}, left locked {leaked}")  # fmt: skip
+    figure(
+        f"shield race: Prefect's shield() raised {prefect_raised}, left locked {prefect_leaked}; the gate's "
+        f"timeouts.shield() raised {raised}, left locked {leaked}"
+    )
     assert raised, "the exception never reached the thread: the race was not run"  # the fault happened
     assert not leaked, "the thread's shield was left locked: its next gated call (and every enforcer) would hang"

@@ -38,8 +38,10 @@ def test_a_timeout_after_the_body_returned_bills_reported_and_returned_usage(led
     f()
     cols, rows = ledger.rows("select actual, by_estimate, late from settlement")
     [(actual, by_estimate, was_late)] = rows
-    figure(f"timeout after return: task run {states[0].name}, billed {actual} of 100 reported + 777 returned "
-           f"(by_estimate {bool(by_estimate)})")  # fmt: skip
+    figure(
+        f"timeout after return: task run {states[0].name}, billed {actual} of 100 reported + 777 returned "
+        f"(by_estimate {bool(by_estimate)})"
+    )
     assert states[0].name == "TimedOut"
     assert (actual, bool(by_estimate), bool(was_late)) == (877, False, False)
     assert ledger.lane("free").spent == 877 and ledger.lane("free").reserved == 0

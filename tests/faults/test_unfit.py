@@ -19,8 +19,9 @@ from .conftest import figure
 
 
 def _lane(led: Ledger, **kw) -> None:
-    led.set_lane("t", **{**dict(allowance=1_000, ceiling=1_000, burst_tokens=1_000, max_leased=10,
-                                max_wait_seconds=60), **kw})  # fmt: skip
+    led.set_lane(
+        "t", **{**dict(allowance=1_000, ceiling=1_000, burst_tokens=1_000, max_leased=10, max_wait_seconds=60), **kw}
+    )
 
 
 def _spend(led: Ledger, tokens: int) -> None:
@@ -53,8 +54,10 @@ def test_a_due_job_that_cannot_fit_is_parked_and_small_jobs_go(ledger_url, clock
         _, lane = led.rows("select spent, reserved, leased from lane where name = 't'")
         assert lane == [(400, 250, 5)]
         assert led.audit() == []
-        figure(f"unfit job ({ledger_url.split(':')[0]}): parked by the first tick; 5 of 5 small jobs admitted "
-               "beside it (before the fix: 0 of 5, for ever)")  # fmt: skip
+        figure(
+            f"unfit job ({ledger_url.split(':')[0]}): parked by the first tick; 5 of 5 small jobs admitted "
+            "beside it (before the fix: 0 of 5, for ever)"
+        )
     finally:
         led.close()
 

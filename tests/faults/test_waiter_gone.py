@@ -66,8 +66,10 @@ def test_killed_waiters_jobs_are_not_leased_again(url, tmp_path):
         pytest.fail(f"the next run of 10 x 1 s did not finish in 45 s; the dead run's jobs: {rows}")
     result = json.loads((tmp_path / "live.json").read_text())
     assert result["errors"] == []
-    figure(f"waiter gone ({url.split(':')[0]}): next run of 10 x 1 s on 4 slots after a kill -9 took "
-           f"{result['wall']:.1f} s (ideal 6 s: 3 s lease expiry + 3 waves)")  # fmt: skip
+    figure(
+        f"waiter gone ({url.split(':')[0]}): next run of 10 x 1 s on 4 slots after a kill -9 took "
+        f"{result['wall']:.1f} s (ideal 6 s: 3 s lease expiry + 3 waves)"
+    )
     assert result["wall"] < 15.0
     _, rows = led.rows("select key, state, attempt, lease_attempt, reason from job where key like 'dead-%'")
     assert len(rows) == 10

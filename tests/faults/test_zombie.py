@@ -62,7 +62,9 @@ def test_zombie_worker(pg_url, tmp_path):
         late = [r for r in read_json_lines(z_out) if r.get("event") == "settled"]
         assert late == [{"event": "settled", "attempt": 1, "late": True, "replay": False, "actual": 70}]
         mon.stop()
-        rows = led.rows("select attempt, actual, late from settlement where job_id = :j order by attempt", {"j": job})[1]
+        rows = led.rows("select attempt, actual, late from settlement where job_id = :j order by attempt", {"j": job})[
+            1
+        ]
         assert [(a, x, bool(lt)) for a, x, lt in rows] == [(1, 70, True), (2, 90, False)]
         row = led.lane(lane)
         assert row.spent == 160 and row.overage == 70 and row.reserved == 0
@@ -71,6 +73,8 @@ def test_zombie_worker(pg_url, tmp_path):
         max_committed = max(max_committed, mon.max_committed)
         late_billed += 1
     assert_audit_clean(led)
-    figure(f"zombie pg: {late_billed}/{n} SIGSTOPped holders reaped, re-run elsewhere and settled late on SIGCONT; "
-           f"each attempt billed exactly once (late one marked late, overage 70); max sampled committed "
-           f"{max_committed} <= ceiling 150")  # fmt: skip
+    figure(
+        f"zombie pg: {late_billed}/{n} SIGSTOPped holders reaped, re-run elsewhere and settled late on SIGCONT; "
+        f"each attempt billed exactly once (late one marked late, overage 70); max sampled committed "
+        f"{max_committed} <= ceiling 150"
+    )

@@ -148,8 +148,14 @@ def skew(url: str, job_id: str, offset: str, out: str) -> None:
     led = Ledger(url)
     lease = led.acquire(job_id)
     moved = led.reap()
-    _out(out, attempt=lease.attempt if lease else None, lease_until=lease.lease_until if lease else None,
-         ledger_now=led.now(), worker_now=time.time(), reaped=list(moved.requeued))  # fmt: skip
+    _out(
+        out,
+        attempt=lease.attempt if lease else None,
+        lease_until=lease.lease_until if lease else None,
+        ledger_now=led.now(),
+        worker_now=time.time(),
+        reaped=list(moved.requeued),
+    )
 
 
 def lease_at(url: str, job_id: str, at: str, out: str) -> None:

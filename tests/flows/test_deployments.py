@@ -39,7 +39,9 @@ def test_serve_builds_the_same_deployments(monkeypatch):
     assert {d.flow_name: d.schedules[0].schedule.interval.total_seconds() for d in deps} == WANT
     assert {d.name for d in deps} == set(WANT)  # one name per deployment: the Deployments page tells them apart
     assert all(not Path(d.entrypoint.split(":")[0]).is_absolute() for d in deps)
-    yaml_params = {Path(d["entrypoint"]).stem.replace("_", "-"): d.get("parameters", {}) for d in prefect_yaml()["deployments"]}
+    yaml_params = {
+        Path(d["entrypoint"]).stem.replace("_", "-"): d.get("parameters", {}) for d in prefect_yaml()["deployments"]
+    }
     assert {d.flow_name: d.parameters for d in deps} == yaml_params
     assert [d.flow_name for d in serve.deployments(["lane-status"], schedule=False)] == ["lane-status"]
     assert not serve.deployments(["lane-status"], schedule=False)[0].schedules
@@ -77,8 +79,12 @@ def test_serve_refuses_to_take_over_a_worker_deployment_unless_asked(monkeypatch
         except ObjectAlreadyExists:
             pass
         flow_id = client.create_flow_from_name("lane-status")
-        client.create_deployment(flow_id=flow_id, name="lane-status", work_pool_name="lane-ops-t13",
-                                 entrypoint="flows/lane_status.py:lane_status")  # fmt: skip
+        client.create_deployment(
+            flow_id=flow_id,
+            name="lane-status",
+            work_pool_name="lane-ops-t13",
+            entrypoint="flows/lane_status.py:lane_status",
+        )
     assert serve.pooled(deps) == [("lane-status/lane-status", "lane-ops-t13")]
     with pytest.raises(SystemExit) as refused:
         serve.main(["--only", "lane-status", "--no-schedule"])

@@ -95,7 +95,11 @@ def test_drift_report_publishes_table_summary_plot_and_high_events(prefect_serve
     _, article = led.rows(ARTICLE_SQL)
     for stage, jobs, est_tokens, actual_tokens, d in article:
         assert (got[stage]["jobs"], got[stage]["est_tokens"], got[stage]["actual_tokens"], got[stage]["drift"]) == (
-            jobs, est_tokens, actual_tokens, d)  # fmt: skip
+            jobs,
+            est_tokens,
+            actual_tokens,
+            d,
+        )
         assert got[stage]["p90"] == expected.loc[stage, "p90"]
     assert got["draft"]["drift"] > 1.5 and 0.85 < got["review"]["drift"] < 1.15
 
@@ -186,7 +190,8 @@ def test_lane_status_flow(prefect_server, led, url, events):
     load("flows/lane_status.py:lane_status")(db=url)  # the second run sees no change: no second event
     changes = [e for e in events() if "lane.state" in e.resource]
     assert [(e.event, e.resource["lane.state"]) for e in changes] == [
-        ("lane.free.crossed-80%-of-its-ceiling", "finishing-only")]
+        ("lane.free.crossed-80%-of-its-ceiling", "finishing-only")
+    ]
     led.set_lane("free", ceiling=10_000, allowance=100_000, start_fraction=1.0)
     load("flows/park_overdue.py:park_overdue")(db=url)  # either flow tells what it sees first
     changes = [e for e in events() if "lane.state" in e.resource]

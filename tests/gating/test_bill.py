@@ -37,8 +37,11 @@ def bills(flow_run_id) -> list:
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
 
     with get_client(sync_client=True) as client:
-        return client.read_artifacts(artifact_filter=ArtifactFilter(
-            key=ArtifactFilterKey(any_=["lane-bill"]), flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+        return client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=["lane-bill"]), flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])
+            )
+        )
 
 
 def by_stage(artifact) -> dict:
@@ -152,8 +155,12 @@ def test_the_task_run_log_tells_its_tokens_at_info(ledger, caplog):
     _, jobs = ledger.rows("select stage, id from job")
     ids = dict(jobs)
     assert admitted[0].endswith(f"; job {ids['draft']}")  # what `lane status JOB` takes
-    assert settled[0] == f"lane gate: draft settled 150 tokens (estimate 100, drift 1.50, overage 50); job {ids['draft']}"
-    assert settled[1] == ("lane gate: critique settled 200 tokens (estimate 200, drift 1.00, overage 0); "
-                          f"billed by estimate: no usage was found; job {ids['critique']}")  # fmt: skip
+    assert (
+        settled[0] == f"lane gate: draft settled 150 tokens (estimate 100, drift 1.50, overage 50); job {ids['draft']}"
+    )
+    assert settled[1] == (
+        "lane gate: critique settled 200 tokens (estimate 200, drift 1.00, overage 0); "
+        f"billed by estimate: no usage was found; job {ids['critique']}"
+    )
     flow_lines = [r.getMessage() for r in caplog.records if r.name == "prefect.flow_runs"]
     assert any(f"use the ledger at {ledger.url}" in m for m in flow_lines)

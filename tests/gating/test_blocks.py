@@ -79,19 +79,26 @@ def test_a_saved_block_is_the_ledger_for_the_gate_the_flows_and_the_cli(tmp_path
 
     env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "COLUMNS": "200"}
     env.pop("LANE_DATABASE_URL", None)
-    p = subprocess.run([LANE, "lanes", "--json", "--db", "block:lane-ledger/t13-prod"], capture_output=True,
-                       text=True, env=env, timeout=120)  # fmt: skip
+    p = subprocess.run(
+        [LANE, "lanes", "--json", "--db", "block:lane-ledger/t13-prod"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     assert '"spent": 12' in p.stdout
-    p = subprocess.run([LANE, "--db", "block:lane-ledger/no-such", "lanes"], capture_output=True, text=True,
-                       env=env, timeout=120)  # fmt: skip
+    p = subprocess.run(
+        [LANE, "--db", "block:lane-ledger/no-such", "lanes"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert p.returncode == 8 and "no block lane-ledger/no-such at" in p.stderr
 
 
 def test_loading_a_block_without_a_prefect_api_says_so(tmp_path):
     env = {**os.environ, "PREFECT_API_URL": "http://127.0.0.1:9/api", "PREFECT_HOME": str(tmp_path)}
-    p = subprocess.run([LANE, "--db", "block:lane-ledger/prod", "lanes"], capture_output=True, text=True, env=env,
-                       timeout=120)  # fmt: skip
+    p = subprocess.run(
+        [LANE, "--db", "block:lane-ledger/prod", "lanes"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert p.returncode == 8, p.stderr
     err = [line for line in p.stderr.splitlines() if line.startswith("lane: error:")]
     assert len(err) == 1 and "loading a block needs a Prefect API" in err[0] and "127.0.0.1:9" in err[0]

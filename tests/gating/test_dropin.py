@@ -61,8 +61,11 @@ def test_classmethod_and_staticmethod_are_gated_with_cls_bound(ledger):
         return Documents.label(1), await Documents.alabel(2), await Documents.double(3)
 
     assert asyncio.run(f()) == ("doc-1", "doc-2", [6])
-    assert sorted(states(ledger)) == [("cls-async", 8, "done", 1), ("cls-sync", 7, "done", 1),
-                                      ("static-async", 9, "done", 1)]  # fmt: skip
+    assert sorted(states(ledger)) == [
+        ("cls-async", 8, "done", 1),
+        ("cls-sync", 7, "done", 1),
+        ("static-async", 9, "done", 1),
+    ]
     assert Documents.label.fn.__name__ == "label" and Documents.label.isclassmethod
     assert ledger.audit() == []
 
@@ -380,5 +383,5 @@ def test_installed_prefect_is_inside_the_declared_and_tested_range():
 
     ci = (root / ".ci" / "run").read_text()
     assert '"prefect==$oldest"' in ci
-    floor_leg = ci[ci.index(".venv-prefect-oldest/bin/python -m pytest"):]
+    floor_leg = ci[ci.index(".venv-prefect-oldest/bin/python -m pytest") :]
     assert "tests/gating/test_dropin.py" in floor_leg.split("\n\n")[0], ci  # this file runs on the floor too

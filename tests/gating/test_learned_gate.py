@@ -34,7 +34,10 @@ def test_a_learned_estimate_records_its_input_tokens_and_version(ledger):
     f()
     jobs = {j["stage"]: j for j in job_rows(ledger)}
     assert (jobs["draft"]["est"], jobs["draft"]["est_input"], jobs["draft"]["est_version"]) == (
-        n + 300, n, "learned(o200k_base)#00000000")  # fmt: skip
+        n + 300,
+        n,
+        "learned(o200k_base)#00000000",
+    )
     crit_input = TokenCounter("gpt-4o").count("Critique this summary, please.")
     assert (jobs["critique"]["est"], jobs["critique"]["est_input"]) == (crit_input + 200, crit_input)
     assert jobs["critique"]["est_version"] == "learned(o200k_base)#00000000"

@@ -70,8 +70,10 @@ def test_a_nested_prefect_timeout_in_a_gated_body_ends_like_the_plain_task(ledge
     ledger.lanes()
     plain, plain_took = _run(outer_plain)
     gated, gated_took = _run(outer_gated)
-    print(f"\nnested timeout: plain outer {plain.name} ({_exc_name(plain)}) in {plain_took:.1f}s; "
-          f"lane_task outer {gated.name} ({_exc_name(gated)}) in {gated_took:.1f}s")  # fmt: skip
+    print(
+        f"\nnested timeout: plain outer {plain.name} ({_exc_name(plain)}) in {plain_took:.1f}s; "
+        f"lane_task outer {gated.name} ({_exc_name(gated)}) in {gated_took:.1f}s"
+    )
     assert _exc_name(plain) == "TaskRunTimeoutError"  # the control: the nested timeout fired
     assert (gated.name, _exc_name(gated)) == (plain.name, "TaskRunTimeoutError")
     assert gated_took < plain_took + 10
@@ -143,8 +145,10 @@ def test_prefects_timeout_test_flow_through_lane_task_never_hangs(any_ledger):
     # The gate's part of it, from the ledger's own clock: intake to lease (the flow run's server round trips,
     # seconds on a loaded machine, are Prefect's, not a lock or a lease left held).
     _, waited = ledger.rows("select admitted_at - created_at from job where stage = 'plain'")
-    print(f"\ntimeout_test_flow x{n} through lane_task ({ledger.db.dialect}): {took:.1f}s; a plain gated flow after it: {plain_took:.2f}s, "
-          f"its task admitted {waited[0][0]:.3f}s after intake")  # fmt: skip
+    print(
+        f"\ntimeout_test_flow x{n} through lane_task ({ledger.db.dialect}): {took:.1f}s; a plain gated flow after it: {plain_took:.2f}s, "
+        f"its task admitted {waited[0][0]:.3f}s after intake"
+    )
     assert len(waited) == 1 and waited[0][0] < 1.0, waited
     assert plain_took < 30.0  # never hangs
     _, rows = ledger.rows("select count(*) from job where state in ('leased', 'new')")
@@ -180,8 +184,11 @@ def test_an_outer_timeout_is_not_let_into_a_nested_scopes_enforcer_start(ledger,
 
     def slow_start(fn, args, *rest):
         owner = getattr(fn, "__self__", None)
-        if (threading.current_thread() is _start_window["thread"] and isinstance(owner, threading.Thread)
-                and owner.name.startswith("timeout-watcher")):  # fmt: skip
+        if (
+            threading.current_thread() is _start_window["thread"]
+            and isinstance(owner, threading.Thread)
+            and owner.name.startswith("timeout-watcher")
+        ):
             _start_window["delayed"] += 1
             try:
                 for _ in range(100):
@@ -196,8 +203,10 @@ def test_an_outer_timeout_is_not_let_into_a_nested_scopes_enforcer_start(ledger,
     t0 = time.monotonic()
     state, took = _run(outer_times_out_while_the_nested_scope_starts)
     monkeypatch.undo()
-    print(f"\nouter timeout during a nested scope's start: {state.name} ({_exc_name(state)}) in {took:.1f}s; starts "
-          f"delayed {_start_window['delayed']}, timeouts delivered inside them {_start_window['delivered']}")  # fmt: skip
+    print(
+        f"\nouter timeout during a nested scope's start: {state.name} ({_exc_name(state)}) in {took:.1f}s; starts "
+        f"delayed {_start_window['delayed']}, timeouts delivered inside them {_start_window['delivered']}"
+    )
     assert _start_window["delayed"] == 1, _start_window  # the window was there: the start took 1 s
     assert _start_window["delivered"] == [], "the outer timeout was raised inside the nested enforcer's start"
     assert (state.name, _exc_name(state)) == ("TimedOut", "TaskRunTimeoutError")  # the outer timeout fired

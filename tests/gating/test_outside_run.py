@@ -43,11 +43,19 @@ def _marked(marker: str) -> list[str]:
 def test_gate_outside_a_run_starts_no_server_and_leaves_no_process(tmp_path):
     marker = f"LANE_TEST_MARKER={uuid.uuid4().hex}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
-    env.update(PREFECT_HOME=str(tmp_path / "home"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               LANE_TEST_MARKER=marker.split("=", 1)[1])  # fmt: skip
+    env.update(
+        PREFECT_HOME=str(tmp_path / "home"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        LANE_TEST_MARKER=marker.split("=", 1)[1],
+    )
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", SCRIPT, f"sqlite:///{tmp_path / 'l.db'}"], env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, f"sqlite:///{tmp_path / 'l.db'}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     took = time.monotonic() - t0
     assert done.returncode == 0, done.stderr[-3000:]
     assert "settled 4" in done.stdout

@@ -37,9 +37,19 @@ FILES = ["tests/test_tasks.py", "tests/test_task_engine.py"]
 ONE_PROCESS_TEST_LIMIT = 30  # seconds a test may take in the one-process mode (issue 22: "no test takes over 30 s")
 MODES = {
     "per-worker": lambda: ["-n", os.environ.get("LANE_PREFECT_SUITE_JOBS", "2")],
-    "one-process": lambda: ["-n", "0", "--timeout", str(ONE_PROCESS_TEST_LIMIT), "--timeout-method", "thread",
-                            "-o", "timeout_func_only=true", "-o", f"faulthandler_timeout={ONE_PROCESS_TEST_LIMIT - 10}"],
-}  # fmt: skip
+    "one-process": lambda: [
+        "-n",
+        "0",
+        "--timeout",
+        str(ONE_PROCESS_TEST_LIMIT),
+        "--timeout-method",
+        "thread",
+        "-o",
+        "timeout_func_only=true",
+        "-o",
+        f"faulthandler_timeout={ONE_PROCESS_TEST_LIMIT - 10}",
+    ],
+}
 
 _TAGS = (
     "asserts the task run's exact tags; a lane task adds `lane:free` and `stage:<stage>` by default "
@@ -51,30 +61,39 @@ _CONCURRENCY = (
     "it passes with lane_tags=False"
 )
 TAG_ASSERTIONS = {
-    **{f"tests/test_tasks.py::TestTaskRunTags::{name}": _TAGS for name in (
-        "test_task_run_tags_added_at_call",
-        "test_task_run_tags_added_at_run",
-        "test_task_run_tags_added_at_submission",
-        "test_task_run_tags_include_flow_run_tags",
-        "test_task_run_tags_include_tags_on_task_object",
-        "test_task_run_tags_not_added_outside_context",
-        "test_task_run_tags_respects_nesting",
-    )},
-    **{f"tests/test_tasks.py::TestTaskWithOptions::{name}": _TAGS for name in (
-        "test_tags_are_copied_from_original_task",
-        "test_with_options_allows_override_of_task_settings",
-        "test_with_options_uses_existing_settings_when_no_override",
-    )},
-    **{f"tests/test_task_engine.py::TestTaskConcurrencyLimits::{name}": _CONCURRENCY for name in (
-        "test_no_tags_no_concurrency",
-        "test_no_tags_no_concurrency_sync",
-        "test_tag_concurrency",
-        "test_tag_concurrency_does_not_create_limits",
-        "test_tag_concurrency_sync",
-        "test_tag_concurrency_sync_with_tags_context",
-        "test_tag_concurrency_with_tags_context",
-    )},
-}  # fmt: skip
+    **{
+        f"tests/test_tasks.py::TestTaskRunTags::{name}": _TAGS
+        for name in (
+            "test_task_run_tags_added_at_call",
+            "test_task_run_tags_added_at_run",
+            "test_task_run_tags_added_at_submission",
+            "test_task_run_tags_include_flow_run_tags",
+            "test_task_run_tags_include_tags_on_task_object",
+            "test_task_run_tags_not_added_outside_context",
+            "test_task_run_tags_respects_nesting",
+        )
+    },
+    **{
+        f"tests/test_tasks.py::TestTaskWithOptions::{name}": _TAGS
+        for name in (
+            "test_tags_are_copied_from_original_task",
+            "test_with_options_allows_override_of_task_settings",
+            "test_with_options_uses_existing_settings_when_no_override",
+        )
+    },
+    **{
+        f"tests/test_task_engine.py::TestTaskConcurrencyLimits::{name}": _CONCURRENCY
+        for name in (
+            "test_no_tags_no_concurrency",
+            "test_no_tags_no_concurrency_sync",
+            "test_tag_concurrency",
+            "test_tag_concurrency_does_not_create_limits",
+            "test_tag_concurrency_sync",
+            "test_tag_concurrency_sync_with_tags_context",
+            "test_tag_concurrency_with_tags_context",
+        )
+    },
+}
 
 pytestmark = [
     pytest.mark.skipif(
@@ -95,8 +114,14 @@ def _nodeid(classname: str, name: str) -> str:
     return f"{classname}::{name}"
 
 
-def run_suite(tmp_path: Path, name: str, args: list[str], lane_tags: bool, mode: str = "per-worker",
-              times: dict[str, float] | None = None) -> dict[str, str]:  # fmt: skip
+def run_suite(
+    tmp_path: Path,
+    name: str,
+    args: list[str],
+    lane_tags: bool,
+    mode: str = "per-worker",
+    times: dict[str, float] | None = None,
+) -> dict[str, str]:
     """Run the vendored suite; returns each test's outcome: passed, failed, skipped or xfailed (a strict xpass is a failure).
 
     ``times``, if given, receives each test's duration in seconds (JUnit's, call plus setup and teardown).
@@ -106,12 +131,31 @@ def run_suite(tmp_path: Path, name: str, args: list[str], lane_tags: bool, mode:
     except ImportError:
         pytest.fail("Prefect's task tests need pytest-asyncio: pip install -e '.[dev,prefect-suite]'")
     xml = tmp_path / f"{name}.xml"
-    env = {**os.environ, "LANE_SWAP_DB_DIR": str(tmp_path / f"ledger-{name}"), "PYTHONDONTWRITEBYTECODE": "1",
-           "LANE_SUITE_LANE_TAGS": "1" if lane_tags else "0", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # fmt: skip
+    env = {
+        **os.environ,
+        "LANE_SWAP_DB_DIR": str(tmp_path / f"ledger-{name}"),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "LANE_SUITE_LANE_TAGS": "1" if lane_tags else "0",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     env.pop("LANE_DATABASE_URL", None)
-    cmd = [sys.executable, "-m", "pytest", "-c", str(SUITE / "pytest.ini"), "--rootdir", str(SUITE),
-           "-q", "--durations", "10", "--junitxml", str(xml), *MODES[mode](), *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-c",
+        str(SUITE / "pytest.ini"),
+        "--rootdir",
+        str(SUITE),
+        "-q",
+        "--durations",
+        "10",
+        "--junitxml",
+        str(xml),
+        *MODES[mode](),
+        *args,
+    ]
     out = subprocess.run(cmd, cwd=SUITE, env=env, capture_output=True, text=True)
     log = tmp_path / f"{name}.log"
     log.write_text(out.stdout + out.stderr)
@@ -158,6 +202,8 @@ def test_prefects_task_tests_pass_through_lane_task(tmp_path, mode):
     counts = {k: sum(o == k for o in outcomes.values()) for k in ("passed", "xfailed", "skipped")}
     slowest = max(times, key=lambda t: times[t])
     print(f"Prefect's task tests through lane_task ({mode}): {wall:.0f} s; slowest {slowest} {times[slowest]:.1f} s")
-    print(f"Prefect's task tests through lane_task: {counts['passed']} passed, {counts['xfailed']} xfailed "
-          f"({len(TAG_ASSERTIONS)} tag assertions, all passing again with lane_tags=False), "
-          f"{counts['skipped']} skipped, 0 failed")  # fmt: skip
+    print(
+        f"Prefect's task tests through lane_task: {counts['passed']} passed, {counts['xfailed']} xfailed "
+        f"({len(TAG_ASSERTIONS)} tag assertions, all passing again with lane_tags=False), "
+        f"{counts['skipped']} skipped, 0 failed"
+    )

@@ -24,17 +24,32 @@ def _msgs(n: int) -> list[dict]:
 
 def test_the_providers_errors_are_recognised_with_their_reset_without_importing_an_sdk():
     req = httpx.Request("POST", "http://x/v1/chat/completions")
-    resp = httpx.Response(429, headers={"x-ratelimit-reset-requests": "6m0s", "x-ratelimit-remaining-requests": "0",
-                                        "x-ratelimit-reset-tokens": "20ms", "retry-after": "1"}, request=req)  # fmt: skip
+    resp = httpx.Response(
+        429,
+        headers={
+            "x-ratelimit-reset-requests": "6m0s",
+            "x-ratelimit-remaining-requests": "0",
+            "x-ratelimit-reset-tokens": "20ms",
+            "retry-after": "1",
+        },
+        request=req,
+    )
     said = rate_limit_info(httpx.HTTPStatusError("429", request=req, response=resp))
     assert said is not None and said.seconds == 360.0 and said.source == "x-ratelimit-reset-requests"
-    rl = openai.RateLimitError("slow down", response=httpx.Response(429, headers={"retry-after-ms": "1500"},
-                                                                     request=req), body=None)  # fmt: skip
+    rl = openai.RateLimitError(
+        "slow down", response=httpx.Response(429, headers={"retry-after-ms": "1500"}, request=req), body=None
+    )
     assert rate_limit_info(rl).seconds == 1.5
     future = "2099-01-01T00:00:00Z"
-    anth = httpx.Response(429, headers={"anthropic-ratelimit-output-tokens-remaining": "0",
-                                        "anthropic-ratelimit-output-tokens-reset": future,
-                                        "anthropic-ratelimit-requests-reset": "2000-01-01T00:00:00Z"}, request=req)
+    anth = httpx.Response(
+        429,
+        headers={
+            "anthropic-ratelimit-output-tokens-remaining": "0",
+            "anthropic-ratelimit-output-tokens-reset": future,
+            "anthropic-ratelimit-requests-reset": "2000-01-01T00:00:00Z",
+        },
+        request=req,
+    )
     said = rate_limit_info(httpx.HTTPStatusError("429", request=req, response=anth), now=4_070_908_790.0)
     assert said.source == "anthropic-ratelimit-output-tokens-reset" and said.seconds == pytest.approx(10.0)
     assert rate_limit_info(httpx.HTTPStatusError("500", request=req, response=httpx.Response(500, request=req))) is None
@@ -66,22 +81,25 @@ def test_a_429_in_a_gated_body_pauses_the_lane_bills_nothing_and_the_retry_waits
     lane = {s["lane"]: s for s in ledger.lanes()}["p"]
     rows = {r["rate_limited"]: r for r in (ledger.job(j[0]) for j in ledger.rows("select id from job")[1])}
     assert 1 in rows and rows[1]["actual"] > 0  # the retry that succeeded billed; the 429 attempt billed 0
-    settled = ledger.rows("select actual, outcome from settlement where job_id = :j order by attempt",
-                          {"j": rows[1]["id"]})[1]  # fmt: skip
+    settled = ledger.rows(
+        "select actual, outcome from settlement where job_id = :j order by attempt", {"j": rows[1]["id"]}
+    )[1]
     assert settled[0] == (0, "failed") and settled[1][1] == "done"
     assert sent_in_closed == 0 and len([r for r in recs if r.status == 200]) == 2
     assert lane["paused_until"] is None  # reopened
 
 
 def test_track_limits_trues_the_window_up_to_the_providers_count_and_pauses_on_a_429(ledger):
-    ledger.set_lane("t", allowance=10**6, ceiling=10**6, burst_tokens=10**5, window_seconds=60.0,
-                    limits=["requests=10/60s"])  # fmt: skip
+    ledger.set_lane(
+        "t", allowance=10**6, ceiling=10**6, burst_tokens=10**5, window_seconds=60.0, limits=["requests=10/60s"]
+    )
     with ProviderEmulator(tpm=10**6, rpm=10, window_seconds=60.0, output_lengths=[5]) as emu:
         outside = openai.OpenAI(base_url=emu.base_url, api_key="k", max_retries=0)
         for _ in range(6):  # another app on the same key
             outside.chat.completions.create(model="m", max_tokens=5, messages=_msgs(5))
-        tracked = track_limits(openai.OpenAI(base_url=emu.base_url, api_key="k", max_retries=0), lane="t",
-                               ledger=ledger)  # fmt: skip
+        tracked = track_limits(
+            openai.OpenAI(base_url=emu.base_url, api_key="k", max_retries=0), lane="t", ledger=ledger
+        )
 
         @flow
         def one():
@@ -104,8 +122,9 @@ def test_track_limits_trues_the_window_up_to_the_providers_count_and_pauses_on_a
         emu.reset()
         left = ledger.paused_for("t")
         assert left > 0.5  # the pause is in force (a minute: the emulator's request window)
-        ledger._run(lambda cur, now: cur.execute("update lane set paused_until = :u where name = 't'",
-                                                 {"u": now + 1.0}))  # fmt: skip
+        ledger._run(
+            lambda cur, now: cur.execute("update lane set paused_until = :u where name = 't'", {"u": now + 1.0})
+        )
         t0 = time.monotonic()
         tracked.chat.completions.create(model="m", max_tokens=5, messages=_msgs(5))
         assert time.monotonic() - t0 >= 0.9 and len(emu.records) == 1
@@ -153,18 +172,30 @@ def test_the_pause_lasts_until_the_request_fits_not_until_a_limit_with_room_left
     # A tokens limit with room left, not enough for the request: retry-after says when the oldest charges leave
     # and let it in; the limit's reset (back to full) is a window away and is no word on this request.
     req = httpx.Request("POST", "http://x/v1/chat/completions")
-    short = httpx.Response(429, headers={"retry-after": "1", "retry-after-ms": "300", "x-ratelimit-limit-tokens": "1000",
-                                         "x-ratelimit-remaining-tokens": "220", "x-ratelimit-reset-tokens": "9.9s"},
-                           request=req)  # fmt: skip
+    short = httpx.Response(
+        429,
+        headers={
+            "retry-after": "1",
+            "retry-after-ms": "300",
+            "x-ratelimit-limit-tokens": "1000",
+            "x-ratelimit-remaining-tokens": "220",
+            "x-ratelimit-reset-tokens": "9.9s",
+        },
+        request=req,
+    )
     said = rate_limit_info(httpx.HTTPStatusError("429", request=req, response=short))
     assert said.seconds == 0.3 and said.source == "retry-after-ms"
     # a limit that ran out: its reset applies (the longest word wins)
-    out = httpx.Response(429, headers={"retry-after-ms": "300", "x-ratelimit-remaining-requests": "0",
-                                       "x-ratelimit-reset-requests": "2s"}, request=req)  # fmt: skip
+    out = httpx.Response(
+        429,
+        headers={"retry-after-ms": "300", "x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "2s"},
+        request=req,
+    )
     assert rate_limit_info(httpx.HTTPStatusError("429", request=req, response=out)).seconds == 2.0
     # nothing but resets: they are all there is to go by
-    bare = httpx.Response(429, headers={"x-ratelimit-remaining-tokens": "220", "x-ratelimit-reset-tokens": "9.9s"},
-                          request=req)  # fmt: skip
+    bare = httpx.Response(
+        429, headers={"x-ratelimit-remaining-tokens": "220", "x-ratelimit-reset-tokens": "9.9s"}, request=req
+    )
     assert rate_limit_info(httpx.HTTPStatusError("429", request=req, response=bare)).seconds == pytest.approx(9.9)
 
 
@@ -233,4 +264,5 @@ def test_after_a_pause_one_request_probes_and_the_others_hold_until_it_returns(l
     assert at[1] >= ends[0] + 0.39  # the probe met a 429: the others waited for it, then for the new pause
     assert at[2] >= at[1] + 0.29 and at[3] >= at[1] + 0.29  # the second probe went alone, and then the rest
     assert at[3] - at[2] < 0.2  # once it returned the lane was open to them together
-    assert ledger.pause_ended("h") is None  # open
+    # open: for every process (no pause in the row, no probe out), and in this process's memory
+    assert ledger.pause_state("h") == (0.0, None, None) and ledger.paused_here("h") == 0.0

@@ -18,8 +18,12 @@ def test_lane_task_takes_rate_cost_as_an_int_or_a_callable_of_its_arguments(ledg
     ledger.set_lane("rl", allowance=10**6, ceiling=10**6, burst_tokens=5_000, window_seconds=60.0)
     assert "rate_cost" in inspect.signature(lane_task).parameters  # what benchmarks/bench_provider.py looks for
 
-    @lane_task(stage="chat", estimate=lambda prompt, max_tokens: len(prompt) // 4 + max_tokens // 2, lane="rl",
-               rate_cost=lambda prompt, max_tokens: len(prompt) // 4 + max_tokens)  # fmt: skip
+    @lane_task(
+        stage="chat",
+        estimate=lambda prompt, max_tokens: len(prompt) // 4 + max_tokens // 2,
+        lane="rl",
+        rate_cost=lambda prompt, max_tokens: len(prompt) // 4 + max_tokens,
+    )
     def chat(prompt: str, max_tokens: int):
         return {"usage": {"total_tokens": len(prompt) // 4 + 100}}
 
@@ -69,11 +73,21 @@ def test_gate_takes_an_int_rate_cost(ledger):
 
 
 def test_rate_cost_splits_input_and_output_for_a_lanes_limits(ledger):
-    ledger.set_lane("io", allowance=10**6, ceiling=10**6, burst_tokens=5_000, window_seconds=60.0,
-                    limits=["input_tokens=4000/60s", "output_tokens=1000/60s"])  # fmt: skip
+    ledger.set_lane(
+        "io",
+        allowance=10**6,
+        ceiling=10**6,
+        burst_tokens=5_000,
+        window_seconds=60.0,
+        limits=["input_tokens=4000/60s", "output_tokens=1000/60s"],
+    )
 
-    @lane_task(stage="chat", estimate=lambda prompt, max_tokens: len(prompt) // 4 + max_tokens, lane="io",
-               rate_cost=lambda prompt, max_tokens: {"input": len(prompt) // 4, "output": max_tokens})  # fmt: skip
+    @lane_task(
+        stage="chat",
+        estimate=lambda prompt, max_tokens: len(prompt) // 4 + max_tokens,
+        lane="io",
+        rate_cost=lambda prompt, max_tokens: {"input": len(prompt) // 4, "output": max_tokens},
+    )
     def chat(prompt: str, max_tokens: int):
         return {"usage": {"input_tokens": len(prompt) // 4, "output_tokens": 40}}
 

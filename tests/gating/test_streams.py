@@ -114,8 +114,9 @@ def test_a_returned_async_stream_is_read_inside_the_lease(ledger, emu):
     @lane_task(stage="haiku", estimate=EST)
     async def haiku():
         api = AsyncOpenAI(base_url=emu.base_url, api_key="test", max_retries=0)
-        return await api.chat.completions.create(model="emu-1", messages=MESSAGES, max_tokens=200, stream=True,
-                                                 stream_options={"include_usage": True})  # fmt: skip
+        return await api.chat.completions.create(
+            model="emu-1", messages=MESSAGES, max_tokens=200, stream=True, stream_options={"include_usage": True}
+        )
 
     @flow
     async def f():
@@ -131,8 +132,9 @@ def test_a_returned_async_stream_is_read_inside_the_lease(ledger, emu):
 def test_a_stream_without_usage_is_billed_by_estimate_and_marked(ledger, emu, caplog):
     @lane_task(stage="haiku", estimate=EST)
     def haiku() -> str:
-        return "".join(c.choices[0].delta.content or "" for c in track_usage(stream(emu, include_usage=False))
-                       if c.choices)  # fmt: skip
+        return "".join(
+            c.choices[0].delta.content or "" for c in track_usage(stream(emu, include_usage=False)) if c.choices
+        )
 
     @flow
     def f():
@@ -157,7 +159,12 @@ def test_a_task_that_returns_text_reports_the_response_first(ledger, emu):
 
     @lane_task(stage="answer", estimate=EST)
     def careless() -> str:
-        return client(emu).chat.completions.create(model="emu-1", messages=MESSAGES, max_tokens=200).choices[0].message.content
+        return (
+            client(emu)
+            .chat.completions.create(model="emu-1", messages=MESSAGES, max_tokens=200)
+            .choices[0]
+            .message.content
+        )
 
     @lane_task(stage="answer", estimate=EST)
     def both():

@@ -36,8 +36,12 @@ def test_the_tenant_is_given_computed_or_the_flows_name(ledger):
 
     f()
     tenants = {r["stage"]: ledger.job(r["id"])["tenant"] for r in job_rows(ledger)}
-    assert tenants == {"given": "search-team", "computed": "team-ops", "defaulted": "nightly-backfill",
-                       "inner": "inner-team"}  # fmt: skip
+    assert tenants == {
+        "given": "search-team",
+        "computed": "team-ops",
+        "defaulted": "nightly-backfill",
+        "inner": "inner-team",
+    }
     assert {t["tenant"] for t in ledger.tenants("t")} == set(tenants.values())
 
 

@@ -25,8 +25,13 @@ def fresh(monkeypatch) -> Iterator[None]:
     """SIGTERM at Python's default and the module as in a new process; both put back afterwards."""
     before = signal.getsignal(signal.SIGTERM)
     wakeup_before = signal.set_wakeup_fd(-1)
-    for name, value in (("_installed_in", None), ("_previous", None), ("_begun", threading.Lock()),
-                        ("_wakeup_write", None), ("_watching_in", None)):  # fmt: skip
+    for name, value in (
+        ("_installed_in", None),
+        ("_previous", None),
+        ("_begun", threading.Lock()),
+        ("_wakeup_write", None),
+        ("_watching_in", None),
+    ):
         monkeypatch.setattr(termination, name, value)
     monkeypatch.delenv("LANE_SIGTERM_GRACE_SECONDS", raising=False)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

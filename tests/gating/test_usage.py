@@ -121,8 +121,9 @@ def test_anthropic_prompt_cache_tokens_count_at_their_documented_weights():
     from lane_plugin.gating.usage import ANTHROPIC_WEIGHTS
 
     msg = anthropic_message(50, 200)
-    msg.usage = Usage(input_tokens=50, output_tokens=200, cache_creation_input_tokens=1000,
-                      cache_read_input_tokens=4000)  # fmt: skip
+    msg.usage = Usage(
+        input_tokens=50, output_tokens=200, cache_creation_input_tokens=1000, cache_read_input_tokens=4000
+    )
     # input_tokens excludes the cache: writes are billed 1.25x, hits 0.1x a plain input token
     assert (ANTHROPIC_WEIGHTS["cache_creation_input_tokens"], ANTHROPIC_WEIGHTS["cache_read_input_tokens"]) == (
         1.25,
@@ -157,15 +158,25 @@ def test_openai_cached_and_reasoning_tokens_are_inside_the_totals_not_added_agai
     from openai.types.responses import ResponseUsage
 
     resp = openai_chat(1000, 500)
-    resp.usage = CompletionUsage(prompt_tokens=1000, completion_tokens=500, total_tokens=1500,
-                                 prompt_tokens_details=PromptTokensDetails(cached_tokens=800),
-                                 completion_tokens_details=CompletionTokensDetails(reasoning_tokens=300))  # fmt: skip
+    resp.usage = CompletionUsage(
+        prompt_tokens=1000,
+        completion_tokens=500,
+        total_tokens=1500,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=800),
+        completion_tokens_details=CompletionTokensDetails(reasoning_tokens=300),
+    )
     assert extract_usage(resp) == 1500
     resp.usage.total_tokens = None  # some compatible servers omit it: the pair, still without the details
     assert extract_usage(resp) == 1500
-    usage = ResponseUsage.model_validate({"input_tokens": 900, "output_tokens": 400, "total_tokens": 1300,
-                                          "input_tokens_details": {"cached_tokens": 700, "cache_write_tokens": 0},
-                                          "output_tokens_details": {"reasoning_tokens": 350}})  # fmt: skip
+    usage = ResponseUsage.model_validate(
+        {
+            "input_tokens": 900,
+            "output_tokens": 400,
+            "total_tokens": 1300,
+            "input_tokens_details": {"cached_tokens": 700, "cache_write_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 350},
+        }
+    )
     assert extract_usage(NS(usage=usage)) == 1300
 
 
@@ -174,8 +185,16 @@ def openai_chunk(content: str | None, usage: dict | None = None, cid: str = "cha
     from openai.types.chat import ChatCompletionChunk
 
     choices = [] if content is None else [{"index": 0, "delta": {"content": content}, "finish_reason": None}]
-    return ChatCompletionChunk.model_validate({"id": cid, "object": "chat.completion.chunk", "created": 1,
-                                               "model": "gpt-4o-mini", "choices": choices, "usage": usage})  # fmt: skip
+    return ChatCompletionChunk.model_validate(
+        {
+            "id": cid,
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "gpt-4o-mini",
+            "choices": choices,
+            "usage": usage,
+        }
+    )
 
 
 def test_an_openai_stream_counts_its_usage_chunk_once():
@@ -212,12 +231,12 @@ def anthropic_stream_events():
             type="message_delta",
             delta={"stop_reason": None, "stop_sequence": None},
             usage=MessageDeltaUsage(output_tokens=120),
-        ),  # fmt: skip
+        ),
         RawMessageDeltaEvent(
             type="message_delta",
             delta={"stop_reason": "end_turn", "stop_sequence": None},
             usage=MessageDeltaUsage(output_tokens=250),
-        ),  # cumulative  # fmt: skip
+        ),  # cumulative
         RawMessageStopEvent(type="message_stop"),
     ]
 

@@ -90,8 +90,9 @@ def test_the_api_refuses_an_absurd_actual_naming_it_and_writes_nothing(led):
     assert led.settle(lease, 7).actual == 7 and led.audit() == []
 
 
-@pytest.mark.parametrize("usage", [{"prompt_tokens": -5, "completion_tokens": 20},
-                                   {"input_tokens": math.nan, "output_tokens": 10}])  # fmt: skip
+@pytest.mark.parametrize(
+    "usage", [{"prompt_tokens": -5, "completion_tokens": 20}, {"input_tokens": math.nan, "output_tokens": 10}]
+)
 def test_a_malformed_count_bills_the_estimate_not_the_rest_of_the_block(led, caplog, usage):
     with caplog.at_level(logging.WARNING, logger="lane_plugin.gate"):
         with gate(stage="bad", estimate=100, lane="o", ledger=led) as g:

@@ -24,11 +24,13 @@ MALFORMED = [  # (usage block, the field and value the warning names)
     ({"prompt_tokens": 5, "completion_tokens": "7"}, "completion_tokens '7'"),
     ({"total_tokens": 40, "prompt_tokens": -1, "completion_tokens": 41}, "prompt_tokens -1"),
     ({"input_tokens": 3, "output_tokens": 4, "cache_read_input_tokens": -100}, "cache_read_input_tokens -100"),
-    ({"input_tokens": 3, "output_tokens": 4, "cache_creation": {"ephemeral_1h_input_tokens": INF}},
-     "ephemeral_1h_input_tokens inf"),
+    (
+        {"input_tokens": 3, "output_tokens": 4, "cache_creation": {"ephemeral_1h_input_tokens": INF}},
+        "ephemeral_1h_input_tokens inf",
+    ),
     ({"total_tokens": 10**13}, "total_tokens 10000000000000"),
     ({"prompt_tokens": True, "completion_tokens": 3}, "prompt_tokens True"),
-]  # fmt: skip
+]
 
 
 def _warnings(caplog) -> list[str]:
@@ -73,14 +75,29 @@ def openai_chunk(usage):
     return {"object": "chat.completion.chunk", "id": "c1", "choices": [], "usage": usage}
 
 
-@pytest.mark.parametrize("events, named", [
-    ([openai_chunk(None), openai_chunk({"prompt_tokens": 10, "completion_tokens": NAN, "total_tokens": NAN})] * 2,
-     "total_tokens nan"),
-    ([{"type": "message_start", "message": {"id": "m1", "usage": {"input_tokens": 25, "output_tokens": 1}}},
-      {"type": "message_delta", "usage": {"output_tokens": -3}}], "output_tokens -3"),
-    ([{"type": "response.completed", "response": {"id": "r1", "usage": {"total_tokens": 1.5}}}], "total_tokens 1.5"),
-    ([7, {"usage": {"prompt_tokens": 4, "completion_tokens": -4}}], "completion_tokens -4"),
-], ids=["openai", "anthropic", "responses", "plain"])  # fmt: skip
+@pytest.mark.parametrize(
+    "events, named",
+    [
+        (
+            [openai_chunk(None), openai_chunk({"prompt_tokens": 10, "completion_tokens": NAN, "total_tokens": NAN})]
+            * 2,
+            "total_tokens nan",
+        ),
+        (
+            [
+                {"type": "message_start", "message": {"id": "m1", "usage": {"input_tokens": 25, "output_tokens": 1}}},
+                {"type": "message_delta", "usage": {"output_tokens": -3}},
+            ],
+            "output_tokens -3",
+        ),
+        (
+            [{"type": "response.completed", "response": {"id": "r1", "usage": {"total_tokens": 1.5}}}],
+            "total_tokens 1.5",
+        ),
+        ([7, {"usage": {"prompt_tokens": 4, "completion_tokens": -4}}], "completion_tokens -4"),
+    ],
+    ids=["openai", "anthropic", "responses", "plain"],
+)
 def test_a_stream_or_report_with_a_malformed_count_marks_the_meter(caplog, events, named):
     meter = UsageMeter()
     with caplog.at_level(logging.WARNING, logger="lane_plugin.gate"):

@@ -13,15 +13,24 @@ T0 = 1_800_000_000.0  # a multiple of 10: a fixed window would start exactly her
 
 
 def lane(led, **kw):
-    settings = dict(allowance=100_000, ceiling=100_000, burst_tokens=500, window_seconds=10.0, max_leased=10,
-                    lease_seconds=30.0, max_wait_seconds=600)  # fmt: skip
+    settings = dict(
+        allowance=100_000,
+        ceiling=100_000,
+        burst_tokens=500,
+        window_seconds=10.0,
+        max_leased=10,
+        lease_seconds=30.0,
+        max_wait_seconds=600,
+    )
     return led.set_lane("t", **{**settings, **kw})
 
 
 def window(led) -> tuple[int, int]:
     """``(lane.window_used, sum of its rate_charge rows)`` read with our own SQL."""
-    _, [(used, charged)] = led.rows("select window_used, (select coalesce(sum(cost), 0) from rate_charge "
-                                    "where lane = 't') from lane where name = 't'")  # fmt: skip
+    _, [(used, charged)] = led.rows(
+        "select window_used, (select coalesce(sum(cost), 0) from rate_charge "
+        "where lane = 't') from lane where name = 't'"
+    )
     return used, charged
 
 
@@ -97,8 +106,11 @@ def test_the_finishing_reserve_is_learned_and_kept_for_runs_under_way(led, clock
     lane(led, ceiling=5_000, allowance=5_000, burst_tokens=5_000)
     clock.t += 60  # the old runs go quiet: after one lease (30 s) their reserve lapses, they count as finished
     profile = {p["stage"]: p for p in led.refit_runs("t")}
-    assert (profile["draft"]["after_tokens"], profile["critique"]["after_tokens"], profile["final"]["after_tokens"]) \
-        == (500, 200, 0)
+    assert (
+        profile["draft"]["after_tokens"],
+        profile["critique"]["after_tokens"],
+        profile["final"]["after_tokens"],
+    ) == (500, 200, 0)
     assert profile["draft"]["runs"] == 3 and profile["draft"]["hold_seconds"] == 2 * 5.0
     # 1,800 spent of 5,000. Run A starts: it reserves the 500 its draft is expected to be followed by.
     a = led.submit("draft", 100, "t", run_key="A")
@@ -131,8 +143,7 @@ def test_a_job_without_a_run_uses_the_whole_ceiling(led, clock):
 
 
 def test_later_stages_are_read_from_their_own_head_behind_many_waiting_starters(led, clock):
-    lane(led, ceiling=1_000, allowance=1_000, burst_tokens=10_000, max_leased=5, max_wait_seconds=0,
-         start_fraction=0.8)
+    lane(led, ceiling=1_000, allowance=1_000, burst_tokens=10_000, max_leased=5, max_wait_seconds=0, start_fraction=0.8)
     first = led.submit("draft", 500, "t", run_key="run-1")
     [lease] = led.tick("t")
     led.settle(lease, 500)

@@ -13,8 +13,17 @@ import pytest
 
 @pytest.mark.parametrize("period", ["daily", "none"])
 def test_a_job_left_past_a_lowered_burst_is_parked_with_the_reason(led, period):
-    led.set_lane("b", allowance=10**6, ceiling=10**6, start_fraction=1.0, burst_tokens=1_000, window_seconds=10.0,
-                 max_leased=4, lease_seconds=60, period=period)  # fmt: skip
+    led.set_lane(
+        "b",
+        allowance=10**6,
+        ceiling=10**6,
+        start_fraction=1.0,
+        burst_tokens=1_000,
+        window_seconds=10.0,
+        max_leased=4,
+        lease_seconds=60,
+        period=period,
+    )
     small = led.submit("s", 100, "b", rate_cost=200)
     big = led.submit("s", 100, "b", rate_cost=800)  # fits the burst of 1,000 at intake
     led.set_lane("b", burst_tokens=500)  # the operator lowers it: 800 can never fit now
@@ -37,8 +46,16 @@ def test_a_lowered_ceiling_parks_what_can_no_longer_fit_and_leaves_the_rest(led)
 
 def test_a_job_past_a_lowered_burst_moves_to_its_fallback_where_it_fits(led):
     led.set_lane("wide", allowance=10**6, ceiling=10**6, burst_tokens=10_000, max_leased=4, lease_seconds=60)
-    led.set_lane("b", allowance=10**6, ceiling=10**6, burst_tokens=1_000, max_leased=4, lease_seconds=60,
-                 period="daily", fallback="wide")  # fmt: skip
+    led.set_lane(
+        "b",
+        allowance=10**6,
+        ceiling=10**6,
+        burst_tokens=1_000,
+        max_leased=4,
+        lease_seconds=60,
+        period="daily",
+        fallback="wide",
+    )
     big = led.submit("s", 100, "b", rate_cost=800, fallback=True)  # may fall back to the lane's fallback
     led.set_lane("b", burst_tokens=500)
     assert led.job(big)["lane"] == "wide" and led.job(big)["state"] == "new"

@@ -11,8 +11,15 @@ from lane_plugin.policy.rules import DRIFT
 
 
 def lane(led, name="t", **kw):
-    settings = dict(allowance=100_000, ceiling=100_000, burst_tokens=100_000, window_seconds=1.0, max_leased=10,
-                    lease_seconds=600.0, max_wait_seconds=100)  # fmt: skip
+    settings = dict(
+        allowance=100_000,
+        ceiling=100_000,
+        burst_tokens=100_000,
+        window_seconds=1.0,
+        max_leased=10,
+        lease_seconds=600.0,
+        max_wait_seconds=100,
+    )
     return led.set_lane(name, **{**settings, **kw})
 
 
@@ -196,4 +203,5 @@ def test_lanes_name_what_keeps_the_first_waiting_job_out(led, clock):
     assert next(r for r in status_table(led.lanes()) if r["lane"] == "t")["state"] == "blocked by drift"
     led.clear_drift("t")
     t = next(s for s in led.lanes() if s["lane"] == "t")
-    assert (t["head_job"], t["blocked_by"], t["blocked_reason"]) == (small, None, None)  # it fits: the next tick leases it
+    # it fits: the next tick leases it
+    assert (t["head_job"], t["blocked_by"], t["blocked_reason"]) == (small, None, None)

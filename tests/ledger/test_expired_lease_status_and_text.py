@@ -12,8 +12,16 @@ from lane_plugin.errors import InvalidInput
 
 
 def lane(led, **kw):
-    settings = dict(allowance=100_000, ceiling=100_000, start_fraction=1.0, burst_tokens=100_000, max_leased=5,
-                    lease_seconds=30, max_attempts=3, max_wait_seconds=600)  # fmt: skip
+    settings = dict(
+        allowance=100_000,
+        ceiling=100_000,
+        start_fraction=1.0,
+        burst_tokens=100_000,
+        max_leased=5,
+        lease_seconds=30,
+        max_attempts=3,
+        max_wait_seconds=600,
+    )
     settings.update(kw)
     return led.set_lane("h", **settings)
 

@@ -17,8 +17,16 @@ from lane_plugin.ledger.waiters import GONE_SECONDS, WAITER_GONE
 
 
 def lane(led, **kw):
-    settings = dict(allowance=100_000, ceiling=100_000, start_fraction=1.0, burst_tokens=100_000, max_leased=1,
-                    lease_seconds=30, max_attempts=3, max_wait_seconds=600)  # fmt: skip
+    settings = dict(
+        allowance=100_000,
+        ceiling=100_000,
+        start_fraction=1.0,
+        burst_tokens=100_000,
+        max_leased=1,
+        lease_seconds=30,
+        max_attempts=3,
+        max_wait_seconds=600,
+    )
     settings.update(kw)
     return led.set_lane("h", **settings)
 

@@ -18,8 +18,16 @@ from lane_plugin.ledger.db import Cursor
 
 
 def lane(led, **kw):
-    settings = dict(allowance=100_000, ceiling=100_000, start_fraction=1.0, burst_tokens=100_000, max_leased=1,
-                    lease_seconds=30, max_attempts=3, max_wait_seconds=600)  # fmt: skip
+    settings = dict(
+        allowance=100_000,
+        ceiling=100_000,
+        start_fraction=1.0,
+        burst_tokens=100_000,
+        max_leased=1,
+        lease_seconds=30,
+        max_attempts=3,
+        max_wait_seconds=600,
+    )
     settings.update(kw)
     return led.set_lane("h", **settings)
 
@@ -73,8 +81,14 @@ def is_gated_head(sql: str) -> bool:
 
 def acts(sqls: list[str]) -> list[str]:
     """The statements that lease, charge the window, slide it, or NOTIFY."""
-    return [s for s in sqls if "pg_notify" in s or s.startswith("update job set state = 'leased'")
-            or "rate_charge where lane" in s or s.startswith("update lane set window_used")]  # fmt: skip
+    return [
+        s
+        for s in sqls
+        if "pg_notify" in s
+        or s.startswith("update job set state = 'leased'")
+        or "rate_charge where lane" in s
+        or s.startswith("update lane set window_used")
+    ]
 
 
 def test_a_settlement_with_a_gated_job_waiting_still_hands_its_room_on(led, clock, statements):
@@ -133,7 +147,8 @@ def test_a_gated_job_queued_behind_cli_jobs_is_seen_and_a_finished_one_is_not(le
     assert heads(sql) == 1  # a gated job waits: the hand-off runs, and leases it (a CLI job is a tick's)
     assert (led.job(cli)["state"], led.job(late)["state"]) == ("new", "leased")
     sql = recorded(statements, lambda: (led.settle(late, 100, attempt=1), list(statements.sql))[1])
-    assert acts(sql) == []  # the lane's gated jobs are all done (its head read is empty); the other lane's does not count
+    # the lane's gated jobs are all done (its head read is empty); the other lane's does not count
+    assert acts(sql) == []
     assert led.job(cli)["state"] == "new"
     [lc] = led.tick("h")
     assert lc.job_id == cli
@@ -146,8 +161,13 @@ def test_the_gated_head_from_the_partial_index_is_the_gated_head_from_the_queue(
     rng = random.Random(7)
     for i in range(120):
         clock.t += rng.choice((0.0, 0.5))  # ties in prio: the id orders them
-        led.submit("s", rng.choice((10, 50, 200)), "h", waiter=rng.choice(("w1", "w2", None, None)),
-                   run_key=rng.choice((None, None, "r1")))  # fmt: skip
+        led.submit(
+            "s",
+            rng.choice((10, 50, 200)),
+            "h",
+            waiter=rng.choice(("w1", "w2", None, None)),
+            run_key=rng.choice((None, None, "r1")),
+        )
         if i % 17 == 0:
             led.tick("h")  # some leased (a run under way: its later jobs are finishing ones)
 
@@ -161,8 +181,12 @@ def test_the_gated_head_from_the_partial_index_is_the_gated_head_from_the_queue(
 
     for fast, slow in led.db.transaction(read):
         assert [tuple(r) for r in fast] == [tuple(r) for r in slow]
-    assert len(fast) > 16 and any(r[9] is None for r in led.db.transaction(
-        lambda cur: cur.all(admission.HEAD_SQL, {"l": "h", "k": 200, "f": False, "t": True})))  # fmt: skip
+    assert len(fast) > 16 and any(
+        r[9] is None
+        for r in led.db.transaction(
+            lambda cur: cur.all(admission.HEAD_SQL, {"l": "h", "k": 200, "f": False, "t": True})
+        )
+    )
 
 
 def test_a_reap_with_no_gated_job_waiting_skips_the_hand_off_and_requeues(led, clock, statements):
@@ -195,8 +219,16 @@ def scenario(url: str, clock, seed: int) -> list:
     rng = random.Random(seed)
     led = Ledger(url, clock=clock)
     try:
-        lane(led, max_leased=3, ceiling=50_000, allowance=50_000, burst_tokens=2_000, window_seconds=10,
-             lease_seconds=15, max_wait_seconds=60)  # fmt: skip
+        lane(
+            led,
+            max_leased=3,
+            ceiling=50_000,
+            allowance=50_000,
+            burst_tokens=2_000,
+            window_seconds=10,
+            lease_seconds=15,
+            max_wait_seconds=60,
+        )
         ids: list[str] = []
         alive = {"w1", "w2"}
         for step in range(200):
@@ -209,8 +241,11 @@ def scenario(url: str, clock, seed: int) -> list:
             if op < 0.35:
                 # gated jobs of both waiters, then of w1 only, then none: the gated queue drains, CLI jobs go on
                 who = rng.choice((("w1", "w2", None), ("w1", None, None), (None,))[min(2, step // 60)])
-                ids.append(led.submit("s", rng.choice((50, 120, 300, 700)), "h", waiter=who,
-                                      run_key=rng.choice((None, "r1", "r2"))))  # fmt: skip
+                ids.append(
+                    led.submit(
+                        "s", rng.choice((50, 120, 300, 700)), "h", waiter=who, run_key=rng.choice((None, "r1", "r2"))
+                    )
+                )
             elif op < 0.55:
                 led.tick("h")
             elif op < 0.9:
@@ -222,8 +257,16 @@ def scenario(url: str, clock, seed: int) -> list:
                 led.reap()
         led.tick("h")  # both slide the window and lapse reserves here, whatever a skipped hand-off left
         row = led.lane("h")
-        jobs = [(led.job(j)["state"], led.job(j)["attempt"], led.job(j)["lease_attempt"], led.job(j)["actual"],
-                 led.job(j)["reason"]) for j in ids]  # fmt: skip
+        jobs = [
+            (
+                led.job(j)["state"],
+                led.job(j)["attempt"],
+                led.job(j)["lease_attempt"],
+                led.job(j)["actual"],
+                led.job(j)["reason"],
+            )
+            for j in ids
+        ]
         assert led.audit() == []
         return [jobs, (row.spent, row.reserved, row.leased, row.window_used, row.finishing, row.overage)]
     finally:

@@ -11,15 +11,24 @@ from lane_plugin.gating.estimates import resolve_parts
 
 
 def lane(led, **kw):
-    settings = dict(allowance=10_000, ceiling=10_000, burst_tokens=10_000, window_seconds=1.0, max_leased=10,
-                    lease_seconds=30.0, headroom_sigmas=2.0)  # fmt: skip
+    settings = dict(
+        allowance=10_000,
+        ceiling=10_000,
+        burst_tokens=10_000,
+        window_seconds=1.0,
+        max_leased=10,
+        lease_seconds=30.0,
+        headroom_sigmas=2.0,
+    )
     return led.set_lane("h", **{**settings, **kw})
 
 
 def counters(led) -> tuple[int, int]:
     """``(lane.reserved_var, sum of est_var of its leased jobs)`` read with our own SQL."""
-    _, [(var, leased)] = led.rows("select reserved_var, (select coalesce(sum(est_var), 0) from job "
-                                  "where lane = 'h' and state = 'leased') from lane where name = 'h'")  # fmt: skip
+    _, [(var, leased)] = led.rows(
+        "select reserved_var, (select coalesce(sum(est_var), 0) from job "
+        "where lane = 'h' and state = 'leased') from lane where name = 'h'"
+    )
     return var, leased
 
 

@@ -12,8 +12,16 @@ from lane_plugin import InvalidInput, Ledger
 from ..tables import job_rows, settlements
 
 
-def _settle(led: Ledger, stage: str, est: int, actual: int, *, est_input: int | None, by_estimate: bool = False,
-            lane: str = "free") -> str:  # fmt: skip
+def _settle(
+    led: Ledger,
+    stage: str,
+    est: int,
+    actual: int,
+    *,
+    est_input: int | None,
+    by_estimate: bool = False,
+    lane: str = "free",
+) -> str:
     jid = led.submit(stage, est, lane, est_input=est_input)
     assert jid in {x.job_id for x in led.tick(lane)}
     led.settle(jid, actual, by_estimate=by_estimate)
@@ -57,8 +65,18 @@ def test_output_samples_are_the_newest_learnable_jobs_per_stage_oldest_first(led
 
 
 def _row(name: str, **over) -> dict:
-    row = dict(stage=name, revision="abcd1234", allowance=250, jobs=40, mean=251.5, m2=1000.0, mean_input=800.0,
-               p50=240.0, p90=400.0, p99=900.0)  # fmt: skip
+    row = dict(
+        stage=name,
+        revision="abcd1234",
+        allowance=250,
+        jobs=40,
+        mean=251.5,
+        m2=1000.0,
+        mean_input=800.0,
+        p50=240.0,
+        p90=400.0,
+        p99=900.0,
+    )
     row.update(over)
     return row
 
@@ -70,16 +88,30 @@ def test_estimator_state_is_written_whole_and_read_back(ledger_url, clock):
     led.save_estimator_state("learned", [_row("draft", allowance=300, revision="ffff0000")])
     led.save_estimator_state("other", [_row("draft", allowance=1)])
     state = {r["stage"]: r for r in led.estimator_state("learned")}
-    assert (state["draft"]["allowance"], state["draft"]["revision"], state["critique"]["allowance"]) == (300, "ffff0000", -12)
+    assert (state["draft"]["allowance"], state["draft"]["revision"], state["critique"]["allowance"]) == (
+        300,
+        "ffff0000",
+        -12,
+    )
     assert state["draft"]["fitted_at"] == clock.t and state["critique"]["fitted_at"] == clock.t - 10
     assert {(r["estimator"], r["stage"]) for r in led.estimator_state()} == {
-        ("learned", "critique"), ("learned", "draft"), ("other", "draft")}  # fmt: skip
+        ("learned", "critique"),
+        ("learned", "draft"),
+        ("other", "draft"),
+    }
 
 
-@pytest.mark.parametrize("bad, field", [
-    (dict(allowance=1.5), "allowance"), (dict(jobs=-1), "jobs"), (dict(m2=-1.0), "m2"),
-    (dict(mean=float("nan")), "mean"), (dict(stage=""), "stage"), (dict(revision="x" * 17), "revision"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        (dict(allowance=1.5), "allowance"),
+        (dict(jobs=-1), "jobs"),
+        (dict(m2=-1.0), "m2"),
+        (dict(mean=float("nan")), "mean"),
+        (dict(stage=""), "stage"),
+        (dict(revision="x" * 17), "revision"),
+    ],
+)
 def test_bad_state_rows_write_nothing(ledger_url, bad, field):
     led = Ledger(ledger_url)
     with pytest.raises(InvalidInput, match=field):

@@ -22,16 +22,26 @@ from ..tables import ARTICLE_SQL
 
 
 def small_lane(led, **kw):
-    settings = dict(allowance=10_000, ceiling=1_000, start_fraction=1.0, burst_tokens=1_000, max_leased=10,
-                    lease_seconds=30, max_attempts=2, max_wait_seconds=600)  # fmt: skip
+    settings = dict(
+        allowance=10_000,
+        ceiling=1_000,
+        start_fraction=1.0,
+        burst_tokens=1_000,
+        max_leased=10,
+        lease_seconds=30,
+        max_attempts=2,
+        max_wait_seconds=600,
+    )
     settings.update(kw)
     return led.set_lane("t", **settings)
 
 
 def counts(led):
-    cols, rows = led.rows("select (select count(*) from job), (select count(*) from settlement), "
-                          "(select count(*) from tail), (select spent from lane where name='free'), "
-                          "(select reserved from lane where name='free')")  # fmt: skip
+    cols, rows = led.rows(
+        "select (select count(*) from job), (select count(*) from settlement), "
+        "(select count(*) from tail), (select spent from lane where name='free'), "
+        "(select reserved from lane where name='free')"
+    )
     return rows[0]
 
 
@@ -42,7 +52,11 @@ def test_fresh_ledger_has_free_and_paid_lanes_with_the_documented_defaults(led):
     assert (free["allowance"], free["ceiling"], free["start_limit"]) == (10_000_000, 8_000_000, 8_000_000)
     assert (free["rate_basis"], free["finishing"], free["window_used"]) == ("request", 0, 0)
     assert (free["burst_tokens"], free["window_seconds"], free["max_leased"], free["lease_seconds"]) == (
-        40_000, 1.0, 25, 90.0)  # fmt: skip
+        40_000,
+        1.0,
+        25,
+        90.0,
+    )
     assert "paid" in lanes
     assert led.audit() == []
 
@@ -406,8 +420,9 @@ def test_the_articles_drift_sql_runs_verbatim_and_agrees_with_the_report(led):
         led.clock.t += 1
     cols, rows = led.rows(ARTICLE_SQL)
     article = {r[0]: (r[1], r[2], r[3], float(r[4])) for r in rows}
-    ours = {r["stage"]: (r["jobs"], r["est_tokens"], r["actual_tokens"], r["drift"])
-            for r in drift(led).to_dict("records")}  # fmt: skip
+    ours = {
+        r["stage"]: (r["jobs"], r["est_tokens"], r["actual_tokens"], r["drift"]) for r in drift(led).to_dict("records")
+    }
     assert article == ours
     assert ours["critique"][3] > 1.5
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from lane_plugin.errors import InvalidInput, NeverFits, UnknownLane
+from lane_plugin.errors import InvalidInput, NeverFits, UnknownJob, UnknownLane
 from lane_plugin.policy.limits import Limit
 
 
 def _lane(led, name="l", **kw):
-    settings = dict(allowance=10**9, ceiling=10**9, burst_tokens=10**6, window_seconds=10.0, max_leased=50,
-                    lease_seconds=600)  # fmt: skip
+    settings = dict(
+        allowance=10**9, ceiling=10**9, burst_tokens=10**6, window_seconds=10.0, max_leased=50, lease_seconds=600
+    )
     settings.update(kw)
     return led.set_lane(name, **settings)
 
@@ -81,7 +82,10 @@ def test_lowering_a_limit_parks_a_waiting_job_it_leaves_no_way_to_fit(led):
 def test_limits_are_set_shown_and_dropped(led):
     row = _lane(led, limits=["requests=500/60s", "tokens=30000/60s", "output_tokens=8000/60s"])
     assert dict(row.policy.all_limits) == {
-        "tokens": Limit(30000, 60.0), "requests": Limit(500, 60.0), "output_tokens": Limit(8000, 60.0)}
+        "tokens": Limit(30000, 60.0),
+        "requests": Limit(500, 60.0),
+        "output_tokens": Limit(8000, 60.0),
+    }
     assert (row.burst_tokens, row.window_seconds) == (30000, 60.0)  # tokens is the burst window
     (lane,) = [x for x in led.lanes() if x["lane"] == "l"]
     assert lane["limits"] == ["tokens 30000/60s", "requests 500/60s", "output_tokens 8000/60s"]
@@ -98,16 +102,19 @@ def test_bad_limit_syntax_names_the_value(led):
         led.set_lane("l", limits=["rpm=5/60s"])
 
 
-@pytest.mark.parametrize("limits, needle", [
-    ({"requests": Limit(5, float("nan"))}, "number of seconds"),  # once a NOT NULL failure (a database error)
-    ({"requests": Limit(5, float("inf"))}, "a year"),  # once a traceback reading the stored spec back
-    ({"requests": Limit(5.5, 60.0)}, "whole number"),
-    ({"requests": Limit(10**30, 60.0)}, "at most"),  # once OverflowError from the driver
-    ({"requests": "99999999999999999999/60s"}, "at most"),
-    (["requests=5/0.00001s"], "from 1ms"),  # stored as 1e-05s, which once did not read back
-    (5, "expected"),  # once TypeError: 'int' object is not iterable
-    (["requests=5/60s", "requests=6/60s"], "limited twice"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "limits, needle",
+    [
+        ({"requests": Limit(5, float("nan"))}, "number of seconds"),  # once a NOT NULL failure (a database error)
+        ({"requests": Limit(5, float("inf"))}, "a year"),  # once a traceback reading the stored spec back
+        ({"requests": Limit(5.5, 60.0)}, "whole number"),
+        ({"requests": Limit(10**30, 60.0)}, "at most"),  # once OverflowError from the driver
+        ({"requests": "99999999999999999999/60s"}, "at most"),
+        (["requests=5/0.00001s"], "from 1ms"),  # stored as 1e-05s, which once did not read back
+        (5, "expected"),  # once TypeError: 'int' object is not iterable
+        (["requests=5/60s", "requests=6/60s"], "limited twice"),
+    ],
+)
 def test_a_bad_limit_is_refused_naming_it_and_nothing_is_written(led, limits, needle):
     before = _lane(led, limits=["requests=7/10s"])
     with pytest.raises(InvalidInput, match=needle) as err:
@@ -122,6 +129,18 @@ def test_a_pause_of_a_lane_that_does_not_exist_is_not_remembered(led):
     assert led.paused_here("nolane") == 0.0 and led.paused_for("nolane") == 0.0  # once 5 s in process memory
     with pytest.raises(InvalidInput, match="invalid seconds nan"):
         led.remember_pause("l", float("nan"))
+
+
+def test_a_pause_for_an_unknown_job_is_refused_and_nothing_is_paused(led):
+    """``pause(job_id=...)`` counts the 429 on the job; a job the ledger does not have was accepted silently (the
+    count went nowhere). It is UnknownJob, as every call with an unknown job id, and nothing is paused."""
+    _lane(led)
+    with pytest.raises(UnknownJob, match="unknown job 'no-such-job'"):
+        led.pause("l", 5.0, reason="429", job_id="no-such-job")
+    assert led.rows("select paused_until from lane where name = 'l'")[1][0][0] is None  # rolled back
+    assert led.paused_here("l") == 0.0 and led.paused_for("l") == 0.0  # and not remembered in this process
+    j = led.submit("s", 10, "l")
+    assert led.pause("l", 5.0, reason="429", job_id=j) > 0 and led.job(j)["rate_limited"] == 1
 
 
 def test_a_pause_closes_the_lane_until_then_and_it_reopens_on_time(led, clock):
@@ -282,5 +301,5 @@ def test_a_pause_is_seen_in_its_process_before_its_write_commits(led):
         led._run = run
     assert seen[0] == -1.0  # the check ran inside the write
     assert 4.0 < seen[1] <= 5.0  # and found the lane closed
-    assert led.pause_ended("l") is None  # still closed, not reopening
+    assert led.paused_here("l") > 4.0  # still closed in this process's memory (not reopening)
     assert led.rows("select paused_until from lane where name = 'l'")[1][0][0] is not None  # and written

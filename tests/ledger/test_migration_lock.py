@@ -77,8 +77,9 @@ FIRST_USE = textwrap.dedent("""
 
 def spawn(code: str, *args: str, tmpdir: Path) -> subprocess.Popen:
     env = {**os.environ, "TMPDIR": str(tmpdir)}  # what the process would leave in "the temp directory" lands here
-    return subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
 
 
 def finish(procs: list[subprocess.Popen]) -> list[str]:

@@ -83,9 +83,16 @@ def test_a_ledger_at_0001_with_work_in_flight_upgrades_to_the_new_admission(ledg
             cur.execute(
                 "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, lease_token, "
                 "run_key, created_at, wait_since) values (:id, 'free', 's', :e, 0, :st, 1, :la, :lu, :tok, :r, 10, 10)",
-                {"id": jid, "e": est, "r": run_key, "st": state, "la": int(leased), "lu": time.time() + 60 if leased else 0,
-                 "tok": "t" if leased else None},
-            )  # fmt: skip
+                {
+                    "id": jid,
+                    "e": est,
+                    "r": run_key,
+                    "st": state,
+                    "la": int(leased),
+                    "lu": time.time() + 60 if leased else 0,
+                    "tok": "t" if leased else None,
+                },
+            )
         cur.execute(
             "update lane set reserved = 300, leased = 1, window_used = 300, window_start = 10 where name = 'free'"
         )
@@ -139,9 +146,11 @@ def test_0012_remembers_the_lane_a_moved_job_left_while_its_charge_is_in_the_win
                 "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, "
                 "created_at, wait_since) values (:id, :l, 's', 100, 0, 'new', :a, 1, 0, :t, :t)",
                 {"id": jid, "l": lane, "a": att, "t": t - 30},
-            )  # fmt: skip
-            cur.execute("insert into rate_charge (job_id, attempt, lane, at, cost) values (:j, 1, :l, :t, 100)",
-                        {"j": jid, "l": charged, "t": t - 30})  # fmt: skip
+            )
+            cur.execute(
+                "insert into rate_charge (job_id, attempt, lane, at, cost) values (:j, 1, :l, :t, 100)",
+                {"j": jid, "l": charged, "t": t - 30},
+            )
         cur.execute("update lane set window_used = 200, window_start = 0 where name = 'free'")
 
     db.transaction(seed)
@@ -194,7 +203,7 @@ def test_0013_indexes_the_waiting_gated_jobs_of_a_ledger_at_0012_and_downgrades(
                 "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, "
                 "created_at, wait_since, waiter) values (:id, :l, 's', 100, 0, :st, 1, 0, 0, :t, :t, :w)",
                 {"id": jid, "l": lane, "st": state, "t": clock.t, "w": waiter},
-            )  # fmt: skip
+            )
 
     db.transaction(seed)
     db.close()
@@ -245,9 +254,13 @@ def test_0014_gives_every_job_of_before_the_default_tenant_and_downgrades(ledger
     db = Database(parse_url(ledger_url))
     upgrade(db, "0013")
     db._checked = True
-    db.transaction(lambda cur: cur.execute(
-        "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, created_at, "
-        "wait_since) values ('old', 'free', 's', 100, 0, 'new', 1, 0, 0, :t, :t)", {"t": clock.t}))  # fmt: skip
+    db.transaction(
+        lambda cur: cur.execute(
+            "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, created_at, "
+            "wait_since) values ('old', 'free', 's', 100, 0, 'new', 1, 0, 0, :t, :t)",
+            {"t": clock.t},
+        )
+    )
     db.close()
     led = Ledger(ledger_url, clock=clock)
     try:

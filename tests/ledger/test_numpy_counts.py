@@ -14,8 +14,15 @@ from lane_plugin import InvalidInput
 
 
 def test_numpy_integers_are_counts_and_are_stored_as_plain_integers(led):
-    led.set_lane("np", allowance=10**6, ceiling=np.int64(10**6), start_fraction=1.0, burst_tokens=np.int32(10**5),
-                 max_leased=np.int64(4), lease_seconds=60)  # fmt: skip
+    led.set_lane(
+        "np",
+        allowance=10**6,
+        ceiling=np.int64(10**6),
+        start_fraction=1.0,
+        burst_tokens=np.int32(10**5),
+        max_leased=np.int64(4),
+        lease_seconds=60,
+    )
     job = led.submit("s", np.int64(1_200), "np", rate_cost=np.uint16(3_000))
     (lease,) = led.tick("np")
     settled = led.settle(lease.job_id, np.int64(1_350), attempt=lease.attempt)

@@ -32,8 +32,14 @@ def test_a_429_in_one_process_stops_the_other_from_sending(ledger_url, tmp_path)
     led.set_lane("two", allowance=10**9, ceiling=10**9, burst_tokens=10**6, max_leased=4)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     stop = tmp_path / "stop"
-    b = subprocess.Popen([sys.executable, "-m", "tests.ledger.pause_worker", ledger_url, "two", str(stop)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)  # fmt: skip
+    b = subprocess.Popen(
+        [sys.executable, "-m", "tests.ledger.pause_worker", ledger_url, "two", str(stop)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     try:
         deadline = time.monotonic() + 60
         while led.rows("select count(*) from job where lane = 'two' and admitted_at is not null")[1][0][0] < 5:
@@ -56,8 +62,12 @@ def test_a_429_in_one_process_stops_the_other_from_sending(ledger_url, tmp_path)
         if b.poll() is None:
             b.kill()
     assert b.returncode == 0, err
-    grants = [r[0] for r in led.rows("select admitted_at from job where lane = 'two' and admitted_at is not null "
-                                     "order by admitted_at")[1]]  # fmt: skip
+    grants = [
+        r[0]
+        for r in led.rows(
+            "select admitted_at from job where lane = 'two' and admitted_at is not null order by admitted_at"
+        )[1]
+    ]
     during = [g for g in grants if paused_at + ONE_TRANSACTION <= g < until]
     assert during == [], f"B was granted {len(during)} leases while the lane was paused"
     report = json.loads(out.strip().splitlines()[-1])

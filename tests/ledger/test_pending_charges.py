@@ -13,8 +13,17 @@ from lane_plugin.ledger.waiters import ROW_KEYS
 
 
 def lane(led, **kw):
-    settings = dict(allowance=10**6, ceiling=10**6, start_fraction=1.0, burst_tokens=1_000, window_seconds=10.0,
-                    max_leased=100, lease_seconds=60.0, max_wait_seconds=600, max_attempts=3)  # fmt: skip
+    settings = dict(
+        allowance=10**6,
+        ceiling=10**6,
+        start_fraction=1.0,
+        burst_tokens=1_000,
+        window_seconds=10.0,
+        max_leased=100,
+        lease_seconds=60.0,
+        max_wait_seconds=600,
+        max_attempts=3,
+    )
     settings.update(kw)
     return led.set_lane("r", **settings)
 

@@ -36,8 +36,18 @@ def test_after_a_pause_one_probe_goes_for_the_whole_lane_across_two_processes(le
             led.set_lane(lane, allowance=10**9, ceiling=10**9, burst_tokens=10**6, max_leased=100)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         args = [sys.executable, "-m", "tests.ledger.probe_worker", ledger_url, "probe2", str(PER_PROCESS), str(HOLD)]
-        workers = [subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True, env=env, cwd=ROOT) for _ in range(2)]  # fmt: skip
+        workers = [
+            subprocess.Popen(
+                args,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                cwd=ROOT,
+            )
+            for _ in range(2)
+        ]
         try:
             for w in workers:
                 assert w.stdout.readline().strip() == "ready", w.stderr.read()

@@ -6,8 +6,17 @@ import pytest
 
 
 def lane(led, name="a", **kw):
-    settings = dict(allowance=10**6, ceiling=10**6, start_fraction=1.0, burst_tokens=10**5, window_seconds=60.0,
-                    max_leased=100, lease_seconds=10.0, max_wait_seconds=600, max_attempts=3)  # fmt: skip
+    settings = dict(
+        allowance=10**6,
+        ceiling=10**6,
+        start_fraction=1.0,
+        burst_tokens=10**5,
+        window_seconds=60.0,
+        max_leased=100,
+        lease_seconds=10.0,
+        max_wait_seconds=600,
+        max_attempts=3,
+    )
     settings.update(kw)
     return led.set_lane(name, **settings)
 
@@ -85,9 +94,11 @@ def test_settlements_racing_the_reap_and_a_period_roll_are_each_billed_once_in_t
             except Exception as exc:  # noqa: BLE001
                 errors.append(repr(exc))
 
-        threads = [threading.Thread(target=settle, args=(leds[0], leases[::2])),
-                   threading.Thread(target=settle, args=(leds[1], leases[1::2])),
-                   threading.Thread(target=reap, args=(leds[2],))]  # fmt: skip
+        threads = [
+            threading.Thread(target=settle, args=(leds[0], leases[::2])),
+            threading.Thread(target=settle, args=(leds[1], leases[1::2])),
+            threading.Thread(target=reap, args=(leds[2],)),
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -106,8 +117,20 @@ def test_settlements_racing_the_reap_and_a_period_roll_are_each_billed_once_in_t
             led.close()
 
 
-ROW_KEYS = ("id", "lane", "stage", "est", "attempt", "lease_token", "lease_until", "run_key", "rate_cost", "state",
-            "reason", "admitted_at")  # fmt: skip
+ROW_KEYS = (
+    "id",
+    "lane",
+    "stage",
+    "est",
+    "attempt",
+    "lease_token",
+    "lease_until",
+    "run_key",
+    "rate_cost",
+    "state",
+    "reason",
+    "admitted_at",
+)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -140,7 +163,9 @@ def test_no_span_of_the_window_holds_more_than_the_burst_whatever_ticks_pick_ups
                 row = tuple(led.job(lease.job_id)[k] for k in ROW_KEYS)
                 if row[9] == "leased":
                     if led.db.dialect == "postgresql" and rng.random() < 0.5:
-                        led.db.transaction(lambda cur, j=lease.job_id, s=led.send_slack: waiters.rows_sent(cur, [j], clock.t, s))
+                        led.db.transaction(
+                            lambda cur, j=lease.job_id, s=led.send_slack: waiters.rows_sent(cur, [j], clock.t, s)
+                        )
                     else:
                         led.take(row)
             elif op < 0.8 and leased:

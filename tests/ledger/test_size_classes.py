@@ -11,8 +11,15 @@ from lane_plugin.policy.sizeclass import SIZE_CLASS_MIN, SIZE_CLASS_SAMPLE, size
 
 
 def lane(led, name="t", **kw):
-    settings = dict(allowance=10**9, ceiling=10**9, burst_tokens=10_000, window_seconds=10.0, max_leased=10,
-                    lease_seconds=30.0, max_wait_seconds=100)  # fmt: skip
+    settings = dict(
+        allowance=10**9,
+        ceiling=10**9,
+        burst_tokens=10_000,
+        window_seconds=10.0,
+        max_leased=10,
+        lease_seconds=30.0,
+        max_wait_seconds=100,
+    )
     return led.set_lane(name, **{**settings, **kw})
 
 

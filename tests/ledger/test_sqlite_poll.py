@@ -16,8 +16,9 @@ from lane_plugin.ledger import wakeups
 
 def test_reticks_do_not_multiply_the_watchers_reads(tmp_path, monkeypatch):
     led = Ledger(f"sqlite:///{tmp_path / 'poll.db'}")
-    led.set_lane("p", allowance=10**6, ceiling=10**6, start_fraction=1.0, burst_tokens=10**6, max_leased=1,
-                 lease_seconds=60)  # fmt: skip
+    led.set_lane(
+        "p", allowance=10**6, ceiling=10**6, start_fraction=1.0, burst_tokens=10**6, max_leased=1, lease_seconds=60
+    )
     led.submit("s", 100, "p")
     assert len(led.tick("p")) == 1  # the one slot taken: the waiting job below stays waiting
     job = led.submit("s", 100, "p")

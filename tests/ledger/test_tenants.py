@@ -2,7 +2,7 @@
 
 import pytest
 
-from lane_plugin.errors import InvalidInput
+from lane_plugin.errors import InvalidInput, UnknownTenant
 
 
 def _lane(led, **settings):
@@ -108,6 +108,17 @@ def test_tenant_of_a_job_and_bad_input(led):
             led.set_tenant("shared", bad, weight=2)
     assert {t["tenant"] for t in led.tenants("shared")} == {"default"}  # nothing written
     assert led.job(led.submit("s", 10, "shared", tenant="search team ü日本"))["tenant"] == "search team ü日本"
+
+
+def test_an_unknown_tenant_is_unknown_not_bad_input(led):
+    """Without ``create`` a name the lane never saw is UnknownTenant (exit 3, as UnknownLane), not InvalidInput."""
+    _lane(led)
+    led.submit("s", 10, "shared", tenant="interactive")
+    with pytest.raises(UnknownTenant, match="unknown tenant 'interactiv' in lane 'shared'") as err:
+        led.set_tenant("shared", "interactiv", weight=2, create=False)
+    assert err.value.exit_code == 3 and err.value.suggestion == "interactive"
+    assert not isinstance(err.value, InvalidInput)
+    assert "interactiv" not in {t["tenant"] for t in led.tenants("shared")}  # nothing written
 
 
 def test_audit_checks_the_tenant_counters(led, clock):

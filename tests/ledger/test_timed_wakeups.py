@@ -17,8 +17,16 @@ from lane_plugin.policy.window import window_expiry
 
 
 def lane(led, **kw):
-    settings = dict(allowance=10**6, ceiling=10**6, start_fraction=1.0, burst_tokens=1_000, window_seconds=10.0,
-                    max_leased=100, lease_seconds=60, max_wait_seconds=600)  # fmt: skip
+    settings = dict(
+        allowance=10**6,
+        ceiling=10**6,
+        start_fraction=1.0,
+        burst_tokens=1_000,
+        window_seconds=10.0,
+        max_leased=100,
+        lease_seconds=60,
+        max_wait_seconds=600,
+    )
     settings.update(kw)
     return led.set_lane("r", **settings)
 
@@ -100,8 +108,25 @@ def test_the_send_slack_places_every_charge_that_much_after_the_pick_up(led, clo
     assert {le.job_id for le in leases} == {x, y}
     assert charges(slack) == [(clock.t + 0.5, 100), (clock.t + 0.5, 200)]
     clock.t += 2  # y's waiter picks its lease up later: its request goes out from then
-    slack.take(tuple(slack.job(y)[k] for k in ("id", "lane", "stage", "est", "attempt", "lease_token", "lease_until",
-                                                 "run_key", "rate_cost", "state", "reason", "admitted_at")))
+    slack.take(
+        tuple(
+            slack.job(y)[k]
+            for k in (
+                "id",
+                "lane",
+                "stage",
+                "est",
+                "attempt",
+                "lease_token",
+                "lease_until",
+                "run_key",
+                "rate_cost",
+                "state",
+                "reason",
+                "admitted_at",
+            )
+        )
+    )
     assert sorted(charges(slack)) == [(clock.t - 2 + 0.5, 100), (clock.t + 0.5, 200)]
     assert slack.lane("r").window_used == 300 and slack.audit() == []
     clock.t += 8.25  # 10.25 s after x's pick-up: without the slack its charge would have left the window
@@ -114,7 +139,8 @@ def test_the_send_slack_places_every_charge_that_much_after_the_pick_up(led, clo
 
 @pytest.mark.parametrize("window, given, slack", [(1.0, None, 0.05), (60.0, None, 0.5), (1.0, 0.5, 0.5)])
 def test_the_default_send_slack_is_at_most_a_twentieth_of_the_window_and_a_set_one_is_kept(
-        led, clock, ledger_url, window, given, slack):  # fmt: skip
+    led, clock, ledger_url, window, given, slack
+):
     # On the 1 s default window a 0.5 s slack would hold every charge 1.5 s: a third of the burst lost.
     lane(led, window_seconds=window)
     gated = Ledger(ledger_url, clock=clock, send_slack=given)
@@ -123,8 +149,25 @@ def test_the_default_send_slack_is_at_most_a_twentieth_of_the_window_and_a_set_o
     assert {le.job_id for le in gated.tick("r")} == {x, y}
     assert charges(gated) == [(clock.t + slack, 100), (clock.t + slack, 200)]
     clock.t += 2
-    gated.take(tuple(gated.job(y)[k] for k in ("id", "lane", "stage", "est", "attempt", "lease_token", "lease_until",
-                                                 "run_key", "rate_cost", "state", "reason", "admitted_at")))
+    gated.take(
+        tuple(
+            gated.job(y)[k]
+            for k in (
+                "id",
+                "lane",
+                "stage",
+                "est",
+                "attempt",
+                "lease_token",
+                "lease_until",
+                "run_key",
+                "rate_cost",
+                "state",
+                "reason",
+                "admitted_at",
+            )
+        )
+    )
     assert (clock.t + slack, 200) in charges(gated)
     gated.close()
 
@@ -141,7 +184,8 @@ def test_the_gate_ledger_takes_its_send_slack_from_the_setting(tmp_path, monkeyp
 
 @pytest.mark.parametrize(("send_slack", "window", "slack"), [(0.5, 10.0, 0.5), (None, 1.0, 0.05), (0.5, 1.0, 0.5)])
 def test_the_watcher_stamps_the_charge_of_a_lease_another_process_handed_so_its_waiter_commits_nothing(
-        pg_url, send_slack, window, slack):  # fmt: skip
+    pg_url, send_slack, window, slack
+):
     """PostgreSQL: another process's tick leases the job; this process's watcher reads the row (as on a
     NOTIFY) and in the same statement moves the charge to its own read's time plus the slack (as
     ``take`` would have, the default slack at most 5% of the window): the woken waiter picks the lease
@@ -160,7 +204,8 @@ def test_the_watcher_stamps_the_charge_of_a_lease_another_process_handed_so_its_
     got = here.take(w.row, sent=True)
     assert got is not None and got.job_id == job and got.token == lease.token
     assert here.db.stats.commits == commits, "the pick-up ran a transaction"
-    assert charges(other) == [(pytest.approx(t0 + 2.0 + slack, rel=0, abs=1e-6), 100)]  # later only: from the pick-up, plus the slack
+    # later only: from the pick-up, plus the slack
+    assert charges(other) == [(pytest.approx(t0 + 2.0 + slack, rel=0, abs=1e-6), 100)]
     _, [(sent,)] = other.rows("select sent from rate_charge")
     assert sent  # was pending (handed to w) until the watcher's read picked it up
     here.wakeups.unregister(job)

@@ -15,43 +15,62 @@ from psycopg import errors as pg
 
 from lane_plugin import Ledger
 from lane_plugin.errors import DatabaseError
-from lane_plugin.ledger.db import _is_transient
+from lane_plugin.ledger.transient import _is_transient
 
 from ..conftest import _pg_connect_kwargs, postgres_or_skip
 
-REFUSED = 'connection failed: connection to server at "127.0.0.1", port 1 failed: Connection refused\n\tIs the server running'
+REFUSED = (
+    'connection failed: connection to server at "127.0.0.1", port 1 failed: Connection refused\n\tIs the server running'
+)
 FATAL = 'connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  '
 
 
-@pytest.mark.parametrize("exc", [
-    pg.SerializationFailure("could not serialize access"), pg.DeadlockDetected("deadlock detected"),
-    pg.LockNotAvailable("could not obtain lock"), pg.AdminShutdown("terminating connection due to administrator command"),
-    pg.CrashShutdown("terminating connection because of crash of another server process"),
-    pg.CannotConnectNow("the database system is starting up"), pg.ConnectionFailure("connection failure"),
-    pg.TooManyConnections("sorry, too many clients already"), psycopg.OperationalError(REFUSED),
-    psycopg.OperationalError("consuming input failed: server closed the connection unexpectedly"),
-    psycopg.OperationalError("the connection is closed"), psycopg.OperationalError(FATAL + "the database system is starting up"),
-    psycopg.OperationalError(FATAL + "the database system is shutting down"),
-    psycopg.OperationalError(FATAL + "sorry, too many clients already"),
-    psycopg.OperationalError("connection timeout expired"), sqlite3.OperationalError("database is locked"),
-    sqlite3.OperationalError("database table is busy"),
-], ids=lambda e: f"{type(e).__name__}:{str(e)[-40:]}")  # fmt: skip
+@pytest.mark.parametrize(
+    "exc",
+    [
+        pg.SerializationFailure("could not serialize access"),
+        pg.DeadlockDetected("deadlock detected"),
+        pg.LockNotAvailable("could not obtain lock"),
+        pg.AdminShutdown("terminating connection due to administrator command"),
+        pg.CrashShutdown("terminating connection because of crash of another server process"),
+        pg.CannotConnectNow("the database system is starting up"),
+        pg.ConnectionFailure("connection failure"),
+        pg.TooManyConnections("sorry, too many clients already"),
+        psycopg.OperationalError(REFUSED),
+        psycopg.OperationalError("consuming input failed: server closed the connection unexpectedly"),
+        psycopg.OperationalError("the connection is closed"),
+        psycopg.OperationalError(FATAL + "the database system is starting up"),
+        psycopg.OperationalError(FATAL + "the database system is shutting down"),
+        psycopg.OperationalError(FATAL + "sorry, too many clients already"),
+        psycopg.OperationalError("connection timeout expired"),
+        sqlite3.OperationalError("database is locked"),
+        sqlite3.OperationalError("database table is busy"),
+    ],
+    ids=lambda e: f"{type(e).__name__}:{str(e)[-40:]}",
+)
 def test_what_passes_is_retried(exc):
     assert _is_transient(exc)
 
 
-@pytest.mark.parametrize("exc", [
-    pg.InvalidCatalogName('database "nope" does not exist'), pg.InvalidAuthorizationSpecification("role not permitted"),
-    pg.InvalidPassword('password authentication failed for user "u"'), pg.InsufficientPrivilege("permission denied"),
-    pg.DiskFull("could not extend file"), pg.QueryCanceled("canceling statement due to statement timeout"),
-    psycopg.OperationalError(FATAL + 'database "nope" does not exist'),
-    psycopg.OperationalError(FATAL + 'password authentication failed for user "u"'),
-    psycopg.OperationalError(FATAL + 'role "nobody" does not exist'),
-    psycopg.OperationalError(FATAL + 'permission denied for database "trust"'),
-    psycopg.OperationalError(FATAL + 'no pg_hba.conf entry for host "10.0.0.9", user "u", database "d"'),
-    psycopg.OperationalError("failed to resolve host 'db.example.invalid': [Errno -2] Name or service not known"),
-    sqlite3.OperationalError("no such table: job"),
-], ids=lambda e: f"{type(e).__name__}:{str(e)[-40:]}")  # fmt: skip
+@pytest.mark.parametrize(
+    "exc",
+    [
+        pg.InvalidCatalogName('database "nope" does not exist'),
+        pg.InvalidAuthorizationSpecification("role not permitted"),
+        pg.InvalidPassword('password authentication failed for user "u"'),
+        pg.InsufficientPrivilege("permission denied"),
+        pg.DiskFull("could not extend file"),
+        pg.QueryCanceled("canceling statement due to statement timeout"),
+        psycopg.OperationalError(FATAL + 'database "nope" does not exist'),
+        psycopg.OperationalError(FATAL + 'password authentication failed for user "u"'),
+        psycopg.OperationalError(FATAL + 'role "nobody" does not exist'),
+        psycopg.OperationalError(FATAL + 'permission denied for database "trust"'),
+        psycopg.OperationalError(FATAL + 'no pg_hba.conf entry for host "10.0.0.9", user "u", database "d"'),
+        psycopg.OperationalError("failed to resolve host 'db.example.invalid': [Errno -2] Name or service not known"),
+        sqlite3.OperationalError("no such table: job"),
+    ],
+    ids=lambda e: f"{type(e).__name__}:{str(e)[-40:]}",
+)
 def test_what_never_passes_is_not_retried(exc):
     assert not _is_transient(exc)
 

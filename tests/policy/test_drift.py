@@ -60,8 +60,13 @@ def fit_drift_by_definition(rows: list[tuple[int, int]]) -> tuple[float, int, in
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(settled, st.lists(st.tuples(st.integers(0, 10**18), st.integers(0, 10**19)), max_size=30),
-                 st.lists(st.tuples(st.integers(1, 3), st.integers(0, 10**15)), min_size=1, max_size=30)))
+@given(
+    st.one_of(
+        settled,
+        st.lists(st.tuples(st.integers(0, 10**18), st.integers(0, 10**19)), max_size=30),
+        st.lists(st.tuples(st.integers(1, 3), st.integers(0, 10**15)), min_size=1, max_size=30),
+    )
+)
 def test_the_ledgers_fit_and_the_simulators_vectorised_one_are_the_fit_by_definition_even_past_int64(rows):
     # fit_drift (the ledger's refit, Python integers) and fit_drift_arrays (the simulator's ring, numpy; huge bills
     # or ratios fall back to Python integers) learn the same allowance
@@ -80,8 +85,10 @@ def test_the_ledgers_fit_does_not_import_numpy():
     import subprocess
     import sys
 
-    code = ("import sys; from lane_plugin.policy.drift import fit_drift; fit_drift([(100, 130)] * 10); "
-            "print('numpy' in sys.modules)")
+    code = (
+        "import sys; from lane_plugin.policy.drift import fit_drift; fit_drift([(100, 130)] * 10); "
+        "print('numpy' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
@@ -108,10 +115,13 @@ def test_what_is_admitted_leaves_the_drift_allowance_of_everything_in_flight(cas
     d = admit(s, cands)
     if d.admitted:  # (capped as at the last admission: the cap's last term is what the ceiling leaves that job)
         tokens, jobs, last = s.reserved + d.tokens, s.leased + len(d.admitted), d.admitted[-1].est
-        assert s.spent + tokens + capped(over_charge(*allowance, tokens, jobs), s.policy.ceiling, last) <= s.policy.ceiling
+        assert (
+            s.spent + tokens + capped(over_charge(*allowance, tokens, jobs), s.policy.ceiling, last) <= s.policy.ceiling
+        )
     if allowance == (1.0, 0, 0):  # nothing learned: exactly the decision of before
-        assert d == admit(LaneSnapshot(**{k: v for k, v in s.__dict__.items()
-                                          if k not in ("drift", "overrun", "spread")}), cands)  # fmt: skip
+        assert d == admit(
+            LaneSnapshot(**{k: v for k, v in s.__dict__.items() if k not in ("drift", "overrun", "spread")}), cands
+        )
 
 
 @settings(max_examples=300, deadline=None)
@@ -121,17 +131,27 @@ def test_an_idle_lane_admits_or_parks_its_first_job_whatever_the_allowance(case,
     s, cands = case
     if not cands or s.stopped:
         return
-    idle = LaneSnapshot(s.policy, s.spent, 0, 0, 0, s.now, resets=False, drift=allowance[0], overrun=allowance[1],
-                        spread=allowance[2])  # fmt: skip
+    idle = LaneSnapshot(
+        s.policy, s.spent, 0, 0, 0, s.now, resets=False, drift=allowance[0], overrun=allowance[1], spread=allowance[2]
+    )
     free = [Candidate(c.id, c.est, c.waiting_since, None, c.rate_cost) for c in cands]
     d = admit(idle, free)
     first = order(idle, free)[0]
     assert first in d.admitted or first in [c for c, _, _ in d.parked]
     for c in free:  # unfit_before_reset is blocking_rule with nothing in flight
-        unfit = unfit_before_reset(s.policy, c, FREE, spent=s.spent, need=c.est, drift=allowance[0],
-                                   overrun=allowance[1], spread=allowance[2])  # fmt: skip
-        rule = blocking_rule(s.policy, est=c.est, kind=FREE, committed=s.spent, leased=0, window_used=0,
-                             rate_cost=c.rate, over=over_charge(*allowance, c.est, 1))  # fmt: skip
+        unfit = unfit_before_reset(
+            s.policy, c, FREE, spent=s.spent, need=c.est, drift=allowance[0], overrun=allowance[1], spread=allowance[2]
+        )
+        rule = blocking_rule(
+            s.policy,
+            est=c.est,
+            kind=FREE,
+            committed=s.spent,
+            leased=0,
+            window_used=0,
+            rate_cost=c.rate,
+            over=over_charge(*allowance, c.est, 1),
+        )
         assert (unfit is None) == (rule is None), (unfit, rule)
 
 
@@ -153,8 +173,18 @@ def test_a_job_that_fits_with_five_percent_to_spare_is_admitted_whatever_the_all
     est = data.draw(st.integers(1, spare - committed), label="est")
     leased = data.draw(st.integers(0, 20), label="leased")
     p = LanePolicy(ceiling=ceiling, burst_tokens=ceiling, max_leased=leased + 1)
-    s = LaneSnapshot(p, spent, committed - spent, leased, 0, 0.0, resets=data.draw(st.booleans()),
-                     drift=allowance[0], overrun=allowance[1], spread=allowance[2])  # fmt: skip
+    s = LaneSnapshot(
+        p,
+        spent,
+        committed - spent,
+        leased,
+        0,
+        0.0,
+        resets=data.draw(st.booleans()),
+        drift=allowance[0],
+        overrun=allowance[1],
+        spread=allowance[2],
+    )
     assert admit(s, [Candidate("j", est, 0.0)]).ids == ["j"]
 
 
@@ -168,11 +198,14 @@ def test_an_empty_lane_admits_any_job_that_fits_it_whatever_the_allowance(ceilin
     p = LanePolicy(ceiling=ceiling, burst_tokens=ceiling, max_leased=1)
     c = Candidate("j", est, 0.0, "run" if starting else None)
     kind = START if starting else FREE
-    assert unfit_before_reset(p, c, kind, spent=0, need=est, drift=allowance[0], overrun=allowance[1],
-                              spread=allowance[2]) is None  # fmt: skip
+    assert (
+        unfit_before_reset(p, c, kind, spent=0, need=est, drift=allowance[0], overrun=allowance[1], spread=allowance[2])
+        is None
+    )
     for resets in (False, True):
-        s = LaneSnapshot(p, 0, 0, 0, 0, 0.0, resets=resets, drift=allowance[0], overrun=allowance[1],
-                         spread=allowance[2])  # fmt: skip
+        s = LaneSnapshot(
+            p, 0, 0, 0, 0, 0.0, resets=resets, drift=allowance[0], overrun=allowance[1], spread=allowance[2]
+        )
         assert admit(s, [c]).ids == ["j"]
 
 
@@ -203,7 +236,7 @@ def settle_past(drift: float, learn: bool, seed: int) -> tuple[int, int]:
         spent, reserved, leased = spent + actual[job], reserved - est, leased - 1
         history.append((est, actual[job]))
         if learn and len(history) % 20 == 0:
-            fit = fit_drift(history[-DRIFT_SAMPLE :])
+            fit = fit_drift(history[-DRIFT_SAMPLE:])
 
 
 def test_a_lane_that_learned_its_drift_settles_under_the_ceiling_and_still_fills_it():

@@ -26,8 +26,10 @@ HEAD = 8  # candidates read per tenant per tick (the head of each tenant's index
 def _run(weights: dict[str, float], seed: int, lo: int, hi: int, over: float, steps: int, slots: int = 2):
     rng = random.Random(seed)
     policy = LanePolicy(ceiling=10**12, burst_tokens=10**9, max_leased=slots, max_wait_seconds=600)
-    queues = {t: deque(Candidate(f"{t}{i}", rng.randint(lo, hi), float(i), tenant=t) for i in range(steps + HEAD))
-              for t in weights}  # fmt: skip
+    queues = {
+        t: deque(Candidate(f"{t}{i}", rng.randint(lo, hi), float(i), tenant=t) for i in range(steps + HEAD))
+        for t in weights
+    }
     served = {t: 0.0 for t in weights}
     flight: deque[tuple[int, str, int]] = deque()
     admitted: list[tuple[str, int]] = []  # (tenant, actual tokens) in admission order
@@ -83,15 +85,21 @@ def test_one_tenant_is_todays_order_and_a_tenant_alone_gets_the_whole_lane():
 
 def test_a_tenant_budget_holds_no_shadow_and_parks_only_without_a_period():
     policy = LanePolicy(ceiling=10_000, burst_tokens=10_000, max_leased=4)
-    cs = [Candidate("c1", 600, 0.0, tenant="capped"), Candidate("c2", 600, 1.0, tenant="capped"),
-          Candidate("o1", 600, 2.0, tenant="other")]  # fmt: skip
+    cs = [
+        Candidate("c1", 600, 0.0, tenant="capped"),
+        Candidate("c2", 600, 1.0, tenant="capped"),
+        Candidate("o1", 600, 2.0, tenant="other"),
+    ]
     capped = TenantState(ceiling=1_000, spent=100)
     d = admit(LaneSnapshot(policy, 0, 0, 0, 0, now=0.0, tenants={"capped": capped}), cs)
     assert d.ids == ["c1", "o1"] and d.shadow is None and d.head_reason == TENANT_CEILING
     assert [c.id for c, _, _ in d.parked] == [] and dict(d.by_tenant) == {"capped": 600, "other": 600}
     spent = TenantState(ceiling=1_000, spent=500)  # 500 left: a 600 job can never fit without a reset
     d = admit(LaneSnapshot(policy, 0, 0, 0, 0, now=0.0, tenants={"capped": spent}), cs)
-    assert d.ids == ["o1"] and [(c.id, rule) for c, rule, _ in d.parked] == [("c1", TENANT_CEILING), ("c2", TENANT_CEILING)]
+    assert d.ids == ["o1"] and [(c.id, rule) for c, rule, _ in d.parked] == [
+        ("c1", TENANT_CEILING),
+        ("c2", TENANT_CEILING),
+    ]
     daily = TenantState(ceiling=1_000, spent=500, resets=True)
     d = admit(LaneSnapshot(policy, 0, 0, 0, 0, now=0.0, tenants={"capped": daily}), cs)
     assert d.ids == ["o1"] and d.parked == ()
@@ -109,8 +117,10 @@ def test_a_job_over_its_tenants_whole_ceiling_is_parked_even_with_a_period():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(1, 5_000)), min_size=1, max_size=40),
-       st.dictionaries(st.sampled_from("abc"), st.floats(0, 1e6), min_size=3, max_size=3))
+@given(
+    st.lists(st.tuples(st.sampled_from("abc"), st.integers(1, 5_000)), min_size=1, max_size=40),
+    st.dictionaries(st.sampled_from("abc"), st.floats(0, 1e6), min_size=3, max_size=3),
+)
 def test_the_fair_order_keeps_each_tenants_own_order(jobs, served):
     cs = [Candidate(f"{t}{i:03d}", e, float(i), tenant=t) for i, (t, e) in enumerate(jobs)]
     out = fair_order({t: TenantState(served=s) for t, s in served.items()}, cs, lambda c: (c.waiting_since, c.id))

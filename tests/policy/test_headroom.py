@@ -51,8 +51,14 @@ jobs = st.lists(st.tuples(st.integers(1, 3_000), st.integers(0, 500_000), st.boo
 
 
 @settings(max_examples=300, deadline=None)
-@given(jobs=jobs, spent=st.integers(0, 40_000), reserved=st.integers(0, 20_000), var0=st.integers(0, 2_000_000),
-       k=st.sampled_from([0.0, 1.0, 2.0, 3.0]), leased=st.integers(0, 10))  # fmt: skip
+@given(
+    jobs=jobs,
+    spent=st.integers(0, 40_000),
+    reserved=st.integers(0, 20_000),
+    var0=st.integers(0, 2_000_000),
+    k=st.sampled_from([0.0, 1.0, 2.0, 3.0]),
+    leased=st.integers(0, 10),
+)
 def test_what_is_admitted_always_leaves_the_headroom_of_everything_in_flight(jobs, spent, reserved, var0, k, leased):
     """After any tick: spent + reserved + admitted + k * sqrt(var in flight) <= ceiling, if anything with a spread was admitted."""
     p = LanePolicy(ceiling=50_000, burst_tokens=50_000, max_leased=40, headroom_sigmas=k)
@@ -65,9 +71,13 @@ def test_what_is_admitted_always_leaves_the_headroom_of_everything_in_flight(job
         assert committed + p.headroom(var0 + d.var) <= p.ceiling
     # a job with no spread and no other spread in flight sees exactly the old rule (k changes nothing)
     plain = [Candidate(c.id, c.est, c.waiting_since, c.run_key) for c in cands]
-    assert admit(snap(p, spent=spent, reserved=reserved, leased=leased), plain).ids == \
-        admit(snap(LanePolicy(**{**p.__dict__, "headroom_sigmas": 0.0}), spent=spent, reserved=reserved,
-                   leased=leased), plain).ids  # fmt: skip
+    assert (
+        admit(snap(p, spent=spent, reserved=reserved, leased=leased), plain).ids
+        == admit(
+            snap(LanePolicy(**{**p.__dict__, "headroom_sigmas": 0.0}), spent=spent, reserved=reserved, leased=leased),
+            plain,
+        ).ids
+    )
 
 
 @settings(max_examples=200, deadline=None)

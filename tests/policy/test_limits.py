@@ -26,13 +26,17 @@ from lane_plugin.testing import max_in_window
 
 jobs = st.lists(
     st.tuples(st.integers(1, 60), st.integers(0, 40), st.integers(0, 40), st.floats(0.0, 30.0)),
-    min_size=1, max_size=40,
-)  # fmt: skip
-limit_sets = st.fixed_dictionaries({}, optional={
-    "requests": st.tuples(st.integers(1, 6), st.sampled_from([1.0, 2.5, 5.0])),
-    "input_tokens": st.tuples(st.integers(40, 150), st.sampled_from([1.0, 3.0])),
-    "output_tokens": st.tuples(st.integers(40, 150), st.sampled_from([2.0, 4.0])),
-})  # fmt: skip
+    min_size=1,
+    max_size=40,
+)
+limit_sets = st.fixed_dictionaries(
+    {},
+    optional={
+        "requests": st.tuples(st.integers(1, 6), st.sampled_from([1.0, 2.5, 5.0])),
+        "input_tokens": st.tuples(st.integers(40, 150), st.sampled_from([1.0, 3.0])),
+        "output_tokens": st.tuples(st.integers(40, 150), st.sampled_from([2.0, 4.0])),
+    },
+)
 
 
 def _run(policy: LanePolicy, arrivals, step: float = 0.25):
@@ -48,8 +52,10 @@ def _run(policy: LanePolicy, arrivals, step: float = 0.25):
             c = Candidate(f"j{len(admitted)}-{at}-{len(waiting)}-{est}", est, at, input_cost=i, output_cost=o)
             if never_fits(policy, c.est, input_cost=i, output_cost=o) is None:
                 waiting.append(c)
-        uses = tuple(LimitUse(u, lim, sum(units[u] for at, units in admitted if at > t - lim.window_seconds))
-                     for u, lim in policy.limits)  # fmt: skip
+        uses = tuple(
+            LimitUse(u, lim, sum(units[u] for at, units in admitted if at > t - lim.window_seconds))
+            for u, lim in policy.limits
+        )
         tokens_used = sum(units["tokens"] for at, units in admitted if at > t - policy.window_seconds)
         snap = LaneSnapshot(policy, spent=0, reserved=0, leased=0, window_used=tokens_used, now=t, limits=uses)
         d = admit(snap, waiting)
@@ -82,8 +88,10 @@ def test_intake_refuses_exactly_the_jobs_whose_units_exceed_a_limit(est, i, o, i
     if why is not None:
         assert "exceeds the limit" in why
     # and admission, given one in an empty lane (a limit lowered since intake), never leases it: it is parked
-    d = admit(LaneSnapshot(policy, 0, 0, 0, 0, 0.0, limits=tuple(LimitUse(u, lim) for u, lim in limits)),
-              [Candidate("a", est, 0.0, input_cost=i, output_cost=o)])  # fmt: skip
+    d = admit(
+        LaneSnapshot(policy, 0, 0, 0, 0, 0.0, limits=tuple(LimitUse(u, lim) for u, lim in limits)),
+        [Candidate("a", est, 0.0, input_cost=i, output_cost=o)],
+    )
     assert (d.ids == ["a"]) == (why is None)
     if why is not None:
         assert [(c.id, rule) for c, rule, _ in d.parked][0][1].startswith(LIMIT_PREFIX)
@@ -111,28 +119,46 @@ def test_nothing_is_admitted_into_a_paused_lane_and_everything_fits_once_it_reop
     assert admit(LaneSnapshot(policy, 0, 0, 0, 0, now + left, paused_until=now + left), cands).ids == ["a"]
 
 
-@pytest.mark.parametrize("text, unit, amount, window", [
-    ("requests=500/60s", "requests", 500, 60.0), ("tokens=30_000/1m", "tokens", 30000, 60.0),
-    ("output_tokens=8000/m", "output_tokens", 8000, 60.0), ("input_tokens=10/250ms", "input_tokens", 10, 0.25),
-    ("requests = 5 / 2h", "requests", 5, 7200.0),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, unit, amount, window",
+    [
+        ("requests=500/60s", "requests", 500, 60.0),
+        ("tokens=30_000/1m", "tokens", 30000, 60.0),
+        ("output_tokens=8000/m", "output_tokens", 8000, 60.0),
+        ("input_tokens=10/250ms", "input_tokens", 10, 0.25),
+        ("requests = 5 / 2h", "requests", 5, 7200.0),
+    ],
+)
 def test_limit_syntax(text, unit, amount, window):
     assert parse_limit(text) == (unit, Limit(amount, window))
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("requests=500", "expected AMOUNT/WINDOW"), ("requests", "expected UNIT=AMOUNT/WINDOW"),
-    ("rpm=5/1s", "unknown unit 'rpm'"), ("requests=0/1s", "positive integer"), ("requests=5/0s", "longer than 0"),
-    ("requests=-5/1s", "positive integer, got -5"), ("requests=5/1y", "the window '1y' is not a number"),
-    ("requests=5.5/1s", "the amount '5.5' is not a whole number"), ("requests=5/nans", "the window 'nans'"),
-    ("requests=/60s", "expected AMOUNT/WINDOW"), ("requests=5/", "expected AMOUNT/WINDOW"),
-    ("requests=\u0661\u0662/60s", "not a whole number"), ("requests=5/\u0666\u0660s", "the window"),  # not ASCII digits
-    # bounds as the lane's own settings have them: a stored spec must read back, and fit a BIGINT
-    ("requests=99999999999999999999999/60s", "at most 1,000,000,000,000"),
-    ("tokens=1000000000001/60s", "at most 1,000,000,000,000"),
-    ("requests=5/99999999999999999999s", "from 1ms to a year"), ("requests=5/0.00001s", "from 1ms to a year"),
-    ("requests=5/1e400s", "from 1ms to a year"), ("requests=5/366d", "from 1ms to a year"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("requests=500", "expected AMOUNT/WINDOW"),
+        ("requests", "expected UNIT=AMOUNT/WINDOW"),
+        ("rpm=5/1s", "unknown unit 'rpm'"),
+        ("requests=0/1s", "positive integer"),
+        ("requests=5/0s", "longer than 0"),
+        ("requests=-5/1s", "positive integer, got -5"),
+        ("requests=5/1y", "the window '1y' is not a number"),
+        ("requests=5.5/1s", "the amount '5.5' is not a whole number"),
+        ("requests=5/nans", "the window 'nans'"),
+        ("requests=/60s", "expected AMOUNT/WINDOW"),
+        ("requests=5/", "expected AMOUNT/WINDOW"),
+        # not ASCII digits
+        ("requests=\u0661\u0662/60s", "not a whole number"),
+        ("requests=5/\u0666\u0660s", "the window"),
+        # bounds as the lane's own settings have them: a stored spec must read back, and fit a BIGINT
+        ("requests=99999999999999999999999/60s", "at most 1,000,000,000,000"),
+        ("tokens=1000000000001/60s", "at most 1,000,000,000,000"),
+        ("requests=5/99999999999999999999s", "from 1ms to a year"),
+        ("requests=5/0.00001s", "from 1ms to a year"),
+        ("requests=5/1e400s", "from 1ms to a year"),
+        ("requests=5/366d", "from 1ms to a year"),
+    ],
+)
 def test_bad_limit_syntax_names_the_value(text, needle):
     with pytest.raises(LimitSyntaxError, match=needle) as err:
         parse_limit(text)
@@ -140,11 +166,20 @@ def test_bad_limit_syntax_names_the_value(text, needle):
     assert err.value.spec == text and str(err.value) == f"limit {text!r}: {err.value.why}"
 
 
-@pytest.mark.parametrize("lim, needle", [
-    (Limit(5.5, 60.0), "whole number"), (Limit(True, 60.0), "whole number"), (Limit(0, 60.0), "positive"),
-    (Limit(10**13, 60.0), "at most"), (Limit(5, float("nan")), "number of seconds"), (Limit(5, "60"), "number"),
-    (Limit(5, float("inf")), "a year"), (Limit(5, 0.0), "longer than 0"), (Limit(5, 1e-4), "from 1ms"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "lim, needle",
+    [
+        (Limit(5.5, 60.0), "whole number"),
+        (Limit(True, 60.0), "whole number"),
+        (Limit(0, 60.0), "positive"),
+        (Limit(10**13, 60.0), "at most"),
+        (Limit(5, float("nan")), "number of seconds"),
+        (Limit(5, "60"), "number"),
+        (Limit(5, float("inf")), "a year"),
+        (Limit(5, 0.0), "longer than 0"),
+        (Limit(5, 1e-4), "from 1ms"),
+    ],
+)
 def test_a_limit_out_of_bounds_is_named(lim, needle):
     assert needle in limit_problem(lim)
 
@@ -155,7 +190,11 @@ def test_the_bounds_themselves_are_limits():
     assert parse_limit("requests=5/1e3s") == ("requests", Limit(5, 1000.0))  # as a stored spec may say
 
 
-@given(st.dictionaries(st.sampled_from(EXTRA_UNITS), st.tuples(st.integers(1, MAX_AMOUNT), st.floats(MIN_WINDOW, MAX_WINDOW))))  # fmt: skip
+@given(
+    st.dictionaries(
+        st.sampled_from(EXTRA_UNITS), st.tuples(st.integers(1, MAX_AMOUNT), st.floats(MIN_WINDOW, MAX_WINDOW))
+    )
+)
 def test_the_stored_spec_reads_back_as_it_was_written(lims):
     limits = [(u, Limit(a, w)) for u, (a, w) in lims.items()]
     assert dict(limits_of_spec(spec_of(limits))) == dict(limits)

@@ -35,11 +35,16 @@ def _jobs(rng: random.Random, burst: int, n: int, load: float):
     return jobs[:n]
 
 
-def _run(jobs, burst: int, beta: float | None, seed: int = 0, guard_reads: int = 6):
-    """Admit every second; returns, per job, V at arrival and the rate tokens admitted ahead of it."""
+def _run(jobs, burst: int, beta: float | None, seed: int = 0, guard_reads: int = 6, keyer=None, dues=False):
+    """Admit every second; returns, per job, V at arrival and the rate tokens admitted ahead of it.
+
+    ``keyer``: a job's key from V at its arrival (rule 12's quantile form, tests/policy/test_slack.py) instead of
+    ``overtake_key(V, beta)``; ``dues``: the snapshot gives the slack's second bound too (``since``, ``dues``)."""
+    on = beta is not None or keyer is not None
     rng = random.Random(seed)
-    policy = LanePolicy(ceiling=10**12, burst_tokens=burst, window_seconds=WINDOW, max_leased=10**6,
-                        max_wait_seconds=600.0)  # fmt: skip
+    policy = LanePolicy(
+        ceiling=10**12, burst_tokens=burst, window_seconds=WINDOW, max_leased=10**6, max_wait_seconds=600.0
+    )
     weights = {"a": 1.0, "b": float(rng.randint(1, 4)), "c": 1.0}
     served = {t: 0.0 for t in weights}
     waiting: dict[str, Candidate] = {}
@@ -47,26 +52,39 @@ def _run(jobs, burst: int, beta: float | None, seed: int = 0, guard_reads: int =
     waiting_rate = left = admitted_total = 0
     pos: dict[str, int] = {}
     window: list[tuple[int, int]] = []
-    v, start, ahead = {}, {}, {}
+    v, start, ahead, due = {}, {}, {}, {}
     i, now = 0, 0
     while len(ahead) < len(jobs):
         while i < len(jobs) and jobs[i][0] <= now:
             at, est, tenant = jobs[i]
             jid = f"j{i:05d}"
             v[jid], start[jid] = waiting_rate, admitted_total
-            if beta is not None:
-                keys[jid] = overtake_key(waiting_rate, beta)
+            if on:
+                keys[jid] = keyer(waiting_rate) if keyer is not None else overtake_key(waiting_rate, beta)
                 pos[jid] = left + waiting_rate
+                due[jid] = left + keys[jid]
             waiting[jid] = Candidate(jid, est, float(at), tenant=tenant)
             waiting_rate += est
             i += 1
         window = [(s, r) for s, r in window if s > now - WINDOW]
         tenants = {t: TenantState(weight=w, served=served[t]) for t, w in weights.items()}
-        guard = tuple(sorted((keys[j], j) for j in waiting))[:guard_reads] if beta is not None else ()
+        guard = tuple(sorted((keys[j], j) for j in waiting))[:guard_reads] if on else ()
         oldest = tuple(sorted(waiting))[:3]
-        passed = left - pos[oldest[0]] if beta is not None and oldest else 0
-        snap = LaneSnapshot(policy, spent=0, reserved=0, leased=0, window_used=sum(r for _, r in window),
-                            now=float(now), tenants=tenants, passed=passed, guard=guard, oldest=oldest)  # fmt: skip
+        passed = left - pos[oldest[0]] if on and oldest else 0
+        snap = LaneSnapshot(
+            policy,
+            spent=0,
+            reserved=0,
+            leased=0,
+            window_used=sum(r for _, r in window),
+            now=float(now),
+            tenants=tenants,
+            passed=passed,
+            guard=guard,
+            oldest=oldest,
+            since=left if dues else 0,
+            dues=tuple(sorted((due[j], j) for j in waiting))[:guard_reads] if dues and on else (),
+        )
         decision = admit(snap, list(waiting.values()))
         for c in decision.admitted:
             del waiting[c.id]
@@ -81,8 +99,12 @@ def _run(jobs, burst: int, beta: float | None, seed: int = 0, guard_reads: int =
 
 
 @settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 2**32), beta=st.sampled_from([0.0, 0.1, 0.25, 0.5]), load=st.floats(0.6, 1.6),
-       reads=st.integers(1, 8))
+@given(
+    seed=st.integers(0, 2**32),
+    beta=st.sampled_from([0.0, 0.1, 0.25, 0.5]),
+    load=st.floats(0.6, 1.6),
+    reads=st.integers(1, 8),
+)
 def test_no_job_has_more_than_1_plus_beta_times_token_fifos_tokens_admitted_ahead_of_it(seed, beta, load, reads):
     jobs = _jobs(random.Random(seed), 20_000, 150, load)
     v, ahead = _run(jobs, 20_000, beta, seed, guard_reads=reads)
@@ -104,20 +126,25 @@ def test_without_the_budget_a_big_job_is_passed_by_more_than_the_bound():
 def test_the_oldest_job_passes_nobody_and_a_kept_out_job_holds_no_shadow():
     p = LanePolicy(ceiling=10**9, burst_tokens=1_000, window_seconds=10.0)
     big, small = Candidate("old", 900, 0.0), Candidate("new", 50, 1.0)
-    snap = LaneSnapshot(p, 0, 0, 0, window_used=500, now=2.0, passed=100, guard=((120, "old"), (400, "new")),
-                        oldest=("old", "new"))  # fmt: skip
+    snap = LaneSnapshot(
+        p, 0, 0, 0, window_used=500, now=2.0, passed=100, guard=((120, "old"), (400, "new")), oldest=("old", "new")
+    )
     d = admit(snap, [big, small])  # old does not fit the window; new would overtake it by 50 > 120 - 100
     assert d.ids == [] and d.head_reason is not None and d.shadow == big
-    snap = LaneSnapshot(p, 0, 0, 0, window_used=0, now=2.0, passed=100, guard=((120, "old"), (400, "new")),
-                        oldest=("old", "new"))  # fmt: skip
+    snap = LaneSnapshot(
+        p, 0, 0, 0, window_used=0, now=2.0, passed=100, guard=((120, "old"), (400, "new")), oldest=("old", "new")
+    )
     d = admit(snap, [big, small])  # the room fits both: old goes in order, new still may not pass it
     assert d.ids == ["old"] and d.overtook == 0
-    snap = LaneSnapshot(p, 0, 0, 0, window_used=0, now=2.0, passed=100, guard=((160, "old"), (400, "new")),
-                        oldest=("old", "new"))  # fmt: skip
+    snap = LaneSnapshot(
+        p, 0, 0, 0, window_used=0, now=2.0, passed=100, guard=((160, "old"), (400, "new")), oldest=("old", "new")
+    )
     d = admit(snap, [big, small])  # 100 + 50 <= 160: new passes old, which goes too
     assert d.ids == ["new", "old"] and d.overtook == 50
-    d = admit(LaneSnapshot(p, 0, 0, 0, window_used=0, now=2.0, passed=100, guard=((120, "old"),),
-                           oldest=("old",)), [Candidate("x", 30, 1.0), Candidate("y", 10, 1.0)])  # fmt: skip
+    d = admit(
+        LaneSnapshot(p, 0, 0, 0, window_used=0, now=2.0, passed=100, guard=((120, "old"),), oldest=("old",)),
+        [Candidate("x", 30, 1.0), Candidate("y", 10, 1.0)],
+    )
     assert d.ids == ["y"] and d.head_reason == OVERTAKE and d.overtook == 10
 
 
@@ -136,7 +163,17 @@ def test_a_job_its_tenant_budget_holds_does_not_stall_the_lane_when_the_budget_i
     p = LanePolicy(ceiling=10**9, burst_tokens=10_000, window_seconds=10.0)
     held, a, b = Candidate("j0", 100, 0.0, tenant="capped"), Candidate("j1", 200, 1.0), Candidate("j2", 50, 2.0)
     tenants = {"capped": TenantState(ceiling=1_000, spent=1_000, resets=True)}
-    snap = LaneSnapshot(p, 0, 0, 0, window_used=0, now=3.0, tenants=tenants, passed=500,
-                        guard=((0, "j1"), (10, "j0"), (40, "j2")), oldest=("j0", "j1", "j2"))  # fmt: skip
+    snap = LaneSnapshot(
+        p,
+        0,
+        0,
+        0,
+        window_used=0,
+        now=3.0,
+        tenants=tenants,
+        passed=500,
+        guard=((0, "j1"), (10, "j0"), (40, "j2")),
+        oldest=("j0", "j1", "j2"),
+    )
     d = admit(snap, [b, a, held])
     assert d.ids == ["j1", "j2"] and d.overtook == 0 and d.parked == ()

@@ -17,11 +17,24 @@ from lane_plugin.policy.sizeclass import SIZE_CLASS_MIN, size_class_boundary
 from lane_plugin.policy.window import window_expiry
 
 
-def snap(p, *, spent=0, reserved=0, leased=0, window_used=0, now=1000.0, stopped=False, started=(),
-         finishing=0, remaining=None, resets=False):  # fmt: skip
+def snap(
+    p,
+    *,
+    spent=0,
+    reserved=0,
+    leased=0,
+    window_used=0,
+    now=1000.0,
+    stopped=False,
+    started=(),
+    finishing=0,
+    remaining=None,
+    resets=False,
+):
     remaining = dict(remaining or {})
-    return LaneSnapshot(p, spent, reserved, leased, window_used, now, stopped, frozenset(started), finishing,
-                        remaining, resets)  # fmt: skip
+    return LaneSnapshot(
+        p, spent, reserved, leased, window_used, now, stopped, frozenset(started), finishing, remaining, resets
+    )
 
 
 def test_smallest_first_within_burst_and_lease_cap():
@@ -168,9 +181,11 @@ def test_never_fits_names_the_limit():
 
 
 def test_fit_runs_learns_what_follows_each_stage():
-    runs = [[("draft", 100, 0.0), ("critique", 300, 10.0), ("final", 200, 15.0)],
-            [("draft", 100, 0.0), ("critique", 500, 30.0), ("final", 400, 31.0)],
-            [("draft", 90, 0.0)]]  # fmt: skip  # a run that stopped after its draft
+    runs = [
+        [("draft", 100, 0.0), ("critique", 300, 10.0), ("final", 200, 15.0)],
+        [("draft", 100, 0.0), ("critique", 500, 30.0), ("final", 400, 31.0)],
+        [("draft", 90, 0.0)],  # a run that stopped after its draft
+    ]
     fit = fit_runs(runs)
     assert fit["draft"].after == -(-(500 + 900 + 0) // 3) and fit["draft"].runs == 3
     assert fit["critique"].after == 300 and fit["final"].after == 0
@@ -201,16 +216,33 @@ def scenarios(draw):
     runs = ["r1", "r2", "r3", None]
     n = draw(st.integers(0, 12))
     cands = [
-        Candidate(f"j{i}", draw(st.integers(1, 1_500)), draw(st.floats(0, 2_000)), draw(st.sampled_from(runs)),
-                  draw(st.none() | st.integers(1, 1_500)), "s", draw(st.integers(0, 800)))  # fmt: skip
+        Candidate(
+            f"j{i}",
+            draw(st.integers(1, 1_500)),
+            draw(st.floats(0, 2_000)),
+            draw(st.sampled_from(runs)),
+            draw(st.none() | st.integers(1, 1_500)),
+            "s",
+            draw(st.integers(0, 800)),
+        )
         for i in range(n)
     ]
     started = draw(st.sets(st.sampled_from(["r1", "r2", "r3"])))
     remaining = {r: draw(st.integers(0, 500)) for r in started}
     finishing = sum(remaining.values()) + draw(st.integers(0, 300))  # runs without candidates hold some too
-    return snap(p, spent=spent, reserved=reserved, leased=leased, window_used=window_used, now=now,
-                stopped=draw(st.booleans()), started=started, finishing=finishing, remaining=remaining,
-                resets=draw(st.booleans())), cands  # fmt: skip
+    return snap(
+        p,
+        spent=spent,
+        reserved=reserved,
+        leased=leased,
+        window_used=window_used,
+        now=now,
+        stopped=draw(st.booleans()),
+        started=started,
+        finishing=finishing,
+        remaining=remaining,
+        resets=draw(st.booleans()),
+    ), cands
 
 
 @settings(max_examples=500, deadline=None)
@@ -247,9 +279,12 @@ def test_never_admits_past_ceiling_reserve_start_limit_burst_or_lease_cap(case):
     for c, _, _ in d.parked:  # parked only if spend alone leaves it no room
         ahead = {x.run_key for x in d.admitted if ordered.index(x) < ordered.index(c)}
         kind = kind_of(c, s.started_runs | ahead)
-        assert (c.rate > p.burst_tokens or s.spent + c.est > p.ceiling
-                or s.spent + c.est + (c.after if kind == START else 0) > p.ceiling
-                or (kind == START and s.spent + c.est > p.start_limit))  # fmt: skip
+        assert (
+            c.rate > p.burst_tokens
+            or s.spent + c.est > p.ceiling
+            or s.spent + c.est + (c.after if kind == START else 0) > p.ceiling
+            or (kind == START and s.spent + c.est > p.start_limit)
+        )
 
 
 @settings(max_examples=300, deadline=None)
@@ -286,8 +321,10 @@ def test_what_is_admitted_behind_the_head_leaves_it_room(case):
     held = [c for c in behind if h_kind == FINISH or kind_of(c, started) != FINISH]
     committed = s.spent + s.reserved + sum(c.est for c in before)
     assert committed + h.est + sum(c.est for c in held) <= p.ceiling or not held
-    assert s.window_used + sum(c.rate for c in before) + h.rate + sum(c.rate for c in behind) <= p.burst_tokens \
+    assert (
+        s.window_used + sum(c.rate for c in before) + h.rate + sum(c.rate for c in behind) <= p.burst_tokens
         or not behind
+    )
     assert s.leased + len(before) + 1 + len(behind) <= p.max_leased or not behind
 
 
@@ -309,15 +346,21 @@ def test_an_idle_lane_admits_or_parks_its_first_job(case):
 @st.composite
 def traffic(draw):
     p = LanePolicy(
-        ceiling=draw(st.integers(500, 20_000)), burst_tokens=draw(st.integers(200, 3_000)),
-        window_seconds=draw(st.sampled_from([1.0, 5.0, 60.0])), max_leased=draw(st.integers(1, 6)),
+        ceiling=draw(st.integers(500, 20_000)),
+        burst_tokens=draw(st.integers(200, 3_000)),
+        window_seconds=draw(st.sampled_from([1.0, 5.0, 60.0])),
+        max_leased=draw(st.integers(1, 6)),
         max_wait_seconds=draw(st.sampled_from([0.0, 10.0, 120.0])),
-    )  # fmt: skip
+    )
     jobs = [
-        (draw(st.floats(0, 200).map(lambda x: round(x, 1))), draw(st.integers(1, min(p.ceiling, p.burst_tokens))),
-         draw(st.none() | st.integers(1, p.burst_tokens)), draw(st.floats(0.3, 1.0)))
+        (
+            draw(st.floats(0, 200).map(lambda x: round(x, 1))),
+            draw(st.integers(1, min(p.ceiling, p.burst_tokens))),
+            draw(st.none() | st.integers(1, p.burst_tokens)),
+            draw(st.floats(0.3, 1.0)),
+        )
         for _ in range(draw(st.integers(1, 30)))
-    ]  # fmt: skip
+    ]
     # The size-class boundary each job is placed by: none (one continuous priority), or one the
     # lane refits while jobs wait (so jobs placed by different boundaries meet in the queue).
     bounds = draw(st.lists(st.none() | st.integers(1, min(p.ceiling, p.burst_tokens)), min_size=1, max_size=3))

@@ -6,7 +6,8 @@ import pytest
 
 from lane_plugin import Ledger
 from lane_plugin.reports import drift
-from lane_plugin.reports.drift import advice, verdict
+from lane_plugin.reports.drift import verdict
+from lane_plugin.reports.summary import advice
 
 
 @pytest.fixture

@@ -74,8 +74,13 @@ def test_drift_agrees_with_the_articles_sql(any_led):
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(1, 10**6), st.integers(0, 3 * 10**6)),
-                min_size=1, max_size=12))  # fmt: skip
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(1, 10**6), st.integers(0, 3 * 10**6)),
+        min_size=1,
+        max_size=12,
+    )
+)
 def test_drift_equals_article_sql_on_random_jobs(tmp_path_factory, jobs):
     led = Ledger(f"sqlite:///{tmp_path_factory.mktemp('h') / 'lane.db'}")
     led.set_lane("free", allowance=10**9, ceiling=10**9, burst_tokens=10**9, max_leased=100_000)
@@ -84,7 +89,10 @@ def test_drift_equals_article_sql_on_random_jobs(tmp_path_factory, jobs):
     ours = drift(led).set_index("stage")
     for stage, row in article(led).items():
         assert (ours.loc[stage, "jobs"], ours.loc[stage, "est_tokens"], ours.loc[stage, "actual_tokens"]) == (
-            row["jobs"], row["est_tokens"], row["actual_tokens"])
+            row["jobs"],
+            row["est_tokens"],
+            row["actual_tokens"],
+        )
         assert ours.loc[stage, "drift"] == row["drift"], (stage, row)
     led.close()
 
@@ -208,8 +216,16 @@ def test_a_time_axis_of_one_instant_shows_that_time_not_midnight():
 def test_worst_is_ratio_symmetric_and_verdicts():
     import pandas as pd
 
-    rep = pd.DataFrame({"stage": ["a", "b"], "jobs": [1, 1], "drift": [1.6, 0.3], "p50": [1, 1], "p90": [1, 1],
-                        "overage_tokens": [0, 0]})  # fmt: skip
+    rep = pd.DataFrame(
+        {
+            "stage": ["a", "b"],
+            "jobs": [1, 1],
+            "drift": [1.6, 0.3],
+            "p50": [1, 1],
+            "p90": [1, 1],
+            "overage_tokens": [0, 0],
+        }
+    )
     assert worst(rep)["stage"] == "a"  # the overspender leads, though 0.3 is further from 1.0
     assert worst(rep[rep["stage"] == "b"])["stage"] == "b"  # with no overspender, the underspender does
     assert verdict(1.0) == "honest" and verdict(1.51) == "overspends" and verdict(0.5) == "wastes room"
@@ -223,8 +239,9 @@ def test_cli_report_by_version_and_plot(led, tmp_path):
 
     run_jobs(led, "draft", [(1000, 1900), (1000, 2100)], version="const-v1", shadows=[{"cal#1": 2000}] * 2)
     url = str(led.url.raw)
-    res = CliRunner().invoke(app, ["--db", url, "report", "--by", "stage,version", "--format", "csv",
-                                   "--plot", str(tmp_path / "d.png")])  # fmt: skip
+    res = CliRunner().invoke(
+        app, ["--db", url, "report", "--by", "stage,version", "--format", "csv", "--plot", str(tmp_path / "d.png")]
+    )
     assert res.exit_code == 0, res.output
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith(("stage", "draft"))]
     assert lines[0].startswith("stage,version,role,jobs")

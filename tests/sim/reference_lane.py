@@ -72,13 +72,16 @@ def reference_admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> 
         need = c.est + (c.after if kind == START else 0)
         unfit = None
         if (
-            need + (p.headroom(c.var) if c.var else 0)
-            + capped(over_charge(drift, overrun, spread, c.est, 1), p.ceiling, c.est) > left
+            need
+            + (p.headroom(c.var) if c.var else 0)
+            + capped(over_charge(drift, overrun, spread, c.est, 1), p.ceiling, c.est)
+            > left
             or c.rate > burst
             or (kind == START and c.est > start_left)
         ):  # (a fast test first)
-            unfit = unfit_before_reset(p, c, kind, spent=snapshot.spent, need=need, drift=drift, overrun=overrun,
-                                       spread=spread)
+            unfit = unfit_before_reset(
+                p, c, kind, spent=snapshot.spent, need=need, drift=drift, overrun=overrun, spread=spread
+            )
         if unfit is not None:  # it holds no shadow and blocks nobody
             if head_reason is None:
                 head_reason = unfit[0]
@@ -87,12 +90,24 @@ def reference_admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> 
             continue
         held = shadow is not None and (sh_kind == FINISH or kind != FINISH)
         rule = blocking_rule(
-            p, est=c.est, kind=kind, rate_cost=c.rate, need=need,
-            committed=committed + (sh_est if held else 0), finishing=finishing + (sh_extra if held else 0),
-            leased=leased + sh_slot, window_used=window + sh_rate, var=var + c.var + (sh_var if held else 0),
-            over=over_charge(drift, overrun, spread, committed + (sh_est if held else 0) - snapshot.spent + c.est,
-                             leased + (1 if held else 0) + 1),
-        )  # fmt: skip
+            p,
+            est=c.est,
+            kind=kind,
+            rate_cost=c.rate,
+            need=need,
+            committed=committed + (sh_est if held else 0),
+            finishing=finishing + (sh_extra if held else 0),
+            leased=leased + sh_slot,
+            window_used=window + sh_rate,
+            var=var + c.var + (sh_var if held else 0),
+            over=over_charge(
+                drift,
+                overrun,
+                spread,
+                committed + (sh_est if held else 0) - snapshot.spent + c.est,
+                leased + (1 if held else 0) + 1,
+            ),
+        )
         if rule is None:
             admitted.append(c)
             tokens, rate, committed, leased, window = (
@@ -118,9 +133,17 @@ def reference_admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate]) -> 
             shadow, sh_kind, sh_est, sh_rate, sh_slot, sh_var = c, kind, c.est, c.rate, 1, c.var
             sh_extra = need - c.est if kind != FINISH else 0
     return Decision(
-        tuple(admitted), tokens, shadow, head_reason, rate, finishing - snapshot.finishing,
-        tuple((k, r, s) for k, (r, s) in runs.items()), tuple(parked), burst_need, var - snapshot.reserved_var,
-    )  # fmt: skip
+        tuple(admitted),
+        tokens,
+        shadow,
+        head_reason,
+        rate,
+        finishing - snapshot.finishing,
+        tuple((k, r, s) for k, (r, s) in runs.items()),
+        tuple(parked),
+        burst_need,
+        var - snapshot.reserved_var,
+    )
 
 
 def _valid_head(sim: Sim, heap: list, n: int, key, skip=None) -> list:
@@ -168,12 +191,22 @@ def select_lane_reference(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     keys = {c.run_key for c in cands if c.run_key is not None}
     started = frozenset(k for k in keys if k in book.runs)
     snap = LaneSnapshot(
-        policy=q.policy, spent=sim.spent, reserved=sim.reserved, leased=sim.leased,
-        window_used=sim.window.used(now), now=now, stopped=sim.stopped(now), started_runs=started,
-        finishing=book.finishing, run_remaining={k: book.remaining(k) for k in started},
-        resets=bool(cfg.period_seconds), reserved_var=sim.reserved_var, drift=q.drift, overrun=q.overrun,
+        policy=q.policy,
+        spent=sim.spent,
+        reserved=sim.reserved,
+        leased=sim.leased,
+        window_used=sim.window.used(now),
+        now=now,
+        stopped=sim.stopped(now),
+        started_runs=started,
+        finishing=book.finishing,
+        run_remaining={k: book.remaining(k) for k in started},
+        resets=bool(cfg.period_seconds),
+        reserved_var=sim.reserved_var,
+        drift=q.drift,
+        overrun=q.overrun,
         spread=q.spread,
-    )  # fmt: skip
+    )
     decision = reference_admit(snap, cands)
     admitted = [sim.index_of(c) for c in decision.admitted]
     q.started(book.record(decision, admitted, now))

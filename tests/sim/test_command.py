@@ -11,17 +11,71 @@ from lane_plugin.cli import app
 
 # The --json keys before issue 11 (main at 2a71afe): they must all stay.
 OLD_TOP = {"jobs_per_s", "machine", "results", "scenario", "wall_seconds"}
-OLD_SCENARIO = {"actual_tokens", "config", "drift", "est_tokens", "jobs", "refused_at_intake", "source", "span_hours",
-                "top_decile_est_from"}  # fmt: skip
-OLD_CONFIG = {"allowance", "burst_tokens", "ceiling", "count_slots", "deadline", "horizon", "lease_seconds",
-              "max_attempts", "max_leased", "max_wait_seconds", "period_seconds", "preflight", "service_base",
-              "service_per_token", "sleep_every", "sleep_seconds", "start_fraction", "starve_after", "window_seconds",
-              "workers"}  # fmt: skip
-OLD_RESULT = {"big_wait_p50", "big_wait_p99", "busy_pct", "done", "expired", "jobs", "jobs_per_s", "over_allowance",
-              "over_ceiling", "parked", "peak_period_spent", "policy", "spent", "starved", "wait_p50", "wait_p99",
-              "waiting_at_end", "wall_seconds"}  # fmt: skip
-NEW_RESULT = {"over_burst", "runs_started", "runs_finished", "stranded_tokens", "budget_used", "parked_wait_p50",
-              "parked_wait_p99", "never_admitted", "never_admitted_wait_p50", "never_admitted_wait_p99"}  # fmt: skip
+OLD_SCENARIO = {
+    "actual_tokens",
+    "config",
+    "drift",
+    "est_tokens",
+    "jobs",
+    "refused_at_intake",
+    "source",
+    "span_hours",
+    "top_decile_est_from",
+}
+OLD_CONFIG = {
+    "allowance",
+    "burst_tokens",
+    "ceiling",
+    "count_slots",
+    "deadline",
+    "horizon",
+    "lease_seconds",
+    "max_attempts",
+    "max_leased",
+    "max_wait_seconds",
+    "period_seconds",
+    "preflight",
+    "service_base",
+    "service_per_token",
+    "sleep_every",
+    "sleep_seconds",
+    "start_fraction",
+    "starve_after",
+    "window_seconds",
+    "workers",
+}
+OLD_RESULT = {
+    "big_wait_p50",
+    "big_wait_p99",
+    "busy_pct",
+    "done",
+    "expired",
+    "jobs",
+    "jobs_per_s",
+    "over_allowance",
+    "over_ceiling",
+    "parked",
+    "peak_period_spent",
+    "policy",
+    "spent",
+    "starved",
+    "wait_p50",
+    "wait_p99",
+    "waiting_at_end",
+    "wall_seconds",
+}
+NEW_RESULT = {
+    "over_burst",
+    "runs_started",
+    "runs_finished",
+    "stranded_tokens",
+    "budget_used",
+    "parked_wait_p50",
+    "parked_wait_p99",
+    "never_admitted",
+    "never_admitted_wait_p50",
+    "never_admitted_wait_p99",
+}
 CALLS = "timestamp_ms,input_length,output_length\n0,1000,30\n500,2000,10\n900,300,400\n"
 
 
@@ -135,8 +189,45 @@ def test_reading_a_ledger_that_is_not_there_creates_none(tmp_path, flags):
 
 
 def test_overtake_beta_runs_the_budget_and_a_negative_one_is_refused_by_name():
-    on = run("--jobs", "300", "--burst-tokens", "20000", "--overtake-beta", "0.25", "--policies", "lane,token-fifo",
-             "--json", "--no-progress")  # fmt: skip
+    on = run(
+        "--jobs",
+        "300",
+        "--burst-tokens",
+        "20000",
+        "--overtake-beta",
+        "0.25",
+        "--policies",
+        "lane,token-fifo",
+        "--json",
+        "--no-progress",
+    )
     assert on.exit_code == 0, on.output
     bad = run("--jobs", "300", "--overtake-beta", "-1", "--no-progress")
     assert bad.exit_code == 2 and "overtake_beta=-1.0 must be >= 0" in bad.output
+
+
+def test_overtake_slack_runs_the_quantile_form_reports_its_estimate_and_bad_values_are_refused_by_name():
+    on = run(
+        "--jobs",
+        "600",
+        "--burst-tokens",
+        "20000",
+        "--overtake-slack",
+        "1.3",
+        "--policies",
+        "lane,token-fifo",
+        "--json",
+        "--no-progress",
+    )
+    assert on.exit_code == 0, on.output
+    lane = next(r for r in json.loads(on.output)["results"] if r["policy"] == "lane")
+    assert lane["slack_estimate_ratio"] is not None and lane["slack_estimate_ratio"] >= 0
+    off = run("--jobs", "600", "--burst-tokens", "20000", "--policies", "lane", "--json", "--no-progress")
+    assert json.loads(off.output)["results"][0]["slack_estimate_ratio"] is None  # off: nothing estimated
+    for flags, said in (
+        (("--overtake-slack", "0.9"), "overtake_slack=0.9 must be >= 1"),
+        (("--overtake-learned", "5000"), "overtake_learned=5000 must be >= 0, with overtake_slack set"),
+        (("--overtake-slack", "1.3", "--overtake-beta", "0.25"), "set one"),
+    ):
+        bad = run("--jobs", "300", *flags, "--no-progress")
+        assert bad.exit_code == 2 and said in bad.output, bad.output

@@ -28,10 +28,12 @@ def calls(n: int = 1_500, seed: int = 3) -> Trace:
 
 def test_learned_estimates_sit_at_the_mean_after_warmup():
     tr = calls()
-    cfg = SimConfig(ceiling=10**12, allowance=10**12, burst_tokens=10**9, max_leased=64, workers=64,
-                    estimator="learned", warmup=200)  # fmt: skip
-    [trace_est, lane] = [simulate(tr, SimConfig(**{**cfg.__dict__, "estimator": e}), ["lane"])[0]
-                         for e in (None, "learned")]  # fmt: skip
+    cfg = SimConfig(
+        ceiling=10**12, allowance=10**12, burst_tokens=10**9, max_leased=64, workers=64, estimator="learned", warmup=200
+    )
+    [trace_est, lane] = [
+        simulate(tr, SimConfig(**{**cfg.__dict__, "estimator": e}), ["lane"])[0] for e in (None, "learned")
+    ]
     assert trace_est.estimator is None
     fig = lane.estimator
     assert fig["name"] == "learned" and fig["jobs"] >= 1_000
@@ -48,8 +50,15 @@ def test_headroom_keeps_settled_spend_within_half_a_percent_of_the_ceiling(seed,
     at k = 2, and never further past it than the headroom alone at k = 0.
     """
     tr = calls(3_000, seed)
-    base = dict(ceiling=1_500_000, allowance=2_000_000, burst_tokens=10**9, max_leased=64, workers=64,
-                lease_seconds=10**5, estimator="learned")  # fmt: skip
+    base = dict(
+        ceiling=1_500_000,
+        allowance=2_000_000,
+        burst_tokens=10**9,
+        max_leased=64,
+        workers=64,
+        lease_seconds=10**5,
+        estimator="learned",
+    )
     with monkeypatch.context() as m:  # the headroom alone: no drift allowance learned
         m.setattr(sim_lanequeue, "fit_drift_arrays", lambda est, actual: (1.0, 0, 0))
         res = {k: simulate(tr, SimConfig(**base, headroom_sigmas=k), ["lane"])[0] for k in (0.0, 2.0, 3.0)}
@@ -72,10 +81,26 @@ def test_an_estimator_needs_input_tokens():
 def test_cli_json_gains_the_estimator_and_refuses_generated_traffic(tmp_path):
     path = tmp_path / "calls.csv"
     tr = calls(600)
-    path.write_text("arrival_s,input_tokens,output_tokens\n" + "".join(
-        f"{a},{i},{o}\n" for a, i, o in zip(tr.arrival, tr.input_tokens, tr.output_tokens)))  # fmt: skip
-    run = CliRunner().invoke(app, ["simulate", "--trace", str(path), "--estimator", "learned", "--warmup", "100",
-                                   "--policies", "lane,token-fifo", "--json", "--no-progress"])  # fmt: skip
+    path.write_text(
+        "arrival_s,input_tokens,output_tokens\n"
+        + "".join(f"{a},{i},{o}\n" for a, i, o in zip(tr.arrival, tr.input_tokens, tr.output_tokens))
+    )
+    run = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            str(path),
+            "--estimator",
+            "learned",
+            "--warmup",
+            "100",
+            "--policies",
+            "lane,token-fifo",
+            "--json",
+            "--no-progress",
+        ],
+    )
     assert run.exit_code == 0, run.output
     out = json.loads(run.output)
     assert {"name", "drift", "under_share", "overspend_share", "p90_ratio"} <= set(out["estimator"])

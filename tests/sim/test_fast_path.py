@@ -30,27 +30,92 @@ from . import reference_lane
 from .reference_lane import push_reference, reference_admit, refit_reference, select_lane_reference, started_reference
 
 SCENARIOS = {
-    "chained-budget": (dict(jobs=3_000, days=1.0, mix="lognormal", drift=1.3, stages=3, median=400.0),
-                       dict(ceiling=250_000, allowance=500_000, burst_tokens=40_000, window_seconds=1.0, max_leased=8,
-                            lease_seconds=900.0, period_seconds=21_600.0, workers=4, service_base=4.0,
-                            service_per_token=0.023, deadline=7_200.0)),
-    "ceiling-parks": (dict(jobs=2_000, days=0.05, mix="bimodal", stages=1, median=2_000.0),
-                      dict(ceiling=1_500_000, burst_tokens=400_000, window_seconds=60.0, max_leased=4, workers=4,
-                           lease_seconds=900.0, service_base=0.5, service_per_token=0.01)),
-    "reserve-parks": (dict(jobs=3_000, days=0.1, mix="lognormal", drift=1.2, stages=3, median=600.0),
-                      dict(ceiling=900_000, burst_tokens=60_000, window_seconds=10.0, max_leased=6, workers=4,
-                           lease_seconds=900.0, service_base=1.0, service_per_token=0.002)),
-    "learned-headroom": (dict(n=2_500),  # est and est_var learned online: the headroom rule in play
-                         dict(ceiling=2_000_000, burst_tokens=400_000, window_seconds=60.0, max_leased=8, workers=6,
-                              lease_seconds=900.0, service_base=0.5, service_per_output_token=0.02,
-                              estimator="learned", warmup=100)),
-    "rate-bound": (dict(jobs=2_000, days=0.05, mix="lognormal", stages=2, median=1_500.0),
-                   dict(ceiling=10**12, allowance=10**12, burst_tokens=30_000, window_seconds=60.0, max_leased=64,
-                        workers=64, lease_seconds=900.0, service_base=0.5, service_per_token=0.01)),
-    "expiring": (dict(jobs=1_500, days=0.02, mix="uniform", drift=1.1, stages=3, median=800.0),
-                 dict(ceiling=2_000_000, burst_tokens=40_000, window_seconds=5.0, max_leased=12, workers=2,
-                      lease_seconds=20.0, max_attempts=2, service_base=3.0, service_per_token=0.002)),
-}  # fmt: skip
+    "chained-budget": (
+        dict(jobs=3_000, days=1.0, mix="lognormal", drift=1.3, stages=3, median=400.0),
+        dict(
+            ceiling=250_000,
+            allowance=500_000,
+            burst_tokens=40_000,
+            window_seconds=1.0,
+            max_leased=8,
+            lease_seconds=900.0,
+            period_seconds=21_600.0,
+            workers=4,
+            service_base=4.0,
+            service_per_token=0.023,
+            deadline=7_200.0,
+        ),
+    ),
+    "ceiling-parks": (
+        dict(jobs=2_000, days=0.05, mix="bimodal", stages=1, median=2_000.0),
+        dict(
+            ceiling=1_500_000,
+            burst_tokens=400_000,
+            window_seconds=60.0,
+            max_leased=4,
+            workers=4,
+            lease_seconds=900.0,
+            service_base=0.5,
+            service_per_token=0.01,
+        ),
+    ),
+    "reserve-parks": (
+        dict(jobs=3_000, days=0.1, mix="lognormal", drift=1.2, stages=3, median=600.0),
+        dict(
+            ceiling=900_000,
+            burst_tokens=60_000,
+            window_seconds=10.0,
+            max_leased=6,
+            workers=4,
+            lease_seconds=900.0,
+            service_base=1.0,
+            service_per_token=0.002,
+        ),
+    ),
+    "learned-headroom": (
+        dict(n=2_500),  # est and est_var learned online: the headroom rule in play
+        dict(
+            ceiling=2_000_000,
+            burst_tokens=400_000,
+            window_seconds=60.0,
+            max_leased=8,
+            workers=6,
+            lease_seconds=900.0,
+            service_base=0.5,
+            service_per_output_token=0.02,
+            estimator="learned",
+            warmup=100,
+        ),
+    ),
+    "rate-bound": (
+        dict(jobs=2_000, days=0.05, mix="lognormal", stages=2, median=1_500.0),
+        dict(
+            ceiling=10**12,
+            allowance=10**12,
+            burst_tokens=30_000,
+            window_seconds=60.0,
+            max_leased=64,
+            workers=64,
+            lease_seconds=900.0,
+            service_base=0.5,
+            service_per_token=0.01,
+        ),
+    ),
+    "expiring": (
+        dict(jobs=1_500, days=0.02, mix="uniform", drift=1.1, stages=3, median=800.0),
+        dict(
+            ceiling=2_000_000,
+            burst_tokens=40_000,
+            window_seconds=5.0,
+            max_leased=12,
+            workers=2,
+            lease_seconds=20.0,
+            max_attempts=2,
+            service_base=3.0,
+            service_per_token=0.002,
+        ),
+    ),
+}
 
 
 def calls(n: int, seed: int) -> Trace:
@@ -58,8 +123,16 @@ def calls(n: int, seed: int) -> Trace:
     rng, tr = random.Random(seed), Trace()
     for i in range(n):
         inp, out = int(rng.lognormvariate(7, 1)) + 1, int(rng.lognormvariate(5, 0.8)) + 1
-        tr.add(i * 1.5, f"s{i % 2}", inp + 256, inp + out, f"r{i // 2}" if i % 3 else None, inp + 2048,
-               input_tokens=inp, output_tokens=out)  # fmt: skip
+        tr.add(
+            i * 1.5,
+            f"s{i % 2}",
+            inp + 256,
+            inp + out,
+            f"r{i // 2}" if i % 3 else None,
+            inp + 2048,
+            input_tokens=inp,
+            output_tokens=out,
+        )
     return tr.sort()
 
 
@@ -102,8 +175,11 @@ def test_the_incremental_refit_learns_what_fit_runs_learns_from_every_lapsed_run
         assert book.finishing == sum(book.after(r.stage) for r in under_way)
         if not dirty:
             return
-        sequences = [book._sequence(key, book.runs[key]) for last_at, _, key in book._lapsed
-                     if book.runs[key].expires_at is None and book.runs[key].last_at == last_at]  # fmt: skip
+        sequences = [
+            book._sequence(key, book.runs[key])
+            for last_at, _, key in book._lapsed
+            if book.runs[key].expires_at is None and book.runs[key].last_at == last_at
+        ]
         fit = fit_runs(sequences)
         assert {s: book.profile[s] for s in fit} == fit
         assert {s: n for s, (_, n, _) in book._sums.items() if n} == {s: f.runs for s, f in fit.items()}
@@ -129,8 +205,15 @@ def test_a_job_that_takes_exactly_what_spend_leaves_is_admitted_before_the_reset
     tr = Trace()
     tr.add(0.0, "s", 100, 100, None)
     tr.add(5.0, "s", 50, 50, None)
-    cfg = SimConfig(ceiling=150, allowance=150, burst_tokens=1_000, period_seconds=86_400.0, max_leased=1,
-                    service_base=1.0, service_per_token=0.0)  # fmt: skip
+    cfg = SimConfig(
+        ceiling=150,
+        allowance=150,
+        burst_tokens=1_000,
+        period_seconds=86_400.0,
+        max_leased=1,
+        service_base=1.0,
+        service_per_token=0.0,
+    )
     (lane,) = simulate(tr.sort(), cfg, ["lane"], record=True)
     assert [(e[1], e[2]) for e in lane.log if e[0] == "tick" and e[2]] == [(0.0, ["j0000000"]), (5.0, ["j0000001"])]
 

@@ -18,8 +18,16 @@ from lane_plugin.sim.traffic import Trace
 from lane_plugin.sim.window import RateWindow
 
 BASELINES = ("count", "token-fifo", "smallest-first")
-ROOMY = dict(ceiling=10**9, allowance=10**9, start_fraction=1.0, burst_tokens=10**6, max_leased=50, workers=50,
-             lease_seconds=10**6, service_per_token=0.0)  # fmt: skip
+ROOMY = dict(
+    ceiling=10**9,
+    allowance=10**9,
+    start_fraction=1.0,
+    burst_tokens=10**6,
+    max_leased=50,
+    workers=50,
+    lease_seconds=10**6,
+    service_per_token=0.0,
+)
 
 
 def trace(*jobs, **columns) -> Trace:
@@ -67,8 +75,9 @@ def test_a_parked_stage_breaks_its_run_and_strands_what_it_settled():
     # b1 (waiting since 1): smallest first, a2 runs 10-20; b1 has waited 19 s
     # by then and is parked at t=16. Run c: c1 parked too, so c2 is never submitted.
     tr = trace((0, 100, 100, "a"), (0, 200, 200, "a"), (1, 300, 300, "b"), (2, 400, 400, "c"), (2, 50, 50, "c"))
-    cfg = SimConfig(**{**ROOMY, "max_leased": 1, "workers": 1, "service_base": 10.0, "deadline": 15.0,
-                       "max_wait_seconds": 10**6})  # fmt: skip
+    cfg = SimConfig(
+        **{**ROOMY, "max_leased": 1, "workers": 1, "service_base": 10.0, "deadline": 15.0, "max_wait_seconds": 10**6}
+    )
     (res,) = simulate(tr, cfg, ["lane"], record=True)
     assert [e[2] for e in events(res, "park")] == ["j0000002", "j0000003"]
     assert [e[1] for e in events(res, "park")] == [16.0, 17.0]
@@ -125,8 +134,9 @@ def test_a_rate_cost_above_the_burst_is_refused_at_intake_for_every_policy():
 
 @settings(max_examples=40, deadline=None)
 @given(
-    st.lists(st.tuples(st.floats(0, 50, allow_nan=False), st.integers(1, 400), st.integers(1, 400)),
-             min_size=1, max_size=40),  # fmt: skip
+    st.lists(
+        st.tuples(st.floats(0, 50, allow_nan=False), st.integers(1, 400), st.integers(1, 400)), min_size=1, max_size=40
+    ),
     st.sampled_from([1.0, 7.0, 30.0]),
 )
 def test_over_burst_is_what_a_sliding_limit_would_refuse(jobs, window):
@@ -179,8 +189,11 @@ def test_service_time_follows_output_tokens_where_known():
     cfg = SimConfig(**{**ROOMY, "service_base": 1.0, "service_per_output_token": 0.02, "service_per_token": 0.001})
     (res,) = simulate(tr, cfg, ["count"], record=True)
     settles = {e[2]: e[1] for e in events(res, "settle")}
-    assert settles == {"j0000000": pytest.approx(1.2), "j0000001": pytest.approx(11.0),
-                       "j0000002": pytest.approx(1 + 1 + 0.3)}  # fmt: skip
+    assert settles == {
+        "j0000000": pytest.approx(1.2),
+        "j0000001": pytest.approx(11.0),
+        "j0000002": pytest.approx(1 + 1 + 0.3),
+    }
 
 
 # -- clock: rollover ticks and the drain ---------------------------------------------

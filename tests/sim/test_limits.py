@@ -13,9 +13,18 @@ from lane_plugin.sim import policies as sim_policies
 from lane_plugin.sim.engine import SimConfig, simulate
 from lane_plugin.sim.traffic import Trace, generate
 
-BASE = dict(ceiling=1_000_000, start_fraction=1.0, burst_tokens=100_000, window_seconds=10.0, max_leased=20,
-            workers=20, service_base=1.0, service_per_token=0.0, service_per_output_token=0.0,
-            lease_seconds=1_000.0)  # fmt: skip
+BASE = dict(
+    ceiling=1_000_000,
+    start_fraction=1.0,
+    burst_tokens=100_000,
+    window_seconds=10.0,
+    max_leased=20,
+    workers=20,
+    service_base=1.0,
+    service_per_token=0.0,
+    service_per_output_token=0.0,
+    lease_seconds=1_000.0,
+)
 POLICIES = ["count", "token-fifo", "smallest-first", "lane"]
 
 
@@ -103,8 +112,9 @@ def trace_file(tmp_path):
 
 
 def test_cli_limit_takes_lane_lanes_set_syntax(trace_file):
-    res = run("--trace", trace_file, "--limit", "requests=2/10s", "--limit", "tokens=none",
-              "--policies", "lane", "--json")  # fmt: skip
+    res = run(
+        "--trace", trace_file, "--limit", "requests=2/10s", "--limit", "tokens=none", "--policies", "lane", "--json"
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     cfg = out["scenario"]["config"]

@@ -22,10 +22,13 @@ def write(tmp_path, text: str, name: str = "t.csv") -> Path:
 
 
 def test_azure_format(tmp_path):
-    path = write(tmp_path, "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                           "2023-11-16 18:17:04.0319600,3180,8\n"
-                           "2023-11-16 18:17:03.9799600,4808,10\n"
-                           "2023-11-16 18:18:03.9799600,110,3000\n")  # fmt: skip
+    path = write(
+        tmp_path,
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:17:04.0319600,3180,8\n"
+        "2023-11-16 18:17:03.9799600,4808,10\n"
+        "2023-11-16 18:18:03.9799600,110,3000\n",
+    )
     tr = load_trace(path, output_allowance=100, max_tokens=2_000)
     assert tr.arrival == [0.0, pytest.approx(0.052), 60.0]  # sorted, seconds from the first (UTC) stamp
     assert tr.input_tokens == [4808, 3180, 110]
@@ -44,9 +47,10 @@ def test_mooncake_format(tmp_path):
 
 
 def test_tokens_format_with_runs_and_own_estimates(tmp_path):
-    path = write(tmp_path, "arrival_s,input_tokens,output_tokens,stage,run_key,est\n"
-                           "0,100,50,draft,r1,\n"
-                           "2.5,300,20,review,r1,900\n")  # fmt: skip
+    path = write(
+        tmp_path,
+        "arrival_s,input_tokens,output_tokens,stage,run_key,est\n0,100,50,draft,r1,\n2.5,300,20,review,r1,900\n",
+    )
     tr = load_trace(path, output_allowance=64, max_tokens=512)
     assert (tr.stage, tr.run_key, tr.est) == (["draft", "review"], ["r1", "r1"], [164, 900])
     assert tr.rate_cost == [612, 812] and tr.actual == [150, 320]
@@ -68,12 +72,18 @@ def test_est_format_keeps_working_and_round_trips_new_columns(tmp_path):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9,10,1\nyesterday,10,1\n",
-         r"t\.csv, line 3: TIMESTAMP='yesterday' is not a date-time"),
-        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9,ten,1\n",
-         r"line 2: ContextTokens='ten' is not a number"),
-        ("timestamp_ms,input_length,output_length\n0,10,1\n5,10,-3\n",
-         r"line 3: output_length='-3' must be a finite number >= 0"),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9,10,1\nyesterday,10,1\n",
+            r"t\.csv, line 3: TIMESTAMP='yesterday' is not a date-time",
+        ),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9,ten,1\n",
+            r"line 2: ContextTokens='ten' is not a number",
+        ),
+        (
+            "timestamp_ms,input_length,output_length\n0,10,1\n5,10,-3\n",
+            r"line 3: output_length='-3' must be a finite number >= 0",
+        ),
         ("timestamp_ms,input_length,output_length\n0,10.5,1\n", r"line 2: input_length='10.5' must be a whole number"),
         ("timestamp_ms,input_length,output_length\n0,0,1\n", r"line 2: input_length='0' gives est = input \+ 0"),
         ("arrival_s,input_tokens,output_tokens\n0,10,\n", r"line 2: output_tokens='' is not a number"),

@@ -36,10 +36,19 @@ def mixed_trace(n: int = 48) -> Trace:
 
 
 CFG = dict(
-    ceiling=9_000, allowance=12_000, start_fraction=0.8, burst_tokens=2_500, window_seconds=10.0,
-    max_leased=3, lease_seconds=100_000.0, max_wait_seconds=40.0, workers=2,
-    service_base=3.0, service_per_token=0.01, period_seconds=None,
-)  # fmt: skip
+    ceiling=9_000,
+    allowance=12_000,
+    start_fraction=0.8,
+    burst_tokens=2_500,
+    window_seconds=10.0,
+    max_leased=3,
+    lease_seconds=100_000.0,
+    max_wait_seconds=40.0,
+    workers=2,
+    service_base=3.0,
+    service_per_token=0.01,
+    period_seconds=None,
+)
 
 
 class Clock:
@@ -58,8 +67,9 @@ RESERVE = dict(jobs=200, ceiling=80_000, start_fraction=1.0, lease_seconds=40.0,
 LIMITS = dict(ceiling=60_000, limits=(("requests", Limit(2, 10.0)), ("input_tokens", Limit(1_500, 10.0))))
 
 
-@pytest.mark.parametrize("case", [dict(ceiling=9_000), dict(ceiling=60_000), RESERVE, LIMITS],
-                         ids=["9k", "60k", "reserve", "limits"])  # fmt: skip
+@pytest.mark.parametrize(
+    "case", [dict(ceiling=9_000), dict(ceiling=60_000), RESERVE, LIMITS], ids=["9k", "60k", "reserve", "limits"]
+)
 def test_ledger_admits_what_the_simulator_admits(tmp_path, case, monkeypatch):
     from lane_plugin.policy.rules import RESERVE as RESERVE_RULE
     from lane_plugin.sim import policies as sim_policies
@@ -89,11 +99,17 @@ def test_ledger_admits_what_the_simulator_admits(tmp_path, case, monkeypatch):
     led = Ledger(f"sqlite:///{tmp_path / 'sim.db'}", clock=clock)
     try:
         led.set_lane(
-            "sim", allowance=cfg.allowance, ceiling=cfg.ceiling, start_fraction=cfg.start_fraction,
-            burst_tokens=cfg.burst_tokens, window_seconds=cfg.window_seconds, max_leased=cfg.max_leased,
-            lease_seconds=cfg.lease_seconds, max_wait_seconds=cfg.max_wait_seconds,
+            "sim",
+            allowance=cfg.allowance,
+            ceiling=cfg.ceiling,
+            start_fraction=cfg.start_fraction,
+            burst_tokens=cfg.burst_tokens,
+            window_seconds=cfg.window_seconds,
+            max_leased=cfg.max_leased,
+            lease_seconds=cfg.lease_seconds,
+            max_wait_seconds=cfg.max_wait_seconds,
             limits=[f"{unit}={lim.amount}/{lim.window_seconds:g}s" for unit, lim in cfg.limits],
-        )  # fmt: skip
+        )
         assert led.lane("sim").start_fraction == cfg.start_fraction
         to_ledger: dict[str, str] = {}
         to_sim: dict[str, str] = {}
@@ -165,8 +181,12 @@ def test_simulate_command_starts_from_a_lanes_limits_and_drops_one(tmp_path):
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["scenario"]["config"]["limits"] == [
-        ["requests", {"amount": 3, "window_seconds": 10.0}], ["output_tokens", {"amount": 8000, "window_seconds": 60.0}]]
+        ["requests", {"amount": 3, "window_seconds": 10.0}],
+        ["output_tokens", {"amount": 8000, "window_seconds": 60.0}],
+    ]
     res = CliRunner().invoke(app, [*args, "--limit", "output_tokens=none", "--limit", "input_tokens=900/1m"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["scenario"]["config"]["limits"] == [
-        ["requests", {"amount": 3, "window_seconds": 10.0}], ["input_tokens", {"amount": 900, "window_seconds": 60.0}]]
+        ["requests", {"amount": 3, "window_seconds": 10.0}],
+        ["input_tokens", {"amount": 900, "window_seconds": 60.0}],
+    ]

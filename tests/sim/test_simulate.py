@@ -27,9 +27,15 @@ def trace(*jobs) -> Trace:
 
 # One slow worker, one lease at a time, 10 s per job whatever its size.
 ONE_AT_A_TIME = dict(
-    ceiling=100_000, start_fraction=1.0, burst_tokens=10_000, max_leased=1,
-    service_base=10.0, service_per_token=0.0, lease_seconds=1_000.0, max_wait_seconds=1_000.0,
-)  # fmt: skip
+    ceiling=100_000,
+    start_fraction=1.0,
+    burst_tokens=10_000,
+    max_leased=1,
+    service_base=10.0,
+    service_per_token=0.0,
+    lease_seconds=1_000.0,
+    max_wait_seconds=1_000.0,
+)
 ABC = trace((0, 300), (1, 200), (2, 100))  # j0 = A, j1 = B, j2 = C
 
 
@@ -70,8 +76,15 @@ def test_smallest_first_overspends_and_lane_does_not():
     # Five 300-token jobs at once, ceiling 1000. The seed's tick checks each
     # est against ceiling - spent (spent is still 0) and admits all five.
     tr = trace(*[(0, 300)] * 5)
-    cfg = dict(ceiling=1_000, start_fraction=1.0, max_leased=10, burst_tokens=10_000,
-               service_base=1.0, service_per_token=0.0, horizon=100)  # fmt: skip
+    cfg = dict(
+        ceiling=1_000,
+        start_fraction=1.0,
+        max_leased=10,
+        burst_tokens=10_000,
+        service_base=1.0,
+        service_per_token=0.0,
+        horizon=100,
+    )
     seed, fifo, lane = simulate(tr, SimConfig(**cfg), ["smallest-first", "token-fifo", "lane"])
     assert (seed.done, seed.spent, seed.over_ceiling) == (5, 1_500, 500)
     assert (fifo.done, fifo.spent, fifo.over_ceiling) == (3, 900, 0)
@@ -82,8 +95,16 @@ def test_token_fifo_blocks_behind_its_head_and_lane_backfills():
     # 600 then 500 then 100, ceiling 1000: FIFO stops at the 500 and never
     # looks at the 100 behind it; the lane admits 600 + 100.
     tr = trace((0, 600), (0.5, 500), (1, 100))
-    cfg = dict(ceiling=1_000, start_fraction=1.0, max_leased=10, burst_tokens=10_000,
-               service_base=100.0, service_per_token=0.0, horizon=50, lease_seconds=500.0)  # fmt: skip
+    cfg = dict(
+        ceiling=1_000,
+        start_fraction=1.0,
+        max_leased=10,
+        burst_tokens=10_000,
+        service_base=100.0,
+        service_per_token=0.0,
+        horizon=50,
+        lease_seconds=500.0,
+    )
     fifo, lane = simulate(tr, SimConfig(**cfg), ["token-fifo", "lane"], record=True)
     assert admissions(fifo) == ["j0000000"]
     assert admissions(lane) == ["j0000000", "j0000002"]
@@ -95,8 +116,17 @@ def test_start_limit_keeps_the_last_fifth_for_finishing():
     # waits; r1's second stage (250) finishes a run already under way and goes in. Recorded
     # arrivals (chain=False): r1's second stage arrives while its first runs.
     tr = trace((0, 700, 700, "r1"), (1, 200, 200, "r2"), (2, 250, 250, "r1"))
-    cfg = dict(ceiling=1_000, start_fraction=0.8, max_leased=10, burst_tokens=10_000, service_base=100.0,
-               service_per_token=0.0, horizon=50, lease_seconds=500.0, chain=False)  # fmt: skip
+    cfg = dict(
+        ceiling=1_000,
+        start_fraction=0.8,
+        max_leased=10,
+        burst_tokens=10_000,
+        service_base=100.0,
+        service_per_token=0.0,
+        horizon=50,
+        lease_seconds=500.0,
+        chain=False,
+    )
     res = run_one(tr, "lane", **cfg)
     assert admissions(res) == ["j0000000", "j0000002"]
 
@@ -104,8 +134,17 @@ def test_start_limit_keeps_the_last_fifth_for_finishing():
 def test_burst_window_slides():
     # burst 500 in any 10 s: the third 200-token job waits until the first leaves the window at t=10.
     tr = trace((0, 200), (1, 200), (2, 200))
-    cfg = dict(ceiling=10_000, start_fraction=1.0, max_leased=10, burst_tokens=500, window_seconds=10.0,
-               service_base=1.0, service_per_token=0.0, workers=3, horizon=100)  # fmt: skip
+    cfg = dict(
+        ceiling=10_000,
+        start_fraction=1.0,
+        max_leased=10,
+        burst_tokens=500,
+        window_seconds=10.0,
+        service_base=1.0,
+        service_per_token=0.0,
+        workers=3,
+        horizon=100,
+    )
     res = run_one(tr, "lane", **cfg)
     assert res.waits == [0.0, 0.0, 8.0]
     assert [e[1] for e in res.log if e[0] == "tick" and e[2]] == [0.0, 1.0, 10.0]
@@ -118,8 +157,17 @@ def test_smallest_first_starves_a_big_job_and_aging_does_not():
     # of waiting: the 500 (arrived 0.5) ranks as if it arrived at 25.5, so the small
     # jobs that arrived up to t=20 go first and it goes at t=30, when they are done.
     tr = trace((0.5, 500), *[(4.0 * i, 100) for i in range(60)])
-    cfg = dict(ceiling=10**6, start_fraction=1.0, max_leased=1, burst_tokens=600, service_base=5.0,
-               service_per_token=0.0, max_wait_seconds=30.0, horizon=240, starve_after=60.0)  # fmt: skip
+    cfg = dict(
+        ceiling=10**6,
+        start_fraction=1.0,
+        max_leased=1,
+        burst_tokens=600,
+        service_base=5.0,
+        service_per_token=0.0,
+        max_wait_seconds=30.0,
+        horizon=240,
+        starve_after=60.0,
+    )
     seed, lane = simulate(tr, SimConfig(**cfg), ["smallest-first", "lane"])
     big = 1  # index of the 500-token job after sorting by arrival (the small one at 0 is j0)
     assert seed.starved == 1 and seed.waits[big] == pytest.approx(239.5)
@@ -133,8 +181,16 @@ def test_cold_drainer_expires_leases_and_preflight_prevents_it():
     # again, and the worker starts it at 100. With the preflight the lane is
     # stopped while the worker sleeps and admits it once, at 100.
     tr = trace((60, 100))
-    cfg = dict(ceiling=10_000, start_fraction=1.0, sleep_every=100.0, sleep_seconds=50.0, lease_seconds=30.0,
-               service_base=5.0, service_per_token=0.0, horizon=200)  # fmt: skip
+    cfg = dict(
+        ceiling=10_000,
+        start_fraction=1.0,
+        sleep_every=100.0,
+        sleep_seconds=50.0,
+        lease_seconds=30.0,
+        service_base=5.0,
+        service_per_token=0.0,
+        horizon=200,
+    )
     cold = run_one(tr, "lane", **cfg)
     assert (cold.expired, cold.done, cold.waits) == (1, 1, [40.0])  # waits until the worker starts it
     assert [e[:2] for e in cold.log if e[0] != "tick"] == [("submit", 60.0), ("expire", 90.0), ("settle", 105.0)]
@@ -144,8 +200,15 @@ def test_cold_drainer_expires_leases_and_preflight_prevents_it():
 
 def test_expired_leases_park_after_max_attempts():
     tr = trace((60, 100))
-    cfg = dict(ceiling=10_000, start_fraction=1.0, sleep_every=1000.0, sleep_seconds=950.0, lease_seconds=10.0,
-               max_attempts=3, horizon=500)  # fmt: skip
+    cfg = dict(
+        ceiling=10_000,
+        start_fraction=1.0,
+        sleep_every=1000.0,
+        sleep_seconds=950.0,
+        lease_seconds=10.0,
+        max_attempts=3,
+        horizon=500,
+    )
     res = run_one(tr, "lane", **cfg)
     assert (res.expired, res.parked, res.done) == (3, 1, 0)
 

@@ -16,7 +16,7 @@ from lane_plugin.sim.tenants import assign_by_hash, parse_tenants
 
 def _backfill_and_interactive() -> Trace:
     tr = Trace()
-    for i in range(600):  # a backfill submits everything at once
+    for _ in range(600):  # a backfill submits everything at once
         tr.add(0.0, "bulk", 1_000, 1_000, None, tenant="backfill")
     for i in range(20):  # an interactive user, one call every 10 s
         tr.add(5.0 + 10.0 * i, "ask", 1_000, 1_000, None, tenant="interactive")
@@ -24,8 +24,15 @@ def _backfill_and_interactive() -> Trace:
 
 
 def test_the_fair_order_serves_the_interactive_tenant_at_once_and_today_s_order_after_the_backfill():
-    cfg = SimConfig(ceiling=10**9, allowance=10**9, burst_tokens=10**6, max_leased=4, workers=4,
-                    service_base=1.0, service_per_token=0.0)  # fmt: skip
+    cfg = SimConfig(
+        ceiling=10**9,
+        allowance=10**9,
+        burst_tokens=10**6,
+        max_leased=4,
+        workers=4,
+        service_base=1.0,
+        service_per_token=0.0,
+    )
     one, fair = simulate(_backfill_and_interactive(), cfg, ["lane-one-queue", "lane"])
     assert fair.tenants is not None and one.tenants is not None
     assert fair.tenants["interactive"]["wait_p99"] <= 5.0 < one.tenants["interactive"]["wait_p99"] / 10
@@ -51,8 +58,20 @@ def test_parse_assign_and_the_tenant_column_round_trip(tmp_path):
 
 
 def test_the_cli_adds_the_baseline_and_prints_per_tenant_figures():
-    res = CliRunner().invoke(app, ["simulate", "--jobs", "600", "--days", "0.02", "--tenants",
-                                   "backfill:1:0.8,interactive:4:0.2", "--json", "--no-progress"])  # fmt: skip
+    res = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "--jobs",
+            "600",
+            "--days",
+            "0.02",
+            "--tenants",
+            "backfill:1:0.8,interactive:4:0.2",
+            "--json",
+            "--no-progress",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     rows = {r["policy"]: r for r in out["results"]} if "results" in out else {r["policy"]: r for r in out["policies"]}
@@ -65,7 +84,7 @@ def test_the_cli_adds_the_baseline_and_prints_per_tenant_figures():
 
 def _big_amid_small() -> Trace:
     tr = Trace()
-    for i in range(20):  # a burst fills the window
+    for _ in range(20):  # a burst fills the window
         tr.add(0.0, "small", 1_000, 1_000, None, tenant="b")
     tr.add(1.0, "big", 9_000, 9_000, None, tenant="a")  # then a big job, and small ones at the window's rate
     for i in range(600):
@@ -82,8 +101,17 @@ def test_the_simulator_models_the_overtaking_budget():
     arrives within ``est * age_factor`` (270 s) after it. With the budget it found 20k waiting: at most 5k of
     later jobs pass it, so it waits at most (20k + 5k + 9k) / 2k per second, within two windows.
     """
-    cfg = dict(ceiling=10**9, allowance=10**9, burst_tokens=20_000, window_seconds=10.0, max_leased=64, workers=64,
-               service_base=1.0, service_per_token=0.0, max_wait_seconds=600.0)  # fmt: skip
+    cfg = dict(
+        ceiling=10**9,
+        allowance=10**9,
+        burst_tokens=20_000,
+        window_seconds=10.0,
+        max_leased=64,
+        workers=64,
+        service_base=1.0,
+        service_per_token=0.0,
+        max_wait_seconds=600.0,
+    )
     waits = {}
     for beta in (None, 0.25):
         tr = _big_amid_small()

@@ -23,8 +23,11 @@ def _client(emu: ProviderEmulator) -> anthropic.Anthropic:
 
 
 def _ask(c: anthropic.Anthropic, prompt: int, max_tokens: int = 100, tag: str = ""):
-    return c.messages.with_raw_response.create(model="claude-emu", max_tokens=max_tokens,
-                                               messages=[{"role": "user", "content": (tag + "word" * prompt)[:prompt * 4]}])
+    return c.messages.with_raw_response.create(
+        model="claude-emu",
+        max_tokens=max_tokens,
+        messages=[{"role": "user", "content": (tag + "word" * prompt)[: prompt * 4]}],
+    )
 
 
 def test_messages_answer_in_anthropics_shape_with_its_rate_limit_headers():
@@ -44,8 +47,16 @@ def test_messages_answer_in_anthropics_shape_with_its_rate_limit_headers():
 
 def test_input_and_output_limits_refuse_with_a_rate_limit_error_the_gate_reads():
     clock = Clock()
-    with ProviderEmulator(tpm=10**9, rpm=None, itpm=100, otpm=60, window_seconds=60.0, output_lengths=[40],
-                          clock=clock, sleep=lambda s: None) as emu:  # fmt: skip
+    with ProviderEmulator(
+        tpm=10**9,
+        rpm=None,
+        itpm=100,
+        otpm=60,
+        window_seconds=60.0,
+        output_lengths=[40],
+        clock=clock,
+        sleep=lambda s: None,
+    ) as emu:
         c = _client(emu)
         _ask(c, 50)
         with pytest.raises(anthropic.RateLimitError) as err:
@@ -65,8 +76,9 @@ def test_input_and_output_limits_refuse_with_a_rate_limit_error_the_gate_reads()
 
 def test_spending_from_outside_the_lane_uses_the_shared_limits():
     clock = Clock()
-    with ProviderEmulator(tpm=1_000, rpm=None, window_seconds=60.0, output_lengths=[1], clock=clock,
-                          sleep=lambda s: None) as emu:  # fmt: skip
+    with ProviderEmulator(
+        tpm=1_000, rpm=None, window_seconds=60.0, output_lengths=[1], clock=clock, sleep=lambda s: None
+    ) as emu:
         assert emu.spend_outside(400, max_tokens=100) and emu.spend_outside(400, max_tokens=100)
         assert not emu.spend_outside(1, max_tokens=1)  # the window is full: refused, not charged
         assert emu.stats()["outside_ok"] == 2 and emu.stats()["outside_refused"] == 1 and emu.records == []

@@ -46,8 +46,12 @@ def test_the_postgres_server_database_is_fresh_readable_and_dropped_even_when_th
                 c.execute(
                     sa.text("create table task_run (flow_run_id uuid, created timestamptz, start_time timestamptz)")
                 )
-                c.execute(sa.text("insert into task_run values ('00000000-0000-0000-0000-000000000001', "
-                                  "'2026-01-01 00:00:00+00', null)"))  # fmt: skip
+                c.execute(
+                    sa.text(
+                        "insert into task_run values ('00000000-0000-0000-0000-000000000001', "
+                        "'2026-01-01 00:00:00+00', null)"
+                    )
+                )
             engine.dispose()
             runs = ts.prefect_task_runs(read_url)
             assert list(runs) == ["00000000-0000-0000-0000-000000000001"]

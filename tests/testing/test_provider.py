@@ -163,8 +163,10 @@ def test_output_lengths_are_deterministic_for_a_seed_and_capped_at_max_tokens():
     def run(seed: int) -> list[tuple[int, str]]:
         with ProviderEmulator(tpm=10**7, output_lengths=lengths, seed=seed) as emu:
             c = client(emu)
-            return [(r.usage.completion_tokens, r.choices[0].finish_reason)
-                    for r in (ask(c, 10, 100, tag=f"q{i}") for i in range(12))]  # fmt: skip
+            return [
+                (r.usage.completion_tokens, r.choices[0].finish_reason)
+                for r in (ask(c, 10, 100, tag=f"q{i}") for i in range(12))
+            ]
 
     first, again, other = run(7), run(7), run(8)
     assert first == again and first != other
@@ -223,8 +225,11 @@ def test_a_request_sent_after_a_429s_answer_is_sent_into_the_closed_window_one_b
         refused = emu.records[1]
         assert refused.status == 429 and refused.t_answered is not None  # the 429 was answered: the window closed
         assert emu.stats()["sent_into_closed"] == emu.stats()["in_flight_at_429"] == 0
-        for tag, headers in (("c", {"x-client-sent-at": repr(begun)}), ("d", {}),
-                             ("e", {"x-client-sent-at": repr(time.time())})):  # fmt: skip
+        for tag, headers in (
+            ("c", {"x-client-sent-at": repr(begun)}),
+            ("d", {}),
+            ("e", {"x-client-sent-at": repr(time.time())}),
+        ):
             with pytest.raises(openai.RateLimitError):
                 ask(c, 10, 5, tag=tag, extra_headers=headers)
         stats = emu.stats()

@@ -28,15 +28,11 @@ def upgrade() -> None:
         sa.Column("attempt", sa.Integer(), nullable=False),
         sa.Column("lease_attempt", sa.Integer(), nullable=False),
         sa.Column("lease_until", sa.Float(), nullable=False),
-        sa.Column(
-            "lease_token", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=True
-        ),
+        sa.Column("lease_token", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=True),
         sa.Column("deadline", sa.Float(), nullable=True),
         sa.Column("run_key", sqlmodel.sql.sqltypes.AutoString(), nullable=True),
         sa.Column("key", sqlmodel.sql.sqltypes.AutoString(), nullable=True),
-        sa.Column(
-            "fallback", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=True
-        ),
+        sa.Column("fallback", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=True),
         sa.Column("reason", sqlmodel.sql.sqltypes.AutoString(), nullable=True),
         sa.Column("created_at", sa.Float(), nullable=False),
         sa.Column("wait_since", sa.Float(), nullable=False),
@@ -44,21 +40,15 @@ def upgrade() -> None:
         sa.Column("finished_at", sa.Float(), nullable=True),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("key"),
-        sa.CheckConstraint(
-            "est > 0 and actual >= 0 and attempt >= 1", name="ck_job_numbers"
-        ),
+        sa.CheckConstraint("est > 0 and actual >= 0 and attempt >= 1", name="ck_job_numbers"),
         sa.CheckConstraint(
             "state in ('new', 'leased', 'done', 'failed', 'parked')",
             name="ck_job_state",
         ),
     )
     with op.batch_alter_table("job", schema=None) as batch_op:
-        batch_op.create_index(
-            "ix_job_admission", ["lane", "state", "est", "wait_since"], unique=False
-        )
-        batch_op.create_index(
-            "ix_job_aging", ["lane", "state", "wait_since"], unique=False
-        )
+        batch_op.create_index("ix_job_admission", ["lane", "state", "est", "wait_since"], unique=False)
+        batch_op.create_index("ix_job_aging", ["lane", "state", "wait_since"], unique=False)
         batch_op.create_index("ix_job_deadline", ["state", "deadline"], unique=False)
         batch_op.create_index("ix_job_lease", ["state", "lease_until"], unique=False)
         batch_op.create_index("ix_job_run", ["lane", "run_key"], unique=False)
@@ -76,14 +66,10 @@ def upgrade() -> None:
         sa.Column("max_wait_seconds", sa.Float(), nullable=False),
         sa.Column("max_attempts", sa.Integer(), nullable=False),
         sa.Column("park_seconds", sa.Float(), nullable=False),
-        sa.Column(
-            "fallback", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=True
-        ),
+        sa.Column("fallback", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=True),
         sa.Column("preflight", sqlmodel.sql.sqltypes.AutoString(), nullable=True),
         sa.Column("preflight_timeout", sa.Float(), nullable=False),
-        sa.Column(
-            "period", sqlmodel.sql.sqltypes.AutoString(length=16), nullable=False
-        ),
+        sa.Column("period", sqlmodel.sql.sqltypes.AutoString(length=16), nullable=False),
         sa.Column("stopped", sa.Boolean(), nullable=False),
         sa.Column("spent", sa.BigInteger(), nullable=False),
         sa.Column("reserved", sa.BigInteger(), nullable=False),
@@ -101,9 +87,7 @@ def upgrade() -> None:
             "spent >= 0 and reserved >= 0 and overage >= 0 and leased >= 0",
             name="ck_lane_counters",
         ),
-        sa.CheckConstraint(
-            "ceiling > 0 and burst_tokens > 0 and max_leased > 0", name="ck_lane_policy"
-        ),
+        sa.CheckConstraint("ceiling > 0 and burst_tokens > 0 and max_leased > 0", name="ck_lane_policy"),
     )
     op.create_table(
         "lane_run",
@@ -115,46 +99,32 @@ def upgrade() -> None:
     op.create_table(
         "settlement",
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False),
-        sa.Column(
-            "job_id", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False
-        ),
+        sa.Column("job_id", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
         sa.Column("attempt", sa.Integer(), nullable=False),
         sa.Column("lane", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
         sa.Column("est", sa.BigInteger(), nullable=False),
         sa.Column("actual", sa.BigInteger(), nullable=False),
         sa.Column("overage", sa.BigInteger(), nullable=False),
         sa.Column("late", sa.Boolean(), nullable=False),
-        sa.Column(
-            "outcome", sqlmodel.sql.sqltypes.AutoString(length=16), nullable=False
-        ),
+        sa.Column("outcome", sqlmodel.sql.sqltypes.AutoString(length=16), nullable=False),
         sa.Column("settled_at", sa.Float(), nullable=False),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("job_id", "attempt", name="uq_settlement_job_attempt"),
-        sa.CheckConstraint(
-            "actual >= 0 and overage >= 0", name="ck_settlement_numbers"
-        ),
+        sa.CheckConstraint("actual >= 0 and overage >= 0", name="ck_settlement_numbers"),
     )
     with op.batch_alter_table("settlement", schema=None) as batch_op:
-        batch_op.create_index(
-            "ix_settlement_lane_at", ["lane", "settled_at"], unique=False
-        )
+        batch_op.create_index("ix_settlement_lane_at", ["lane", "settled_at"], unique=False)
 
     op.create_table(
         "shadow_estimate",
-        sa.Column(
-            "job_id", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False
-        ),
-        sa.Column(
-            "version", sqlmodel.sql.sqltypes.AutoString(length=128), nullable=False
-        ),
+        sa.Column("job_id", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
+        sa.Column("version", sqlmodel.sql.sqltypes.AutoString(length=128), nullable=False),
         sa.Column("est", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("job_id", "version"),
     )
     op.create_table(
         "tail",
-        sa.Column(
-            "job_id", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False
-        ),
+        sa.Column("job_id", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
         sa.Column("lane", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
         sa.Column("stage", sqlmodel.sql.sqltypes.AutoString(), nullable=False),
         sa.Column("est", sa.BigInteger(), nullable=False),
@@ -164,15 +134,22 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("job_id"),
     )
     with op.batch_alter_table("tail", schema=None) as batch_op:
-        batch_op.create_index(
-            "ix_tail_lane_deadline", ["lane", "deadline"], unique=False
-        )
+        batch_op.create_index("ix_tail_lane_deadline", ["lane", "deadline"], unique=False)
 
     # The two lanes every ledger starts with, from the policy's one table of defaults.
     from lane_plugin.policy import DEFAULT_LANES
 
-    counters = dict(spent=0, reserved=0, overage=0, leased=0, window_start=0.0, window_used=0,
-                    period_start=0.0, preflight_ok=True, updated_at=0.0)  # fmt: skip
+    counters = dict(
+        spent=0,
+        reserved=0,
+        overage=0,
+        leased=0,
+        window_start=0.0,
+        window_used=0,
+        period_start=0.0,
+        preflight_ok=True,
+        updated_at=0.0,
+    )
     rows = [dict(settings, **counters, name=name) for name, settings in DEFAULT_LANES.items()]
     op.bulk_insert(sa.table("lane", *(sa.column(c) for c in rows[0])), rows)
 

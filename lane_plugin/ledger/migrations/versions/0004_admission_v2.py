@@ -25,8 +25,11 @@ depends_on = None
 
 def upgrade() -> None:
     with op.batch_alter_table("lane", schema=None) as b:
-        b.add_column(sa.Column("rate_basis", sqlmodel.sql.sqltypes.AutoString(length=16), nullable=False,
-                               server_default="request"))  # fmt: skip
+        b.add_column(
+            sa.Column(
+                "rate_basis", sqlmodel.sql.sqltypes.AutoString(length=16), nullable=False, server_default="request"
+            )
+        )
         b.add_column(sa.Column("finishing", sa.BigInteger(), nullable=False, server_default="0"))
         b.add_column(sa.Column("profile_at", sa.Float(), nullable=False, server_default="0"))
         b.create_check_constraint("ck_lane_rate_reserve", "rate_basis in ('request', 'actual') and finishing >= 0")

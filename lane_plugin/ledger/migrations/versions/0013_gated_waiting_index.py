@@ -27,8 +27,14 @@ _WHERE = "state = 'new' and waiter is not null"
 
 
 def upgrade() -> None:
-    op.create_index("ix_job_gated", "job", ["lane", "finishing", "prio", "id"], unique=False,
-                    sqlite_where=sa.text(_WHERE), postgresql_where=sa.text(_WHERE))  # fmt: skip
+    op.create_index(
+        "ix_job_gated",
+        "job",
+        ["lane", "finishing", "prio", "id"],
+        unique=False,
+        sqlite_where=sa.text(_WHERE),
+        postgresql_where=sa.text(_WHERE),
+    )
 
 
 def downgrade() -> None:

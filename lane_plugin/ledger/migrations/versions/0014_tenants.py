@@ -47,11 +47,18 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("lane", "name"),
     )
     with op.batch_alter_table("job", schema=None) as b:
-        b.add_column(sa.Column("tenant", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False,
-                               server_default="default"))  # fmt: skip
+        b.add_column(
+            sa.Column("tenant", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False, server_default="default")
+        )
     op.create_index("ix_job_tenant_queue", "job", ["lane", "tenant", "state", "finishing", "prio", "id"], unique=False)
-    op.create_index("ix_job_tenant_gated", "job", ["lane", "tenant", "finishing", "prio", "id"], unique=False,
-                    sqlite_where=sa.text(_WHERE), postgresql_where=sa.text(_WHERE))  # fmt: skip
+    op.create_index(
+        "ix_job_tenant_gated",
+        "job",
+        ["lane", "tenant", "finishing", "prio", "id"],
+        unique=False,
+        sqlite_where=sa.text(_WHERE),
+        postgresql_where=sa.text(_WHERE),
+    )
     op.execute(
         "insert into tenant (lane, name, spent) select l.name, 'default', coalesce((select sum(s.actual) from "
         "settlement s where s.lane = l.name), 0) from lane l where exists (select 1 from job j where j.lane = l.name)"
