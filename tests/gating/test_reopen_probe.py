@@ -14,9 +14,12 @@ from lane_plugin.gating.provider_pause import PROBE_POLL, PROBE_POLL_LEDGER, Pro
 
 
 class _Gate(ProviderPause):
+    ledger: Ledger | None = None  # the test's ledger: each gate's job is a real one (a 429 pauses through it)
+
     def __init__(self, i: int):
-        self.stage, self.lane, self.job_id = "s", "l", f"j{i}"
-        self.lease = SimpleNamespace(lane="l", job_id=f"j{i}", attempt=1)
+        job = self.ledger.submit("s", 1, "l", key=f"j{i}") if self.ledger is not None else f"j{i}"
+        self.stage, self.lane, self.job_id = "s", "l", job
+        self.lease = SimpleNamespace(lane="l", job_id=job, attempt=1)
         self._waited_pause = False
 
 
@@ -24,7 +27,9 @@ class _Gate(ProviderPause):
 def led(tmp_path):
     led = Ledger(f"sqlite:///{tmp_path / 'lane.db'}")
     led.set_lane("l", allowance=10**6, ceiling=10**6)
+    _Gate.ledger = led
     yield led
+    _Gate.ledger = None
     led.close()
 
 
