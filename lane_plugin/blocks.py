@@ -42,9 +42,9 @@ class LaneLedger(Block):
     _block_type_name = "Lane Ledger"
     _block_type_slug = SLUG
     _description = (
-        "The token ledger of lane_plugin. Use it by name: ledger=\"lane-ledger/NAME\" in @lane_task, "
+        'The token ledger of lane_plugin. Use it by name: ledger="lane-ledger/NAME" in @lane_task, '
         "--db block:lane-ledger/NAME on the lane command line, LANE_DATABASE_URL=block:lane-ledger/NAME "
-        "for workers, or db=\"block:lane-ledger/NAME\" for the scheduled flows."
+        'for workers, or db="block:lane-ledger/NAME" for the scheduled flows.'
     )
 
     url: SecretStr = Field(

@@ -12,5 +12,14 @@ from .ledgers import get_ledger
 from .tracking import track_limits
 from .usage import NO_USAGE
 
-__all__ = ["NO_USAGE", "Gate", "current_gate", "gate", "get_ledger", "lane_task", "report_usage", "track_limits",
-           "track_usage"]
+__all__ = [
+    "NO_USAGE",
+    "Gate",
+    "current_gate",
+    "gate",
+    "get_ledger",
+    "lane_task",
+    "report_usage",
+    "track_limits",
+    "track_usage",
+]

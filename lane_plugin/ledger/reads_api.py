@@ -17,7 +17,6 @@ class LedgerReads:
     def __init__(self, ledger: Any) -> None:  # the Ledger (api.py imports this module)
         self.led = ledger
 
-
     def job(self, job_id: str) -> dict[str, Any]:
         job_id = text("job id", job_id)
         return self.led._run(lambda cur, now: reads.job(cur, job_id), write=False)
@@ -31,11 +30,17 @@ class LedgerReads:
         return self.led._run(lambda cur, now: reads.tail(cur, now, lane), write=False)
 
     def settled_jobs(self, *, lane: str | None = None, since: float | None = None) -> list[dict[str, Any]]:
-        since, lane = None if since is None else number("since", since, low=0.0, high=1e12), text("lane", lane, required=False)
+        since, lane = (
+            None if since is None else number("since", since, low=0.0, high=1e12),
+            text("lane", lane, required=False),
+        )
         return self.led._run(lambda cur, now: reads.settled_jobs(cur, now, lane=lane, since=since), write=False)
 
     def spend(self, *, lane: str | None = None, since: float | None = None) -> list[dict[str, Any]]:
-        since, lane = None if since is None else number("since", since, low=0.0, high=1e12), text("lane", lane, required=False)
+        since, lane = (
+            None if since is None else number("since", since, low=0.0, high=1e12),
+            text("lane", lane, required=False),
+        )
         return self.led._run(lambda cur, now: reads.spend(cur, now, lane=lane, since=since), write=False)
 
     def shadow_estimates(self, *, lane: str | None = None) -> list[dict[str, Any]]:

@@ -37,7 +37,6 @@ _seen_alive: dict[tuple[int, str], float] = {}  # (the database, the waiter): le
 _idents: dict[int, str] = {}  # pid -> waiter id (a fork is another waiter)
 
 
-
 def waiter_id() -> str:
     """This process's waiter id (``host:pid:random``): a fork is a new waiter."""
     pid = os.getpid()
@@ -69,7 +68,7 @@ def gone(cur: Cursor, waiters: set[str], now: float) -> set[str]:
     out: set[str] = set()
     ids = sorted(w for w in waiters if not 0 <= now - _seen_alive.get((id(cur.stats), w), -1e18) < RECHECK_SECONDS)
     for i in range(0, len(ids), _CHUNK):
-        part = {f"w{k}": w for k, w in enumerate(ids[i:i + _CHUNK])}
+        part = {f"w{k}": w for k, w in enumerate(ids[i : i + _CHUNK])}
         rows = cur.all(queries.waiters_gone(part), part)
         for w, seen, gone_at in rows:
             if gone_at is not None or now - seen > GONE_SECONDS:
@@ -83,7 +82,7 @@ def rows(cur: Cursor, job_ids: list[str]) -> list[tuple]:
     """Waiting jobs' own rows (primary-key lookups, no lock): has anyone handed them a lease?"""
     out: list[tuple] = []
     for i in range(0, len(job_ids), _CHUNK):
-        part = {f"j{k}": j for k, j in enumerate(job_ids[i:i + _CHUNK])}
+        part = {f"j{k}": j for k, j in enumerate(job_ids[i : i + _CHUNK])}
         out += cur.all(queries.waiters_rows(part), part)
     return out
 
@@ -101,7 +100,7 @@ def rows_sent(cur: Cursor, job_ids: list[str], now: float, send_slack: float | N
     slack, params = slack_sql(send_slack, "l.window_seconds")
     out: list[tuple] = []
     for i in range(0, len(job_ids), _CHUNK):
-        part = {f"j{k}": j for k, j in enumerate(job_ids[i:i + _CHUNK])}
+        part = {f"j{k}": j for k, j in enumerate(job_ids[i : i + _CHUNK])}
         out += cur.all(queries.waiters_rows_sent(part, slack), {**part, "now": now, **params})
     return out
 
@@ -152,6 +151,22 @@ def notify(cur: Cursor, lane: str, what: str) -> None:
         cur.execute(queries.WAITERS_NOTIFY, {"ch": CHANNEL, "l": lane, "w": what})
 
 
-__all__ = ["CHANNEL", "GONE_SECONDS", "HEARTBEAT_SECONDS", "NOTIFY_BYTES", "ROW_KEYS", "WAITER_GONE", "claim",
-           "gone", "heartbeat", "lease_expired", "leased_what", "notify", "parse_what", "rows",
-           "rows_sent", "try_tick_lock", "waiter_id"]
+__all__ = [
+    "CHANNEL",
+    "GONE_SECONDS",
+    "HEARTBEAT_SECONDS",
+    "NOTIFY_BYTES",
+    "ROW_KEYS",
+    "WAITER_GONE",
+    "claim",
+    "gone",
+    "heartbeat",
+    "lease_expired",
+    "leased_what",
+    "notify",
+    "parse_what",
+    "rows",
+    "rows_sent",
+    "try_tick_lock",
+    "waiter_id",
+]

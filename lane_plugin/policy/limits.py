@@ -190,7 +190,9 @@ def units_of(rate: int, input_tokens: int | None, output_tokens: int | None) -> 
     }
 
 
-def blocking_limit(limits: Iterable[LimitUse], units: Mapping[str, int], held: Mapping[str, int] | None = None) -> str | None:
+def blocking_limit(
+    limits: Iterable[LimitUse], units: Mapping[str, int], held: Mapping[str, int] | None = None
+) -> str | None:
     """The unit of the first limit the job's ``units`` would overfill (rule 6b), or None.
 
     ``held``: units a shadow reservation keeps in the windows (rule 8) on top of what they hold.

@@ -183,8 +183,14 @@ def unfit_before_reset(
 
 
 def never_fits(
-    policy: LanePolicy, est: int, *, starts_run: bool = True, rate_cost: int | None = None, var: int = 0,
-    input_cost: int | None = None, output_cost: int | None = None,
+    policy: LanePolicy,
+    est: int,
+    *,
+    starts_run: bool = True,
+    rate_cost: int | None = None,
+    var: int = 0,
+    input_cost: int | None = None,
+    output_cost: int | None = None,
 ) -> str | None:
     """Why a job could never be admitted in this lane, or None (rule 10).
 

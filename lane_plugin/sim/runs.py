@@ -174,7 +174,11 @@ class RunBook:
             if seq is not None and old != seq:
                 self._add(seq, 1)
                 self._counted[key] = seq
-        fit = {stage: StageFit(math.ceil(total / n), 2.0 * _p95(gaps), n) for stage, (total, n, gaps) in self._sums.items() if n}
+        fit = {
+            stage: StageFit(math.ceil(total / n), 2.0 * _p95(gaps), n)
+            for stage, (total, n, gaps) in self._sums.items()
+            if n
+        }
         changed = [stage for stage, f in fit.items() if self.profile.get(stage) != f]
         if not changed:
             return  # the same profile: every run under way already reserves what it gives (admission set it)
@@ -211,7 +215,13 @@ class RunBook:
         if hit is not None and hit[0] == run.last_at:
             return hit[1]
         sim = self.sim
-        est, actual, stage, arrival, state = sim.trace.est, sim.trace.actual, sim.trace.stage, sim.trace.arrival, sim.state
+        est, actual, stage, arrival, state = (
+            sim.trace.est,
+            sim.trace.actual,
+            sim.trace.stage,
+            sim.trace.arrival,
+            sim.state,
+        )
         jobs = sorted(run.jobs, key=lambda j: (sim.admitted_at[j], arrival[j], j))
         seq = [(stage[j], run_tokens(est[j], actual[j] if state[j] == DONE else 0), sim.admitted_at[j]) for j in jobs]
         if all(state[j] == DONE or state[j] == PARKED for j in jobs):

@@ -29,7 +29,9 @@ def parse_tenants(spec: str) -> list[tuple[str, float, float]]:
     for part in spec.split(","):
         bits = part.strip().split(":")
         if len(bits) != 3 or not bits[0]:
-            raise TraceError(f"tenants={spec!r}: expected NAME:WEIGHT:SHARE,... (e.g. backfill:1:0.9,interactive:4:0.1)")
+            raise TraceError(
+                f"tenants={spec!r}: expected NAME:WEIGHT:SHARE,... (e.g. backfill:1:0.9,interactive:4:0.1)"
+            )
         try:
             weight, share = float(bits[1]), float(bits[2])
         except ValueError:

@@ -149,7 +149,11 @@ def test_tenants_list_set_and_refuse(run):
     out = run("tenants", "set", "free", "interactive", "--weight", "4", "--ceiling", "2000000", "--period", "daily")
     assert "weight 4" in out.stdout and "ceiling 2,000,000 (daily)" in out.stdout
     rows = {t["tenant"]: t for t in json.loads(run("tenants", "free", "--json").stdout)}
-    assert (rows["interactive"]["weight"], rows["interactive"]["ceiling"], rows["interactive"]["waiting"]) == (4.0, 2_000_000, 1)
+    assert (rows["interactive"]["weight"], rows["interactive"]["ceiling"], rows["interactive"]["waiting"]) == (
+        4.0,
+        2_000_000,
+        1,
+    )
     assert rows["backfill"]["weight"] == 1.0 and rows["backfill"]["ceiling"] is None
     assert "interactive" in run("tenants").stdout and "tenant interactive" not in run("tenants").stdout
     typo = run("tenants", "set", "free", "interactiv", "--weight", "2", check=False)
@@ -204,8 +208,17 @@ def test_a_lanes_set_that_parks_waiting_jobs_says_so(run):
 
 
 def test_limits_are_set_shown_and_dropped_from_the_cli(run):
-    out = run("lanes", "set", "free", "--limit", "requests=500/60s", "--limit", "tokens=30000/1m",
-              "--limit", "output_tokens=8000/60s").stdout
+    out = run(
+        "lanes",
+        "set",
+        "free",
+        "--limit",
+        "requests=500/60s",
+        "--limit",
+        "tokens=30000/1m",
+        "--limit",
+        "output_tokens=8000/60s",
+    ).stdout
     assert "burst 30,000 per 1m, limits requests 500/60s, output_tokens 8000/60s" in out
     free = next(x for x in json.loads(run("lanes", "--json").stdout) if x["lane"] == "free")
     assert free["limits"] == ["tokens 30000/60s", "requests 500/60s", "output_tokens 8000/60s"]

@@ -262,6 +262,7 @@ def test_ledger_events_become_prefect_events(ledger, monkeypatch):
     admitted = next(e for e in seen if e["event"] == "lane.job.admitted")
     assert admitted["resource"]["lane.estimate"] == "300" and admitted["resource"]["lane.stage"] == "ev"
     assert admitted["resource"]["lane.tenant"] == admitted["payload"]["tenant"] != ""  # its flow's name
+
     # and the card (which shows a related resource of an unknown type by its id) reads them
     def card(e):
         return [r["prefect.resource.id"] for r in e["related"] if r["prefect.resource.role"] == "lane-tokens"]

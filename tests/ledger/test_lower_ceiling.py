@@ -25,7 +25,9 @@ def spend(led, clock):
 def test_a_ceiling_under_what_was_admitted_is_refused_and_nothing_is_written(led, clock):
     spend(led, clock)
     for settings in (dict(ceiling=100), dict(allowance=5)):  # the default ceiling (80%) follows the allowance
-        with pytest.raises(InvalidInput, match=r"a ceiling of (100|4), under the 900 tokens it has already admitted") as err:
+        with pytest.raises(
+            InvalidInput, match=r"a ceiling of (100|4), under the 900 tokens it has already admitted"
+        ) as err:
             led.set_lane("c", **settings)
         assert err.value.field in settings
     row = led.lane("c")

@@ -6,7 +6,9 @@ from lane_plugin.errors import InvalidInput, UnknownTenant
 
 
 def _lane(led, **settings):
-    return led.set_lane("shared", **{"allowance": 10**9, "ceiling": 10**9, "burst_tokens": 10**8, "max_leased": 4, **settings})
+    return led.set_lane(
+        "shared", **{"allowance": 10**9, "ceiling": 10**9, "burst_tokens": 10**8, "max_leased": 4, **settings}
+    )
 
 
 def _drain(led, clock, lane="shared", limit=10_000):

@@ -13,8 +13,9 @@ from lane_plugin.ledger.waiters import waiter_id
 
 def test_a_database_away_is_retried_with_backoff_and_said_once(led, monkeypatch, caplog):
     slept: list[float] = []
-    monkeypatch.setattr(wakeups, "time", SimpleNamespace(monotonic=time.monotonic,
-                                                         sleep=lambda s: slept.append(s) or time.sleep(0.001)))
+    monkeypatch.setattr(
+        wakeups, "time", SimpleNamespace(monotonic=time.monotonic, sleep=lambda s: slept.append(s) or time.sleep(0.001))
+    )
     w = led.wakeups
     cycle, fails = w._cycle, [7]
 

@@ -22,9 +22,7 @@ def upgrade() -> None:
     with op.batch_alter_table("settlement", schema=None) as batch_op:
         batch_op.add_column(sa.Column("by_estimate", sa.Boolean(), nullable=False, server_default=sa.false()))
     with op.batch_alter_table("lane", schema=None) as batch_op:
-        batch_op.add_column(
-            sa.Column("reported_state", sqlmodel.sql.sqltypes.AutoString(length=32), nullable=True)
-        )
+        batch_op.add_column(sa.Column("reported_state", sqlmodel.sql.sqltypes.AutoString(length=32), nullable=True))
 
 
 def downgrade() -> None:
