@@ -27,14 +27,12 @@ the body and the pause on the SDK's error remain).
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 from ..settings import lane_settings
 from .current import current_gate
 
 log = logging.getLogger("lane_plugin.send_guard")
-_install_lock = threading.Lock()
 _installed = False
 # The attribute set on an httpx response whose 429 the guard has written as the lane's pause: the gate's own
 # handling of the SDK's error, and track_limits' response hook, do not pause the lane (and count the job's
@@ -60,14 +58,12 @@ def install() -> bool:
     """Patch each httpx package there is, once per process (idempotent, cheap after the first call); False if
     none could be patched."""
     global _installed
-    if _installed:
-        return True
-    with _install_lock:
-        if _installed:
-            return True
-        patched = [name for name in PACKAGES if _patch(name)]
-        _installed = bool(patched)
-        return _installed
+    # No lock: the first gate to reach its body installs it, in a thread a Prefect timeout may interrupt at any
+    # bytecode (a `with lock:` can be left held at its exit line). Two threads patching at once both wrap the
+    # original send (each reads it before either writes), and a later call sees a wrapper and leaves it.
+    if not _installed:
+        _installed = bool([name for name in PACKAGES if _patch(name)])
+    return _installed
 
 
 def _patch(package: str) -> bool:
