@@ -38,7 +38,7 @@ def parse_tenants(spec: str) -> list[tuple[str, float, float]]:
             raise TraceError(f"tenants={spec!r}: weight and share of {bits[0]!r} must be numbers") from None
         if not MIN_WEIGHT <= weight <= MAX_WEIGHT:
             raise TraceError(f"tenants={spec!r}: weight {weight:g} of {bits[0]!r} must be from 1 to 1000")
-        if not share > 0 or share != share:
+        if not 0 < share < float("inf"):  # nan and inf too: an infinite share would leave every other share nan
             raise TraceError(f"tenants={spec!r}: share {share:g} of {bits[0]!r} must be > 0")
         out.append((bits[0], weight, share))
     if len({n for n, _, _ in out}) != len(out):
