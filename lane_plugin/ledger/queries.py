@@ -753,7 +753,9 @@ _TENANT_SETTLE = (
     "update tenant set spent = case when period = 'none' or period_start >= "
     "(case period when 'daily' then :pd else :pm end) then spent + :a else :a end, "
     "period_start = case period when 'none' then period_start when 'daily' then :pd else :pm end, "
-    "served = served + ({served}) / weight {where}"
+    # A counter is never below 0: a lone tenant without a budget is not charged at admission (nothing to be
+    # fair against), so the true-up of its estimates down to its actuals would take it below.
+    "served = case when served + ({served}) / weight < 0 then 0 else served + ({served}) / weight end {where}"
 )
 TENANTS_SETTLE_SQL = _TENANT_SETTLE.format(served=":a - :e", where="where lane = :l and name = :n")
 # The same in PostgreSQL's one-statement settlement (lane_plugin.ledger.settlement), from its ``j`` (the job's
