@@ -44,6 +44,8 @@ def parse_tenants(spec: str) -> list[tuple[str, float, float]]:
     if len({n for n, _, _ in out}) != len(out):
         raise TraceError(f"tenants={spec!r}: a tenant is named twice")
     total = sum(s for _, _, s in out)
+    if total == float("inf"):  # each finite, their sum not (1e308 twice): every share would be 0
+        raise TraceError(f"tenants={spec!r}: the shares add up past a float's range; give them as fractions")
     return [(n, w, s / total) for n, w, s in out]
 
 
