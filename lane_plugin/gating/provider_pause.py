@@ -24,7 +24,15 @@ from typing import Any
 from ..ledger import Lease, Ledger
 from . import send_guard
 from .ledgers import get_ledger, run_logger
-from .ratelimits import DEFAULT_PAUSE, MAX_PAUSE, headers_of, rate_limit_info, remaining_of, wait_from_headers
+from .ratelimits import (
+    DEFAULT_PAUSE,
+    MAX_PAUSE,
+    PAUSE_STEP,
+    headers_of,
+    rate_limit_info,
+    remaining_of,
+    wait_from_headers,
+)
 
 # How often a gate held behind this process's probe looks again (no database read), behind another
 # process's (one read each time), and the longest a probe holds the lane (a probe that hangs must not stall
@@ -59,26 +67,28 @@ class ProviderPause:
     def _paused_for(self, led: Ledger) -> float:
         """Seconds to wait before the body (0.0: send now), read at the last moment before it: a lease granted
         before another worker's 429 paused the lane waits for the reopen, its lease renewed meanwhile, instead
-        of sending into the closed window. This process's memory of the pause first (no database round trip:
-        a 429 met here is known before its ledger write commits), else the ledger's row (another process's),
-        which also says whether the pause ended with no request through since (the probe's turn)."""
+        of sending into the closed window. A 429 met here whose ledger write has not committed first (no database
+        round trip), else the ledger's row, whose word wins over this process's memory of a pause it holds (a
+        reopen written by any process ends the wait; a waiter sleeps :data:`PAUSE_STEP` at most between reads),
+        and which also says whether the pause ended with no request through since (the probe's turn)."""
         assert self.lease is not None
         if self._picked_at is None:  # the first call, right after the pick-up
             self._picked_at = time.time()
         send_guard.install()  # the first gate to reach its body installs the guard of its sends (once)
         lane = self.lease.lane
-        left = led.paused_here(lane)
+        left = led.paused_unheard(lane)  # a 429 met here whose write has not committed: nothing to read yet
         if left <= 0 and self._probe_out(led, lane):
             left = PROBE_POLL  # this process's probe is out: nothing to read until it returns
         if left <= 0:
+            known = led.pauses_here(lane)
             try:
                 left, ended, probe_left = led.pause_state(lane)
             except Exception as exc:  # noqa: BLE001 - the body runs as it would have without the check
                 run_logger().warning("lane gate: could not read lane %s's pause: %s", lane, exc)
                 return 0.0
-            if left > 0:  # another process's pause
-                led.remember_pause(lane, left)
-            elif (here := led.paused_here(lane)) > 0:  # a 429 met in this process while the read was out
+            if left > 0:  # paused for every process: the longer word, the ledger's or the one heard here
+                left = max(left, led.paused_here(lane))
+            elif (here := led.paused_unheard(lane, known)) > 0:  # a 429 met in this process while the read was out
                 left = here
             elif ended is not None:
                 left = self._behind_probe(led, lane, ended, probe_left)
@@ -211,7 +221,7 @@ class ProviderPause:
         waited = False
         while (left := self._paused_for(led)) > 0:
             waited = True
-            time.sleep(left)
+            time.sleep(min(left, PAUSE_STEP))
         self._sent_late(led, waited)
 
     def _sent_late(self, led: Ledger, waited: bool) -> None:
@@ -230,7 +240,7 @@ class ProviderPause:
         waited = False
         while (left := self._paused_for(led)) > 0:
             waited = True
-            await asyncio.sleep(left)
+            await asyncio.sleep(min(left, PAUSE_STEP))
         self._sent_late(led, waited)
 
     def _heard_response(self, response: Any) -> None:
