@@ -918,7 +918,8 @@ def _true_up(tokens: bool) -> dict[str, str]:
     return {
         "last_sent": f"select max(at) from {table} where job_id = :j and sent{'' if tokens else ' and unit = :u'}",
         "own_sent": (
-            "select coalesce(sum(case when job_id like 'provider:%' or not sent or at > :asof or job_id = :r then 0 "
+            "select coalesce(sum(case when job_id like 'provider:%' or not sent or at > :asof or at <= :lo "
+            "or job_id = :r then 0 "
             f"else cost end), 0), count(case when job_id like 'provider:%' then null else 1 end) from {table} "
             f"where {where}"
         ),
@@ -931,7 +932,7 @@ def _true_up(tokens: bool) -> dict[str, str]:
 
 # limits.true_up_remaining's statements (the provider's count, as one outside-spend charge per window), for
 # the burst window's rate_charge (True: unit ``tokens``) or a limit's limit_charge (False: unit :u): the last
-# send of the counted job (:j), what the lane sent by then (:asof; :r a refused request's job), the
+# send of the counted job (:j), what the lane sent in its window (:lo, :asof]; :r a refused request's job), the
 # ``provider:LANE`` charge held, re-dated and re-sized or written, and the window's count moved by :c.
 LIMITS_TRUE_UP = {tokens: _true_up(tokens) for tokens in (True, False)}
 
