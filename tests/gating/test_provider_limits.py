@@ -205,8 +205,10 @@ def test_the_pause_lasts_until_the_request_fits_not_until_a_limit_with_room_left
 def test_a_429_trues_the_lane_up_to_the_providers_count_it_carries(ledger):
     # Without track_limits the lane hears the provider only on a 429: its headers hold the provider's count,
     # so the lane reopens knowing the outside spend that made it, not on a window it thinks is empty.
-    ledger.set_lane("q", allowance=10**6, ceiling=10**6, max_leased=10, limits=["tokens=1000/10s"])
-    with ProviderEmulator(tpm=1000, rpm=None, window_seconds=10.0, output_lengths=[5]) as emu:
+    # A minute's window, so that the pause the 429 leaves is still long when asserted on a loaded machine (with
+    # 10 s, a flow that took 5 s to reach its request met a retry-after under the 5 s asserted below).
+    ledger.set_lane("q", allowance=10**6, ceiling=10**6, max_leased=10, limits=["tokens=1000/60s"])
+    with ProviderEmulator(tpm=1000, rpm=None, window_seconds=60.0, output_lengths=[5]) as emu:
         assert emu.spend_outside(900)  # another client on the key
         client = openai.OpenAI(base_url=emu.base_url, api_key="k", max_retries=0)
 
