@@ -1,25 +1,24 @@
 """A process that forks one ``lane`` process per request, its third-party imports already done.
 
-Run by :class:`tests.cli.lane_process.LaneProcesses`, never by hand. Each request (one JSON line on stdin)
+Run by :class:`tests.lane_process.LaneProcesses`, never by hand. Each request (one JSON line on stdin)
 becomes a forked child with the request's working directory, environment, argv, stdin and stdout/stderr
 files, running ``lane_plugin.cli.main`` as the ``lane`` script would, then the interpreter's own exit steps
-(non-daemon threads joined, ``atexit`` handlers run, streams flushed), and exiting with the script's code.
+(non-daemon threads joined, ``atexit`` handlers run, objects finalized, streams flushed), exiting with the
+script's code.
 The server answers with the child's pid, then with its exit status.
 
-What is imported here is only what does not read the environment when imported (the database and
-validation libraries, the CLI framework); ``lane_plugin`` itself is imported fresh in each child, so every
+What is imported here is only what does not read the environment when imported (asyncio, the database and
+validation libraries; not typer, which does); ``lane_plugin`` itself is imported fresh in each child, so every
 setting it reads comes from the request's environment. The server holds no thread, connection or lock
 across a fork.
 """
 
 from __future__ import annotations
 
-import atexit
 import importlib
 import json
 import os
 import sys
-import threading
 import traceback
 
 # Imported once here, so that no child pays for them; none reads the environment when imported (typer does).
@@ -41,42 +40,23 @@ def _streams(stdin: str | None, out: str, err: str) -> None:
     sys.stderr = open(2, "w", errors="backslashreplace", closefd=False)  # noqa: SIM115
 
 
-def _exit_code(exc: SystemExit) -> int:
-    if exc.code is None:
-        return 0
-    if isinstance(exc.code, int):
-        return exc.code
-    print(exc.code, file=sys.stderr)  # sys.exit("message"): printed, status 1, as the interpreter does
-    return 1
-
-
 def _child(req: dict) -> None:
-    code = 1
+    """Become the ``lane`` process ``req`` asks for; never returns. The exit is the interpreter's own, as the
+    console script's ``sys.exit(main())``: an uncaught error printed with its traceback and status 1,
+    non-daemon threads joined, ``atexit`` handlers run, objects finalized (a SQLite connection closed, its WAL
+    file removed), streams flushed."""
     try:
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
         _streams(req.get("stdin"), req["out"], req["err"])
         sys.argv = [req["argv0"], *req["args"]]
-        from lane_plugin.cli import main
-
-        try:
-            main()
-            code = 0
-        except SystemExit as exc:
-            code = _exit_code(exc)
-        threading._shutdown()  # the interpreter's exit: non-daemon threads joined, then atexit
-        atexit._run_exitfuncs()
-    except BaseException:  # noqa: BLE001 - an uncaught error ends a script with its traceback and status 1
+    except BaseException:  # noqa: BLE001 - the request could not be set up: say why, as a failed start would
         traceback.print_exc()
-        code = 1
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001 - a closed pipe: nothing more to say
-                pass
-        os._exit(code)
+        os._exit(1)
+    from lane_plugin.cli import main
+
+    sys.exit(main())
 
 
 def serve() -> None:

@@ -11,17 +11,20 @@ def test_a_forked_lane_prints_and_exits_as_an_execd_one(env, tmp_path):
     env = {**env, "LANE_DATABASE_URL": f"sqlite:///{tmp_path / 'same.db'}"}
     cases = [
         ["--help"],
-        ["lanes"],  # creates the ledger: the next ones read it
+        ["db", "upgrade"],  # creates the ledger: the next ones read it
+        ["lanes"],
         ["lanes", "set", "free", "--ceiling", "oops"],  # exit 2, naming the value
         ["status", "no-such-job"],  # exit 3
-        ["--db", f"sqlite:///{tmp_path / 'other.db'}", "lanes"],  # the ledger named on the line, not the env's
+        ["--db", f"sqlite:///{tmp_path / 'other.db'}", "lanes"],  # the line's ledger, not the env's: missing, exit 3
         ["lanes", "--json"],
     ]
     for args in cases:
         execd = subprocess.run([LANE, *args], capture_output=True, text=True, env=env, timeout=60)
         forked = run_lane(args, env=env)
         assert (forked.returncode, forked.stdout, forked.stderr) == (execd.returncode, execd.stdout, execd.stderr), args
-    assert {run_lane(a, env=env).returncode for a in cases[2:4]} == {2, 3}  # not every case exits 0
+    assert {run_lane(a, env=env).returncode for a in cases[3:6]} == {2, 3}  # not every case exits 0
+    # the exit finalizes as an interpreter's does: SQLite's last connection closed, its WAL and SHM files gone
+    assert sorted(p.name for p in tmp_path.glob("*.db*")) == ["same.db"]
 
 
 def test_a_forked_lane_reads_the_environment_it_is_given_not_the_servers(tmp_path):
