@@ -22,6 +22,7 @@ from ..policy.order import priority
 from ..policy.overtake import overtake_key
 from ..policy.sizeclass import SIZE_CLASS_SAMPLE, size_class_boundary
 from ..policy.slack import BacklogQuantile, slack_key
+from .rooms import RoomTree
 from .runs import RunBook
 
 WAITING = 0  # the engine's state code of a waiting job
@@ -120,6 +121,9 @@ class LaneQueue:
         self.seq: dict[int, int] = {}
         self.by_key: list[tuple[int, int, int]] = []
         self.by_age: list[tuple[int, int]] = []
+        # Rule 12's exact per-job form (SimConfig.overtake_exact, an exploration: lane_plugin.policy.perjob): each
+        # waiting job's own room, key - what passed it, by arrival number (None: the index heads above).
+        self.rooms = RoomTree(self._position, 2 * len(sim.est) + 16) if sim.cfg.overtake_exact else None
 
     def prio(self, j: int) -> float:
         """Job ``j``'s place, given once (at intake, by the boundary known then and whether its run is
@@ -163,11 +167,20 @@ class LaneQueue:
         n = min(self._settles, DRIFT_SAMPLE)
         return list(zip(self._settled_est[:n].tolist(), self._settled_actual[:n].tolist()))
 
-    def left(self, j: int) -> None:
-        """Job ``j`` stops waiting (leased or parked): token-fifo's queue no longer holds its rate tokens."""
+    def left(self, j: int, leased: bool = False) -> None:
+        """Job ``j`` stops waiting (``leased``, or parked): token-fifo's queue no longer holds its rate tokens."""
         if self.on:
             self.waiting_rate -= self.sim.rate[j]
             self.left_rate += self.sim.rate[j]
+            if self.rooms is not None:
+                self.rooms.clear(self.seq[j])
+                if leased:  # it passed every older job still waiting
+                    self.rooms.lower(self.seq[j], self.sim.rate[j])
+
+    def _position(self, job_id: str) -> int | None:
+        """A waiting job's arrival number from its id (the rooms' position; None: not waiting)."""
+        j = int(job_id[1:])
+        return self.seq.get(j) if self.sim.state[j] == WAITING else None
 
     def _first(self, heap: list, n: int) -> list:
         """The first ``n`` live entries of one of the budget's heaps, in order (they stay in it)."""
@@ -221,6 +234,8 @@ class LaneQueue:
             else:
                 key = overtake_key(self.waiting_rate, self.beta)
             heappush(self.by_key, (key, n, j))
+            if self.rooms is not None:
+                self.rooms.set(n, key)
             heappush(self.by_age, (n, j))
             self.waiting_rate += sim.rate[j]
         if self._biggest:

@@ -117,6 +117,10 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
             dues = q.dues(k + 2)
             snap = replace(snap, since=q.left_rate, dues=dues)
             room = max(room, dues[0][0] - q.left_rate) if dues else room
+        if q.rooms is not None:  # the exact per-job form: each job's own room, not the heads (policy.perjob)
+            snap = replace(snap, rooms=q.rooms)
+            room = q.rooms.least(0, q.arrived + 1)
+            room = 0 if room is None else room
         if guard and room < q.policy.burst_tokens:
             late = [q.candidate(j) for j in oldest]
     # Several tenants: the head of each one's queue, merged fairly by admit.
