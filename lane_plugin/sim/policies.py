@@ -107,7 +107,12 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     # heads. While the budget has more room than the window could admit this tick it cannot bind: the oldest
     # need not be read as candidates (the snapshot still names them, so one read in the head goes in order).
     late: list = []
-    if q.on:
+    if q.rooms is not None:  # the exact per-job form: each job's own room, no heads (policy.perjob, an exploration)
+        snap = replace(snap, rooms=q.rooms)
+        room = q.rooms.least(0, q.arrived + 1)
+        if room is not None and room < q.policy.burst_tokens:
+            late = [q.candidate(j) for j in q.oldest(k)]
+    elif q.on:
         guard = q.guard(k + 2)
         oldest = q.oldest(k)
         passed = q.passed(oldest[0]) if oldest else 0
@@ -117,10 +122,6 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
             dues = q.dues(k + 2)
             snap = replace(snap, since=q.left_rate, dues=dues)
             room = max(room, dues[0][0] - q.left_rate) if dues else room
-        if q.rooms is not None:  # the exact per-job form: each job's own room, not the heads (policy.perjob)
-            snap = replace(snap, rooms=q.rooms)
-            room = q.rooms.least(0, q.arrived + 1)
-            room = 0 if room is None else room
         if guard and room < q.policy.burst_tokens:
             late = [q.candidate(j) for j in oldest]
     # Several tenants: the head of each one's queue, merged fairly by admit.
