@@ -8,7 +8,8 @@ each request's id), and, for the slack, ``Q/P``: the largest estimate a key read
 tokens waiting at arrivals (the bound is ``C x max(1, Q/P)``, lane_plugin.policy.slack). ``learned=C``: the slack with the p99 of V a lane that ran this traffic before learned
 (:func:`learned_p99`) instead of the running estimate. A ``+exact`` suffix (``slack=C+exact``, ``learned=C+exact``,
 ``beta=B+exact``): the same keys charged per job, each waiting job's own count of what passed it
-(lane_plugin.policy.perjob, an exploration no index head gives) instead of the two lane-wide heads.
+(lane_plugin.policy.perjob, an exploration no index head gives) instead of the two lane-wide heads; ``+either``:
+each waiting job within either of its own two allowances, read down the key index's first rows with their dues.
 
 Traffic: the targets' rate scenarios on the two real traces (bench_targets.py's ``rate-azure`` and
 ``rate-mooncake``), and generated single calls (lane_plugin.sim.traffic.generate: 12,000 in an hour, median
@@ -16,7 +17,7 @@ estimate 3,000, a 60 s window 5% under the hour's demand): lognormal with Poisso
 lognormal bursty (each 10 minutes' arrivals in their first 2). Generated traffic stands in for the held-out
 trace: a rule tuned to the two traces has to hold there too.
 
-Run:  .venv/bin/python benchmarks/bench_slack.py [--settings off,slack=1.3,learned=1.3+exact] [--one] [--traffic NAME,...]
+Run:  .venv/bin/python benchmarks/bench_slack.py [--settings off,slack=1.3,learned=1.3+exact,learned=1.3+either] [--one] [--traffic NAME,...]
       [--seed N]
 """
 
@@ -71,12 +72,12 @@ def traffic(name: str, seed: int) -> tuple[Trace, SimConfig]:
     return load_trace(spec["trace"]), SimConfig(**spec["cfg"])
 
 
-def learned_p99(name: str, seed: int, slack: float, tenants: bool, exact: bool = False) -> int:
+def learned_p99(name: str, seed: int, slack: float, tenants: bool, flags: dict | None = None) -> int:
     """The p99 of V a lane running this traffic before would have learned: the real traces' own (a lane that saw
     the same hour before: an optimistic prior), generated traffic's from another seed (yesterday's traffic)."""
     trace, cfg = traffic(name, seed + 1_000 if name in GENERATED else seed)
     trace, cfg = shared(trace, cfg, tenants)
-    sim = Sim(trace, SimConfig(**{**cfg.__dict__, "overtake_slack": slack, "overtake_exact": exact}), "lane")
+    sim = Sim(trace, SimConfig(**{**cfg.__dict__, "overtake_slack": slack, **(flags or {})}), "lane")
     sim.run()
     return percentile([v for v, _ in sim.lane_queue.arrivals], SLACK_QUANTILE)
 
@@ -86,9 +87,10 @@ def setting(text: str) -> dict:
         return {}
     text, plus, flag = text.partition("+")
     name, _, value = text.partition("=")
-    if name not in ("beta", "slack", "learned") or not value or (plus and flag != "exact"):
-        raise SystemExit(f"--settings: {text!r} must be off, beta=B, slack=C or learned=C, each with +exact or not")
-    return {f"overtake_{'slack' if name == 'learned' else name}": float(value), "overtake_exact": bool(plus)}
+    if name not in ("beta", "slack", "learned") or not value or flag not in ("", "exact", "either"):
+        raise SystemExit(f"--settings: {text!r} must be off, beta=B, slack=C or learned=C, +exact, +either or not")
+    flags = {"overtake_exact": flag == "exact", "overtake_either": flag == "either"}
+    return {f"overtake_{'slack' if name == 'learned' else name}": float(value), **flags}
 
 
 def shared(trace: Trace, cfg: SimConfig, tenants: bool) -> tuple[Trace, SimConfig]:
@@ -104,7 +106,8 @@ def cell(name: str, seed: int, trace: Trace, cfg: SimConfig, tenants: bool, lear
     trace, cfg = shared(trace, cfg, tenants)
     if learn:
         assert cfg.overtake_slack is not None
-        learned = learned_p99(name, seed, cfg.overtake_slack, tenants, cfg.overtake_exact)
+        flags = {"overtake_exact": cfg.overtake_exact, "overtake_either": cfg.overtake_either}
+        learned = learned_p99(name, seed, cfg.overtake_slack, tenants, flags)
         cfg = SimConfig(**{**cfg.__dict__, "overtake_learned": learned})
     fifo, lane = simulate(trace, cfg, policies=("token-fifo", "lane"))
     out = f"{lane.wait_p50 / fifo.wait_p50:.2f} / {lane.wait_p99 / fifo.wait_p99:.2f}"
@@ -118,7 +121,7 @@ def main() -> None:
     ap.add_argument(
         "--settings",
         default="off,slack=1.3",
-        help="Comma-separated: off, beta=B, slack=C, learned=C (each +exact or not).",
+        help="Comma-separated: off, beta=B, slack=C, learned=C (each +exact, +either or not).",
     )
     ap.add_argument("--traffic", default=",".join(TRAFFIC), help=f"Comma-separated, of {', '.join(TRAFFIC)}.")
     ap.add_argument("--seed", type=int, default=1, help="The generated traffic's seed.")

@@ -203,7 +203,13 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
     budgets = {name: t for name, t in snapshot.tenants.items() if t.ceiling is not None}
     by_tenant: dict[str, int] = {}
     budget_ok = Overtaking(
-        snapshot.passed, snapshot.guard, snapshot.oldest, snapshot.since, snapshot.dues, snapshot.rooms
+        snapshot.passed,
+        snapshot.guard,
+        snapshot.oldest,
+        snapshot.since,
+        snapshot.dues,
+        snapshot.rooms,
+        snapshot.guard_dues,
     )
     queue = candidates if ordered else order(snapshot, candidates)
     if budget_ok.on and budget_ok.spent():  # rule 12: no room to pass anybody, the oldest first in arrival order

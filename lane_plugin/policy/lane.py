@@ -104,6 +104,7 @@ class LaneSnapshot:
     ascending, the ids of the oldest waiting jobs in arrival order (``guard`` empty: the rule is off);
     ``since`` and ``dues`` its second bound (:mod:`lane_plugin.policy.slack`, optional): the rate tokens that ever
     left the queue, and the least ``left at arrival + key`` of the waiting jobs ``(due, id)`` ascending (empty: none);
+    ``guard_dues`` the due of each ``guard`` entry (rule 12's per-job reading of the two heads; empty: lane-wide);
     ``rooms`` rule 12's exact per-job form instead (:mod:`lane_plugin.policy.perjob`, simulator only; None: off).
 
     Example:
@@ -136,3 +137,4 @@ class LaneSnapshot:
     since: int = 0
     dues: tuple[tuple[int, str], ...] = ()
     rooms: Rooms | None = None
+    guard_dues: tuple[int, ...] = ()

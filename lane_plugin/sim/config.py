@@ -75,6 +75,9 @@ class SimConfig:
     # An exploration (lane_plugin.policy.perjob): rule 12 charged per job, each waiting job's own count of what passed
     # it against its own key, instead of the two lane-wide index heads; with overtake_beta or overtake_slack.
     overtake_exact: bool = False
+    # With overtake_slack: each waiting job within either of its two allowances (key against passed, due against
+    # left), read down the key index with each row's due, instead of one of the two lane-wide heads for all.
+    overtake_either: bool = False
     # The lane's limits other than tokens (requests, input_tokens, output_tokens): LanePolicy.limits.
     limits: tuple[tuple[str, Limit], ...] = ()
 
@@ -109,6 +112,8 @@ class SimConfig:
             raise ValueError(f"overtake_learned={self.overtake_learned!r} must be >= 0, with overtake_slack set")
         if self.overtake_exact and self.overtake_slack is None and self.overtake_beta is None:
             raise ValueError("overtake_exact=True needs overtake_beta or overtake_slack (it charges their keys)")
+        if self.overtake_either and self.overtake_slack is None:
+            raise ValueError("overtake_either=True needs overtake_slack (the dues are the slack's second bound)")
         if self.overtake_slack is not None and self.overtake_beta is not None:
             raise ValueError(
                 f"overtake_beta={self.overtake_beta!r} and overtake_slack={self.overtake_slack!r}: "

@@ -113,6 +113,8 @@ class LaneQueue:
         self.learned = sim.cfg.overtake_learned  # a p99 of V learned before the run, read instead (None: running)
         self.on = self.beta is not None or self.slack is not None
         self.by_due: list[tuple[int, int, int]] = []  # (left at arrival + key, arrival, job): the slack's second bound
+        self.either = sim.cfg.overtake_either  # the guard's rows carry their dues (SimConfig.overtake_either)
+        self.due: dict[int, int] = {}
         self.arrivals: list[tuple[int, int]] = []  # (V, the estimate its key read), per arrival: the bound's check
         self.waiting_rate = 0
         self.left_rate = 0  # rate tokens that left the queue (leased or parked)
@@ -201,6 +203,10 @@ class LaneQueue:
         job_id = self.sim.job_id
         return tuple((k, job_id(j)) for k, _, j in self._first(self.by_key, n))
 
+    def guard_dues(self, guard: tuple[tuple[int, str], ...]) -> tuple[int, ...]:
+        """The due of each ``guard`` row, in its order (LaneSnapshot.guard_dues)."""
+        return tuple(self.due[int(jid[1:])] for _, jid in guard)
+
     def dues(self, n: int) -> tuple[tuple[int, str], ...]:
         """The least ``n`` dues (left at arrival + key) of the waiting jobs, ``(due, id)`` ascending (LaneSnapshot.dues)."""
         job_id = self.sim.job_id
@@ -231,6 +237,7 @@ class LaneQueue:
                 self.backlog.add(self.waiting_rate)
                 self.arrivals.append((self.waiting_rate, estimate))
                 heappush(self.by_due, (self.left_rate + key, n, j))
+                self.due[j] = self.left_rate + key
             else:
                 key = overtake_key(self.waiting_rate, self.beta)
             heappush(self.by_key, (key, n, j))

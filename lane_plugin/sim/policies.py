@@ -121,6 +121,8 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         if q.slack is not None:  # the slack's second bound: what left the queue since each job arrived
             dues = q.dues(k + 2)
             snap = replace(snap, since=q.left_rate, dues=dues)
+            if q.either:
+                snap = replace(snap, guard_dues=q.guard_dues(guard))
             room = max(room, dues[0][0] - q.left_rate) if dues else room
         if guard and room < q.policy.burst_tokens:
             late = [q.candidate(j) for j in oldest]

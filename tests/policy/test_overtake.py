@@ -58,13 +58,22 @@ class _Rooms:
 
 
 def _run(
-    jobs, burst: int, beta: float | None, seed: int = 0, guard_reads: int = 6, keyer=None, dues=False, exact=False
+    jobs,
+    burst: int,
+    beta: float | None,
+    seed: int = 0,
+    guard_reads: int = 6,
+    keyer=None,
+    dues=False,
+    exact=False,
+    either=False,
 ):
     """Admit every second; returns, per job, V at arrival and the rate tokens admitted ahead of it.
 
     ``keyer``: a job's key from V at its arrival (rule 12's quantile form, tests/policy/test_slack.py) instead of
     ``overtake_key(V, beta)``; ``dues``: the snapshot gives the slack's second bound too (``since``, ``dues``);
-    ``exact``: each job's own room instead of the heads (rule 12's per-job form, tests/policy/test_perjob.py)."""
+    ``exact``: each job's own room instead of the heads (rule 12's per-job form, tests/policy/test_perjob.py);
+    ``either`` (with ``dues``): the guard's rows carry their dues, each job within either of its allowances."""
     on = beta is not None or keyer is not None
     rng = random.Random(seed)
     policy = LanePolicy(
@@ -113,6 +122,7 @@ def _run(
             since=left if dues else 0,
             dues=tuple(sorted((due[j], j) for j in waiting))[:guard_reads] if dues and on else (),
             rooms=rooms,
+            guard_dues=tuple(due[j] for _, j in guard) if either else (),
         )
         decision = admit(snap, list(waiting.values()))
         for c in decision.admitted:
