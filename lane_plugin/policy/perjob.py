@@ -12,7 +12,9 @@ bound built on it stand unchanged; the order refuses a pass only when some job i
 No index head gives this: an admission changes the room of every older waiting job (a range update), which a
 ledger would need a segment tree for, not a B-tree index. So it is a measurement of how much of the lane-wide
 forms' cost is their approximation (docs/admission.md, "Bounding waits against first come, first served"), not a
-rule the ledger runs.
+rule the ledger runs. Measured: with the learned estimate it gives back the order's p50 on the Azure code trace
+(0.48x token-fifo's, against the heads' 0.59x), where the heads read per job (``LaneSnapshot.guard_dues``) give
+0.57x: the heads' cost is that they count every job that left since, not only the jobs that passed.
 
 **What the store gives** (:class:`Rooms`): each waiting job's *position* (its arrival number: older jobs have
 smaller ones) and the least room over the waiting jobs in a range of positions, as it stood when the tick began.
