@@ -6,7 +6,10 @@ pointwise budget, lane_plugin.policy.overtake; ``slack=C``: the quantile form, l
 each cell ``p50 / p99`` (x token-fifo's) for one tenant and for three (1:50%, 1:30%, 1:20%, by hashing
 each request's id), and, for the slack, ``Q/P``: the largest estimate a key read over the run's p99 of the rate
 tokens waiting at arrivals (the bound is ``C x max(1, Q/P)``, lane_plugin.policy.slack). ``learned=C``: the slack with the p99 of V a lane that ran this traffic before learned
-(:func:`learned_p99`) instead of the running estimate.
+(:func:`learned_p99`) instead of the running estimate. A ``+exact`` suffix (``slack=C+exact``, ``learned=C+exact``,
+``beta=B+exact``): the same keys charged per job, each waiting job's own count of what passed it
+(lane_plugin.policy.perjob, an exploration no index head gives) instead of the two lane-wide heads; ``+either``:
+each waiting job within either of its own two allowances, read down the key index's first rows with their dues.
 
 Traffic: the targets' rate scenarios on the two real traces (bench_targets.py's ``rate-azure`` and
 ``rate-mooncake``), and generated single calls (lane_plugin.sim.traffic.generate: 12,000 in an hour, median
@@ -14,7 +17,8 @@ estimate 3,000, a 60 s window 5% under the hour's demand): lognormal with Poisso
 lognormal bursty (each 10 minutes' arrivals in their first 2). Generated traffic stands in for the held-out
 trace: a rule tuned to the two traces has to hold there too.
 
-Run:  .venv/bin/python benchmarks/bench_slack.py [--settings off,slack=1.3,learned=1.3] [--one] [--traffic NAME,...] [--seed N]
+Run:  .venv/bin/python benchmarks/bench_slack.py [--settings off,slack=1.3,learned=1.3+exact,learned=1.3+either] [--one] [--traffic NAME,...]
+      [--seed N]
 """
 
 from __future__ import annotations
@@ -68,12 +72,12 @@ def traffic(name: str, seed: int) -> tuple[Trace, SimConfig]:
     return load_trace(spec["trace"]), SimConfig(**spec["cfg"])
 
 
-def learned_p99(name: str, seed: int, slack: float, tenants: bool) -> int:
+def learned_p99(name: str, seed: int, slack: float, tenants: bool, flags: dict | None = None) -> int:
     """The p99 of V a lane running this traffic before would have learned: the real traces' own (a lane that saw
     the same hour before: an optimistic prior), generated traffic's from another seed (yesterday's traffic)."""
     trace, cfg = traffic(name, seed + 1_000 if name in GENERATED else seed)
     trace, cfg = shared(trace, cfg, tenants)
-    sim = Sim(trace, SimConfig(**{**cfg.__dict__, "overtake_slack": slack}), "lane")
+    sim = Sim(trace, SimConfig(**{**cfg.__dict__, "overtake_slack": slack, **(flags or {})}), "lane")
     sim.run()
     return percentile([v for v, _ in sim.lane_queue.arrivals], SLACK_QUANTILE)
 
@@ -81,10 +85,12 @@ def learned_p99(name: str, seed: int, slack: float, tenants: bool) -> int:
 def setting(text: str) -> dict:
     if text == "off":
         return {}
+    text, plus, flag = text.partition("+")
     name, _, value = text.partition("=")
-    if name not in ("beta", "slack", "learned") or not value:
-        raise SystemExit(f"--settings: {text!r} must be off, beta=B, slack=C or learned=C")
-    return {f"overtake_{'slack' if name == 'learned' else name}": float(value)}
+    if name not in ("beta", "slack", "learned") or not value or flag not in ("", "exact", "either"):
+        raise SystemExit(f"--settings: {text!r} must be off, beta=B, slack=C or learned=C, +exact, +either or not")
+    flags = {"overtake_exact": flag == "exact", "overtake_either": flag == "either"}
+    return {f"overtake_{'slack' if name == 'learned' else name}": float(value), **flags}
 
 
 def shared(trace: Trace, cfg: SimConfig, tenants: bool) -> tuple[Trace, SimConfig]:
@@ -100,7 +106,9 @@ def cell(name: str, seed: int, trace: Trace, cfg: SimConfig, tenants: bool, lear
     trace, cfg = shared(trace, cfg, tenants)
     if learn:
         assert cfg.overtake_slack is not None
-        cfg = SimConfig(**{**cfg.__dict__, "overtake_learned": learned_p99(name, seed, cfg.overtake_slack, tenants)})
+        flags = {"overtake_exact": cfg.overtake_exact, "overtake_either": cfg.overtake_either}
+        learned = learned_p99(name, seed, cfg.overtake_slack, tenants, flags)
+        cfg = SimConfig(**{**cfg.__dict__, "overtake_learned": learned})
     fifo, lane = simulate(trace, cfg, policies=("token-fifo", "lane"))
     out = f"{lane.wait_p50 / fifo.wait_p50:.2f} / {lane.wait_p99 / fifo.wait_p99:.2f}"
     if lane.slack_estimate_ratio is not None:
@@ -110,7 +118,11 @@ def cell(name: str, seed: int, trace: Trace, cfg: SimConfig, tenants: bool, lear
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--settings", default="off,slack=1.3", help="Comma-separated: off, beta=B, slack=C, learned=C.")
+    ap.add_argument(
+        "--settings",
+        default="off,slack=1.3",
+        help="Comma-separated: off, beta=B, slack=C, learned=C (each +exact, +either or not).",
+    )
     ap.add_argument("--traffic", default=",".join(TRAFFIC), help=f"Comma-separated, of {', '.join(TRAFFIC)}.")
     ap.add_argument("--seed", type=int, default=1, help="The generated traffic's seed.")
     ap.add_argument("--one", action="store_true", help="One tenant only (not three as well).")

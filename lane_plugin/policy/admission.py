@@ -202,7 +202,15 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
     # Tenants with a budget (rule 11), and the tokens admitted per tenant in this tick.
     budgets = {name: t for name, t in snapshot.tenants.items() if t.ceiling is not None}
     by_tenant: dict[str, int] = {}
-    budget_ok = Overtaking(snapshot.passed, snapshot.guard, snapshot.oldest, snapshot.since, snapshot.dues)
+    budget_ok = Overtaking(
+        snapshot.passed,
+        snapshot.guard,
+        snapshot.oldest,
+        snapshot.since,
+        snapshot.dues,
+        snapshot.rooms,
+        snapshot.guard_dues,
+    )
     queue = candidates if ordered else order(snapshot, candidates)
     if budget_ok.on and budget_ok.spent():  # rule 12: no room to pass anybody, the oldest first in arrival order
         queue = budget_ok.oldest_first(queue)

@@ -10,6 +10,7 @@ from typing import Any
 from .defaults import LANE_DEFAULTS
 from .fairness import TenantState
 from .limits import NO_TOKENS_LIMIT, TOKENS, Limit, LimitUse
+from .perjob import Rooms
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,9 @@ class LaneSnapshot:
     what younger jobs took ahead of the oldest waiting job, the least keys of the waiting jobs ``(key, id)``
     ascending, the ids of the oldest waiting jobs in arrival order (``guard`` empty: the rule is off);
     ``since`` and ``dues`` its second bound (:mod:`lane_plugin.policy.slack`, optional): the rate tokens that ever
-    left the queue, and the least ``left at arrival + key`` of the waiting jobs ``(due, id)`` ascending (empty: none).
+    left the queue, and the least ``left at arrival + key`` of the waiting jobs ``(due, id)`` ascending (empty: none);
+    ``guard_dues`` the due of each ``guard`` entry (rule 12's per-job reading of the two heads; empty: lane-wide);
+    ``rooms`` rule 12's exact per-job form instead (:mod:`lane_plugin.policy.perjob`, simulator only; None: off).
 
     Example:
         >>> s = LaneSnapshot(LanePolicy(ceiling=1_000), spent=600, reserved=300, leased=2, window_used=0, now=0.0)
@@ -133,3 +136,5 @@ class LaneSnapshot:
     oldest: tuple[str, ...] = ()
     since: int = 0
     dues: tuple[tuple[int, str], ...] = ()
+    rooms: Rooms | None = None
+    guard_dues: tuple[int, ...] = ()

@@ -70,6 +70,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from .candidate import Candidate
+from .perjob import ExactBudget, Rooms
 
 # The overtaking budget's slack over token-fifo (rule 12): at most ``(1 + OVERTAKE_BETA) V`` rate tokens are
 # admitted ahead of a job that found ``V`` waiting. 0.25: within 1.3x in seconds with rate costs up to 4% of
@@ -102,6 +103,11 @@ class Overtaking:
     ``since`` and ``dues`` (optional, :mod:`lane_plugin.policy.slack`'s second bound): the rate tokens that ever
     left the queue, and the least ``due = left at arrival + key`` of the waiting jobs, ``(due, id)`` ascending;
     a pass is also allowed while ``since`` plus what this tick admitted plus its rate is at most the least due.
+    ``guard_dues`` (optional, with ``dues``): the due of each entry of ``guard``, in its order; then a pass is allowed
+    while each waiting job is within *either* of its own two allowances (its key against ``passed``, its due against
+    ``since``), read down the key index: the per-job form of the two heads (docs/admission.md).
+    ``rooms`` (optional, an exploration: :mod:`lane_plugin.policy.perjob`): each waiting job's own room instead of
+    the heads; then a pass is allowed while every older waiting job has room for it.
 
     Example:
         >>> o = Overtaking(0, ((500, "old"), (9_000, "small")), ("old", "small"))
@@ -113,7 +119,20 @@ class Overtaking:
         True
     """
 
-    __slots__ = ("_done", "_i", "base", "dues", "guard", "moved", "oldest", "on", "overtook", "since")
+    __slots__ = (
+        "_done",
+        "_i",
+        "base",
+        "dues",
+        "exact",
+        "guard",
+        "guard_dues",
+        "moved",
+        "oldest",
+        "on",
+        "overtook",
+        "since",
+    )
 
     def __init__(
         self,
@@ -122,9 +141,13 @@ class Overtaking:
         oldest: Sequence[str],
         since: int = 0,
         dues: Sequence[tuple[int, str]] = (),
+        rooms: Rooms | None = None,
+        guard_dues: Sequence[int] = (),
     ) -> None:
         self.base, self.guard, self.oldest, self.since, self.dues = passed, guard, oldest, since, dues
-        self.on = bool(guard)
+        self.guard_dues = guard_dues
+        self.exact = None if rooms is None else ExactBudget(rooms)
+        self.on = bool(guard) or self.exact is not None
         self.overtook = 0  # the rate tokens this tick admits out of order
         self.moved = 0  # the rate tokens this tick admits, in order or not
         self._i = 0  # oldest[_i]: the oldest job still waiting (as far as the list reaches)
@@ -145,14 +168,38 @@ class Overtaking:
 
     def allows(self, c: Candidate) -> bool:
         """Whether the budget lets ``c`` be admitted now."""
+        if self.exact is not None:
+            return self.exact.allows(c)
         if not self.on or self.in_order(c):
             return True
+        if self.guard_dues:
+            return self._either(c)
         if self.base + self.overtook + c.rate <= self.limit(c.id):
             return True
         return bool(self.dues) and self.since + self.moved + c.rate <= self.limit(c.id, self.dues)
 
+    def _either(self, c: Candidate) -> bool:
+        """Whether every waiting job but ``c`` keeps ``O <= key`` by its key (against ``passed``) or by its due
+        (against ``since``) after ``c`` passes it: down the key index while keys are short of the first test, each
+        job there must pass the second; past the rows read, the least due must."""
+        need_key = self.base + self.overtook + c.rate
+        need_due = self.since + self.moved + c.rate
+        done = self._done
+        for (key, jid), due in zip(self.guard, self.guard_dues):
+            if jid == c.id or jid in done:
+                continue
+            if key >= need_key:  # this job and every one after it in the index pass by their keys
+                return True
+            if due < need_due:
+                return False
+        if self.guard[-1][0] >= need_key:
+            return True
+        return bool(self.dues) and self.limit(c.id, self.dues) >= need_due
+
     def spent(self) -> bool:
         """Whether the budget has no room left for any pass (then the lane is first come, first served)."""
+        if self.exact is not None or self.guard_dues:  # per job: a pass may have room, the candidates keep their order
+            return False
         return self.base >= self.guard[0][0] and (not self.dues or self.since >= self.dues[0][0])
 
     def oldest_first(self, candidates: Iterable[Candidate]) -> list[Candidate]:
@@ -166,6 +213,10 @@ class Overtaking:
 
     def admitted(self, c: Candidate) -> None:
         """``c`` is admitted: out of order, its rate tokens count."""
+        if self.exact is not None:
+            self.exact.admitted(c)
+            self.overtook, self.moved = self.exact.overtook, self.moved + c.rate
+            return
         if self.on and not self.in_order(c):
             self.overtook += c.rate
         self.moved += c.rate
@@ -173,6 +224,9 @@ class Overtaking:
 
     def left(self, c: Candidate) -> None:
         """``c`` stops waiting (admitted or parked): its key no longer binds."""
+        if self.exact is not None:
+            self.exact.left(c)
+            return
         if not self.on:
             return
         self._done.add(c.id)

@@ -62,16 +62,16 @@ lane's ``q``-quantile wait is at most ``c (mu / mu') (F_q + window_seconds) + 2 
 token-fifo's ``q``-quantile wait: ``c`` times it up to the largest rate cost's share of the burst and three
 windows.
 
-*What it costs, and why it is off.* Measured (``benchmarks/bench_slack.py``; docs/admission.md has the table):
-the p99 stays within 1.3x everywhere it was measured, with the running estimate and with a learned one, one
-tenant and three; the p50 target does not hold on the Azure code trace's rate scenario, 0.89x with the running
-estimate (its backlog grows through the hour, so the running p99 is the present backlog and the keys are the
-pointwise ones) and 0.59x with a learned one (0.49x with three tenants). A diagnosis, not yet checked by an
-experiment (the second bound left 0.59x as it was): the two index heads bound each waiting
-job's passes by the larger of two *lane-wide* allowances (the least key against ``passed``, the least due
-against ``left``), where the proof would allow the least over jobs of each job's larger one: with old big jobs
-(their due nearly used) and jobs that arrived at the peak (their key small) waiting at once, neither head has
-room though every job has. So the simulator's default stays off.
+*What it costs, and why it is off.* Measured (``benchmarks/bench_slack.py``; docs/admission.md has the table): the
+p99 stays within 1.3x everywhere it was measured, with the running estimate and with a learned one, one tenant and
+three; the p50 target does not hold on the Azure code trace's rate scenario, 0.89x with the running estimate (its
+backlog grows through the hour, so the running p99 is the present backlog and the keys are the pointwise ones) and
+0.59x with a learned one (0.49x with three tenants). Checked (docs/admission.md, "Why: what the heads charge a
+job"): charging each job exactly its own passes (:mod:`lane_plugin.policy.perjob`, simulator only) gives 0.48x with
+the learned estimate, the order's own p50, so the heads' cost is real; reading the two heads per job
+(``LaneSnapshot.guard_dues``) leaves 0.57x, since both ``passed`` and ``left - L_K`` charge a job for the older jobs
+admitted in order ahead of it, which pass nobody; the exact count needs a prefix sum over the waiting jobs in
+arrival order, which no index head gives. So the simulator's default stays off.
 
 *What the ledger would need* (not built): rule 12's counters and index heads (docs/admission.md), plus the
 estimate: one row per lane of bucket counts (:attr:`BacklogQuantile.counts`, at most ~60 x

@@ -72,6 +72,12 @@ class SimConfig:
     # The p99 of V (rate tokens) the lane learned before this run (the ledger would refit it from the last day's
     # arrivals, as it refits the size classes): every key reads it instead of the running estimate. None: running.
     overtake_learned: int | None = None
+    # An exploration (lane_plugin.policy.perjob): rule 12 charged per job, each waiting job's own count of what passed
+    # it against its own key, instead of the two lane-wide index heads; with overtake_beta or overtake_slack.
+    overtake_exact: bool = False
+    # With overtake_slack: each waiting job within either of its two allowances (key against passed, due against
+    # left), read down the key index with each row's due, instead of one of the two lane-wide heads for all.
+    overtake_either: bool = False
     # The lane's limits other than tokens (requests, input_tokens, output_tokens): LanePolicy.limits.
     limits: tuple[tuple[str, Limit], ...] = ()
 
@@ -108,6 +114,10 @@ class SimConfig:
             raise ValueError(
                 f"overtake_learned={self.overtake_learned!r} needs overtake_slack set (it is that rule's p99)"
             )
+        if self.overtake_exact and self.overtake_slack is None and self.overtake_beta is None:
+            raise ValueError("overtake_exact=True needs overtake_beta or overtake_slack (it charges their keys)")
+        if self.overtake_either and self.overtake_slack is None:
+            raise ValueError("overtake_either=True needs overtake_slack (the dues are the slack's second bound)")
         if self.overtake_slack is not None and self.overtake_beta is not None:
             raise ValueError(
                 f"overtake_beta={self.overtake_beta!r} and overtake_slack={self.overtake_slack!r}: "

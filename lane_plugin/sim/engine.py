@@ -223,7 +223,7 @@ class Sim(PolicyView, BudgetPeriods, SlowWorker, Parking):
         est, rc = self.est[j], self.rate[j]
         self.state[j] = LEASED
         if self.lane_queue is not None:
-            self.lane_queue.left(j)
+            self.lane_queue.left(j, leased=True)
         if self.tenants is not None:
             self.tenants.lease(j, est)
         self.lease_no[j] += 1

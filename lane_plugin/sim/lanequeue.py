@@ -22,6 +22,7 @@ from ..policy.order import priority
 from ..policy.overtake import overtake_key
 from ..policy.sizeclass import SIZE_CLASS_SAMPLE, size_class_boundary
 from ..policy.slack import BacklogQuantile, slack_key
+from .rooms import RoomTree
 from .runs import RunBook
 
 WAITING = 0  # the engine's state code of a waiting job
@@ -112,6 +113,8 @@ class LaneQueue:
         self.learned = sim.cfg.overtake_learned  # a p99 of V learned before the run, read instead (None: running)
         self.on = self.beta is not None or self.slack is not None
         self.by_due: list[tuple[int, int, int]] = []  # (left at arrival + key, arrival, job): the slack's second bound
+        self.either = sim.cfg.overtake_either  # the guard's rows carry their dues (SimConfig.overtake_either)
+        self.due: dict[int, int] = {}
         self.arrivals: list[tuple[int, int]] = []  # (V, the estimate its key read), per arrival: the bound's check
         self.waiting_rate = 0
         self.left_rate = 0  # rate tokens that left the queue (leased or parked)
@@ -120,6 +123,9 @@ class LaneQueue:
         self.seq: dict[int, int] = {}
         self.by_key: list[tuple[int, int, int]] = []
         self.by_age: list[tuple[int, int]] = []
+        # Rule 12's exact per-job form (SimConfig.overtake_exact, an exploration: lane_plugin.policy.perjob): each
+        # waiting job's own room, key - what passed it, by arrival number (None: the index heads above).
+        self.rooms = RoomTree(self._position, 2 * len(sim.est) + 16) if sim.cfg.overtake_exact else None
 
     def prio(self, j: int) -> float:
         """Job ``j``'s place, given once (at intake, by the boundary known then and whether its run is
@@ -163,11 +169,20 @@ class LaneQueue:
         n = min(self._settles, DRIFT_SAMPLE)
         return list(zip(self._settled_est[:n].tolist(), self._settled_actual[:n].tolist()))
 
-    def left(self, j: int) -> None:
-        """Job ``j`` stops waiting (leased or parked): token-fifo's queue no longer holds its rate tokens."""
+    def left(self, j: int, leased: bool = False) -> None:
+        """Job ``j`` stops waiting (``leased``, or parked): token-fifo's queue no longer holds its rate tokens."""
         if self.on:
             self.waiting_rate -= self.sim.rate[j]
             self.left_rate += self.sim.rate[j]
+            if self.rooms is not None:
+                self.rooms.clear(self.seq[j])
+                if leased:  # it passed every older job still waiting
+                    self.rooms.lower(self.seq[j], self.sim.rate[j])
+
+    def _position(self, job_id: str) -> int | None:
+        """A waiting job's arrival number from its id (the rooms' position; None: not waiting)."""
+        j = int(job_id[1:])
+        return self.seq.get(j) if self.sim.state[j] == WAITING else None
 
     def _first(self, heap: list, n: int) -> list:
         """The first ``n`` live entries of one of the budget's heaps, in order (they stay in it)."""
@@ -187,6 +202,10 @@ class LaneQueue:
         """The least ``n`` keys of the waiting jobs, ``(key, id)`` ascending (LaneSnapshot.guard)."""
         job_id = self.sim.job_id
         return tuple((k, job_id(j)) for k, _, j in self._first(self.by_key, n))
+
+    def guard_dues(self, guard: tuple[tuple[int, str], ...]) -> tuple[int, ...]:
+        """The due of each ``guard`` row, in its order (LaneSnapshot.guard_dues)."""
+        return tuple(self.due[int(jid[1:])] for _, jid in guard)
 
     def dues(self, n: int) -> tuple[tuple[int, str], ...]:
         """The least ``n`` dues (left at arrival + key) of the waiting jobs, ``(due, id)`` ascending (LaneSnapshot.dues)."""
@@ -218,9 +237,12 @@ class LaneQueue:
                 self.backlog.add(self.waiting_rate)
                 self.arrivals.append((self.waiting_rate, estimate))
                 heappush(self.by_due, (self.left_rate + key, n, j))
+                self.due[j] = self.left_rate + key
             else:
                 key = overtake_key(self.waiting_rate, self.beta)
             heappush(self.by_key, (key, n, j))
+            if self.rooms is not None:
+                self.rooms.set(n, key)
             heappush(self.by_age, (n, j))
             self.waiting_rate += sim.rate[j]
         if self._biggest:

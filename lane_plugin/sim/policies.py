@@ -107,7 +107,12 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     # heads. While the budget has more room than the window could admit this tick it cannot bind: the oldest
     # need not be read as candidates (the snapshot still names them, so one read in the head goes in order).
     late: list = []
-    if q.on:
+    if q.rooms is not None:  # the exact per-job form: each job's own room, no heads (policy.perjob, an exploration)
+        snap = replace(snap, rooms=q.rooms)
+        room = q.rooms.least(0, q.arrived + 1)
+        if room is not None and room < q.policy.burst_tokens:
+            late = [q.candidate(j) for j in q.oldest(k)]
+    elif q.on:
         guard = q.guard(k + 2)
         oldest = q.oldest(k)
         passed = q.passed(oldest[0]) if oldest else 0
@@ -116,6 +121,8 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         if q.slack is not None:  # the slack's second bound: what left the queue since each job arrived
             dues = q.dues(k + 2)
             snap = replace(snap, since=q.left_rate, dues=dues)
+            if q.either:
+                snap = replace(snap, guard_dues=q.guard_dues(guard))
             room = max(room, dues[0][0] - q.left_rate) if dues else room
         if guard and room < q.policy.burst_tokens:
             late = [q.candidate(j) for j in oldest]

@@ -35,11 +35,45 @@ def _jobs(rng: random.Random, burst: int, n: int, load: float):
     return jobs[:n]
 
 
-def _run(jobs, burst: int, beta: float | None, seed: int = 0, guard_reads: int = 6, keyer=None, dues=False):
+class _Rooms:
+    """Each waiting job's room (key - what passed it) by arrival position, kept one by one (policy.perjob.Rooms)."""
+
+    def __init__(self) -> None:
+        self.room: dict[int, int] = {}
+
+    def position(self, job_id: str) -> int | None:
+        p = int(job_id[1:])
+        return p if p in self.room else None
+
+    def least(self, lo: int, hi: int) -> int | None:
+        rooms = [r for p, r in self.room.items() if lo <= p < hi]
+        return min(rooms) if rooms else None
+
+    def admitted(self, job_id: str, rate: int) -> None:
+        p = int(job_id[1:])
+        del self.room[p]
+        for q in self.room:
+            if q < p:
+                self.room[q] -= rate
+
+
+def _run(
+    jobs,
+    burst: int,
+    beta: float | None,
+    seed: int = 0,
+    guard_reads: int = 6,
+    keyer=None,
+    dues=False,
+    exact=False,
+    either=False,
+):
     """Admit every second; returns, per job, V at arrival and the rate tokens admitted ahead of it.
 
     ``keyer``: a job's key from V at its arrival (rule 12's quantile form, tests/policy/test_slack.py) instead of
-    ``overtake_key(V, beta)``; ``dues``: the snapshot gives the slack's second bound too (``since``, ``dues``)."""
+    ``overtake_key(V, beta)``; ``dues``: the snapshot gives the slack's second bound too (``since``, ``dues``);
+    ``exact``: each job's own room instead of the heads (rule 12's per-job form, tests/policy/test_perjob.py);
+    ``either`` (with ``dues``): the guard's rows carry their dues, each job within either of its allowances."""
     on = beta is not None or keyer is not None
     rng = random.Random(seed)
     policy = LanePolicy(
@@ -53,6 +87,7 @@ def _run(jobs, burst: int, beta: float | None, seed: int = 0, guard_reads: int =
     pos: dict[str, int] = {}
     window: list[tuple[int, int]] = []
     v, start, ahead, due = {}, {}, {}, {}
+    rooms = _Rooms() if exact else None
     i, now = 0, 0
     while len(ahead) < len(jobs):
         while i < len(jobs) and jobs[i][0] <= now:
@@ -63,6 +98,8 @@ def _run(jobs, burst: int, beta: float | None, seed: int = 0, guard_reads: int =
                 keys[jid] = keyer(waiting_rate) if keyer is not None else overtake_key(waiting_rate, beta)
                 pos[jid] = left + waiting_rate
                 due[jid] = left + keys[jid]
+                if rooms is not None:
+                    rooms.room[i] = keys[jid]
             waiting[jid] = Candidate(jid, est, float(at), tenant=tenant)
             waiting_rate += est
             i += 1
@@ -84,10 +121,14 @@ def _run(jobs, burst: int, beta: float | None, seed: int = 0, guard_reads: int =
             oldest=oldest,
             since=left if dues else 0,
             dues=tuple(sorted((due[j], j) for j in waiting))[:guard_reads] if dues and on else (),
+            rooms=rooms,
+            guard_dues=tuple(due[j] for _, j in guard) if either else (),
         )
         decision = admit(snap, list(waiting.values()))
         for c in decision.admitted:
             del waiting[c.id]
+            if rooms is not None:
+                rooms.admitted(c.id, c.est)
             waiting_rate -= c.est
             left += c.est
             window.append((now, c.est))

@@ -1,0 +1,128 @@
+"""The waiting jobs' rooms for rule 12's exact per-job form (lane_plugin.policy.perjob), as a segment tree.
+
+Each arrival gets the next position; its leaf holds its room ``key - O`` while it waits and :data:`NONE` once it
+stops waiting. An admission lowers the room of every older position by its rate (a prefix add: those still
+waiting were passed, the rest hold :data:`NONE` and stay above any room), so the least room over a range of
+positions is one query. Lazy adds on the nodes, pushed down before a point is read or set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+# A leaf no job waits at: far above any room, and still so after every rate a run admits is taken off it.
+NONE = 1 << 62
+
+
+class RoomTree:
+    """Rooms by arrival position: set at arrival, lowered by a prefix on each admission, cleared when a job leaves.
+
+    ``position_of``: a waiting job's position from its id (None: not waiting), what the policy's
+    :class:`~lane_plugin.policy.perjob.Rooms` asks.
+
+    Example:
+        >>> t = RoomTree(lambda jid: None)
+        >>> for p, room in enumerate((50, 900, 400)): t.set(p, room)
+        >>> t.lower(2, 30); t.least(0, 3), t.least(1, 3), t.room(1)
+        (20, 400, 870)
+        >>> t.clear(0); t.least(0, 2), t.least(0, 1)
+        (870, None)
+    """
+
+    def __init__(self, position_of: Callable[[str], int | None], capacity: int = 1024) -> None:
+        self.position = position_of
+        self._n = 1
+        while self._n < capacity:
+            self._n *= 2
+        self._h = self._n.bit_length() - 1
+        self._t = [NONE] * (2 * self._n)  # node: the least of its leaves, its own pending add included
+        self._d = [0] * self._n  # inner node: the add its children have not had yet
+
+    def _apply(self, i: int, value: int) -> None:
+        self._t[i] += value
+        if i < self._n:
+            self._d[i] += value
+
+    def _build(self, i: int) -> None:
+        t, d = self._t, self._d
+        while i > 1:
+            i >>= 1
+            t[i] = min(t[2 * i], t[2 * i + 1]) + d[i]
+
+    def _push(self, i: int) -> None:
+        d = self._d
+        for s in range(self._h, 0, -1):
+            k = i >> s
+            if d[k]:
+                self._apply(2 * k, d[k])
+                self._apply(2 * k + 1, d[k])
+                d[k] = 0
+
+    def _grow(self, position: int) -> None:
+        leaves = [self.room(p) for p in range(self._n)]
+        n = self._n
+        while n <= position:
+            n *= 2
+        self._n, self._h = n, n.bit_length() - 1
+        self._t, self._d = [NONE] * (2 * n), [0] * n
+        self._t[n : n + len(leaves)] = leaves
+        for i in range(n - 1, 0, -1):
+            self._t[i] = min(self._t[2 * i], self._t[2 * i + 1])
+
+    def room(self, position: int) -> int:
+        """The room at ``position`` (:data:`NONE` or above: no job waits there)."""
+        i = position + self._n
+        self._push(i)
+        return self._t[i]
+
+    def set(self, position: int, room: int) -> None:
+        """A job arrives at ``position`` with ``room`` (its key: nothing has passed it yet)."""
+        if position >= self._n:
+            self._grow(position)
+        i = position + self._n
+        self._push(i)
+        self._t[i] = room
+        self._build(i)
+
+    def clear(self, position: int) -> None:
+        """The job at ``position`` stops waiting: its room no longer binds."""
+        self.set(position, NONE)
+
+    def lower(self, position: int, rate: int) -> None:
+        """A job at ``position`` is admitted with ``rate``: every older waiting job was passed by it."""
+        if position <= 0:
+            return
+        lo, hi = self._n, min(position, self._n) + self._n
+        l0, h0 = lo, hi
+        while lo < hi:
+            if lo & 1:
+                self._apply(lo, -rate)
+                lo += 1
+            if hi & 1:
+                hi -= 1
+                self._apply(hi, -rate)
+            lo >>= 1
+            hi >>= 1
+        self._build(l0)
+        self._build(h0 - 1)
+
+    def least(self, lo: int, hi: int) -> int | None:
+        """The least room of the waiting jobs with ``lo <= position < hi`` (None: none waits there)."""
+        hi = min(hi, self._n)
+        if lo >= hi:
+            return None
+        lo, hi = lo + self._n, hi + self._n
+        self._push(lo)
+        self._push(hi - 1)
+        best = NONE
+        t = self._t
+        while lo < hi:
+            if lo & 1:
+                best = min(best, t[lo])
+                lo += 1
+            if hi & 1:
+                hi -= 1
+                best = min(best, t[hi])
+            lo >>= 1
+            hi >>= 1
+        return None if best >= NONE // 2 else best

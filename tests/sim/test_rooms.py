@@ -1,0 +1,65 @@
+"""The simulator's rooms for rule 12's exact per-job form (lane_plugin.sim.rooms): the segment tree against the
+rooms kept one by one, over random arrivals, admissions (every older waiting job passed), parks and reads; and the
+simulator with the form on (SimConfig.overtake_exact) keeping a big job within its bound."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lane_plugin.sim import SimConfig, simulate
+from lane_plugin.sim.rooms import RoomTree
+from tests.sim.test_tenants import _big_amid_small
+
+_OPS = st.lists(
+    st.tuples(st.sampled_from(["arrive", "admit", "park", "read"]), st.integers(0, 10**6), st.integers(0, 10**6)),
+    max_size=200,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=_OPS, capacity=st.integers(1, 40))
+def test_the_least_room_over_any_range_is_what_each_job_was_left(ops, capacity):
+    tree, rooms = RoomTree(lambda jid: None, capacity), {}
+    arrived = 0
+    for op, a, b in ops:
+        waiting = sorted(rooms)
+        if op == "arrive":  # past the capacity: the tree grows
+            tree.set(arrived, a)
+            rooms[arrived] = a
+            arrived += 1
+        elif op in ("admit", "park") and waiting:
+            p = waiting[a % len(waiting)]
+            del rooms[p]
+            tree.clear(p)
+            if op == "admit":
+                tree.lower(p, b)
+                for q in rooms:
+                    if q < p:
+                        rooms[q] -= b
+        lo, hi = sorted((a % (arrived + 2), b % (arrived + 2)))
+        want = [r for q, r in rooms.items() if lo <= q < hi]
+        assert tree.least(lo, hi) == (min(want) if want else None)
+    assert all(tree.room(q) == r for q, r in rooms.items())
+
+
+def test_the_simulator_charges_each_job_its_own_passes_and_keeps_the_big_job_within_its_bound():
+    """As tests/sim/test_tenants.py's budget test, with the exact per-job form: the big job found 20k waiting, so at
+    most 5k of later jobs pass it and it waits within (1 + beta) x token-fifo's wait plus two windows."""
+    cfg = dict(ceiling=10**9, allowance=10**9, burst_tokens=20_000, window_seconds=10.0, max_leased=64, workers=64)
+    cfg.update(service_base=1.0, service_per_token=0.0, max_wait_seconds=600.0)
+    tr = _big_amid_small()
+    big = tr.est.index(9_000)
+    (lane, fifo), (held,) = (
+        simulate(tr, SimConfig(**cfg, overtake_beta=0.25, overtake_exact=True), ["lane", "token-fifo"]),
+        simulate(tr, SimConfig(**cfg), ["lane"]),
+    )
+    assert held.waits[big] > 100.0  # the order alone holds it behind the small jobs
+    assert lane.waits[big] <= 1.25 * fifo.waits[big] + 2 * 10.0 + 1.0
+    assert (lane.never_admitted, lane.stalled, lane.parked) == (0, False, 0)  # nothing left behind by the rooms
+
+
+def test_the_exact_form_needs_keys_to_charge():
+    with pytest.raises(ValueError, match="overtake_exact"):
+        SimConfig(overtake_exact=True)
