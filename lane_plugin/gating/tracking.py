@@ -16,7 +16,6 @@ already, later still (after the request hooks, before the response hooks): these
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -26,8 +25,9 @@ from ..ledger import Ledger
 from . import send_guard
 from .current import current_gate
 from .ratelimits import DEFAULT_PAUSE, MAX_PAUSE, remaining_of, wait_from_headers
+from .shielded_log import shielded
 
-log = logging.getLogger("lane_plugin.track_limits")
+log = shielded("lane_plugin.track_limits")  # its calls hold a Prefect timeout off: see shielded_log
 
 
 def _http_client(client: Any) -> Any:

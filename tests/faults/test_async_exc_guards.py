@@ -297,3 +297,82 @@ def test_the_sigterm_threads_start_after_an_exception_at_any_line_of_their_start
     for name, r in result.items():
         assert r["failed"] == [], f"{name}: after an exception at these lines, left held or not working: {r['failed']}"
         assert r["lines"] >= 10 and len(r["raised"]) >= r["lines"] - 1, (name, r)  # the faults happened
+
+
+class _Quiet(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        pass
+
+
+def _deliver_while_logging(log_call, handler: logging.Handler, until) -> tuple[int, int]:
+    """Prefect's watcher-thread timeout delivery, at random moments, into a thread logging in a loop.
+
+    The enforcer does what Prefect's ``WatcherThreadCancelScope.cancel`` does: it takes the thread's shield, then
+    raises ``CancelledError`` into it (``_send_exception_to_thread``); it waits for each to be caught before the
+    next. Returns (exceptions caught, times the handler's lock was left held by the logging thread) once
+    ``until(caught, held)`` is true."""
+    import random
+
+    from prefect._internal.concurrency.cancellation import _get_thread_shield, _send_exception_to_thread
+
+    state = {"caught": 0, "held": 0, "stop": False}
+
+    def logging_loop() -> None:
+        while not state["stop"]:
+            try:
+                while not state["stop"]:
+                    log_call("a message %s", 1)
+            except BaseException:  # noqa: BLE001 - Prefect's CancelledError
+                if handler.lock._is_owned():
+                    state["held"] += 1
+                    while handler.lock._is_owned():
+                        handler.lock.release()
+                state["caught"] += 1
+
+    worker = threading.Thread(target=logging_loop, daemon=True)
+    worker.start()
+    from prefect._internal.concurrency.cancellation import CancelledError
+
+    sent = 0
+    while not until(state["caught"], state["held"]):
+        time.sleep(random.random() * 0.002)
+        with _get_thread_shield(worker):
+            _send_exception_to_thread(worker, CancelledError)
+        sent += 1
+        end = time.monotonic() + 5
+        while state["caught"] < sent and time.monotonic() < end:
+            time.sleep(0)
+    state["stop"] = True
+    worker.join(5)
+    return state["caught"], state["held"]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="from 3.12 Handler.handle holds its lock in a `with`")
+def test_a_prefect_timeout_never_leaves_a_logging_handlers_lock_held_by_a_gates_logger():
+    """Python < 3.12's ``Handler.handle`` takes its lock before its ``try``: an exception landing as the acquire
+    returns leaves it held, and every other thread logging through that handler then waits for ever. Shown first
+    on a plain logger (until it happened, at most 60 s), then the gate's :class:`ShieldedLogger` takes as many
+    timeouts, delivered as Prefect delivers them, and never leaves it held."""
+    from lane_plugin.gating.shielded_log import ShieldedLogger
+
+    handler = _Quiet()
+    logger = logging.getLogger("lane_plugin.test_shielded_log")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        t0 = time.monotonic()
+        plain, plain_held = _deliver_while_logging(
+            logger.info, handler, lambda caught, held: held >= 1 or time.monotonic() - t0 > 60
+        )
+        assert plain_held >= 1, f"the fault never happened on a plain logger in {plain} timeouts"
+        shielded, shielded_held = _deliver_while_logging(
+            ShieldedLogger(logger).info, handler, lambda caught, held: caught >= max(plain, 2000)
+        )
+    finally:
+        logger.removeHandler(handler)
+    print(
+        f"timeouts into a logging thread: plain logger {plain_held} of {plain} left the handler's lock held; "
+        f"the gate's shielded logger {shielded_held} of {shielded}"
+    )
+    assert shielded_held == 0
