@@ -315,14 +315,16 @@ def _deliver_while_logging(log_call, handler: logging.Handler, until) -> tuple[i
 
     from prefect._internal.concurrency.cancellation import _get_thread_shield, _send_exception_to_thread
 
-    state = {"caught": 0, "held": 0, "stop": False}
+    state = {"caught": 0, "held": 0, "stop": False, "logging": False}
 
     def logging_loop() -> None:
         while not state["stop"]:
             try:
+                state["logging"] = True  # from here on an exception is caught below: the enforcer may send one
                 while not state["stop"]:
                     log_call("a message %s", 1)
             except BaseException:  # noqa: BLE001 - Prefect's CancelledError
+                state["logging"] = False
                 if handler.lock._is_owned():
                     state["held"] += 1
                     while handler.lock._is_owned():
@@ -333,15 +335,22 @@ def _deliver_while_logging(log_call, handler: logging.Handler, until) -> tuple[i
     worker.start()
     from prefect._internal.concurrency.cancellation import CancelledError
 
+    # One at a time, each caught in the logging loop: not in the handling of the last one, nor in the thread's
+    # exit (it would leave the dead thread in threading._active, and a new thread with its ident taken for it).
+    def caught_all(sent: int) -> bool:
+        end = time.monotonic() + 5
+        while not (state["caught"] == sent and state["logging"]) and time.monotonic() < end:
+            time.sleep(0)
+        return state["caught"] == sent and worker.is_alive()
+
     sent = 0
     while not until(state["caught"], state["held"]):
+        assert caught_all(sent), (sent, state)
         time.sleep(random.random() * 0.002)
         with _get_thread_shield(worker):
             _send_exception_to_thread(worker, CancelledError)
         sent += 1
-        end = time.monotonic() + 5
-        while state["caught"] < sent and time.monotonic() < end:
-            time.sleep(0)
+    assert caught_all(sent), (sent, state)
     state["stop"] = True
     worker.join(5)
     return state["caught"], state["held"]
