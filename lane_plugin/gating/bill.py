@@ -27,14 +27,14 @@ Example:
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 from ..ledger import BillLine, Ledger
+from .shielded_log import shielded
 
 KEY = "lane-bill"
 HOOK_LISTS = ("on_completion_hooks", "on_failure_hooks", "on_crashed_hooks", "on_cancellation_hooks")
-log = logging.getLogger("lane_plugin.bill")
+log = shielded("lane_plugin.bill")  # its calls hold a Prefect timeout off: see shielded_log
 _runs: dict[str, dict[int, Ledger]] = {}  # flow run id -> the ledgers its gated jobs used
 
 

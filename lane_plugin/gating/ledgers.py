@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import itertools
-import logging
 
 from ..ledger import Ledger
 from ..ledger.url import resolve_url
 from ..settings import lane_settings
-from . import termination
+from . import termination, timeouts
 from .events import PrefectListener
+from .shielded_log import ShieldedLogger, shielded
 
-log = logging.getLogger("lane_plugin.gate")
+log = shielded("lane_plugin.gate")  # its calls hold a Prefect timeout off: see shielded_log
 _ledgers: dict[str, Ledger] = {}
 _seq: dict[tuple, itertools.count] = {}  # (task run, run count, stage) -> the next gate() block's number
 
@@ -46,13 +46,15 @@ def get_ledger(ledger: Ledger | str | None = None) -> Ledger:
     return led
 
 
-def run_logger():
+def run_logger() -> ShieldedLogger:
+    """Prefect's run logger in a run, else the gate's; its calls (and getting it) hold a Prefect timeout off."""
     try:
         from prefect.context import FlowRunContext, TaskRunContext
         from prefect.logging import get_run_logger
 
         if TaskRunContext.get() or FlowRunContext.get():
-            return get_run_logger()
+            with timeouts.shield():  # logging.getLogger takes logging's module lock before its try, as handlers do
+                return ShieldedLogger(get_run_logger())
     except Exception:
         pass
     return log

@@ -14,7 +14,6 @@ Example:
 from __future__ import annotations
 
 import inspect
-import logging
 import queue
 import sys
 import threading
@@ -28,8 +27,9 @@ from ..errors import LeaseLost
 from ..ledger.spawn import Spawned, spawn
 from ..ledger.wakeups import STALL_SECONDS
 from ..ledger.watchdog import stuck
+from .shielded_log import shielded
 
-log = logging.getLogger("lane_plugin.renewer")
+log = shielded("lane_plugin.renewer")  # its calls hold a Prefect timeout off: see shielded_log
 MIN_INTERVAL = 0.05
 _SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 

@@ -26,13 +26,13 @@ the body and the pause on the SDK's error remain).
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from ..settings import lane_settings
 from .current import current_gate
+from .shielded_log import shielded
 
-log = logging.getLogger("lane_plugin.send_guard")
+log = shielded("lane_plugin.send_guard")  # its calls hold a Prefect timeout off: see shielded_log
 _installed = False
 # The attribute set on an httpx response whose 429 the guard has written as the lane's pause: the gate's own
 # handling of the SDK's error, and track_limits' response hook, do not pause the lane (and count the job's

@@ -46,6 +46,7 @@ import time
 from types import FrameType
 from typing import Any
 
+from ..ledger.spawn import Spawned, spawn
 from ..settings import lane_settings
 
 log = logging.getLogger("lane_plugin.termination")
@@ -53,9 +54,10 @@ _installed_in: int | None = None  # the pid whose main thread installed the hand
 _previous: Any = None  # the handler it replaced
 _grace_seconds = 8.0  # read at install: the handler must take no lock the interrupted main thread may hold
 _begun = threading.Lock()  # taken once, by whichever sees SIGTERM first: the handler or the watcher
-_signal_at = 0.0
+_signal_at = 0.0  # when the SIGTERM the running watchdog follows was seen
 _wakeup_write: int | None = None  # the write end of the watcher's pipe (signal.set_wakeup_fd)
 _watching_in: int | None = None  # the pid whose watcher was set up (or found the wakeup fd taken)
+_our_pipes: tuple[int, ...] = ()  # write ends this module made wakeup fds, the last one current (see _watch_wakeups)
 
 
 def install() -> bool:
@@ -126,26 +128,52 @@ def _watch_wakeups() -> None:
     writes each signal's number to the wakeup fd whatever Python handler runs it, so a thread reading it
     starts the grace clock and gives the leases back meanwhile. Only when no one else uses the wakeup fd
     (an asyncio loop's signal handlers do): then the handler alone sees SIGTERM.
+
+    Runs in the main thread, where Prefect's alarm-based timeout raises at any bytecode: the set-up counts as
+    done only at its last line, so an interrupted one is redone by the next :func:`install`. Every pipe made is
+    recorded first (one store of a new tuple), so the redo knows a wakeup fd left by it for its own and closes
+    the ones it replaces (a reader started on one sees its end and stops). The reader is started with
+    :func:`~lane_plugin.ledger.spawn.spawn`: ``threading.Thread.start`` takes Python-level locks and an event,
+    and an exception landing in it can leave the thread in ``threading._limbo`` for good.
     """
-    global _wakeup_write, _watching_in
-    if _watching_in == os.getpid():
+    global _wakeup_write, _watching_in, _our_pipes
+    pid = os.getpid()
+    if _watching_in == pid:
         return
-    _watching_in = os.getpid()
     read, write = os.pipe()
     os.set_blocking(write, False)
+    _our_pipes = (*_our_pipes, write)
     try:
         old = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
     except (ValueError, OSError):
-        os.close(read)
-        os.close(write)
+        _give_up_pipe(read, write)
+        _watching_in = pid
         return
-    if old not in (-1, _wakeup_write):  # someone else's (an inherited one of ours is dead: no reader)
+    if old != -1 and old not in _our_pipes:  # someone else's (one of ours is dead: set-up interrupted, or inherited)
         signal.set_wakeup_fd(old)
-        os.close(read)
-        os.close(write)
+        _give_up_pipe(read, write)
+        _watching_in = pid
         return
-    _wakeup_write = write
-    threading.Thread(target=_read_wakeups, args=(read,), name="lane-sigterm-watch", daemon=True).start()
+    spawn(Spawned("lane-sigterm-watch"), lambda: _read_wakeups(read))
+    stale = [fd for fd in _our_pipes if fd != write]
+    _our_pipes, _wakeup_write = (write,), write
+    _watching_in = pid
+    for fd in stale:
+        _close(fd)
+
+
+def _give_up_pipe(read: int, write: int) -> None:
+    global _our_pipes
+    _our_pipes = tuple(fd for fd in _our_pipes if fd != write)
+    _close(read)
+    _close(write)
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:  # closed already (a set-up interrupted after it closed it)
+        pass
 
 
 def _read_wakeups(fd: int) -> None:
@@ -160,15 +188,26 @@ def _read_wakeups(fd: int) -> None:
             _arm(int(signal.SIGTERM))
 
 
-def _arm(signum: int) -> None:
-    """SIGTERM seen (by the handler or the watcher): start the watchdog, unless it is running already."""
+def _arm(signum: int) -> float:
+    """SIGTERM seen (by the handler or the watcher): start the watchdog, unless it is running already.
+
+    Returns when the signal was seen. In the main thread (the handler) Prefect's alarm-based timeout may raise
+    at any bytecode: the ``_begun`` guard is taken by the new thread, never here, so an exception landing
+    between taking it and starting the thread cannot leave it held (and no later SIGTERM watched), and the
+    thread is started without ``threading.Thread.start``'s locks (see :func:`_watch_wakeups`).
+    """
+    t0 = time.monotonic()
+    grace = _grace_seconds
+    spawn(Spawned("lane-sigterm-grace"), lambda: _watch_once(signum, t0, grace))
+    return t0
+
+
+def _watch_once(signum: int, t0: float, grace: float) -> None:
     global _signal_at
-    if not _begun.acquire(blocking=False):
+    if not _begun.acquire(blocking=False):  # a watchdog already follows this SIGTERM (or an earlier one)
         return
-    _signal_at = time.monotonic()
-    threading.Thread(
-        target=_watchdog, args=(signum, _signal_at, _grace_seconds), name="lane-sigterm-grace", daemon=True
-    ).start()
+    _signal_at = t0
+    _watchdog(signum, t0, grace)
 
 
 def _watchdog(signum: int, t0: float, grace: float) -> None:
@@ -212,10 +251,10 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
         previous(signum, frame)
         return
     # Python's default: the process ends now, so its leases are given back first (for half the grace at most)
-    _arm(signum)
-    releaser = threading.Thread(target=give_back_leases, name="lane-sigterm-release", daemon=True)
-    releaser.start()
-    releaser.join(max(0.0, _signal_at + _grace_seconds / 2 - time.monotonic()))
+    t0 = _arm(signum)
+    releaser = Spawned("lane-sigterm-release")
+    spawn(releaser, give_back_leases)
+    releaser.join(max(0.0, t0 + _grace_seconds / 2 - time.monotonic()))
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 

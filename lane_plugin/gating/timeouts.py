@@ -42,7 +42,13 @@ def shield():
         from prefect._internal.concurrency.cancellation import _get_thread_shield
     except ImportError:  # pragma: no cover - a Prefect without it: nothing to defer
         return contextlib.nullcontext()
-    return _thread_shield(_get_thread_shield(threading.current_thread()))
+    try:
+        thread_shield = _get_thread_shield(threading.current_thread())
+    except KeyError:
+        # threading takes this thread for a dead one whose ident it reuses (an exception raised into that one as it
+        # exited left it in threading._active): Prefect's lookup fails, and its enforcer would not use that shield
+        return contextlib.nullcontext()
+    return _thread_shield(thread_shield)
 
 
 @contextlib.contextmanager

@@ -18,7 +18,6 @@ already, later still (after the request hooks, before the response hooks): these
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -28,8 +27,9 @@ from ..ledger import Ledger
 from . import send_guard
 from .current import current_gate
 from .ratelimits import DEFAULT_PAUSE, MAX_PAUSE, PAUSE_STEP, remaining_of, wait_from_headers
+from .shielded_log import shielded
 
-log = logging.getLogger("lane_plugin.track_limits")
+log = shielded("lane_plugin.track_limits")  # its calls hold a Prefect timeout off: see shielded_log
 
 
 def _http_client(client: Any) -> Any:

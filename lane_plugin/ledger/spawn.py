@@ -52,12 +52,14 @@ class Spawned:
             self._end.release()
 
 
-def _boot(me: Spawned, up, target: Callable[[], None]):
+def _boot(me: Spawned, up, target: Callable[[], None], creator: int):
     try:
         yield from (None,)  # the creator steps to here; the new thread resumes here (no pending-exception check)
         me.ident = _thread.get_ident()
         me.began = True
     except BaseException as exc:  # noqa: BLE001 - raised into the creator's ident before this thread had its own
+        if _thread.get_ident() == creator:  # the creator's own, raised while it stepped here (a trace function's):
+            raise  # its thread never starts, and the call that started it raises it
         me.stolen = exc
         me.ident = _thread.get_ident()
         me.began = True
@@ -81,7 +83,7 @@ def spawn(me: Spawned, target: Callable[[], None]) -> None:
     me.since = time.monotonic()
     up = _thread.allocate_lock()
     up.acquire()
-    gen = _boot(me, up, target)
+    gen = _boot(me, up, target, _thread.get_ident())
     next(gen)  # to the yield: from here on the generator's frame only resumes where it catches everything
     _thread.start_new_thread(collections.deque, (gen, 0))  # (C all the way to the resume: no bytecode before it)
     up.acquire(True, UP_SECONDS)

@@ -10,6 +10,12 @@ when it lands right after the acquire returned. Two such guards were left:
 - the SIGTERM handler's install guard (:mod:`lane_plugin.gating.termination`): a lock acquired before its
   ``try``; left held, the handler was never installed in that process.
 
+The SIGTERM watcher's and watchdog's thread starts (``install()``'s first call, and ``_arm`` in the handler) run in
+the main thread too. Started with ``threading.Thread.start()``, an exception at its lines left
+``threading._active_limbo_lock`` held with the thread half-registered in ``threading._limbo`` (3 points), then hung
+the starter for good (the exception reached the new thread: see tests/faults/test_spawn.py); and ``_arm`` took its
+guard before the start, so an exception between the two left no SIGTERM ever watched again.
+
 Each test raises an exception at every line the guarded call runs (a trace function sets it on its own thread,
 as test_async_exc.py does), proves it was raised, and asserts that the next call still does its work at once.
 """
@@ -182,3 +188,200 @@ def test_the_sigterm_handler_is_installed_after_an_exception_at_any_line_of_inst
     assert stuck == [], f"after an exception at these lines install() never installed the handler again: {stuck}"
     assert lines >= 8 and len(raised) >= lines - 1, result  # the faults happened
     assert result["reentry"] == [True, [False]], result  # re-entered, the inner call leaves it to the outer one
+
+
+THREAD_START_SCRIPT = textwrap.dedent(
+    """
+    import json, os, signal, sys, threading, time
+    sys.path.insert(0, sys.argv[1])
+    from test_async_exc_guards import _injected
+    from lane_plugin.gating import termination as T
+    from lane_plugin.ledger import spawn
+
+    FILES = (T.__file__, spawn.__file__, threading.__file__)
+    GRACE = float(os.environ["LANE_SIGTERM_GRACE_SECONDS"])
+
+    def fresh():  # a process that has not installed anything yet: no handler, no wakeup fd, no watcher
+        T._installed_in = T._watching_in = None
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+
+    def settled():  # the watchdog of an earlier SIGTERM has seen its grace out and let go of its guard
+        end = time.monotonic() + GRACE + 3
+        while time.monotonic() < end:
+            if T._begun.acquire(blocking=False):
+                T._begun.release()
+                return True
+            time.sleep(0.02)
+        return False
+
+    def limbo_lock_held():  # an RLock: held by this thread (re-entrant for it) or by another
+        lock = threading._active_limbo_lock
+        if lock._is_owned() or not lock.acquire(blocking=False):
+            return True
+        lock.release()
+        return False
+
+    def held():  # what an interrupted thread start or guard may have left behind
+        time.sleep(0.05)  # (a thread being started registers within that)
+        return [what for what, bad in (
+            ("threading._active_limbo_lock", limbo_lock_held()),
+            ("a thread half-registered in threading._limbo", bool(threading._limbo)),
+            ("termination._begun", not settled()),
+        ) if bad]
+
+    def watchdog_starts(send):  # SIGTERM seen (by `send`): a watchdog starts within 2 s
+        before = T._signal_at
+        send()
+        end = time.monotonic() + 2
+        while T._signal_at == before and time.monotonic() < end:
+            time.sleep(0.01)
+        return T._signal_at != before and settled()
+
+    def sigterm_behind_another_handler():  # only the wakeup fd's watcher can see this one
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def arm():
+        T._arm(signal.SIGTERM)
+
+    result = {}
+    for name, call, check in (
+        ("install", T.install, lambda: T.install() and watchdog_starts(sigterm_behind_another_handler)),
+        ("arm", arm, lambda: watchdog_starts(arm)),
+    ):
+        fresh()
+        if name == "arm":
+            assert T.install()
+        lines = _injected(call, 10**9, FILES)[1]
+        assert settled() and check(), name  # uninterrupted, it works
+        raised, failed = [], []
+        for at in range(1, lines + 1):
+            if name == "install":
+                fresh()
+            hit, _, where = _injected(call, at, FILES)
+            if hit:
+                raised.append(where)
+            left = held()
+            if left or not check():
+                failed.append([at, where, left])
+        result[name] = {"lines": lines, "raised": raised, "failed": failed}
+    print(json.dumps(result))
+    """
+)
+
+
+def test_the_sigterm_threads_start_after_an_exception_at_any_line_of_their_start(tmp_path):
+    """``install()`` (first use: the wakeup fd's watcher is set up) and ``_arm`` (the handler's watchdog) run in
+    the main thread, where Prefect's alarm-based timeout raises at any bytecode. Raised at every line they run
+    (with the thread start's own, in lane_plugin.ledger.spawn and threading), they leave no lock held and no
+    thread half-started, and the next call sets the watcher up (it sees a SIGTERM behind another handler) or
+    starts the watchdog."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT.parent), os.environ.get("PYTHONPATH", "")]),
+        "LANE_SIGTERM_GRACE_SECONDS": "0.3",  # each watchdog started lets go of its guard after 0.3 s
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", THREAD_START_SCRIPT, str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    for name, r in result.items():
+        print(f"termination {name}: {r['lines']} injection points, {len(r['raised'])} raised inside the call")
+    for name, r in result.items():
+        assert r["failed"] == [], f"{name}: after an exception at these lines, left held or not working: {r['failed']}"
+        assert r["lines"] >= 10 and len(r["raised"]) >= r["lines"] - 1, (name, r)  # the faults happened
+
+
+class _Quiet(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        pass
+
+
+def _deliver_while_logging(log_call, handler: logging.Handler, until) -> tuple[int, int]:
+    """Prefect's watcher-thread timeout delivery, at random moments, into a thread logging in a loop.
+
+    The enforcer does what Prefect's ``WatcherThreadCancelScope.cancel`` does: it takes the thread's shield, then
+    raises ``CancelledError`` into it (``_send_exception_to_thread``); it waits for each to be caught before the
+    next. Returns (exceptions caught, times the handler's lock was left held by the logging thread) once
+    ``until(caught, held)`` is true."""
+    import random
+
+    from prefect._internal.concurrency.cancellation import _get_thread_shield, _send_exception_to_thread
+
+    state = {"caught": 0, "held": 0, "stop": False, "logging": False}
+
+    def logging_loop() -> None:
+        while not state["stop"]:
+            try:
+                state["logging"] = True  # from here on an exception is caught below: the enforcer may send one
+                while not state["stop"]:
+                    log_call("a message %s", 1)
+            except BaseException:  # noqa: BLE001 - Prefect's CancelledError
+                state["logging"] = False
+                if handler.lock._is_owned():
+                    state["held"] += 1
+                    while handler.lock._is_owned():
+                        handler.lock.release()
+                state["caught"] += 1
+
+    worker = threading.Thread(target=logging_loop, daemon=True)
+    worker.start()
+    from prefect._internal.concurrency.cancellation import CancelledError
+
+    # One at a time, each caught in the logging loop: not in the handling of the last one, nor in the thread's
+    # exit (it would leave the dead thread in threading._active, and a new thread with its ident taken for it).
+    def caught_all(sent: int) -> bool:
+        end = time.monotonic() + 5
+        while not (state["caught"] == sent and state["logging"]) and time.monotonic() < end:
+            time.sleep(0)
+        return state["caught"] == sent and worker.is_alive()
+
+    sent = 0
+    while not until(state["caught"], state["held"]):
+        assert caught_all(sent), (sent, state)
+        time.sleep(random.random() * 0.002)
+        with _get_thread_shield(worker):
+            _send_exception_to_thread(worker, CancelledError)
+        sent += 1
+    assert caught_all(sent), (sent, state)
+    state["stop"] = True
+    worker.join(5)
+    return state["caught"], state["held"]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="from 3.12 Handler.handle holds its lock in a `with`")
+def test_a_prefect_timeout_never_leaves_a_logging_handlers_lock_held_by_a_gates_logger():
+    """Python < 3.12's ``Handler.handle`` takes its lock before its ``try``: an exception landing as the acquire
+    returns leaves it held, and every other thread logging through that handler then waits for ever. Shown first
+    on a plain logger (until it happened, at most 60 s), then the gate's :class:`ShieldedLogger` takes as many
+    timeouts, delivered as Prefect delivers them, and never leaves it held."""
+    from lane_plugin.gating.shielded_log import ShieldedLogger
+
+    handler = _Quiet()
+    logger = logging.getLogger("lane_plugin.test_shielded_log")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        t0 = time.monotonic()
+        plain, plain_held = _deliver_while_logging(
+            logger.info, handler, lambda caught, held: held >= 1 or time.monotonic() - t0 > 60
+        )
+        assert plain_held >= 1, f"the fault never happened on a plain logger in {plain} timeouts"
+        shielded, shielded_held = _deliver_while_logging(
+            ShieldedLogger(logger).info, handler, lambda caught, held: caught >= max(plain, 2000)
+        )
+    finally:
+        logger.removeHandler(handler)
+    print(
+        f"timeouts into a logging thread: plain logger {plain_held} of {plain} left the handler's lock held; "
+        f"the gate's shielded logger {shielded_held} of {shielded}"
+    )
+    assert shielded_held == 0

@@ -31,6 +31,7 @@ def fresh(monkeypatch) -> Iterator[None]:
         ("_begun", threading.Lock()),
         ("_wakeup_write", None),
         ("_watching_in", None),
+        ("_our_pipes", ()),
     ):
         monkeypatch.setattr(termination, name, value)
     monkeypatch.delenv("LANE_SIGTERM_GRACE_SECONDS", raising=False)

@@ -15,7 +15,11 @@ README.md). It is loaded before Prefect's conftest and before any test module, a
 4. marks the tests listed in ``tests/gating/test_prefect_suite.py`` (``TAG_ASSERTIONS``) as strict
    expected failures, with their reason: they assert a task's exact tags, and a lane task carries
    ``lane:<lane>`` and ``stage:<stage>`` by default. ``LANE_SUITE_LANE_TAGS=0`` swaps with
-   ``lane_tags=False`` instead, and then nothing is expected to fail.
+   ``lane_tags=False`` instead, and then nothing is expected to fail;
+5. replaces Prefect's ``hosted_api_server`` session fixture (before Prefect's conftest star-imports it) with
+   :func:`hosted_api_server`: Prefect's gives its uvicorn 20 s to answer, and when it does not (its start
+   takes longer on a loaded machine) raises inside ``open_process``, whose ``async with process`` then waits
+   for the server to exit before its ``finally`` terminates it: the session hangs for ever.
 """
 
 from __future__ import annotations
@@ -38,8 +42,13 @@ for _key, _value in {
 # Prefect's hosted_api_server fixture starts `uvicorn`: the one beside this interpreter.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
+import anyio  # noqa: E402
+import httpx  # noqa: E402
 import prefect  # noqa: E402
 import prefect.tasks  # noqa: E402
+import prefect.testing.fixtures  # noqa: E402
+from prefect.settings import get_current_settings  # noqa: E402
+from prefect.utilities.processutils import open_process  # noqa: E402
 
 import lane_plugin.gating.task  # noqa: E402,F401  (imported before any test: Prefect's reset_sys_modules keeps it)
 from lane_plugin import Ledger, lane_task  # noqa: E402
@@ -87,6 +96,57 @@ swapped_task.__signature__ = inspect.signature(ORIGINAL_TASK)
 LEDGER_URL = _fresh_ledger()
 prefect.tasks.task = swapped_task
 prefect.task = swapped_task
+
+
+SERVER_START_SECONDS = float(os.environ.get("LANE_SUITE_SERVER_START_SECONDS", "120"))
+
+
+@pytest.fixture(scope="session")
+async def hosted_api_server(unused_tcp_port_factory, test_database_connection_url):
+    """Prefect's ``hosted_api_server`` (prefect.testing.fixtures), with two changes: the server has
+    ``LANE_SUITE_SERVER_START_SECONDS`` (default 120) to answer its health check, not 20, and a server that
+    never answers is terminated before ``open_process`` is left (Prefect's waits for it to exit first)."""
+    _ = test_database_connection_url  # the per-worker database URL is applied before the server starts
+    port = unused_tcp_port_factory()
+    settings = get_current_settings().to_environment_variables(exclude_unset=True)
+    command = ["uvicorn", "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--log-level", "info"]
+    env = {**os.environ, **settings}
+    async with open_process(command=command, stdout=sys.stdout, stderr=sys.stderr, env=env) as process:
+        api_url = f"http://localhost:{port}/api"
+        try:
+            healthy = False
+            async with httpx.AsyncClient() as client:
+                with anyio.move_on_after(SERVER_START_SECONDS):
+                    while not healthy:
+                        try:
+                            healthy = (await client.get(api_url + "/health")).status_code == 200
+                        except httpx.ConnectError:
+                            pass
+                        if not healthy:
+                            await anyio.sleep(0.1)
+            if not healthy:
+                raise RuntimeError(f"the hosted test Prefect API did not answer within {SERVER_START_SECONDS:g} s")
+        except BaseException:
+            await _stop(process)
+            raise
+        yield api_url
+        await _stop(process)
+
+
+async def _stop(process) -> None:
+    """SIGTERM, then SIGKILL after 10 s, as Prefect's fixture stops its server."""
+    try:
+        process.terminate()
+        with anyio.move_on_after(10):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+    except ProcessLookupError:
+        pass
+
+
+prefect.testing.fixtures.hosted_api_server = hosted_api_server  # what Prefect's conftest star-imports
 
 
 def pytest_collection_modifyitems(session, config, items):
