@@ -223,15 +223,22 @@ class ProviderPause:
             self._count_from_now(led)
 
     async def _ahold_send(self) -> None:
-        """:meth:`_hold_send` for an async client."""
+        """:meth:`_hold_send` for an async client: each check (a ledger read, a write when the send is late) in a
+        thread, the event loop's other tasks running meanwhile; the wait itself on the loop."""
         if self._probe is not None:
             return
-        led = get_ledger(self._ledger_arg)
         waited = False
-        while (left := self._paused_for(led)) > 0:
+        while (left := await asyncio.to_thread(self._check_send, waited)) > 0:
             waited = True
             await asyncio.sleep(left)
-        self._sent_late(led, waited)
+
+    def _check_send(self, waited: bool) -> float:
+        """One check of :meth:`_ahold_send`: seconds to wait yet, or 0.0 with the send's charges dated."""
+        led = get_ledger(self._ledger_arg)
+        left = self._paused_for(led)
+        if left <= 0:
+            self._sent_late(led, waited)
+        return left
 
     def _heard_response(self, response: Any) -> None:
         """A request of the body has its answer, the SDK not yet: a 429 pauses the lane (this process's memory
