@@ -20,7 +20,7 @@ import pytest
 
 from lane_plugin import current_gate, gate, report_usage
 from lane_plugin.errors import InvalidInput
-from lane_plugin.gating import get_ledger
+from lane_plugin.gating import get_ledger, provider_requests
 from lane_plugin.testing import ProviderEmulator
 
 pytestmark = pytest.mark.timeout(120)
@@ -76,6 +76,7 @@ def web():
 
 @pytest.fixture
 def led(ledger_url, monkeypatch):
+    monkeypatch.setattr(provider_requests, "_heard", {})  # no origin heard by an earlier test (a port reused)
     monkeypatch.setenv("LANE_DATABASE_URL", ledger_url)
     led = get_ledger(ledger_url)
     yield led
@@ -119,6 +120,20 @@ def test_during_a_pause_only_the_providers_request_is_held(led, site, web):
     assert led.pause_state(lane)[1] is None  # and was the probe: its 200 reopened the lane
 
 
+def test_during_a_pause_the_anthropic_sdks_request_is_held_too(led):
+    import anthropic
+
+    lane = _lane(led, "claude")
+    with ProviderEmulator(tpm=10**6, rpm=None, window_seconds=60, output_lengths=[5]) as emu:
+        client = anthropic.Anthropic(base_url=emu.base_url.removesuffix("/v1"), api_key="k", max_retries=0)
+        with gate(stage="s", estimate=100, lane=lane, ledger=led) as g:
+            _paused(led, lane, g)
+            g.report(client.messages.create(**CALL))
+            left = led.paused_for(lane)
+        recs = emu.records
+    assert left == 0.0 and [r.status for r in recs] == [200]  # it waited for the reopen
+
+
 def test_after_a_pause_a_websites_answer_is_not_the_probe(led, site, web):
     lane = _lane(led, "probe")
     with gate(stage="seed", estimate=10, lane=lane, ledger=led) as g0:
@@ -137,7 +152,7 @@ def test_after_a_pause_a_websites_answer_is_not_the_probe(led, site, web):
 
 
 def test_a_websites_request_sent_late_does_not_move_the_jobs_charges(led, site, web):
-    lane = "late"
+    lane = "late-web"
     led.set_lane(lane, allowance=10**6, ceiling=10**6, max_leased=10, burst_tokens=10**5, window_seconds=60.0)
     charged_at = "select max(at) from rate_charge where job_id = :j"
     with gate(stage="s", estimate=60, rate_cost=50, lane=lane, ledger=led) as g:
