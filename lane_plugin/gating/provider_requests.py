@@ -22,10 +22,12 @@ Anything else passes untouched, as outside a gated body.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ..settings import lane_settings, parse_provider_hosts
 
+log = logging.getLogger("lane_plugin.send_guard")
 # lane -> the origins that answered its gated bodies with a provider's rate-limit headers (this process). Single
 # set and dict operations only: no lock a timeout raised into a thread could leave held.
 _heard: dict[str, set[tuple[str, str, int]]] = {}
@@ -50,7 +52,16 @@ def origin_of(request: Any) -> tuple[str, str, int]:
 
 
 def is_providers(lane: str, request: Any, client: Any = None) -> bool:
-    """Is ``request`` (sent by the httpx ``client``) one to the provider of ``lane``? (the rules above)"""
+    """Is ``request`` (sent by the httpx ``client``) one to the provider of ``lane``? (the rules above) Never
+    raises: a request that cannot be told is not held (the lane's bookkeeping is no reason to fail it)."""
+    try:
+        return _is_providers(lane, request, client)
+    except Exception as exc:  # noqa: BLE001 - e.g. LANE_PROVIDER_HOSTS made bad since the gate began
+        log.warning("lane send guard: request to %s not told (passes unguarded): %s", _url(request), exc)
+        return False
+
+
+def _is_providers(lane: str, request: Any, client: Any) -> bool:
     if client is not None and type(client).__module__.split(".", 1)[0] == "prefect":  # Prefect's own client
         return False
     origin = origin_of(request)
@@ -60,7 +71,19 @@ def is_providers(lane: str, request: Any, client: Any = None) -> bool:
 
 def hear(lane: str, request: Any, response: Any) -> bool:
     """Does ``response`` carry a provider's rate-limit headers? If so, its request's origin is the lane's
-    provider from now on (rule 4); never one of Prefect's own."""
+    provider from now on (rule 4); never one of Prefect's own. Never raises (False)."""
+    try:
+        return _hear(lane, request, response)
+    except Exception as exc:  # noqa: BLE001 - the answer goes back to the caller all the same
+        log.warning("lane send guard: answer from %s not read: %s", _url(request), exc)
+        return False
+
+
+def _url(request: Any) -> str:
+    return str(getattr(request, "url", "?"))
+
+
+def _hear(lane: str, request: Any, response: Any) -> bool:
     names = [str(name).lower() for name in response.headers.keys()]
     if not any(name.startswith(_RATE_HEADER_PREFIXES) for name in names) or _under_prefect_api(request):
         return False

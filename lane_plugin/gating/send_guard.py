@@ -35,6 +35,7 @@ import asyncio
 import logging
 from typing import Any
 
+from ..errors import InvalidInput
 from ..settings import lane_settings
 from . import provider_requests
 from .current import current_gate
@@ -54,7 +55,12 @@ def guarding(request: Any = None, client: Any = None) -> Any:
     g = current_gate()
     if not _installed or g is None or getattr(g, "lease", None) is None or not hasattr(g, "_hold_send"):
         return None
-    if not lane_settings().send_guard:
+    try:
+        on = lane_settings().send_guard
+    except InvalidInput as exc:  # a LANE_* variable made bad since the gate began: the next gate refuses it
+        log.warning("lane send guard: a request passes unguarded: %s", exc)
+        return None
+    if not on:
         return None
     if request is not None and not provider_requests.is_providers(g.lease.lane, request, client):
         return None

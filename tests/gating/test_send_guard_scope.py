@@ -221,6 +221,14 @@ def test_a_bad_lane_provider_hosts_is_refused_by_name_before_the_body(led, monke
     assert ran == []
 
 
+def test_a_lane_provider_hosts_made_bad_during_the_body_fails_no_request(led, site, web, monkeypatch, caplog):
+    with gate(stage="s", estimate=10, lane=_lane(led, "later"), ledger=led) as g:
+        monkeypatch.setenv("LANE_PROVIDER_HOSTS", "https://api.openai.com/v1")
+        assert web.get(f"{site}/vector-db/search").status_code == 200
+        g.report(10)
+    assert any("passes unguarded" in r.getMessage() and "LANE_PROVIDER_HOSTS" in r.getMessage() for r in caplog.records)
+
+
 def _fanout_example() -> str:
     """The fan-out example of docs/billing.md, as written there."""
     text = (Path(__file__).parents[2] / "docs" / "billing.md").read_text()
