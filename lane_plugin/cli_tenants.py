@@ -131,7 +131,11 @@ def tenants_set(
         print_json(t)
         return
     period = "no period: never resets" if t["period"] == "none" else t["period"]
-    budget = "no ceiling" if t["ceiling"] is None else f"ceiling {t['ceiling']:,} ({period}), spent {t['spent']:,}"
+    budget = (
+        f"no ceiling (period {period}, for a ceiling set later)"
+        if t["ceiling"] is None
+        else f"ceiling {t['ceiling']:,} ({period}), spent {t['spent']:,}"
+    )
     typer.echo(f"tenant {t['tenant']} of lane {t['lane']}: weight {t['weight']:g}, {budget}")
 
 

@@ -71,6 +71,7 @@ from .estimates import (
 from .gate_usage import GateUsage
 from .ledgers import default_tenant, get_ledger, next_seq, prefect_run, run_logger
 from .provider_pause import ProviderPause
+from .ratelimits import PAUSE_STEP
 from .renewal import Held, renewer
 from .usage import UsageMeter, check_missing_policy
 
@@ -264,7 +265,7 @@ class Gate(AdmissionWait, ProviderPause, GateUsage):
                 led.wakeups.unregister(self.job_id)
             self._admitted(led, time.monotonic() - state["t0"])  # a timeout landing here: abandon gives the lease back
             while (left := self._paused_for(led)) > 0:
-                time.sleep(left)
+                time.sleep(min(left, PAUSE_STEP))
             self._resent(led)
             return self
         except BaseException as exc:
@@ -289,7 +290,7 @@ class Gate(AdmissionWait, ProviderPause, GateUsage):
                 led.wakeups.unregister(self.job_id)
             self._admitted(led, time.monotonic() - state["t0"])
             while (left := self._paused_for(led)) > 0:
-                await asyncio.sleep(left)
+                await asyncio.sleep(min(left, PAUSE_STEP))
             self._resent(led)
             return self
         except BaseException as exc:

@@ -24,7 +24,15 @@ from typing import Any
 from ..ledger import Lease, Ledger
 from . import send_guard
 from .ledgers import get_ledger, run_logger
-from .ratelimits import DEFAULT_PAUSE, MAX_PAUSE, headers_of, rate_limit_info, remaining_of, wait_from_headers
+from .ratelimits import (
+    DEFAULT_PAUSE,
+    MAX_PAUSE,
+    PAUSE_STEP,
+    headers_of,
+    rate_limit_info,
+    remaining_of,
+    wait_from_headers,
+)
 
 # How often a gate held behind this process's probe looks again (no database read), behind another
 # process's (one read each time), and the longest a probe holds the lane (a probe that hangs must not stall
@@ -52,33 +60,35 @@ class ProviderPause:
     lease: Lease | None
     _waited_pause: bool
     _ledger_arg: Any
-    _probe: tuple[tuple[int, str], float, float] | None = None  # (key, the pause's end, the claim's hold end)
+    _probe: tuple[tuple[int, str], float, float | None] | None = None  # (key, the pause's end, the claim's hold end)
     _picked_at: float | None = None  # when the lease was picked up, or its charges last re-dated (time.time())
     _late_done = False  # a late send re-dated the charges (once per gate)
 
     def _paused_for(self, led: Ledger) -> float:
         """Seconds to wait before the body (0.0: send now), read at the last moment before it: a lease granted
         before another worker's 429 paused the lane waits for the reopen, its lease renewed meanwhile, instead
-        of sending into the closed window. This process's memory of the pause first (no database round trip:
-        a 429 met here is known before its ledger write commits), else the ledger's row (another process's),
-        which also says whether the pause ended with no request through since (the probe's turn)."""
+        of sending into the closed window. A 429 met here whose ledger write has not committed first (no database
+        round trip), else the ledger's row, whose word wins over this process's memory of a pause it holds (a
+        reopen written by any process ends the wait; a waiter sleeps :data:`PAUSE_STEP` at most between reads),
+        and which also says whether the pause ended with no request through since (the probe's turn)."""
         assert self.lease is not None
         if self._picked_at is None:  # the first call, right after the pick-up
             self._picked_at = time.time()
         send_guard.install()  # the first gate to reach its body installs the guard of its sends (once)
         lane = self.lease.lane
-        left = led.paused_here(lane)
+        left = led.paused_unheard(lane)  # a 429 met here whose write has not committed: nothing to read yet
         if left <= 0 and self._probe_out(led, lane):
             left = PROBE_POLL  # this process's probe is out: nothing to read until it returns
         if left <= 0:
+            known = led.pauses_here(lane)
             try:
                 left, ended, probe_left = led.pause_state(lane)
             except Exception as exc:  # noqa: BLE001 - the body runs as it would have without the check
                 run_logger().warning("lane gate: could not read lane %s's pause: %s", lane, exc)
                 return 0.0
-            if left > 0:  # another process's pause
-                led.remember_pause(lane, left)
-            elif (here := led.paused_here(lane)) > 0:  # a 429 met in this process while the read was out
+            if left > 0:  # paused for every process: the longer word, the ledger's or the one heard here
+                left = max(left, led.paused_here(lane))
+            elif (here := led.paused_unheard(lane, known)) > 0:  # a 429 met in this process while the read was out
                 left = here
             elif ended is not None:
                 left = self._behind_probe(led, lane, ended, probe_left)
@@ -116,21 +126,26 @@ class ProviderPause:
         if _probes.get(key, (None,))[0] is not self:
             return PROBE_POLL  # another gate of this process is claiming
         try:
-            hold_until = led.claim_probe(lane, ended, PROBE_HOLD)
+            # One statement: a claim the ledger committed is the gate's to give back from the line after it (an
+            # exception raised into the thread lands at a line, or at the end of the call before the store: then
+            # the claim's hold runs out, as a hung probe's does).
+            self._probe = (key, ended, led.claim_probe(lane, ended, PROBE_HOLD))
         except Exception as exc:  # noqa: BLE001 - send as before the probe rule
             run_logger().warning("lane gate: could not claim lane %s's probe: %s", lane, exc)
-            hold_until = None
             self._unclaim(key)
             return 0.0
-        if hold_until is None:  # another process's probe, or the lane reopened or paused again: look again
+        if self._probe[2] is None:  # another process's probe, or the lane reopened or paused again: look again
+            self._probe = None
             self._unclaim(key)
             return PROBE_POLL
-        self._probe = (key, ended, hold_until)
         return 0.0
 
     def _unclaim(self, key: tuple[int, str]) -> None:
-        if _probes.get(key, (None,))[0] is self:
-            _probes.pop(key, None)
+        # Taken first, put back if it was another gate's: interrupted in between, another gate's claim is lost
+        # (the ledger's claim still arbitrates); read first, this gate's would stay and hold the others.
+        claim = _probes.pop(key, None)
+        if claim is not None and claim[0] is not self:
+            _probes.setdefault(key, claim)
 
     def _probe_done(self, led: Ledger, exc: BaseException | None) -> None:
         """The probe returned: the lane is open for every process unless it met a 429 (:meth:`_heard_provider`
@@ -138,7 +153,7 @@ class ProviderPause:
         probe, self._probe = self._probe, None
         if probe is None:
             return
-        if exc is None or rate_limit_info(exc) is None:
+        if probe[2] is not None and (exc is None or rate_limit_info(exc) is None):  # (None: its claim was refused)
             try:
                 led.reopen(probe[0][1], probe[1])
             except Exception as error:  # noqa: BLE001 - the claim's hold runs out and the lane opens then
@@ -151,6 +166,8 @@ class ProviderPause:
         if probe is None:
             return
         self._unclaim(probe[0])
+        if probe[2] is None:  # the claim was refused (interrupted before the gate looked): nothing to give back
+            return
         try:
             led.give_back_probe(probe[0][1], probe[1], probe[2])
         except Exception as exc:  # noqa: BLE001 - the claim's hold runs out and the lane opens then
@@ -208,11 +225,23 @@ class ProviderPause:
         if self._probe is not None:
             return
         led = get_ledger(self._ledger_arg)
-        waited = False
-        while (left := self._paused_for(led)) > 0:
-            waited = True
-            time.sleep(left)
-        self._sent_late(led, waited)
+        try:
+            waited = False
+            while (left := self._paused_for(led)) > 0:
+                waited = True
+                time.sleep(min(left, PAUSE_STEP))
+            self._sent_late(led, waited)
+        except BaseException:  # a timeout raised into the wait: the request never leaves
+            self._let_go(led)
+            raise
+
+    def _let_go(self, led: Ledger) -> None:
+        """A hold that ended in an exception (its request never sent) leaves nothing held: a probe it claimed goes
+        back to the next gate (not reopening the lane: nothing went through), and its claim in this process
+        too."""
+        self._drop_probe(led)
+        if self.lease is not None:
+            self._unclaim((id(led), self.lease.lane))
 
     def _sent_late(self, led: Ledger, waited: bool) -> None:
         """The request leaves now: after a wait, or the first time it is more than :data:`LATE_SEND` after the
@@ -227,14 +256,20 @@ class ProviderPause:
         thread, the event loop's other tasks running meanwhile; the wait itself on the loop."""
         if self._probe is not None:
             return
-        waited = False
-        while (left := await asyncio.to_thread(self._check_send, waited)) > 0:
-            waited = True
-            await asyncio.sleep(left)
-
-    def _check_send(self, waited: bool) -> float:
-        """One check of :meth:`_ahold_send`: seconds to wait yet, or 0.0 with the send's charges dated."""
         led = get_ledger(self._ledger_arg)
+        try:
+            waited = False
+            while (left := await asyncio.to_thread(self._check_send, led, waited)) > 0:
+                waited = True
+                await asyncio.sleep(min(left, PAUSE_STEP))
+        except BaseException:  # cancelled while waiting: the request never leaves
+            # (a check still running in its thread when the cancellation came may claim the probe after this:
+            # that claim's hold runs out, as a hung probe's does)
+            self._let_go(led)
+            raise
+
+    def _check_send(self, led: Ledger, waited: bool) -> float:
+        """One check of :meth:`_ahold_send`: seconds to wait yet, or 0.0 with the send's charges dated."""
         left = self._paused_for(led)
         if left <= 0:
             self._sent_late(led, waited)

@@ -32,6 +32,9 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 DEFAULT_PAUSE = 1.0
+# The longest a wait for a provider's pause sleeps before it reads the ledger again: a reopen written by any
+# process (a probe's success) ends every wait within it, whatever this process remembers of the 429 it heard.
+PAUSE_STEP = 0.25
 # Longer than this is read as a mistake (a reset time in another unit): capped.
 MAX_PAUSE = 3600.0
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")

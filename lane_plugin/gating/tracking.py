@@ -10,7 +10,9 @@ charges never lowered), and closes the lane on a 429 the SDK would retry on its 
 (:meth:`lane_plugin.Ledger.pause`), so every worker waits for the reset, not only this one. A request the
 client is about to send while the lane is paused (its lease was granted before the pause, or it is the
 SDK's own retry after the 429) waits for the reopen first, read in the request hook, the last moment before
-it leaves. In a gated body on the same lane the send guard (:mod:`lane_plugin.gating.send_guard`) does both
+it leaves, and read again every :data:`~lane_plugin.gating.ratelimits.PAUSE_STEP` while it waits: the
+ledger's word wins over this process's memory of the 429 it heard, so a reopen written by any process ends
+the wait. In a gated body on the same lane the send guard (:mod:`lane_plugin.gating.send_guard`) does both
 already, later still (after the request hooks, before the response hooks): these hooks leave them to it.
 """
 
@@ -25,7 +27,7 @@ from ..errors import InvalidInput
 from ..ledger import Ledger
 from . import send_guard
 from .current import current_gate
-from .ratelimits import DEFAULT_PAUSE, MAX_PAUSE, remaining_of, wait_from_headers
+from .ratelimits import DEFAULT_PAUSE, MAX_PAUSE, PAUSE_STEP, remaining_of, wait_from_headers
 
 log = logging.getLogger("lane_plugin.track_limits")
 
@@ -75,9 +77,9 @@ def track_limits(client: Any, lane: str = "free", *, ledger: Ledger | str | None
         except Exception as exc:  # the caller's request must never fail for the lane's bookkeeping
             log.warning("track_limits: lane %s not trued up: %s", lane, exc)
 
-    def closed_for(_request: Any) -> float:
-        g = send_guard.guarding()
-        if g is not None and g.lease.lane == lane:  # the guard holds it, after these hooks
+    def closed_for(request: Any) -> float:
+        g = send_guard.guarding(request)
+        if g is not None and g.lease.lane == lane:  # the guard holds it (the provider's request), after these hooks
             return 0.0
         try:
             return _ledger(ledger).paused_for(lane)
@@ -86,8 +88,8 @@ def track_limits(client: Any, lane: str = "free", *, ledger: Ledger | str | None
             return 0.0
 
     def before(request: Any) -> None:
-        if (wait := closed_for(request)) > 0:
-            time.sleep(wait)
+        while (wait := closed_for(request)) > 0:  # read again each step: a reopen by any process ends the wait
+            time.sleep(min(wait, PAUSE_STEP))
 
     if type(http).__name__.startswith("Async"):
         import asyncio
@@ -96,8 +98,8 @@ def track_limits(client: Any, lane: str = "free", *, ledger: Ledger | str | None
             await asyncio.to_thread(seen, response)
 
         async def abefore(request: Any) -> None:
-            if (wait := await asyncio.to_thread(closed_for, request)) > 0:
-                await asyncio.sleep(wait)
+            while (wait := await asyncio.to_thread(closed_for, request)) > 0:
+                await asyncio.sleep(min(wait, PAUSE_STEP))
 
         http.event_hooks["request"].append(abefore)
         http.event_hooks["response"].append(hook)

@@ -694,8 +694,10 @@ class Ledger:
         self._limits.sent_now(job_id, attempt)
 
     def paused_for(self, lane: str) -> float:
-        """Seconds until ``lane`` reopens after a provider's pause (0.0: it is open): this process's memory
-        (:meth:`remember_pause`), else one read."""
+        """Seconds until ``lane`` reopens after a provider's pause (0.0: it is open). A pause this process
+        remembers that the ledger may not hold yet (:meth:`paused_unheard`) answers with no read; else one read,
+        and the ledger's word wins: open there (its pause ended, or any process's probe reopened it) is open here,
+        and paused there is the longer of its pause and the one this process heard from the provider."""
         return self._limits.paused_for(lane)
 
     def pause_state(self, lane: str) -> tuple[float, float | None, float | None]:
@@ -714,25 +716,39 @@ class Ledger:
 
     def reopen(self, lane: str, ended: float) -> bool:
         """The probe after the pause that ended at ``ended`` went through, or its hold ran out: the lane is open
-        for every process (a pause written since is kept: False then). Clears this process's memory of it."""
+        for every process (a pause written since is kept: False then). Drops this process's memory of the pauses
+        that ended (each in one dict operation)."""
         return self._limits.reopen(lane, ended)
 
     def give_back_probe(self, lane: str, ended: float, hold_until: float) -> None:
         """The claimed probe never sent (its gate was stopped first): the next gate claims it."""
         self._limits.give_back_probe(lane, ended, hold_until)
 
-    def remember_pause(self, lane: str, seconds: float) -> float:
-        """Close ``lane`` for ``seconds`` in this process's memory only (:meth:`pause` does it before its
-        write, which may wait for the database's lock while other workers send); returns when it reopens.
+    def remember_pause(self, lane: str, seconds: float, *, written: bool = False) -> float:
+        """Close ``lane`` for ``seconds`` in this process's memory (:meth:`pause` does it before its write, which
+        may wait for the database's lock while other workers send); returns when it reopens.
 
-        Lock-free (a timeout may be raised into the thread at any bytecode): the later of two pauses wins, as
-        in the ledger row. The entry stays after it ends, until :meth:`reopen` clears it.
+        Until the ledger holds it (``written``, or :meth:`pause`'s write committed) the memory outranks the
+        ledger (:meth:`paused_unheard`); after, the ledger's word wins (:meth:`paused_for`). Lock-free (a
+        timeout may be raised into the thread at any bytecode): each pause is its own entry, set or dropped in
+        one dict operation; ended ones are dropped at the next :meth:`remember_pause` or :meth:`reopen`.
         """
-        return self._limits.remember_pause(lane, seconds)
+        return self._limits.remember_pause(lane, seconds, written=written)
 
     def paused_here(self, lane: str) -> float:
         """Seconds this process knows ``lane`` stays closed (:meth:`remember_pause`), with no database read."""
         return self._limits.paused_here(lane)
+
+    def pauses_here(self, lane: str) -> frozenset[tuple[str, float]]:
+        """The pauses of ``lane`` this process remembers now: what :meth:`paused_unheard` compares with after a
+        read of the ledger, to tell a 429 heard here while the read was out."""
+        return self._limits.pauses_here(lane)
+
+    def paused_unheard(self, lane: str, known: frozenset[tuple[str, float]] | None = None) -> float:
+        """Seconds this process knows ``lane`` stays closed that a read of the ledger may not show: a pause
+        remembered whose write has not committed (or failed), or one not in ``known`` (:meth:`pauses_here`
+        before the read). No database read."""
+        return self._limits.paused_unheard(lane, known)
 
     def provider_used(
         self, lane: str, used: Mapping[str, int], *, job_id: str | None = None, refused: bool = False

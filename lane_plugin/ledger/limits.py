@@ -185,7 +185,11 @@ def true_up_remaining(
 
     Outside spend: the count less what the lane itself had sent in the window by the counted request's send
     (the lane's charges dated at or before it; those sent later are not in the count yet, and counting them
-    would read the lane's own requests in flight as outside spend gone). It is kept as one charge per limit
+    would read the lane's own requests in flight as outside spend gone), and within a window before it: the
+    charge of a request answered quickly is dated after its answer (the send slack), and the lane's window at
+    the answer then still holds its own oldest requests that the provider's window at the arrival had let go;
+    compared with them the count showed less outside spend than there was, by as much as a batch the lane
+    sent together a window before (after a pause, or as its work thins out near the end of a run). It is kept as one charge per limit
     whose job id names the source (``provider:LANE``), re-dated and re-sized at every count: a key shared
     with another client stays shared, so the outside spend a count shows is expected to hold the window for a
     window after it (dated at the first count only, it would leave the window while the other client keeps
@@ -217,7 +221,9 @@ def true_up_remaining(
     if job_id is not None:
         as_of = cur.scalar(sql["last_sent"], {"j": job_id, "u": unit})
     as_of = now if as_of is None else float(as_of)
-    own_sent, own_n = cur.one(sql["own_sent"], {**params, "asof": as_of, "r": job_id if refused else ""})
+    own_sent, own_n = cur.one(
+        sql["own_sent"], {**params, "asof": as_of, "lo": as_of - window, "r": job_id if refused else ""}
+    )
     outside = max(0, int(provider_used) - int(own_sent))
     lump = outside + -(-outside // max(int(own_n), 1))
     source = f"provider:{lane}"

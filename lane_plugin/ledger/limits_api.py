@@ -89,9 +89,11 @@ class ProviderLimits:
 
     def __init__(self, ledger: Any) -> None:  # the Ledger (api.py imports this module)
         self.led = ledger
-        # lane -> until (time.time()): this process's memory of its pauses (remember_pause); single dict
-        # operations only, no lock (a timeout may be raised into the thread at any bytecode)
-        self.paused_here_until: dict[str, float] = {}
+        # (lane, until (time.time())) -> whether the ledger holds it: this process's memory of its pauses
+        # (remember_pause). One key per pause, so each change is one dict operation on that pause's own key and
+        # no lock is needed: a timeout raised into the thread at any bytecode leaves a pause remembered or not,
+        # and never undoes another pause's entry.
+        self.remembered: dict[tuple[str, float], bool] = {}
 
     def pause(self, lane: str, seconds: float, *, reason: str, job_id: str | None = None) -> float:
         lane = text("lane", lane)
@@ -106,8 +108,9 @@ class ProviderLimits:
         try:
             until, now = self.led._run(run)
         except (UnknownLane, UnknownJob):  # nothing paused, in the ledger or in this process's memory
-            self._forget_pause(lane, here)
+            self.remembered.pop((lane, here), None)
             raise
+        self._written(lane, here)  # from now on the ledger's word on it wins (a reopen by any process ends it)
         wakeups = getattr(self.led, "wakeups", None)
         if wakeups is not None:  # this process's waiters tick the lane the moment it reopens
             wakeups.tick_at(lane, max(0.0, until - now))
@@ -126,22 +129,45 @@ class ProviderLimits:
 
         self.led._run(run)
 
-    def remember_pause(self, lane: str, seconds: float) -> float:
+    def remember_pause(self, lane: str, seconds: float, *, written: bool = False) -> float:
         # a NaN would never end and never compare; more than a day is taken for a mistake, as pause() does
         seconds = min(number("seconds", seconds, low=0.0, high=1e12), MAX_PAUSE_SECONDS)
+        self._forget_ended(lane)
         until = time.time() + seconds
-        if self.paused_here_until.get(lane, 0.0) < until:
-            self.paused_here_until[lane] = until
+        self.remembered[(lane, until)] = written
         return until
 
-    def paused_here(self, lane: str) -> float:
-        return max(0.0, self.paused_here_until.get(lane, 0.0) - time.time())
+    def _written(self, lane: str, until: float) -> None:
+        """The ledger holds a pause of ``lane`` until ``until`` or later: the pauses remembered here that end by
+        then (the one just written, and one the send guard remembered before it) no longer outrank its word.
+        One dict operation per pause."""
+        for key in [
+            k for k, written in list(self.remembered.items()) if k[0] == lane and k[1] <= until and not written
+        ]:
+            if key in self.remembered:  # (ended and dropped meanwhile: nothing to mark)
+                self.remembered[key] = True
 
-    def _forget_pause(self, lane: str, until: float) -> None:
-        """Drop this process's memory of the pause until ``until`` (:meth:`remember_pause`; a later one since is
-        kept)."""
-        if self.paused_here_until.get(lane) == until:
-            self.paused_here_until.pop(lane, None)
+    def _live(self, lane: str) -> list[tuple[tuple[str, float], bool]]:
+        """``lane``'s pauses remembered here that have not ended, with whether the ledger holds each."""
+        now = time.time()
+        return [(key, written) for key, written in list(self.remembered.items()) if key[0] == lane and key[1] > now]
+
+    def paused_here(self, lane: str) -> float:
+        ends = [key[1] for key, _ in self._live(lane)]
+        return max(0.0, max(ends) - time.time()) if ends else 0.0
+
+    def pauses_here(self, lane: str) -> frozenset[tuple[str, float]]:
+        return frozenset(key for key, _ in self._live(lane))
+
+    def paused_unheard(self, lane: str, known: frozenset[tuple[str, float]] | None = None) -> float:
+        ends = [key[1] for key, written in self._live(lane) if not written or (known is not None and key not in known)]
+        return max(0.0, max(ends) - time.time()) if ends else 0.0
+
+    def _forget_ended(self, lane: str) -> None:
+        """Drop ``lane``'s pauses remembered here that have ended: one pop per pause, of its own key."""
+        now = time.time()
+        for key in [k for k in list(self.remembered) if k[0] == lane and k[1] <= now]:
+            self.remembered.pop(key, None)
 
     def pause_state(self, lane: str) -> tuple[float, float | None, float | None]:
         lane = text("lane", lane)
@@ -175,8 +201,7 @@ class ProviderLimits:
             return cur.rowcount == 1
 
         done = self.led._run(run)
-        if (until := self.paused_here_until.get(lane)) is not None and until <= time.time():
-            self.paused_here_until.pop(lane, None)  # this process's memory of the pause that ended, too
+        self._forget_ended(lane)  # this process's memory of the pause that ended, too
         return done
 
     def give_back_probe(self, lane: str, ended: float, hold_until: float) -> None:
@@ -189,14 +214,17 @@ class ProviderLimits:
 
     def paused_for(self, lane: str) -> float:
         lane = text("lane", lane)
-        if (left := self.paused_here(lane)) > 0:
+        if (left := self.paused_unheard(lane)) > 0:  # its write is out (or failed): the provider's word heard here
             return left
+        known = self.pauses_here(lane)
 
         def run(cur: Cursor, now: float) -> float:
             until = cur.scalar(queries.LIMITS_PAUSED_UNTIL, {"l": lane})
             return 0.0 if until is None else max(0.0, float(until) - now)
 
-        return self.led._run(run, write=False)
+        if (left := self.led._run(run, write=False)) > 0:  # still paused: the longer word, the ledger's or this one's
+            return max(left, self.paused_here(lane))
+        return self.paused_unheard(lane, known)  # open, unless a 429 was heard here while the read was out
 
     def provider_used(
         self, lane: str, used: Mapping[str, int], *, job_id: str | None = None, refused: bool = False

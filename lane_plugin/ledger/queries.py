@@ -753,7 +753,9 @@ _TENANT_SETTLE = (
     "update tenant set spent = case when period = 'none' or period_start >= "
     "(case period when 'daily' then :pd else :pm end) then spent + :a else :a end, "
     "period_start = case period when 'none' then period_start when 'daily' then :pd else :pm end, "
-    "served = served + ({served}) / weight {where}"
+    # A counter is never below 0: a lone tenant without a budget is not charged at admission (nothing to be
+    # fair against), so the true-up of its estimates down to its actuals would take it below.
+    "served = case when served + ({served}) / weight < 0 then 0 else served + ({served}) / weight end {where}"
 )
 TENANTS_SETTLE_SQL = _TENANT_SETTLE.format(served=":a - :e", where="where lane = :l and name = :n")
 # The same in PostgreSQL's one-statement settlement (lane_plugin.ledger.settlement), from its ``j`` (the job's
@@ -916,7 +918,8 @@ def _true_up(tokens: bool) -> dict[str, str]:
     return {
         "last_sent": f"select max(at) from {table} where job_id = :j and sent{'' if tokens else ' and unit = :u'}",
         "own_sent": (
-            "select coalesce(sum(case when job_id like 'provider:%' or not sent or at > :asof or job_id = :r then 0 "
+            "select coalesce(sum(case when job_id like 'provider:%' or not sent or at > :asof or at <= :lo "
+            "or job_id = :r then 0 "
             f"else cost end), 0), count(case when job_id like 'provider:%' then null else 1 end) from {table} "
             f"where {where}"
         ),
@@ -929,7 +932,7 @@ def _true_up(tokens: bool) -> dict[str, str]:
 
 # limits.true_up_remaining's statements (the provider's count, as one outside-spend charge per window), for
 # the burst window's rate_charge (True: unit ``tokens``) or a limit's limit_charge (False: unit :u): the last
-# send of the counted job (:j), what the lane sent by then (:asof; :r a refused request's job), the
+# send of the counted job (:j), what the lane sent in its window (:lo, :asof]; :r a refused request's job), the
 # ``provider:LANE`` charge held, re-dated and re-sized or written, and the window's count moved by :c.
 LIMITS_TRUE_UP = {tokens: _true_up(tokens) for tokens in (True, False)}
 

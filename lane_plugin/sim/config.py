@@ -98,12 +98,16 @@ class SimConfig:
             raise ValueError(f"headroom_sigmas={self.headroom_sigmas!r} must be >= 0")
         if not self.warmup >= 0:
             raise ValueError(f"warmup={self.warmup!r} must be >= 0")
-        if self.overtake_beta is not None and not self.overtake_beta >= 0:
-            raise ValueError(f"overtake_beta={self.overtake_beta!r} must be >= 0 (or None: off)")
-        if self.overtake_slack is not None and not self.overtake_slack >= 1:
-            raise ValueError(f"overtake_slack={self.overtake_slack!r} must be >= 1 (or None: off)")
-        if self.overtake_learned is not None and (self.overtake_slack is None or not self.overtake_learned >= 0):
-            raise ValueError(f"overtake_learned={self.overtake_learned!r} must be >= 0, with overtake_slack set")
+        if self.overtake_beta is not None and not 0 <= self.overtake_beta < float("inf"):
+            raise ValueError(f"overtake_beta={self.overtake_beta!r} must be >= 0 and finite (or None: off)")
+        if self.overtake_slack is not None and not 1 <= self.overtake_slack < float("inf"):
+            raise ValueError(f"overtake_slack={self.overtake_slack!r} must be >= 1 and finite (or None: off)")
+        if self.overtake_learned is not None and not self.overtake_learned >= 0:
+            raise ValueError(f"overtake_learned={self.overtake_learned!r} must be >= 0")
+        if self.overtake_learned is not None and self.overtake_slack is None:
+            raise ValueError(
+                f"overtake_learned={self.overtake_learned!r} needs overtake_slack set (it is that rule's p99)"
+            )
         if self.overtake_slack is not None and self.overtake_beta is not None:
             raise ValueError(
                 f"overtake_beta={self.overtake_beta!r} and overtake_slack={self.overtake_slack!r}: "

@@ -38,12 +38,14 @@ def parse_tenants(spec: str) -> list[tuple[str, float, float]]:
             raise TraceError(f"tenants={spec!r}: weight and share of {bits[0]!r} must be numbers") from None
         if not MIN_WEIGHT <= weight <= MAX_WEIGHT:
             raise TraceError(f"tenants={spec!r}: weight {weight:g} of {bits[0]!r} must be from 1 to 1000")
-        if not share > 0 or share != share:
+        if not 0 < share < float("inf"):  # nan and inf too: an infinite share would leave every other share nan
             raise TraceError(f"tenants={spec!r}: share {share:g} of {bits[0]!r} must be > 0")
         out.append((bits[0], weight, share))
     if len({n for n, _, _ in out}) != len(out):
         raise TraceError(f"tenants={spec!r}: a tenant is named twice")
     total = sum(s for _, _, s in out)
+    if total == float("inf"):  # each finite, their sum not (1e308 twice): every share would be 0
+        raise TraceError(f"tenants={spec!r}: the shares add up past a float's range; give them as fractions")
     return [(n, w, s / total) for n, w, s in out]
 
 

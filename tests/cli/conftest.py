@@ -1,15 +1,12 @@
-"""The ``lane`` command as a shell runs it: a subprocess on a ledger of its own (``LANE_DATABASE_URL``)."""
+"""The ``lane`` command as a shell runs it: a process of its own on a ledger of its own (``LANE_DATABASE_URL``)."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-LANE = str(Path(sys.executable).with_name("lane"))
+from ..lane_process import run_lane
 
 
 @pytest.fixture
@@ -22,7 +19,7 @@ def run(env):
     """``run(*args, check=True, extra=None)``: the finished process; ``check`` asserts exit 0, ``extra`` adds env."""
 
     def run(*args, check=True, extra=None):
-        p = subprocess.run([LANE, *args], capture_output=True, text=True, env={**env, **(extra or {})}, timeout=60)
+        p = run_lane(list(args), env={**env, **(extra or {})}, timeout=60)
         if check:
             assert p.returncode == 0, p.stderr
         return p

@@ -161,6 +161,8 @@ def test_tenants_list_set_and_refuse(run):
     assert typo.returncode == 3 and "unknown tenant 'interactiv' in lane 'free'" in typo.stderr, typo.stderr
     assert "did you mean 'interactive'?" in typo.stderr and "--create" in typo.stderr
     assert run("tenants", "set", "free", "nightly", "--create", "--weight", "2").returncode == 0
+    period_only = run("tenants", "set", "free", "nightly", "--period", "daily").stdout
+    assert "no ceiling (period daily" in period_only, period_only  # what was set is said back
     for weight in ("0", "-1", "1001", "nan"):
         bad = run("tenants", "set", "free", "backfill", "--weight", weight, check=False)
         assert bad.returncode == 2 and "invalid weight" in bad.stderr, bad.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import LANE
+from ..lane_process import LANE
 from .stderr import error_lines
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 
 from lane_plugin import LaneError, Ledger
 
+from ..lane_process import run_lane
 from .conftest import PG_BASE, late_figure, pg_admin
 
 HEAD, TAIL = "Zt0pSecr", "Kw8ndHalf"  # the two halves of every password: neither may be printed
@@ -31,9 +31,7 @@ LEAKS: dict = {"checked": 0, "surfaces": set(), "seps": set()}
 
 
 def _lane(*args, timeout: float = 120) -> subprocess.CompletedProcess:
-    exe = Path(sys.executable).with_name("lane")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "lane_plugin.cli"]
-    return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
+    return run_lane(list(args), env=dict(os.environ), timeout=timeout)
 
 
 def _assert_hidden(text: str, where: str) -> None:

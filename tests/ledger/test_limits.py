@@ -234,6 +234,32 @@ def test_a_count_is_compared_with_what_the_lane_had_sent_when_the_counted_reques
     assert led.audit() == []
 
 
+def test_a_count_is_compared_with_the_lanes_own_requests_in_the_window_of_the_counted_requests_arrival(led, clock):
+    # The send slack dates a request's charge after its send; answered sooner than that, the count comes back
+    # while the lane's window still holds its own requests of a window before, which the provider's window at
+    # the counted request's arrival had already let go. Compared with them, the count shows outside spend gone.
+    _lane(led, limits=["requests=10/10s"])
+    led.send_slack = 0.5
+    batch = [led.submit("s", 10, "l") for _ in range(5)]
+    assert len(led.tick("l")) == 5
+    for job in batch:
+        led.sent_now(job, 1)  # sent now: dated now + 0.5 s
+    clock.t += 10.2  # the provider's window let the 5 go (10 s after they arrived); the lane's holds them 0.3 s more
+    counted = led.submit("s", 10, "l")
+    assert len(led.tick("l")) == 1
+    led.sent_now(counted, 1)
+    clock.t += 0.1  # answered: the provider counted it and 4 outside, not the 5 of a window before
+    led.provider_used("l", {"requests": 5}, job_id=counted)
+    assert led.rows("select cost from limit_charge where job_id = 'provider:l'")[1] == [(5,)]  # 4 and 1 expected
+    clock.t += 0.3  # the 5 left the lane's window too
+    for _ in range(10):
+        led.submit("s", 10, "l")
+    # its 1, 4 outside and 1 more expected: 4 fit (compared with its 6, the count showed none outside: 9 went,
+    # 4 over the provider's 10)
+    assert len(led.tick("l")) == 4
+    assert led.audit() == []
+
+
 def test_the_outside_spend_a_count_shows_holds_the_window_for_a_window_after_the_latest_count(led, clock):
     # A shared key stays shared: the outside spend is there as long as counts keep showing it. Dated at the
     # first count only, it would leave the lane's window while the other client keeps spending.

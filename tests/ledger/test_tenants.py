@@ -75,6 +75,26 @@ def test_a_returning_tenant_banks_no_credit(led, clock):
     assert abs(served["a"] - served["b"]) <= 1_000, served
 
 
+def test_a_lone_tenant_s_counter_never_goes_below_zero_and_a_newcomer_alternates_with_it(led, clock):
+    """A lone tenant without a budget is not charged at admission (nothing to be fair against); settling its
+    jobs under their estimates must not drive its counter below 0 (``lane tenants`` showed -8 for one job of 10
+    that used 2), and a second tenant arriving later shares the lane from the start."""
+    _lane(led, max_leased=1)
+    for _ in range(5):
+        led.submit("s", 1_000, "shared", tenant="a")
+    while leases := led.tick("shared"):
+        for lease in leases:
+            clock.t += 1.0
+            led.settle(lease, 200)  # each far under its estimate
+    assert {t["tenant"]: t["served"] for t in led.tenants("shared")}["a"] == 0
+    for _ in range(4):
+        led.submit("s", 1_000, "shared", tenant="a")
+    for _ in range(4):
+        led.submit("s", 1_000, "shared", tenant="b")
+    order = [x.tenant for x in _drain(led, clock)]
+    assert order[:4].count("b") == 2, order
+
+
 def test_a_tenant_ceiling_is_never_passed_and_blocks_no_one_else(led, clock):
     _lane(led)
     led.set_tenant("shared", "capped", ceiling=2_500)

@@ -226,7 +226,10 @@ def test_overtake_slack_runs_the_quantile_form_reports_its_estimate_and_bad_valu
     assert json.loads(off.output)["results"][0]["slack_estimate_ratio"] is None  # off: nothing estimated
     for flags, said in (
         (("--overtake-slack", "0.9"), "overtake_slack=0.9 must be >= 1"),
-        (("--overtake-learned", "5000"), "overtake_learned=5000 must be >= 0, with overtake_slack set"),
+        (("--overtake-slack", "inf"), "overtake_slack=inf must be >= 1 and finite"),  # not a NaN key's traceback
+        (("--overtake-beta", "inf"), "overtake_beta=inf must be >= 0 and finite"),
+        (("--overtake-learned", "5000"), "overtake_learned=5000 needs overtake_slack set"),
+        (("--overtake-slack", "1.3", "--overtake-learned", "-1"), "overtake_learned=-1 must be >= 0"),
         (("--overtake-slack", "1.3", "--overtake-beta", "0.25"), "set one"),
     ):
         bad = run("--jobs", "300", *flags, "--no-progress")

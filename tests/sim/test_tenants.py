@@ -44,7 +44,7 @@ def test_the_fair_order_serves_the_interactive_tenant_at_once_and_today_s_order_
 def test_parse_assign_and_the_tenant_column_round_trip(tmp_path):
     spec = parse_tenants("a:1:3,b:3:1")
     assert spec == [("a", 1.0, 0.75), ("b", 3.0, 0.25)]
-    for bad in ("a:1", "a:0:1", "a:x:1", "a:1:0", "a:1:1,a:2:1"):
+    for bad in ("a:1", "a:0:1", "a:x:1", "a:1:0", "a:1:1,a:2:1", "a:1:inf,b:1:1", "a:1:nan", "a:1:1e308,b:1:1e308"):
         with pytest.raises(TraceError, match="tenants="):
             parse_tenants(bad)
     keys = [f"req-{i}" for i in range(4_000)]
