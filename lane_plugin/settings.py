@@ -27,6 +27,13 @@
                                 httpx requests are held while its lane is paused and a
                                 429 pauses the lane the moment httpx has it
                                 (:mod:`lane_plugin.gating.send_guard`)
+``LANE_PROVIDER_HOSTS``         hosts the send guard treats as the provider's besides
+                                the LLM SDKs' requests and the hosts that answered with
+                                a provider's rate-limit headers: comma-separated
+                                ``host``, ``host:port`` or ``*.domain`` (e.g.
+                                ``llm-proxy.internal:4000,*.openai.azure.com``); never
+                                Prefect's own API
+                                (:mod:`lane_plugin.gating.provider_requests`)
 ==============================  =====================================================
 
 Read afresh whenever a ``LANE_*`` variable changed (a process may change its
@@ -44,10 +51,11 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import InvalidInput
@@ -65,9 +73,45 @@ class LaneSettings(BaseSettings):
     sigterm_grace_seconds: float = Field(default=8.0, ge=0.0, le=3600.0)  # 0: no SIGTERM handler
     pg_pool: int = Field(default=8, ge=1, le=1000)  # PostgreSQL connections per ledger per process
     send_guard: bool = Field(default=True)  # false: no hold of a gated body's httpx sends, no pause at the 429
+    provider_hosts: str = Field(default="")  # more hosts the send guard treats as the provider's
+
+    @field_validator("provider_hosts")
+    @classmethod
+    def _provider_hosts(cls, value: str) -> str:
+        parse_provider_hosts(value)  # a bad entry raises here, named, when a gate is made (before its body)
+        return value
 
 
 _cache: dict = {}
+_HOST = re.compile(r"(\*\.)?([a-z0-9_-]+(\.[a-z0-9_-]+)*|\[[0-9a-f:.]+\])(:(\d{1,5}))?")
+
+
+def parse_provider_hosts(value: str) -> tuple[tuple[str, int | None], ...]:
+    """``LANE_PROVIDER_HOSTS`` as ``(host, port)`` pairs (lower case; port None: any; a host ``*.domain``
+    matches every name under ``domain``); a bad entry raises ValueError saying which and why.
+
+    Example:
+        >>> parse_provider_hosts("api.openai.com, LLM-proxy.internal:4000,*.openai.azure.com")
+        (('api.openai.com', None), ('llm-proxy.internal', 4000), ('*.openai.azure.com', None))
+        >>> parse_provider_hosts("https://api.openai.com/v1")
+        Traceback (most recent call last):
+        ...
+        ValueError: 'https://api.openai.com/v1' is not a host: write host, host:port or *.domain, comma-separated (e.g. api.openai.com,llm-proxy.internal:4000)
+    """
+    out = []
+    for entry in value.split(","):
+        entry = entry.strip().lower()
+        if not entry:
+            continue
+        found = _HOST.fullmatch(entry)
+        port = int(found.group(5)) if found and found.group(5) else None
+        if found is None or (port is not None and not 0 < port < 65536):
+            raise ValueError(
+                f"{entry!r} is not a host: write host, host:port or *.domain, comma-separated "
+                "(e.g. api.openai.com,llm-proxy.internal:4000)"
+            )
+        out.append((entry.rsplit(":", 1)[0] if port is not None else entry, port))
+    return tuple(out)
 
 
 def lane_settings() -> LaneSettings:

@@ -2,9 +2,10 @@
 
 A gated block (a ``@lane_task`` body, ``with gate(...)``) makes its gate the current one in a
 context variable while it runs, so ``report_usage(resp)`` anywhere in the body adds to it. Python
-copies no context into a thread the body starts: there, use the gate itself (:func:`current_gate`,
-read in the body, and its ``.report()``), or run the thread's work in a copy of the body's context
-(``contextvars.copy_context().run``), where ``report_usage()`` finds the gate again.
+copies no context into a thread the body starts: run the thread's work in a copy of the body's context
+(``contextvars.copy_context().run``), where ``report_usage()`` finds the gate again and the send guard
+sees the thread's requests (a thread handed only the gate, :func:`current_gate`'s ``.report()``, bills
+right but its requests pass the guard untouched).
 """
 
 from __future__ import annotations
@@ -30,23 +31,23 @@ _current: contextvars.ContextVar[RunningGate | None] = contextvars.ContextVar("l
 def current_gate() -> RunningGate | None:
     """The innermost gate running in this context (a ``@lane_task`` body, a ``with gate(...)`` block), or None.
 
-    A thread the body starts does not inherit it (Python copies no context into a new thread): hand the
-    gate to the thread, or run the thread's work in a copy of the body's context, and its reports add to
-    the block. Report before the block ends: join the threads inside the body.
+    A thread the body starts does not inherit it (Python copies no context into a new thread): run the
+    thread's work in a copy of the body's context (``contextvars.copy_context().run``, a copy per call), where
+    ``report_usage()`` finds the gate and the send guard holds and hears the thread's requests. A thread handed
+    only the gate (its ``.report()``) bills right, but its requests pass the send guard untouched (not held
+    while the lane is paused). Report before the block ends: join the threads inside the body.
 
     Example:
         >>> from concurrent.futures import ThreadPoolExecutor
         >>> @lane_task(stage="fanout", estimate=lambda docs: 900 * len(docs))          # doctest: +SKIP
         ... def fanout(docs):
-        ...     g = current_gate()
         ...     def one(doc):
         ...         resp = client.chat.completions.create(...)
-        ...         g.report(resp)                      # from the pool's thread, to the task's gate
+        ...         report_usage(resp)                  # from the pool's thread, to the task's gate
         ...         return resp.choices[0].message.content
         ...     with ThreadPoolExecutor(4) as pool:
-        ...         return list(pool.map(one, docs))
-        >>> # or, for code that calls report_usage() itself: run it in a copy of the body's context
-        >>> pool.submit(contextvars.copy_context().run, work, doc)                    # doctest: +SKIP
+        ...         calls = [pool.submit(contextvars.copy_context().run, one, doc) for doc in docs]
+        ...         return [call.result() for call in calls]
     """
     return _current.get()
 

@@ -252,19 +252,28 @@ class ProviderPause:
             self._count_from_now(led)
 
     async def _ahold_send(self) -> None:
-        """:meth:`_hold_send` for an async client."""
+        """:meth:`_hold_send` for an async client: each check (a ledger read, a write when the send is late) in a
+        thread, the event loop's other tasks running meanwhile; the wait itself on the loop."""
         if self._probe is not None:
             return
         led = get_ledger(self._ledger_arg)
         try:
             waited = False
-            while (left := self._paused_for(led)) > 0:
+            while (left := await asyncio.to_thread(self._check_send, led, waited)) > 0:
                 waited = True
                 await asyncio.sleep(min(left, PAUSE_STEP))
-            self._sent_late(led, waited)
         except BaseException:  # cancelled while waiting: the request never leaves
+            # (a check still running in its thread when the cancellation came may claim the probe after this:
+            # that claim's hold runs out, as a hung probe's does)
             self._let_go(led)
             raise
+
+    def _check_send(self, led: Ledger, waited: bool) -> float:
+        """One check of :meth:`_ahold_send`: seconds to wait yet, or 0.0 with the send's charges dated."""
+        left = self._paused_for(led)
+        if left <= 0:
+            self._sent_late(led, waited)
+        return left
 
     def _heard_response(self, response: Any) -> None:
         """A request of the body has its answer, the SDK not yet: a 429 pauses the lane (this process's memory

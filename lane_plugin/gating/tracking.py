@@ -77,9 +77,9 @@ def track_limits(client: Any, lane: str = "free", *, ledger: Ledger | str | None
         except Exception as exc:  # the caller's request must never fail for the lane's bookkeeping
             log.warning("track_limits: lane %s not trued up: %s", lane, exc)
 
-    def closed_for(_request: Any) -> float:
-        g = send_guard.guarding()
-        if g is not None and g.lease.lane == lane:  # the guard holds it, after these hooks
+    def closed_for(request: Any) -> float:
+        g = send_guard.guarding(request)
+        if g is not None and g.lease.lane == lane:  # the guard holds it (the provider's request), after these hooks
             return 0.0
         try:
             return _ledger(ledger).paused_for(lane)
