@@ -28,7 +28,10 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .candidate import Candidate
 
 
 class Rooms(Protocol):
@@ -103,12 +106,12 @@ class ExactBudget:
         p = self.rooms.position(job_id)
         return (1 << 62) if p is None else p  # unknown: as if it arrived last (it passes every waiting job)
 
-    def allows(self, c) -> bool:
+    def allows(self, c: Candidate) -> bool:
         """Whether every waiting job older than ``c`` keeps room for ``c``'s rate tokens."""
         room = least_room(self.rooms, self._position(c.id), self.done, self.taken)
         return room is None or c.rate <= room
 
-    def admitted(self, c) -> None:
+    def admitted(self, c: Candidate) -> None:
         """``c`` is admitted: it passed every older job still waiting."""
         p = self._position(c.id)
         if least_room(self.rooms, p, self.done, self.taken) is not None:
@@ -116,6 +119,6 @@ class ExactBudget:
         self.taken.append((p, c.rate))
         insort(self.done, p)
 
-    def left(self, c) -> None:
+    def left(self, c: Candidate) -> None:
         """``c`` stops waiting without being admitted (parked, or held by its tenant): its room no longer binds."""
         insort(self.done, self._position(c.id))
