@@ -222,6 +222,9 @@ def test_a_request_sent_after_a_429s_answer_is_sent_into_the_closed_window_one_b
         begun = time.time()  # a call begun here, whose bytes arrive only after the 429 below
         with pytest.raises(openai.RateLimitError):
             ask(c, 10, 5, tag="b")
+        end = time.monotonic() + 5  # the emulator stamps the answer just after writing it: the client may read first
+        while emu.records[1].t_answered is None and time.monotonic() < end:
+            time.sleep(0.01)
         refused = emu.records[1]
         assert refused.status == 429 and refused.t_answered is not None  # the 429 was answered: the window closed
         assert emu.stats()["sent_into_closed"] == emu.stats()["in_flight_at_429"] == 0
