@@ -61,7 +61,7 @@ def test_a_waiting_line_for_a_job_that_left_the_queue_says_where_it_went(tmp_pat
     with caplog.at_level(logging.INFO, logger=logger.name):
         tokenlog.waiting(logger, led, stage="s", job_id=leased, waited=1.0)
         tokenlog.waiting(logger, led, stage="s", job_id=parked, waited=30.0)
-    lines = [r.getMessage() for r in caplog.records]
+    lines = [r.getMessage() for r in caplog.records if r.name == logger.name]
     assert "position 0" not in caplog.text and "of 0 waiting" not in caplog.text
     assert lines[0].startswith("lane gate: s job leased in lane 'tiny' after waiting 1.0s (attempt 1)"), lines
     assert lines[1] == "lane gate: s job parked in lane 'tiny' after waiting 30.0s: admission deadline of 30s passed"
@@ -80,7 +80,7 @@ def test_the_admitted_line_names_the_lane_it_fell_back_from(tmp_path, caplog):
         tokenlog.admitted(
             logger, led, stage="s", lane="free", est=300, waited=0.0, attempt=1, job_id="j2", asked="free"
         )
-    first, second = (r.getMessage() for r in caplog.records)
+    first, second = (r.getMessage() for r in caplog.records if r.name == logger.name)
     assert first.startswith("lane gate: s admitted in lane 'paid' (the fallback of lane 'tiny') after waiting 1.50s")
     assert second.startswith("lane gate: s admitted in lane 'free' after waiting 0.00s")
     led.close()
