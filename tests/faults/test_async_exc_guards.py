@@ -39,8 +39,6 @@ import pytest
 import lane_plugin
 from lane_plugin.estimators import tokens
 
-from .conftest import reps
-
 pytestmark = pytest.mark.timeout(300)
 
 ROOT = Path(lane_plugin.__file__).parent
@@ -390,6 +388,8 @@ def test_a_prefect_timeout_never_leaves_a_logging_handlers_lock_held_by_a_gates_
     timeouts, delivered as Prefect delivers them, and at least 300 (2,000 under LANE_FAULT_FULL=1), and never
     leaves it held."""
     from lane_plugin.gating.shielded_log import ShieldedLogger
+
+    from .conftest import reps  # here: the child processes above import this module as a plain file
 
     handler = _Quiet()
     logger = logging.getLogger("lane_plugin.test_shielded_log")
