@@ -5,16 +5,19 @@ becomes a forked child with the request's working directory, environment, argv, 
 files, running ``lane_plugin.cli.main`` as the ``lane`` script would, then the interpreter's own exit steps
 (non-daemon threads joined, ``atexit`` handlers run, objects finalized, streams flushed), exiting with the
 script's code.
-The server answers with the child's pid, then with its exit status.
+A request with ``code`` in place of ``args`` runs that Python source as ``python -c`` would (the import checks of
+``tests/gating/test_exports.py``). The server answers with the child's pid, then with its exit status.
 
 What is imported here is only what does not read the environment when imported (asyncio, the database and
-validation libraries; not typer, which does); ``lane_plugin`` itself is imported fresh in each child, so every
-setting it reads comes from the request's environment. The server holds no thread, connection or lock
+validation libraries; not typer, which does), and what the server's own arguments name (``prefect``, for
+requests that run in the test's own environment); ``lane_plugin`` itself is imported fresh in each child, so
+every setting it reads comes from the request's environment and every import order inside it is its own. The server holds no thread, connection or lock
 across a fork.
 """
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -50,18 +53,24 @@ def _child(req: dict) -> None:
         os.environ.clear()
         os.environ.update(req["env"])
         _streams(req.get("stdin"), req["out"], req["err"])
-        sys.argv = [req["argv0"], *req["args"]]
+        sys.argv = [req["argv0"], *req.get("args", [])]
     except BaseException:  # noqa: BLE001 - the request could not be set up: say why, as a failed start would
         traceback.print_exc()
         os._exit(1)
+    if "code" in req:
+        sys.argv = ["-c"]
+        exec(compile(req["code"], "<string>", "exec"), {"__name__": "__main__"})  # an error exits 1, with its traceback
+        sys.exit(0)
     from lane_plugin.cli import main
 
     sys.exit(main())
 
 
 def serve() -> None:
-    for name in PRELOAD:
+    for name in (*PRELOAD, *sys.argv[1:]):
         importlib.import_module(name)
+    assert not [m for m in sys.modules if m.split(".")[0] == "lane_plugin"], "a preload imported lane_plugin"
+    gc.freeze()  # the preloaded objects out of the children's collections: they would touch (copy) every page
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)  # nothing but answers on the answer channel

@@ -37,13 +37,27 @@ def run_lane(args: list[str], *, env: dict, timeout: float = 60) -> subprocess.C
     return _server[0].run([str(a) for a in args], env=env, timeout=timeout)
 
 
+def run_python(code: str, *, preload: tuple[str, ...] = (), timeout: float = 60) -> subprocess.CompletedProcess:
+    """``subprocess.run([python, "-c", code], capture_output=True, text=True)`` in this process's environment,
+    forked from a server that has imported ``preload`` (never ``lane_plugin``) already."""
+    if EXEC:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    if preload not in _python_servers:
+        _python_servers[preload] = LaneProcesses(sys.executable, preload)
+        atexit.register(_python_servers[preload].close)
+    return _python_servers[preload].run([], code=code, env=dict(os.environ), timeout=timeout)
+
+
+_python_servers: dict[tuple[str, ...], LaneProcesses] = {}
+
+
 class LaneProcesses:
     """One fork server; :meth:`run` is ``subprocess.run(["lane", *args], capture_output=True, text=True)``."""
 
-    def __init__(self, argv0: str):
+    def __init__(self, argv0: str, preload: tuple[str, ...] = ()):
         self.argv0 = argv0
         self.server = subprocess.Popen(
-            [sys.executable, str(SERVER)],
+            [sys.executable, str(SERVER), *preload],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -61,7 +75,16 @@ class LaneProcesses:
             raise RuntimeError(f"the lane fork server ended (exit {self.server.poll()})")
         return json.loads(line)
 
-    def run(self, args: list[str], *, env: dict, timeout: float = 60, cwd: str | None = None, input: str | None = None):
+    def run(
+        self,
+        args: list[str],
+        *,
+        env: dict,
+        timeout: float = 60,
+        cwd: str | None = None,
+        input: str | None = None,
+        code: str | None = None,
+    ):
         out, err, stdin = (self.scratch / name for name in ("out", "err", "in"))
         if input is not None:
             stdin.write_text(input)
@@ -74,6 +97,8 @@ class LaneProcesses:
             "err": str(err),
             "stdin": str(stdin) if input is not None else None,
         }
+        if code is not None:
+            request["code"] = code
         self.server.stdin.write(json.dumps(request) + "\n")
         self.server.stdin.flush()
         deadline = time.monotonic() + timeout

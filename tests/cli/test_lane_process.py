@@ -31,3 +31,22 @@ def test_a_forked_lane_reads_the_environment_it_is_given_not_the_servers(tmp_pat
     first = run_lane(["lanes"], env={"LANE_DATABASE_URL": f"sqlite:///{tmp_path / 'a.db'}", "PATH": "/usr/bin"})
     second = run_lane(["lanes"], env={"LANE_DATABASE_URL": f"sqlite:///{tmp_path / 'b.db'}", "PATH": "/usr/bin"})
     assert "a.db" in first.stderr and "b.db" in second.stderr, (first.stderr, second.stderr)
+
+
+def test_a_forked_python_c_exits_and_prints_as_an_execd_one():
+    """``run_python`` (the import checks of tests/gating/test_exports.py): status, output and the traceback."""
+    import sys
+
+    from ..lane_process import run_python
+
+    cases = {
+        "import sys; print(sys.argv); sys.exit(3)": (3, "['-c']\n"),
+        "import lane_plugin.ledger.db as d; print(d.__name__)": (0, "lane_plugin.ledger.db\n"),
+        "raise ValueError('the check failed')": (1, ""),
+    }
+    for code, (status, stdout) in cases.items():
+        execd = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        forked = run_python(code, preload=("prefect.flows",))
+        assert (forked.returncode, forked.stdout) == (execd.returncode, execd.stdout) == (status, stdout), code
+        assert forked.stderr.splitlines()[-1:] == execd.stderr.splitlines()[-1:], code
+    assert "ValueError: the check failed" in forked.stderr
