@@ -133,7 +133,7 @@ def test_an_exception_at_any_line_of_the_hold_leaves_nothing_held(ledger_url, mo
         assert first._waited_pause and first._probe is not None  # it waited, then claimed the probe
         assert led.pause_state("l")[2] is not None
         first._drop_probe(led)
-        fired, left_held = [], []
+        fired, left_held, later = [], [], []
         for at in range(1, lines + 1):
             _pause(other)
             g = _Gate(led, f"g{at}")
@@ -145,14 +145,24 @@ def test_an_exception_at_any_line_of_the_hold_leaves_nothing_held(ledger_url, mo
                     left_held.append((at, out["at"], what))
                 other._run(lambda cur, now: cur.execute("update lane set paused_until = :u", {"u": now - 0.001}))
                 nxt = _Gate(led, f"next{at}")
-                if nxt._paused_for(led) != 0.0 or nxt._probe is None:
-                    left_held.append((at, out["at"], "the next gate was not the probe at once"))
+                # The next gate becomes the probe: at once on a quiet machine; a CI run at load saw 18 of 130 points
+                # need another look (what it saw is printed). Held would mean PROBE_HOLD (10 s): 2 s tells them apart.
+                deadline, looks = time.monotonic() + 2.0, []
+                while (wait := nxt._paused_for(led)) != 0.0 or nxt._probe is None:
+                    looks.append((round(wait, 3), led.pause_state("l"), provider_pause._probes.get((id(led), "l"))))
+                    if time.monotonic() > deadline:
+                        left_held.append((at, out["at"], f"the next gate was not the probe within 2 s: {looks[-3:]}"))
+                        break
+                    time.sleep(0.02)
+                if looks:
+                    later.append((at, out["at"], len(looks), looks[0]))
                 nxt._drop_probe(led)
             else:
                 g._drop_probe(led)  # the line ran after the hold returned: it holds the probe, as it should
         where = sorted(set(fired))
         figure(f"send guard hold ({led.db.dialect}): {lines} lines, {len(fired)} injection points fired")
         print(f"send guard hold: {lines} lines, {len(fired)} injection points fired at {where}")
+        print(f"the next gate was the probe only after another look at {len(later)} points: {later}")
         assert left_held == [], f"held after an exception at these lines: {left_held}"
         assert len(fired) >= lines - 1, (len(fired), lines)  # the faults happened (the last may land after the call)
         assert any(w.startswith("_behind_probe") for w in where)  # including between the claims
