@@ -315,13 +315,13 @@ def _deliver_while_logging(log_call, handler: logging.Handler, until) -> tuple[i
 
     from prefect._internal.concurrency.cancellation import _get_thread_shield, _send_exception_to_thread
 
-    state = {"caught": 0, "held": 0, "stop": False, "logging": False, "beats": 0}
+    state = {"caught": 0, "held": 0, "logging": False, "beats": 0, "restarts": 0}
 
-    def logging_loop() -> None:
-        while not state["stop"]:
+    def logging_loop(stopped: threading.Event) -> None:  # each thread its own stop: a restart never revives one
+        while not stopped.is_set():
             try:
                 state["logging"] = True  # from here on an exception is caught below: the enforcer may send one
-                while not state["stop"]:
+                while not stopped.is_set():
                     log_call("a message %s", 1)
                     state["beats"] += 1
             except BaseException:  # noqa: BLE001 - Prefect's CancelledError
@@ -348,17 +348,24 @@ def _deliver_while_logging(log_call, handler: logging.Handler, until) -> tuple[i
             time.sleep(0.001)
         return state["caught"] == sent and state["beats"] != beats
 
-    def start() -> threading.Thread:
-        state["stop"], state["logging"] = False, False
-        thread = threading.Thread(target=logging_loop, daemon=True)
+    def start() -> tuple[threading.Thread, threading.Event]:
+        state["logging"] = False
+        stopped = threading.Event()
+        thread = threading.Thread(target=logging_loop, args=(stopped,), daemon=True)
         thread.start()
-        return thread
+        return thread, stopped
 
-    def stop(thread: threading.Thread) -> None:
-        state["stop"] = True
+    def stop(thread: threading.Thread, stopped: threading.Event) -> None:
+        stopped.set()
         thread.join(5)
+        # join() returns at once for a thread threading takes for dead: stopped means it no longer beats
+        beats, end = -1, time.monotonic() + 5
+        while state["beats"] != beats and time.monotonic() < end:
+            beats = state["beats"]
+            time.sleep(0.05)
+        assert state["beats"] == beats, "the logging thread never stopped"
 
-    sent, worker = 0, start()
+    sent, (worker, stopped) = 0, start()
     try:
         while not until(state["caught"], state["held"]):
             assert caught_all(sent), (sent, state)
@@ -368,15 +375,18 @@ def _deliver_while_logging(log_call, handler: logging.Handler, until) -> tuple[i
             except KeyError:
                 # threading took the live worker for a dead one (the fooled is_alive() above): Prefect's enforcer
                 # could not look its shield up either. A fresh logging thread carries on the count.
-                stop(worker)
-                worker = start()
+                stop(worker, stopped)
+                worker, stopped = start()
+                state["restarts"] += 1
                 continue
             with thread_shield:
                 _send_exception_to_thread(worker, CancelledError)
             sent += 1
         assert caught_all(sent), (sent, state)
     finally:
-        stop(worker)  # never left logging in a loop for the rest of the session
+        stop(worker, stopped)  # never left logging in a loop for the rest of the session
+    if state["restarts"]:
+        print(f"the logging thread was started afresh {state['restarts']} times (threading took it for dead)")
     return state["caught"], state["held"]
 
 
