@@ -168,7 +168,8 @@ def test_lane_send_guard_false_patches_nothing(fresh, monkeypatch):
 
 
 # -- an async client: the guard's ledger work runs in a thread, not on the event loop ---------------------------
-SLOW = 0.6  # a ledger call that takes this long (a loaded database): the event loop must keep running meanwhile
+SLOW = 1.5  # a ledger call that takes this long (a loaded database): the event loop must keep running meanwhile
+# (a blocked loop stalls SLOW or more; a loaded CI machine stalled a free one 0.34 s, so SLOW/2 tells them apart)
 CALL = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "word " * 40}]}
 
 
