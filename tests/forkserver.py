@@ -9,10 +9,10 @@ A request with ``code`` in place of ``args`` runs that Python source as ``python
 ``tests/gating/test_exports.py``). The server answers with the child's pid, then with its exit status.
 
 What is imported here is only what does not read the environment when imported (asyncio, the database and
-validation libraries; not typer, which does), and what the server's own arguments name (``prefect``, for
-requests that run in the test's own environment); ``lane_plugin`` itself is imported fresh in each child, so
-every setting it reads comes from the request's environment and every import order inside it is its own. The server holds no thread, connection or lock
-across a fork.
+validation libraries; not typer, which does), and what the server's own arguments name (Prefect's parts, for the
+``code`` requests, which run in the test's own environment). ``lane_plugin`` itself is imported fresh in each
+child, so every setting it reads comes from the request's environment and every import order inside it is its
+own. The server holds no thread, connection or lock across a fork.
 """
 
 from __future__ import annotations
@@ -53,12 +53,11 @@ def _child(req: dict) -> None:
         os.environ.clear()
         os.environ.update(req["env"])
         _streams(req.get("stdin"), req["out"], req["err"])
-        sys.argv = [req["argv0"], *req.get("args", [])]
+        sys.argv = ["-c"] if "code" in req else [req["argv0"], *req["args"]]
     except BaseException:  # noqa: BLE001 - the request could not be set up: say why, as a failed start would
         traceback.print_exc()
         os._exit(1)
     if "code" in req:
-        sys.argv = ["-c"]
         exec(compile(req["code"], "<string>", "exec"), {"__name__": "__main__"})  # an error exits 1, with its traceback
         sys.exit(0)
     from lane_plugin.cli import main

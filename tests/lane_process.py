@@ -24,17 +24,23 @@ from pathlib import Path
 SERVER = Path(__file__).with_name("forkserver.py")
 LANE = str(Path(sys.executable).with_name("lane"))
 EXEC = os.environ.get("LANE_CLI_EXEC") == "1"  # every `lane` by exec, as a shell starts it: rules the server out
-_server: list[LaneProcesses] = []  # this test process's one server, started at the first call
+# This test process's fork servers by (argv0, *preload), each started at its first call.
+_servers: dict[tuple[str, ...], LaneProcesses] = {}
+
+
+def _server(argv0: str, preload: tuple[str, ...] = ()) -> LaneProcesses:
+    key = (argv0, *preload)
+    if key not in _servers:
+        _servers[key] = LaneProcesses(argv0, preload)
+        atexit.register(_servers[key].close)
+    return _servers[key]
 
 
 def run_lane(args: list[str], *, env: dict, timeout: float = 60) -> subprocess.CompletedProcess:
     """``subprocess.run([lane, *args], capture_output=True, text=True, env=env, timeout=timeout)``, forked."""
     if EXEC:
         return subprocess.run([LANE, *args], capture_output=True, text=True, env=env, timeout=timeout)
-    if not _server:
-        _server.append(LaneProcesses(LANE))
-        atexit.register(_server[0].close)
-    return _server[0].run([str(a) for a in args], env=env, timeout=timeout)
+    return _server(LANE).run([str(a) for a in args], env=env, timeout=timeout)
 
 
 def run_python(code: str, *, preload: tuple[str, ...] = (), timeout: float = 60) -> subprocess.CompletedProcess:
@@ -42,13 +48,7 @@ def run_python(code: str, *, preload: tuple[str, ...] = (), timeout: float = 60)
     forked from a server that has imported ``preload`` (never ``lane_plugin``) already."""
     if EXEC:
         return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
-    if preload not in _python_servers:
-        _python_servers[preload] = LaneProcesses(sys.executable, preload)
-        atexit.register(_python_servers[preload].close)
-    return _python_servers[preload].run([], code=code, env=dict(os.environ), timeout=timeout)
-
-
-_python_servers: dict[tuple[str, ...], LaneProcesses] = {}
+    return _server(sys.executable, preload).run([], code=code, env=dict(os.environ), timeout=timeout)
 
 
 class LaneProcesses:
