@@ -134,6 +134,7 @@ class Wakeups:
         """Wait for ``job_id``: the returned :class:`Waiting`'s event is set when it is leased (or parked)."""
         w = Waiting(job_id, lane)
         self._jobs[job_id] = w  # first: a watcher deciding to exit now sees it (under _start_lock)
+        self._inbox.put(("job", lane, 0.0))  # an idle watcher waits on its inbox: it looks at the new job at once
         thread = self._thread
         if thread is None or not thread.is_alive():
             self._start_watcher()
@@ -209,7 +210,7 @@ class Wakeups:
             kind, lane, when = msg
             if kind == "retick":
                 self._retick.add(lane)
-            elif when < self._timers.get(lane, float("inf")):
+            elif kind == "timer" and when < self._timers.get(lane, float("inf")):
                 self._timers[lane] = when
             try:
                 msg = self._inbox.get_nowait()
@@ -247,6 +248,8 @@ class Wakeups:
                 retick |= self._due(now)
                 wake = min(next_safety, next_beat, *self._timers.values())
                 timeout = RETICK_SECONDS if retick else max(0.0, wake - now)
+                if idle_since is not None:  # nothing to watch: wait for a register's message (it was a busy loop)
+                    timeout = max(timeout, min(POLL_SQLITE, _IDLE_EXIT - (now - idle_since)), 0.0)
                 notified: set[tuple] = set()
                 try:
                     if pg and listener is None:
