@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..ledger import Lease, Ledger
-from . import send_guard
+from . import provider_requests, send_guard
 from .ledgers import get_ledger, run_logger
 from .ratelimits import (
     DEFAULT_PAUSE,
@@ -153,7 +153,12 @@ class ProviderPause:
         probe, self._probe = self._probe, None
         if probe is None:
             return
-        if probe[2] is not None and (exc is None or rate_limit_info(exc) is None):  # (None: its claim was refused)
+        met_429 = (
+            exc is not None
+            and rate_limit_info(exc) is not None
+            and provider_requests.error_is_providers(probe[0][1], exc)
+        )
+        if probe[2] is not None and not met_429:  # (probe[2] None: its claim was refused)
             try:
                 led.reopen(probe[0][1], probe[1])
             except Exception as error:  # noqa: BLE001 - the claim's hold runs out and the lane opens then
@@ -196,6 +201,15 @@ class ProviderPause:
         if said is None or send_guard.heard_for(getattr(exc, "response", None)) is not None:
             return
         lane = self.lease.lane if self.lease is not None else self.lane
+        if not provider_requests.error_is_providers(lane, exc):
+            run_logger().info(
+                "lane gate: %s job %s ended in a 429 not from the provider (%s): lane %s not paused",
+                self.stage,
+                self.job_id,
+                said.what,
+                lane,
+            )
+            return
         try:
             until = led.pause(
                 lane, said.seconds, reason=f"a 429 on job {self.job_id} ({self.stage}): {said.what}", job_id=self.job_id

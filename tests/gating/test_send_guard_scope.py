@@ -104,6 +104,58 @@ def test_a_websites_429_in_a_gated_body_does_not_pause_the_lane(led, site, web):
     assert led.rows("select rate_limited from job")[1] == [(0,)]
 
 
+@pytest.mark.parametrize("client", ["httpx", "requests"])
+def test_a_websites_429_raised_out_of_a_gated_body_does_not_pause_the_lane(led, site, web, client):
+    # raise_for_status(): the body ends in the site's 429 (an httpx.HTTPStatusError, a requests.HTTPError), which
+    # says nothing of the provider's window; the error is the body's own and goes on to the caller
+    import requests
+
+    lane = _lane(led, f"raised-{client}")
+    fetch = web.get if client == "httpx" else requests.get
+    errors = (httpx.HTTPStatusError, requests.HTTPError)
+    with pytest.raises(errors, match="429"):
+        with gate(stage="research", estimate=100, lane=lane, ledger=led):
+            fetch(f"{site}/busy/some-page").raise_for_status()
+    assert led.paused_for(lane) == 0.0
+    # the same body meeting a provider's 429 (its rate-limit headers) pauses the lane, whichever client sent it
+    with pytest.raises(errors, match="429"):
+        with gate(stage="research", estimate=100, lane=lane, ledger=led):
+            fetch(f"{site}/llm-busy").raise_for_status()
+    assert 0.0 < led.paused_for(lane) <= 1.0
+
+
+@pytest.mark.parametrize(
+    "agent, held",
+    [("OpenAI/Python 1.99.0", True), ("AsyncAnthropic/Python 0.60.0", True), ("Lithic/Python 0.80.0", False)],
+)
+def test_a_stainless_sdks_request_is_the_providers_only_when_the_sdk_is_an_llm_providers(led, site, web, agent, held):
+    # Stainless generates SDKs of payments, browser and cloud APIs too, with the same x-stainless-* headers: sent
+    # during a pause, a payments API's request goes at once; an LLM SDK's waits for the reopen
+    lane = _lane(led, "sdk-" + agent.split("/")[0].lower())
+    sdk_headers = {"x-stainless-lang": "python", "x-stainless-retry-count": "0", "user-agent": agent}
+    with gate(stage="s", estimate=100, lane=lane, ledger=led) as g:
+        _paused(led, lane, g)
+        left = led.paused_for(lane)
+        t0 = time.monotonic()
+        assert web.post(f"{site}/v1/charge", headers=sdk_headers).status_code == 200
+        took = time.monotonic() - t0
+        g.report(100)
+    assert (took >= left - 0.05) is held, (took, left)
+
+
+def test_an_llm_providers_public_api_host_is_the_providers_whatever_sends_to_it():
+    plain = httpx.Client()
+    for url, want in [
+        ("https://api.openai.com/v1/chat/completions", True),
+        ("https://my-deployment.openai.azure.com/openai/deployments/x", True),
+        ("https://api.anthropic.com/v1/messages", True),
+        ("https://api.lithic.com/v1/cards", False),
+        ("https://example.org/openai.com", False),
+    ]:
+        assert provider_requests.is_providers("any", httpx.Request("POST", url), plain) is want, url
+    plain.close()
+
+
 def test_during_a_pause_only_the_providers_request_is_held(led, site, web):
     lane = _lane(led, "hold")
     with ProviderEmulator(tpm=10**6, rpm=None, window_seconds=60, output_lengths=[5]) as emu:
