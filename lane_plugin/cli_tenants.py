@@ -34,6 +34,15 @@ class _LaneOrCommand(TyperGroup):
         return pieces
 
     def parse_args(self, ctx, args):  # type: ignore[no-untyped-def]
+        if args and args[0] in self.commands and not [a for a in args[1:] if not a.startswith("-") or a == "--help"]:
+            from .errors import InvalidInput  # `lane tenants set` alone: a lane of that name is listed with --lane
+
+            raise InvalidInput(
+                "lane",
+                args[0],
+                f"`lane tenants {args[0]}` needs a LANE and a TENANT (lane tenants {args[0]} LANE TENANT --weight W); "
+                f"to list the tenants of a lane named '{args[0]}': lane tenants --lane {args[0]}",
+            )
         if args and args[0] in self.commands:
             params = self.params
             self.params = [p for p in params if p.name != "lane"]
@@ -63,6 +72,9 @@ def tenants(
     lane: Optional[str] = typer.Argument(
         None, metavar="LANE", help="Only this lane's tenants (default: every lane's)."
     ),
+    lane_option: Optional[str] = typer.Option(
+        None, "--lane", help="The same as LANE (for a lane named like a subcommand: --lane set)."
+    ),
     as_json: bool = JSON,
     wide: bool = WIDE,
 ):
@@ -70,6 +82,11 @@ def tenants(
     tokens settled over the last hour."""
     if ctx.invoked_subcommand:
         return
+    if lane is not None and lane_option is not None and lane != lane_option:
+        from .errors import InvalidInput
+
+        raise InvalidInput("lane", lane_option, f"LANE '{lane}' and --lane '{lane_option}' name two lanes")
+    lane = lane if lane is not None else lane_option
     rows = ledger(create=False).tenants(lane)
     if as_json:
         print_json(rows)

@@ -174,6 +174,19 @@ def test_tenants_list_set_and_refuse(run):
     assert run("audit").stdout.strip() == "ledger sound: I1-I6 hold"
 
 
+def test_a_lane_named_set_has_its_tenants_listed_with_the_lane_option(run):
+    """`lane tenants set` is the subcommand: a lane named `set` is listed with --lane, and the bare subcommand says
+    so instead of click's bare "Missing argument"."""
+    run("lanes", "set", "set", "--create", "--allowance", "1000", "--ceiling", "1000")
+    run("submit", "--stage", "s", "--est", "100", "--lane", "set", "--tenant", "ops")
+    rows = json.loads(run("tenants", "--lane", "set", "--json").stdout)
+    assert [(t["lane"], t["tenant"]) for t in rows] == [("set", "ops")]
+    bare = run("tenants", "set", check=False)
+    assert bare.returncode == 2 and "lane tenants --lane set" in bare.stderr, bare.stderr
+    two = run("tenants", "free", "--lane", "set", check=False)
+    assert two.returncode == 2 and "LANE 'free' and --lane 'set' name two lanes" in two.stderr, two.stderr
+
+
 def test_tenants_usage_lines_name_each_form_once(run):
     """`lane tenants set --help` read `lane tenants [lane] set [OPTIONS] {lane} {tenant}`: the group's optional
     LANE leaked into the subcommand's path. Each usage line now says what to type."""
