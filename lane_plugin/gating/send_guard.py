@@ -32,6 +32,7 @@ pause on the SDK's error remain).
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 
 from ..errors import InvalidInput
@@ -72,8 +73,11 @@ PACKAGES = ("httpx", "httpx2")
 # On each of the guard's own wrappers: (the wrapper itself, the send it wraps). A wrapper another library puts
 # around the guard's with functools.wraps copies the attribute, so it is the guard's only where it names itself.
 MARK = "_lane_send_guard"
-# package -> its module, or None: not installed, or without the send to patch (said once). Looked up once per
-# process: a missing package is a search of sys.path at every import attempt.
+# package -> its module, or None: without the send to patch (said once). A package is taken from sys.modules,
+# never imported here: install() runs in a gated thread, under its lease, where an import costs the lease's time
+# and a timeout raised into it could leave the package's import lock held for every later importer. An SDK
+# imports the package it sends through before it has a client to send with; one imported later (inside a
+# body) is patched by the next gate's install().
 _modules: dict[str, Any] = {}
 
 
@@ -93,9 +97,14 @@ def install() -> bool:
     # is under any guard's wrapper, so the last write leaves one layer.
     patched = False
     for name in PACKAGES:
-        if name not in _modules:
-            _modules[name] = _patchable(name)
-        httpx = _modules[name]
+        module = sys.modules.get(name)
+        if (
+            name not in _modules
+            and module is not None
+            and not getattr(getattr(module, "__spec__", None), "_initializing", False)
+        ):
+            _modules[name] = _patchable(module, name)  # (one being imported by another thread: the next install)
+        httpx = _modules.get(name)
         if httpx is not None:
             _wrap(httpx.Client, _guarded_send)
             _wrap(httpx.AsyncClient, _aguarded_send)
@@ -104,14 +113,9 @@ def install() -> bool:
     return patched
 
 
-def _patchable(package: str) -> Any:
-    import importlib
-
-    try:
-        httpx = importlib.import_module(package)
-    except ImportError:  # not installed: nothing of it to guard
-        return None
-    if not all(callable(getattr(cls, "_send_single_request", None)) for cls in (httpx.Client, httpx.AsyncClient)):
+def _patchable(httpx: Any, package: str) -> Any:
+    classes = (getattr(httpx, "Client", None), getattr(httpx, "AsyncClient", None))
+    if not all(callable(getattr(cls, "_send_single_request", None)) for cls in classes):
         version = getattr(httpx, "__version__", "?")
         what = "lane send guard: %s %s has no _send_single_request: not installed (the SDK's error pauses the lane)"
         log.warning(what, package, version)

@@ -143,16 +143,22 @@ class _CountImports(importlib.abc.MetaPathFinder):
         return None
 
 
-def test_with_no_httpx_to_patch_the_warning_and_the_imports_are_once_per_process(fresh, caplog, monkeypatch):
-    fresh(_package("fake_old", with_send=False), also=("fake_not_installed",))
-    finder = _CountImports("fake_not_installed")
+def test_with_no_httpx_to_patch_the_warning_is_once_per_process_and_nothing_is_imported(fresh, caplog, monkeypatch):
+    # install() runs in a gated thread under its lease: it takes a package from sys.modules and never imports one
+    # (an import there costs the lease's time, and a timeout raised into it could leave the import lock held)
+    fresh(_package("fake_old", with_send=False), also=("fake_not_imported",))
+    finder = _CountImports("fake_not_imported")
     monkeypatch.setattr(sys, "meta_path", [finder, *sys.meta_path])
     caplog.set_level(logging.WARNING, logger="lane_plugin.send_guard")
     said = [send_guard.install() for _ in range(3)]  # three gates
     assert said == [False, False, False]
     warned = [r.getMessage() for r in caplog.records if "has no _send_single_request" in r.getMessage()]
     assert len(warned) == 1 and "fake_old 0.99" in warned[0]
-    assert finder.looked == 1
+    assert finder.looked == 0 and "fake_not_imported" not in sys.modules
+    later = _package("fake_not_imported")  # the body imports the SDK (and its httpx) itself: the next gate patches
+    monkeypatch.setitem(sys.modules, later.__name__, later)
+    assert send_guard.install()
+    assert _guard_layers(later.Client._send_single_request) == 1
 
 
 def test_lane_send_guard_false_patches_nothing(fresh, monkeypatch):
