@@ -32,7 +32,6 @@ beside another worker). The number of injection points is printed.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import gc
 import sqlite3
 import sys
@@ -51,6 +50,7 @@ from lane_plugin.ledger import Ledger
 from lane_plugin.ledger.db import PG_POOL
 
 from .conftest import FULL, assert_audit_clean, figure, make_lane
+from .injection import Injector, in_files, run_injected, under
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -66,33 +66,6 @@ POINTS = 30
 # tests/faults/README.md.
 NEXT_CALL_LIMIT = 5.0
 SLOW_SHARE = 0.02
-
-
-class Injected(BaseException):
-    """What the test raises into the gated thread (a BaseException, as Prefect's CancelledError is)."""
-
-
-def _set_async_exc(ident: int, exc) -> None:
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), exc)
-
-
-class Injector:
-    """A trace function that raises :class:`Injected` into its own thread at the ``at``-th traced line."""
-
-    def __init__(self, at: int):
-        self.at, self.seen, self.fired_at = at, 0, None
-
-    def __call__(self, frame, event, arg):
-        if event == "line" and frame.f_code.co_filename.startswith(TRACED):
-            self.seen += 1
-            if self.seen == self.at:
-                self.fired_at = f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}"
-                # as Prefect does: raised at the next bytecode that checks for it (after this line's next call
-                # returns, a backward jump, a function's start), not at the line event itself
-                _set_async_exc(threading.get_ident(), ctypes.py_object(Injected))
-                sys.settrace(None)
-                return None
-        return self
 
 
 def _gated_call(led: Ledger, key: str, mode: str) -> int:
@@ -117,25 +90,9 @@ def _gated_call(led: Ledger, key: str, mode: str) -> int:
 def _injected_call(led: Ledger, key: str, mode: str, at: int) -> tuple[str, int, str | None, str | None]:
     """Run one gated call in this (worker) thread with an exception raised into it at traced line ``at``:
     ("raised" | "returned", lines seen, where it was set, where it landed)."""
-    inj = Injector(at)
-    outcome, landed = "returned", None
-    try:
-        sys.settrace(inj)
-        try:
-            _gated_call(led, key, mode)
-        finally:
-            sys.settrace(None)
-        for _ in range(3):  # checks that deliver one set at the call's last line here, not in the executor
-            time.sleep(0)
-    except Injected as exc:
-        outcome = "raised"
-        tb, where = exc.__traceback__, None
-        while tb is not None:  # the deepest frame of the library it landed in
-            if tb.tb_frame.f_code.co_filename.startswith(str(ROOT)):
-                where = f"{Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno}"
-            tb = tb.tb_next
-        landed = where
-    return outcome, inj.seen, inj.fired_at, landed
+    inj = Injector(at, under(*TRACED))
+    outcome = run_injected(lambda: _gated_call(led, key, mode), inj, landed_under=str(ROOT))
+    return outcome, inj.seen, inj.fired_at, inj.landed
 
 
 def _within(fut, seconds: float, what: str):
@@ -313,48 +270,19 @@ def test_an_exception_at_any_line_leaves_nothing_held(db, mode, request, tmp_pat
         led.close()
 
 
-class OpcodeInjector:
-    """Raises :class:`Injected` into its own thread before the ``at``-th bytecode run in ``lane_plugin/ledger/db.py``
-    (the connection pool and the transaction around it), e.g. between a call that took a pool slot and the store of
-    its result: the windows Prefect's delivery (at the next bytecode after a call returns) can hit and a line-level
-    trace cannot."""
-
-    def __init__(self, at: int):
-        self.at, self.seen, self.fired_at = at, 0, None
-
-    def __call__(self, frame, event, arg):
-        if frame.f_code.co_filename != DB_FILE:
-            return None  # no local tracing elsewhere (calls made from db.py are traced again when they return there)
-        frame.f_trace_opcodes = True
-        if event == "opcode":
-            self.seen += 1
-            if self.seen == self.at:
-                self.fired_at = f"{frame.f_code.co_name}:{frame.f_lineno}@{frame.f_lasti}"
-                _set_async_exc(threading.get_ident(), ctypes.py_object(Injected))
-                sys.settrace(None)
-                return None
-        return self
-
-
 DB_FILE = str(ROOT / "ledger" / "db.py")
 
 
 def _pool_call(led: Ledger, at: int) -> tuple[str, int, str | None]:
     """A write transaction and a read one (a heartbeat, a lane's row) with an exception raised before the ``at``-th
     bytecode of db.py they run: ("raised" | "returned", bytecodes seen, where)."""
-    inj = OpcodeInjector(at)
-    try:
-        sys.settrace(inj)
-        try:
-            led.heartbeat("pool-test")
-            led.lane("free")
-        finally:
-            sys.settrace(None)
-        for _ in range(3):
-            time.sleep(0)
-    except Injected:
-        return "raised", inj.seen, inj.fired_at
-    return "returned", inj.seen, inj.fired_at
+    inj = Injector(at, in_files(DB_FILE), opcodes=True, where="function")
+
+    def call() -> None:
+        led.heartbeat("pool-test")
+        led.lane("free")
+
+    return run_injected(call, inj), inj.seen, inj.fired_at
 
 
 def test_an_exception_at_any_bytecode_of_the_pool_leaves_no_slot_lost_and_no_connection_open(request):

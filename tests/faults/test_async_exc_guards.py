@@ -22,7 +22,6 @@ as test_async_exc.py does), proves it was raised, and asserts that the next call
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import json
 import logging
@@ -39,49 +38,16 @@ import pytest
 import lane_plugin
 from lane_plugin.estimators import tokens
 
+from .injection import in_files, injected
+
 pytestmark = pytest.mark.timeout(300)
 
 ROOT = Path(lane_plugin.__file__).parent
 
 
-class Injected(BaseException):
-    """What the test raises into the thread (a BaseException, as Prefect's CancelledError is)."""
-
-
-class Injector:
-    """A trace function that raises :class:`Injected` into its own thread at the ``at``-th line run in ``files``."""
-
-    def __init__(self, at: int, files: tuple[str, ...]):
-        self.at, self.files, self.seen, self.fired_at = at, files, 0, None
-
-    def __call__(self, frame, event, arg):
-        if event == "line" and frame.f_code.co_filename in self.files:
-            self.seen += 1
-            if self.seen == self.at:
-                self.fired_at = f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}"
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                    ctypes.c_ulong(threading.get_ident()), ctypes.py_object(Injected)
-                )
-                sys.settrace(None)
-                return None
-        return self
-
-
 def _injected(call, at: int, files: tuple[str, ...]) -> tuple[bool, int, str | None]:
     """Run ``call`` with an exception raised into this thread at traced line ``at``: (raised, lines seen, where)."""
-    inj = Injector(at, files)
-    raised = False
-    try:
-        sys.settrace(inj)
-        try:
-            call()
-        finally:
-            sys.settrace(None)
-        for _ in range(3):  # a check that delivers one set at the call's last line
-            time.sleep(0)
-    except Injected:
-        raised = True
-    return raised, inj.seen, inj.fired_at
+    return injected(call, at, in_files(*files))
 
 
 class _Count(logging.Handler):
@@ -140,8 +106,7 @@ def test_the_tokenizer_fallback_warning_never_blocks_after_an_exception_at_any_l
 TERMINATION_SCRIPT = textwrap.dedent(
     """
     import json, signal, sys
-    sys.path.insert(0, sys.argv[1])
-    from test_async_exc_guards import _injected
+    from tests.faults.test_async_exc_guards import _injected
     from lane_plugin.gating import termination as T
 
     def reset():  # the state of a process that has not installed the handler yet (the watcher stays)
@@ -174,7 +139,7 @@ def test_the_sigterm_handler_is_installed_after_an_exception_at_any_line_of_inst
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT.parent), os.environ.get("PYTHONPATH", "")])}
     env.pop("LANE_SIGTERM_GRACE_SECONDS", None)
     out = subprocess.run(
-        [sys.executable, "-c", TERMINATION_SCRIPT, str(Path(__file__).parent)],
+        [sys.executable, "-c", TERMINATION_SCRIPT],
         capture_output=True,
         text=True,
         timeout=120,
@@ -193,8 +158,7 @@ def test_the_sigterm_handler_is_installed_after_an_exception_at_any_line_of_inst
 THREAD_START_SCRIPT = textwrap.dedent(
     """
     import json, os, signal, sys, threading, time
-    sys.path.insert(0, sys.argv[1])
-    from test_async_exc_guards import _injected
+    from tests.faults.test_async_exc_guards import _injected
     from lane_plugin.gating import termination as T
     from lane_plugin.ledger import spawn
 
@@ -283,7 +247,7 @@ def test_the_sigterm_threads_start_after_an_exception_at_any_line_of_their_start
         "LANE_SIGTERM_GRACE_SECONDS": "0.3",  # each watchdog started lets go of its guard after 0.3 s
     }
     out = subprocess.run(
-        [sys.executable, "-c", THREAD_START_SCRIPT, str(Path(__file__).parent)],
+        [sys.executable, "-c", THREAD_START_SCRIPT],
         capture_output=True,
         text=True,
         timeout=240,
@@ -399,7 +363,7 @@ def test_a_prefect_timeout_never_leaves_a_logging_handlers_lock_held_by_a_gates_
     leaves it held."""
     from lane_plugin.gating.shielded_log import ShieldedLogger
 
-    from .conftest import reps  # here: the child processes above import this module as a plain file
+    from .conftest import reps  # here: the child processes above import this module, and need no conftest
 
     handler = _Quiet()
     logger = logging.getLogger("lane_plugin.test_shielded_log")

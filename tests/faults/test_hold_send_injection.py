@@ -12,8 +12,6 @@ has no probe out and the lane was not reopened (nothing went through), and the n
 
 from __future__ import annotations
 
-import ctypes
-import sys
 import threading
 import time
 from types import SimpleNamespace
@@ -26,33 +24,11 @@ from lane_plugin.gating.provider_pause import ProviderPause
 from lane_plugin.ledger import limits_api
 
 from .conftest import figure
+from .injection import Injector, in_files, run_injected
 
 pytestmark = pytest.mark.timeout(600)
 FILES = (provider_pause.__file__, limits_api.__file__)
 PAUSE = 60.0  # another process's pause, in force as the hold starts; its wait ends it (_ending_wait)
-
-
-class Injected(BaseException):
-    """What the test raises into the thread (a BaseException, as Prefect's CancelledError is)."""
-
-
-class Injector:
-    """Raises :class:`Injected` into its own thread at the ``at``-th line run in :data:`FILES`."""
-
-    def __init__(self, at: int):
-        self.at, self.seen, self.fired_at = at, 0, None
-
-    def __call__(self, frame, event, arg):
-        if event == "line" and frame.f_code.co_filename in FILES:
-            self.seen += 1
-            if self.seen == self.at:
-                self.fired_at = f"{frame.f_code.co_name}:{frame.f_lineno}"
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                    ctypes.c_ulong(threading.get_ident()), ctypes.py_object(Injected)
-                )
-                sys.settrace(None)
-                return None
-        return self
 
 
 class _Gate(ProviderPause):
@@ -69,17 +45,8 @@ def _hold(g: _Gate, at: int) -> dict:
     out: dict = {"raised": False}
 
     def run() -> None:
-        inj = Injector(at)
-        try:
-            sys.settrace(inj)
-            try:
-                g._hold_send()
-            finally:
-                sys.settrace(None)
-            for _ in range(3):  # a check that delivers one set at the call's last line
-                time.sleep(0)
-        except Injected:
-            out["raised"] = True
+        inj = Injector(at, in_files(*FILES), where="function")
+        out["raised"] = run_injected(g._hold_send, inj) == "raised"
         out["seen"], out["at"] = inj.seen, inj.fired_at
 
     t = threading.Thread(target=run, daemon=True)

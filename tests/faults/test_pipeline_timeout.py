@@ -14,11 +14,8 @@ the next transaction run. About 770 bytecodes: by default about 60 points and th
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import sqlite3
-import sys
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +29,7 @@ from lane_plugin.ledger import Ledger
 from lane_plugin.ledger.db import PG_POOL
 
 from .conftest import FULL, figure, make_lane
+from .injection import Injected, Injector, in_files, run_injected
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -40,49 +38,12 @@ ROWS = [{"a": i} for i in range(5)]
 POINTS = 60  # injection points through the ledger by default (of about 770 bytecodes; all under LANE_FAULT_FULL=1)
 
 
-class Injected(BaseException):
-    """What the test raises (a BaseException, as Prefect's CancelledError is)."""
-
-
-class PipelineInjector:
-    """Raises :class:`Injected` into its own thread before the ``at``-th bytecode of psycopg's pipeline code."""
-
-    def __init__(self, at: int):
-        self.at, self.seen, self.fired_at = at, 0, None
-
-    def __call__(self, frame, event, arg):
-        if frame.f_code.co_filename not in PIPELINE_FILES:
-            return None
-        frame.f_trace_opcodes = True
-        if event == "opcode":
-            self.seen += 1
-            if self.seen == self.at:
-                self.fired_at = f"{frame.f_code.co_name}:{frame.f_lineno}"
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                    ctypes.c_ulong(threading.get_ident()), ctypes.py_object(Injected)
-                )
-                sys.settrace(None)
-                return None
-        return self
-
-
 def _injected(call, at: int) -> tuple[str, int, str | None]:
     """Run ``call()`` with :class:`Injected` raised before the ``at``-th pipeline bytecode: (what it raised, bytecodes
     seen, where it was set)."""
-    inj = PipelineInjector(at)
-    outcome = "returned"
-    try:
-        try:
-            sys.settrace(inj)
-            call()
-        finally:
-            sys.settrace(None)
-        for _ in range(3):
-            time.sleep(0)
-    except Injected:
-        outcome = "Injected"
-    except Exception as exc:  # noqa: BLE001 - which one is the point
-        outcome = f"{type(exc).__name__}: {exc}"
+    inj = Injector(at, in_files(*PIPELINE_FILES), opcodes=True, where="function")
+    outcome = run_injected(call, inj, errors=True)  # which error a call ends in is the point
+    outcome = "Injected" if outcome == "raised" else outcome
     return outcome, inj.seen, inj.fired_at
 
 
