@@ -37,8 +37,11 @@ def test_an_idle_watcher_waits_and_sees_a_new_waiter(ledger_url, monkeypatch):
     # the same database wakes it early too): tens, where the busy loop made 200,000
     assert idle <= 4 / wakeups.TIMER_SLICE, f"{idle} cycles in 1 s with nothing to watch"
 
-    # a waiter registered while the watcher idles is read promptly (the register's message wakes it): its job,
-    # leased by another connection meanwhile, is seen by the watcher's next read
+    # a waiter registered while the watcher idles is read at once: the register's message wakes it (SQLite; with a
+    # poll of 5 s, a watcher not woken would see the job seconds later), PostgreSQL's idle watcher looks every
+    # TIMER_SLICE. Its job, leased by another connection meanwhile, is seen by that first read.
+    monkeypatch.setattr(wakeups, "POLL_SQLITE", 5.0)
+    time.sleep(wakeups.RETICK_SECONDS * 5)  # the watcher is in its idle wait (now up to 5 s long)
     other = Ledger(ledger_url)
     other.settle(first.job_id, 100, attempt=first.attempt, outcome="done")
     assert [lease.job_id for lease in other.tick("p")] == [job]
@@ -47,7 +50,28 @@ def test_an_idle_watcher_waits_and_sees_a_new_waiter(ledger_url, monkeypatch):
     t0 = time.monotonic()
     try:
         assert w.event.wait(2.0), "the job leased by another connection was never seen"
-        assert time.monotonic() - t0 < 1.0, time.monotonic() - t0
+        assert time.monotonic() - t0 < 1.0, time.monotonic() - t0  # not the 5 s poll
     finally:
         led.wakeups.unregister(job)
+    led.close()
+
+
+def test_a_watcher_whose_tick_finds_another_running_tries_again_after_retick_seconds(ledger_url, monkeypatch):
+    """A tick of the watcher that found another running (another thread of the process, or another process, ticking
+    the lane) is tried again RETICK_SECONDS later. It was tried again at once: a busy loop for as long as the other
+    tick ran (on PostgreSQL one transaction a turn)."""
+    led = Ledger(ledger_url)
+    led.set_lane("p", allowance=10**6, ceiling=10**6, start_fraction=1.0, max_leased=1, lease_seconds=60)
+    led.submit("s", 100, "p")
+    assert len(led.tick("p")) == 1
+    job = led.submit("s", 100, "p")
+    ticks = []
+    monkeypatch.setattr(led, "try_tick", lambda lane, **kw: ticks.append(time.monotonic()) or ([], True))  # busy
+    led.wakeups.register(job, "p")
+    led.wakeups.retick("p")  # what a gate whose own tick was busy asks for
+    time.sleep(1.0)
+    led.wakeups.unregister(job)
+    assert len(ticks) >= 5, "the watcher really ticked, and kept finding the lane busy"
+    # one tick per RETICK_SECONDS (20 ms) at most: 50 in a second, where the busy loop made thousands
+    assert len(ticks) <= 1.0 / wakeups.RETICK_SECONDS + 10, f"{len(ticks)} ticks in 1 s of a busy lane"
     led.close()
