@@ -11,7 +11,8 @@ guard (:mod:`lane_plugin.gating.send_guard`) acts on a request only when it is t
    groq's and together's) mark every request with ``x-stainless-*`` headers (``x-stainless-lang``,
    ``x-stainless-retry-count``, ...). Stainless generates SDKs of other services too (payments, browsers,
    cloud APIs): the SDK must be an LLM provider's (:data:`LLM_SDKS`), told by its ``User-Agent`` (the client's
-   class: ``OpenAI/Python 1.x``, ``AsyncAnthropic/Python 0.x``) or by the package of the httpx client it made;
+   class: ``OpenAI/Python 1.x``, ``AsyncAnthropic/Python 0.x``: :func:`sdk_name`) or by the package of the httpx
+   client it made;
 3. a request to a host listed in ``LANE_PROVIDER_HOSTS`` (``host``, ``host:port`` or ``*.domain``): a provider
    called over plain httpx, or through a proxy; or to an LLM provider's public API host
    (:data:`KNOWN_PROVIDER_HOSTS`: ``api.openai.com``, ``api.anthropic.com``...);
@@ -46,22 +47,13 @@ _RATE_HEADER_PREFIXES = (
     "anthropic-ratelimit-",
 )
 _listed_cache: dict[str, tuple[tuple[str, int | None], ...]] = {}
-# Rule 2: the LLM providers' Stainless SDKs, by a name in their User-Agent's product or their client's package.
-LLM_SDKS = (
-    "openai",
-    "anthropic",
-    "groq",
-    "together",
-    "cerebras",
-    "fireworks",
-    "perplexity",
-    "mistral",
-    "deepseek",
-    "openrouter",
-    "cohere",
-    "gemini",
-    "xai",
+# Rule 2: the LLM providers' Stainless SDKs, by name: their client class in the User-Agent's product (``OpenAI``,
+# ``AsyncAzureOpenAI``, ``AnthropicBedrock``: the name once ``Async``, ``Azure`` and a cloud's suffix are taken off)
+# or the top package of the httpx client they made (``openai._base_client``).
+LLM_SDKS = frozenset(
+    {"openai", "anthropic", "groq", "together", "cerebras", "fireworks", "perplexity", "deepseek", "openrouter", "xai"}
 )
+_SDK_AFFIXES = (("async", "azure"), ("bedrock", "vertex", "foundry"))
 # Rule 3: LLM providers' public API hosts, whatever sends to them (plain httpx, a hand-written client).
 KNOWN_PROVIDER_HOSTS = (
     "api.openai.com",
@@ -80,6 +72,8 @@ KNOWN_PROVIDER_HOSTS = (
     "api.cohere.ai",
     "generativelanguage.googleapis.com",
     "api.x.ai",
+    "*.cognitiveservices.azure.com",
+    "*.services.ai.azure.com",
 )
 
 
@@ -92,7 +86,7 @@ def origin_of(request: Any) -> tuple[str, str, int]:
         scheme, host, port = parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
     else:
         scheme, host, port = str(url.scheme).lower(), str(url.host).lower(), url.port
-    return scheme, host, port or _DEFAULT_PORT.get(scheme, 0)
+    return scheme, host.rstrip("."), port or _DEFAULT_PORT.get(scheme, 0)
 
 
 def is_providers(lane: str, request: Any, client: Any = None) -> bool:
@@ -117,29 +111,55 @@ def _llm_sdk(request: Any, client: Any) -> bool:
     """Rule 2: sent by a Stainless SDK (``x-stainless-*`` headers) of an LLM provider."""
     if not any(str(name).lower().startswith("x-stainless-") for name in request.headers.keys()):
         return False
-    product = str(request.headers.get("user-agent", "")).split("/", 1)[0].lower()
     package = type(client).__module__.split(".", 1)[0].lower() if client is not None else ""
-    return any(name in product or name == package for name in LLM_SDKS)
+    return package in LLM_SDKS or sdk_name(str(request.headers.get("user-agent", ""))) in LLM_SDKS
+
+
+def sdk_name(user_agent: str) -> str:
+    """The SDK a Stainless client's ``User-Agent`` names: its product (the client's class) without ``Async``,
+    ``Azure`` and a cloud's suffix.
+
+    Example:
+        >>> [sdk_name(ua) for ua in ("AsyncAzureOpenAI/Python 1.99", "AnthropicBedrock/Python 0.6", "Lithic/Python 1")]
+        ['openai', 'anthropic', 'lithic']
+    """
+    name = user_agent.split("/", 1)[0].strip().lower()
+    for prefix in _SDK_AFFIXES[0]:
+        name = name.removeprefix(prefix)
+    for suffix in _SDK_AFFIXES[1]:
+        name = name.removesuffix(suffix)
+    return name
+
+
+def _attr(obj: Any, name: str) -> Any:
+    """``obj.name``, or None when it is missing or raises (httpx's ``Response.request`` raises when unset)."""
+    try:
+        return getattr(obj, name, None)
+    except Exception:  # noqa: BLE001 - a property that raises is as good as missing here
+        return None
 
 
 def error_is_providers(lane: str, exc: BaseException) -> bool:
     """Is a rate-limit error raised out of a gated body of ``lane`` the provider's (its 429 pauses the lane)?
 
-    Its request is found on the error (``.request``, or its ``.response``'s): the provider's by the rules above, or
-    its answer carries a provider's rate-limit headers. A 429 from a website the body fetched, a vector store, any
-    other service, is not: it says nothing of the provider's window. An error that carries no request (a
-    ``RateLimitError`` of an SDK built without one) counts, as the lane cannot tell. Never raises."""
+    An SDK's own ``RateLimitError`` is (openai's, anthropic's, LiteLLM's, whatever request it carries). A plain HTTP
+    client's error (``raise_for_status()`` of httpx, requests, aiohttp) is when its request is the provider's by
+    the rules above, or its answer carries a provider's rate-limit headers: a 429 from a website the body
+    fetched, a vector store, any other service, says nothing of the provider's window. An error that carries no
+    request counts, as the lane cannot tell. Never raises."""
+    if any(c.__name__ == "RateLimitError" for c in type(exc).__mro__):
+        return True
     try:
-        response = getattr(exc, "response", None)
-        request = getattr(exc, "request", None) or getattr(response, "request", None)
-        if request is None or getattr(request, "url", None) is None:
+        response = _attr(exc, "response")
+        request = _attr(exc, "request") or _attr(response, "request") or _attr(exc, "request_info")  # (aiohttp's)
+        if request is None or _attr(request, "url") is None:
             return True
-        headers = getattr(response, "headers", None) or {}
+        headers = _attr(response, "headers") or _attr(exc, "headers") or {}
         if any(str(name).lower().startswith(_RATE_HEADER_PREFIXES) for name in headers.keys()):
             return not _under_prefect_api(request)
         return _is_providers(lane, request, None)
-    except Exception as exc2:  # noqa: BLE001 - a malformed error object: counted, as one carrying no request
-        log.warning("lane gate: the 429's request not told (counted as the provider's): %s", exc2)
+    except Exception as error:  # noqa: BLE001 - a malformed error object: counted, as one carrying no request
+        log.warning("lane gate: the 429's request not told (counted as the provider's): %s", error)
         return True
 
 

@@ -31,7 +31,7 @@ CALL = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": 
 class _Site(http.server.BaseHTTPRequestHandler):
     """A website a gated body calls: ``/busy`` answers 429 ``retry-after: 30`` (as a rate-limited site does),
     ``/github`` a 429 with GitHub's bare ``x-ratelimit-*`` headers, ``/llm-busy`` a provider's 429
-    (``x-ratelimit-remaining-requests: 0``, ``retry-after: 1``), anything else 200."""
+    (``x-ratelimit-remaining-requests: 0``, ``retry-after: 5``), anything else 200."""
 
     def do_GET(self) -> None:
         headers = {"content-length": "2"}
@@ -44,7 +44,7 @@ class _Site(http.server.BaseHTTPRequestHandler):
         elif self.path.startswith("/llm-busy"):
             code = 429
             headers.update(
-                {"retry-after": "1", "x-ratelimit-limit-requests": "3", "x-ratelimit-remaining-requests": "0"}
+                {"retry-after": "5", "x-ratelimit-limit-requests": "3", "x-ratelimit-remaining-requests": "0"}
             )
         self.send_response(code)
         for k, v in headers.items():
@@ -121,12 +121,17 @@ def test_a_websites_429_raised_out_of_a_gated_body_does_not_pause_the_lane(led, 
     with pytest.raises(errors, match="429"):
         with gate(stage="research", estimate=100, lane=lane, ledger=led):
             fetch(f"{site}/llm-busy").raise_for_status()
-    assert 0.0 < led.paused_for(lane) <= 1.0
+    assert 0.0 < led.paused_for(lane) <= 5.0  # the provider's retry-after
 
 
 @pytest.mark.parametrize(
     "agent, held",
-    [("OpenAI/Python 1.99.0", True), ("AsyncAnthropic/Python 0.60.0", True), ("Lithic/Python 0.80.0", False)],
+    [
+        ("OpenAI/Python 1.99.0", True),
+        ("AsyncAnthropic/Python 0.60.0", True),
+        ("Lithic/Python 0.80.0", False),
+        ("Togetherly/Python 2.0", False),  # a name that holds an LLM SDK's is not it
+    ],
 )
 def test_a_stainless_sdks_request_is_the_providers_only_when_the_sdk_is_an_llm_providers(led, site, web, agent, held):
     # Stainless generates SDKs of payments, browser and cloud APIs too, with the same x-stainless-* headers: sent
@@ -143,6 +148,26 @@ def test_a_stainless_sdks_request_is_the_providers_only_when_the_sdk_is_an_llm_p
     assert (took >= left - 0.05) is held, (took, left)
 
 
+def test_an_sdks_rate_limit_error_is_the_providers_whatever_request_it_carries_and_an_aiohttp_sites_is_not(caplog):
+    from types import SimpleNamespace
+
+    # LiteLLM's RateLimitError subclasses openai's and carries a made-up request to a host no rule knows
+    made_up = httpx.Request("POST", "https://cloud.google.com/vertex-ai/")
+    litellm_like = type("RateLimitError", (openai.RateLimitError,), {})(
+        "rate limited", response=httpx.Response(429, request=made_up), body=None
+    )
+    assert provider_requests.error_is_providers("any", litellm_like)
+    # aiohttp's ClientResponseError: its request in request_info, its answer's headers on the error itself
+    site = SimpleNamespace(url=httpx.URL("https://example.org/page"), headers={"user-agent": "Python/aiohttp"})
+    aiohttp_like = type("ClientResponseError", (Exception,), {"status": 429, "request_info": site, "headers": {}})()
+    assert not provider_requests.error_is_providers("any", aiohttp_like)
+    # an answer built without a request (httpx's Response.request raises then): counted, and nothing logged
+    bare = type("Http429", (Exception,), {"status_code": 429, "response": httpx.Response(429)})()
+    with caplog.at_level("WARNING"):
+        assert provider_requests.error_is_providers("any", bare)
+    assert not [r for r in caplog.records if "not told" in r.getMessage()]
+
+
 def test_an_llm_providers_public_api_host_is_the_providers_whatever_sends_to_it():
     plain = httpx.Client()
     for url, want in [
@@ -151,6 +176,8 @@ def test_an_llm_providers_public_api_host_is_the_providers_whatever_sends_to_it(
         ("https://api.anthropic.com/v1/messages", True),
         ("https://api.lithic.com/v1/cards", False),
         ("https://example.org/openai.com", False),
+        ("https://api.openai.com./v1/chat/completions", True),  # a fully qualified name's trailing dot
+        ("https://evil-openai.azure.com.attacker.example/v1", False),
     ]:
         assert provider_requests.is_providers("any", httpx.Request("POST", url), plain) is want, url
     plain.close()
@@ -234,7 +261,7 @@ def test_a_429_with_a_providers_headers_pauses_the_lane_whatever_sent_it(led, si
     with gate(stage="s", estimate=100, lane=lane, ledger=led) as g:
         assert web.get(f"{site}/llm-busy").status_code == 429  # x-ratelimit-remaining-requests: 0
         g.report(100)
-    assert 0.0 < led.paused_for(lane) <= 1.0
+    assert 0.0 < led.paused_for(lane) <= 5.0  # the provider's retry-after
     assert led.rows("select rate_limited from job")[1] == [(1,)]
 
 
