@@ -140,10 +140,11 @@ def lane_task(
     )
 
     def decorate(fn: Callable[P, R]) -> LaneTask[P, R]:
-        from . import termination
+        from . import send_guard, termination
         from .task import LaneTask, adopt
 
         termination.install()  # usually at import, in the main thread, before Prefect's flow engine runs
+        send_guard.preload()  # the same: the httpx packages the guard patches, never imported under a lease
         opts = dict(task_options)
         tags = set(opts.pop("tags", None) or ()) | spec.tags
         if tags:

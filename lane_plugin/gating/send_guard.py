@@ -8,7 +8,8 @@ the 429 closed. The guard closes the gap where every request of the openai and a
 ``Client._send_single_request`` / ``AsyncClient._send_single_request`` (after the client's request hooks,
 before its response hooks), in ``httpx`` and in its fork ``httpx2`` (which openai 3.x and anthropic 2.x send
 through), patched by the first gate to reach its body (and again by a later gate if another library put the
-original back). It acts only in a gated body (:func:`lane_plugin.current_gate`; a thread the body starts
+original back). ``@lane_task`` imports both packages (those installed) when it decorates a function, at import
+and outside any lease (:func:`preload`); the guard itself never imports one (see :data:`_modules`). It acts only in a gated body (:func:`lane_plugin.current_gate`; a thread the body starts
 carries no gate unless it runs in a copy of the body's context), and there only on the provider's requests
 (:mod:`lane_plugin.gating.provider_requests`: an LLM SDK's, one to a host in ``LANE_PROVIDER_HOSTS``, or to
 one that answered with a provider's rate-limit headers; never Prefect's own API); every other request passes
@@ -79,6 +80,26 @@ MARK = "_lane_send_guard"
 # imports the package it sends through before it has a client to send with; one imported later (inside a
 # body) is patched by the next gate's install().
 _modules: dict[str, Any] = {}
+
+
+_preloaded = False
+
+
+def preload() -> None:
+    """Import the httpx packages there are (:data:`PACKAGES`), once per process, so the first gate finds them to
+    patch even when the SDK is imported only inside a task's body. Called where ``@lane_task`` decorates a
+    function: at import, in the main thread, outside any lease."""
+    global _preloaded
+    if _preloaded:
+        return
+    _preloaded = True
+    import importlib
+
+    for name in PACKAGES:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # not installed: nothing of it to guard
+            continue
 
 
 def install() -> bool:
