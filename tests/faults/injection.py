@@ -37,7 +37,7 @@ class Injector:
     accepts (with ``opcodes=True``: before the ``at``-th bytecode).
 
     ``seen`` counts the lines (bytecodes) run so far; ``fired_at`` says where the exception was set: ``file:line``,
-    or ``function:line`` with ``where="function"`` (and ``@offset`` for a bytecode). Frames of other files are not
+    ``function:line`` with ``where="function"``, ``function:line@offset`` with ``where="bytecode"``. Frames of other files are not
     traced locally (a call made from a traced file is traced again when it returns there)."""
 
     def __init__(self, at: int, traced: Callable[[str], bool], *, opcodes: bool = False, where: str = "file"):
@@ -53,8 +53,9 @@ class Injector:
         if event == ("opcode" if self.opcodes else "line"):
             self.seen += 1
             if self.seen == self.at:
-                name = frame.f_code.co_name if self.where == "function" else Path(frame.f_code.co_filename).name
-                self.fired_at = f"{name}:{frame.f_lineno}" + (f"@{frame.f_lasti}" if self.opcodes else "")
+                code = frame.f_code
+                name = Path(code.co_filename).name if self.where == "file" else code.co_name
+                self.fired_at = f"{name}:{frame.f_lineno}" + (f"@{frame.f_lasti}" if self.where == "bytecode" else "")
                 raise_in(threading.get_ident())
                 sys.settrace(None)
                 return None

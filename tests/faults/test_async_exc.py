@@ -276,7 +276,7 @@ DB_FILE = str(ROOT / "ledger" / "db.py")
 def _pool_call(led: Ledger, at: int) -> tuple[str, int, str | None]:
     """A write transaction and a read one (a heartbeat, a lane's row) with an exception raised before the ``at``-th
     bytecode of db.py they run: ("raised" | "returned", bytecodes seen, where)."""
-    inj = Injector(at, in_files(DB_FILE), opcodes=True, where="function")
+    inj = Injector(at, in_files(DB_FILE), opcodes=True, where="bytecode")
 
     def call() -> None:
         led.heartbeat("pool-test")
