@@ -215,3 +215,51 @@ def test_an_outer_timeout_is_not_let_into_a_nested_scopes_enforcer_start(ledger,
     assert rows and rows[0][0] != "leased", rows
     assert ledger.lane("free").reserved == 0 and ledger.lane("free").leased == 0
     assert ledger.audit() == []
+
+
+def test_an_outer_timeout_landing_as_the_shield_is_taken_back_leaves_the_shield_whole():
+    """The nested scope's exit takes the body's shield back; an outer timeout whose enforcer got the shield while it
+    was let go may land only then, in that wait (seen in CI at load: the run Failed with "cannot release un-acquired
+    lock" instead of ending TimedOut). Forced here: this test holds the worker's shield as an enforcer does, waits
+    until the worker is in the take-back's wait, sends the timeout, lets go. The timeout must come out of the scope
+    and the shield be whole (free once the body's shield exits)."""
+    import ctypes
+    import sys
+
+    from prefect._internal.concurrency.cancellation import CancelledError, _get_thread_shield, cancel_sync_after
+
+    from lane_plugin.gating.timeouts import BodyShield
+
+    out: dict = {}
+    in_scope, held = threading.Event(), threading.Event()
+
+    def worker() -> None:
+        me = threading.current_thread()
+        try:
+            with BodyShield():
+                with cancel_sync_after(30):  # the hook lets the body's shield go while the scope is open
+                    in_scope.set()
+                    held.wait(10)
+        except BaseException as exc:  # noqa: BLE001 - which one is the point
+            out["raised"] = type(exc).__name__ + ": " + str(exc)
+        lock = _get_thread_shield(me)._lock
+        out["left"] = (lock._count, lock._owner)
+
+    t = threading.Thread(target=worker, daemon=True)
+    t.start()
+    assert in_scope.wait(10)
+    with _get_thread_shield(t):  # as the outer enforcer: the shield is free (let go for the scope)
+        held.set()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the worker waits in the take-back (enter_shield) for this lock
+            frame = sys._current_frames().get(t.ident)
+            if frame is not None and frame.f_code.co_name == "enter_shield":
+                break
+            time.sleep(0.005)
+        else:
+            pytest.fail("the worker never waited to take its shield back")
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(t.ident), ctypes.py_object(CancelledError))
+    t.join(10)
+    assert not t.is_alive()
+    assert out["raised"].startswith("CancelledError"), out  # before: RuntimeError: cannot release un-acquired lock
+    assert out["left"] == (0, None), out  # the shield free again: taken back whole, then let go by the body's exit
