@@ -38,17 +38,35 @@ def shield():
         return contextlib.nullcontext()  # async: cancellation only lands at an await, and settling awaits none
     except RuntimeError:
         pass
-    try:
-        from prefect._internal.concurrency.cancellation import _get_thread_shield
-    except ImportError:  # pragma: no cover - a Prefect without it: nothing to defer
-        return contextlib.nullcontext()
-    try:
-        thread_shield = _get_thread_shield(threading.current_thread())
-    except KeyError:
-        # threading takes this thread for a dead one whose ident it reuses (an exception raised into that one as it
-        # exited left it in threading._active): Prefect's lookup fails, and its enforcer would not use that shield
+    thread_shield = own_shield()
+    if thread_shield is None:
         return contextlib.nullcontext()
     return _thread_shield(thread_shield)
+
+
+def own_shield() -> Any:
+    """This thread's Prefect ``ThreadShield`` (None without one), looked up without Prefect's sweep of dead threads.
+
+    Prefect's ``_get_thread_shield`` calls ``is_alive()`` on every thread it has a shield for, the main thread too.
+    A timeout raised into this thread inside one of those calls makes CPython (bpo-45274's handling in
+    ``Thread._wait_for_tstate_lock``) release that other thread's state lock and mark it stopped though it runs on;
+    for the main thread every later shield lookup then fails (``KeyError``: 54 failed tests in one CI run, after a
+    fault test's timeouts landed there). Here the map is read and, for a thread seen first, filled with one dict
+    operation each, atomic under the GIL; Prefect's sweep only removes threads taken for dead.
+    """
+    try:
+        from prefect._internal.concurrency.cancellation import _THREAD_SHIELDS, ThreadShield
+    except ImportError:  # pragma: no cover - a Prefect without it: nothing to defer
+        return None
+    me = threading.current_thread()
+    if me._is_stopped:  # type: ignore[attr-defined]
+        # threading takes this thread for a dead one (an exception raised into a Thread.is_alive() call on it, or a
+        # dead thread whose ident it reuses): Prefect's enforcer finds no shield for it either
+        return None
+    shield = _THREAD_SHIELDS.get(me)
+    if shield is None:
+        shield = _THREAD_SHIELDS.setdefault(me, ThreadShield(me))
+    return shield
 
 
 @contextlib.contextmanager
@@ -132,6 +150,7 @@ def raise_timeout() -> None:
 class _BodyShields(threading.local):
     def __init__(self) -> None:
         self.held = 0  # body shields this thread holds now (not let go for a nested scope)
+        self.shield: Any = None  # the shield they hold (this thread's)
 
 
 _bodies = _BodyShields()
@@ -145,14 +164,12 @@ class BodyShield:
         self._shield: Any = None
 
     def __enter__(self) -> BodyShield:
-        try:
-            from prefect._internal.concurrency.cancellation import _get_thread_shield
-        except ImportError:  # pragma: no cover - a Prefect without it: nothing to defer
+        shield = own_shield()
+        if shield is None:
             return self
         _install_nested_scope_hook()
-        shield = _get_thread_shield(threading.current_thread())
         enter_shield(shield)
-        self._shield = shield
+        self._shield = _bodies.shield = shield
         _bodies.held += 1
         return self
 
@@ -173,7 +190,7 @@ def _install_nested_scope_hook() -> None:
         return
     _hooked = True
     try:
-        from prefect._internal.concurrency.cancellation import WatcherThreadCancelScope, _get_thread_shield
+        from prefect._internal.concurrency.cancellation import WatcherThreadCancelScope
     except ImportError:  # pragma: no cover
         return
     enter, exit_ = WatcherThreadCancelScope.__enter__, WatcherThreadCancelScope.__exit__
@@ -187,7 +204,7 @@ def _install_nested_scope_hook() -> None:
             result = enter(self)
             n = _bodies.held
             if n:
-                shield = _get_thread_shield(threading.current_thread())
+                shield = self._lane_shield = _bodies.shield
                 self._lane_suspended, _bodies.held = n, 0  # first: the exit takes back what was let go
                 for _ in range(n):
                     shield._lock.__exit__(None, None, None)  # the lock only: no deferred exception raised here
@@ -209,7 +226,7 @@ def _install_nested_scope_hook() -> None:
             n = getattr(self, "_lane_suspended", 0)
             if n:
                 self._lane_suspended = 0
-                _take_back(_get_thread_shield(threading.current_thread()), n)
+                _take_back(self._lane_shield, n)
 
     def _take_back(shield: Any, n: int) -> None:
         # An outer timeout sent while the shield was let go (its enforcer waited for it) may land only now, in

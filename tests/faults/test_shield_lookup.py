@@ -1,0 +1,143 @@
+"""Looking up a thread's Prefect shield under a timeout never marks another, live thread stopped.
+
+Prefect's ``_get_thread_shield`` sweeps its map of shields, calling ``is_alive()`` on every thread in it (the main
+thread too). A timeout raised into the looking thread while it is inside one of those calls lands in
+``Thread._wait_for_tstate_lock``, whose bpo-45274 handler sees the other thread's state lock held (it is, by that
+live thread), releases it and marks that thread stopped. For the main thread every later lookup then fails with
+``KeyError``: in one CI run, 54 tests after a fault test's timeouts landed there. The gate looks its shield up with
+:func:`lane_plugin.gating.timeouts.own_shield`, which never calls ``is_alive()``.
+
+A stand-in for the main thread (a live thread with a shield of its own) is used, so the test process's own main
+thread is never harmed.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import prefect._internal.concurrency.cancellation as cancellation
+import pytest
+
+from lane_plugin.gating import timeouts
+
+from .injection import NEVER, Injector, in_files, run_injected
+
+TRACED = in_files(threading.__file__, cancellation.__file__, timeouts.__file__)
+
+
+@pytest.fixture(autouse=True)
+def _only_our_threads_in_prefects_map():
+    """Prefect's sweep meets only this test's threads (never this process's main thread, which an earlier test of
+    the worker put in the map); the map is put back afterwards."""
+    saved = dict(cancellation._THREAD_SHIELDS)
+    cancellation._THREAD_SHIELDS.clear()
+    try:
+        yield
+    finally:
+        for thread, shield in saved.items():
+            cancellation._THREAD_SHIELDS.setdefault(thread, shield)
+
+
+def _stopped_bystanders(lookup) -> tuple[int, int, list[str], list[str]]:
+    """Look a new thread's shield up with ``lookup`` under an injection at each traced line, with a live bystander
+    thread in Prefect's map each time. Returns (points, injections that landed, where a bystander was left marked
+    stopped though alive, where Prefect's lock of its map was left held)."""
+    harmed: list[str] = []
+    lock_left: list[str] = []
+    landed = 0
+    release = threading.Event()
+
+    def bystander_body() -> None:
+        release.wait(60)
+
+    def one(at: int) -> tuple[str, Injector, bool]:
+        bystander = threading.Thread(target=bystander_body, daemon=True)
+        bystander.start()
+        cancellation._get_thread_shield(bystander)  # in the map, as the main thread is once Prefect ran a task
+        box: list = []
+        inj_box: list = []
+
+        def looking() -> None:
+            inj = Injector(at, TRACED)
+            inj_box.append(inj)
+            box.append((run_injected(lambda: lookup(), inj), inj))
+
+        t = threading.Thread(target=looking, daemon=True)
+        t.start()
+        t.join(10)
+        assert box, "the lookup hung"
+        stopped = bystander._is_stopped
+        if cancellation._THREAD_SHIELDS_LOCK.locked():  # the looking thread is gone: nobody holds it any more
+            lock_left.append(inj_box[0].fired_at)
+            cancellation._THREAD_SHIELDS_LOCK.release()
+        for thread in (bystander, t):  # the next round's sweep meets one bystander, as this one did
+            cancellation._THREAD_SHIELDS.pop(thread, None)
+        return box[0][0], box[0][1], stopped, bystander
+
+    outcome, inj, stopped, bystander = one(NEVER)
+    assert outcome == "returned" and not stopped
+    total = inj.seen
+    try:
+        for at in range(1, total + 1):
+            outcome, inj, stopped, bystander = one(at)
+            landed += outcome == "raised"
+            if stopped:
+                harmed.append(inj.fired_at)
+    finally:
+        release.set()
+    return total, landed, harmed, lock_left
+
+
+def test_prefects_own_lookup_under_a_timeout_marks_a_live_thread_stopped_or_leaves_its_lock_held():
+    """The faults, shown: without them the test below proves nothing. Prefect's lookup also takes a plain lock of
+    its map, and a timeout landing as it is won leaves it held: every later lookup in the process, Prefect's own
+    enforcers' too, then waits for ever."""
+    total, landed, harmed, lock_left = _stopped_bystanders(
+        lambda: cancellation._get_thread_shield(threading.current_thread())
+    )
+    print(f"Prefect's lookup: {total} points, {landed} landed; bystander stopped at {harmed}; lock left at {lock_left}")
+    assert landed >= total // 2, (landed, total)
+    assert any(where.startswith("threading.py") for where in harmed), f"no bystander marked stopped: {harmed}"
+    assert lock_left, "no injection left Prefect's lock held"
+
+
+def test_the_gates_shield_lookup_under_a_timeout_never_marks_a_live_thread_stopped_nor_holds_a_lock():
+    total, landed, harmed, lock_left = _stopped_bystanders(timeouts.own_shield)
+    assert total >= 2 and landed >= 1, (total, landed)  # the lookup's own lines were hit
+    assert harmed == [], f"a live thread was left marked stopped by injections at {harmed}"
+    assert lock_left == [], lock_left
+
+
+def test_the_gates_lookup_finds_the_shield_prefects_enforcer_uses():
+    box: list = []
+
+    def body() -> None:
+        mine = timeouts.own_shield()
+        box.append((mine, cancellation._get_thread_shield(threading.current_thread()), timeouts.own_shield()))
+
+    t = threading.Thread(target=body)
+    t.start()
+    t.join(5)
+    mine, prefects, again = box[0]
+    assert mine is prefects is again
+
+
+def test_a_thread_taken_for_dead_gets_no_shield_and_a_gated_shield_is_a_no_op():
+    box: list = []
+
+    def body() -> None:
+        me = threading.current_thread()
+        me._is_stopped = True  # what the fault above leaves (this thread runs on)
+        try:
+            box.append(timeouts.own_shield())
+            with timeouts.shield():
+                box.append("shielded")
+            with timeouts.BodyShield() as body_shield:
+                box.append(body_shield._shield)
+        finally:
+            me._is_stopped = False
+
+    t = threading.Thread(target=body)
+    t.start()
+    t.join(5)
+    assert box == [None, "shielded", None]
