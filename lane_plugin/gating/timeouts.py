@@ -23,7 +23,9 @@ the attempt is then settled at its estimate, once, as for any interrupted body.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import functools
 import signal
 import sys
 import threading
@@ -87,8 +89,12 @@ def enter_shield(shield: Any) -> None:
     go, and the pending exception was raised right after, inside ``_RLock.acquire`` before it recorded its owner:
     the shield stayed locked for ever, and the next gated call of that thread (and every later enforcer of it) hung
     on it (issue 27's 120-run reproduction, one in a few runs of 120). Here the inner lock is only tried, with
-    sleeps between: an exception set while the enforcer held it is raised in a sleep, before the try that wins,
-    and none can be set after it (the enforcer would first need the lock this thread then holds).
+    sleeps between: an exception set while the enforcer held it is raised in a sleep, before the try that wins.
+
+    An exception raised into the thread by anything else (a signal handler's, or the fault tests' at any line) may
+    still land right after the try that won: each try's outcome is recorded by the same C call that makes it (no
+    bytecode between, so nothing can land between them), and a lock won but not yet recorded as this thread's is
+    let go before the exception goes on. Left held, this thread's next shield spun for ever (CI, fault test).
     """
     lock = getattr(shield, "_lock", None)
     block = getattr(lock, "_block", None)
@@ -99,12 +105,26 @@ def enter_shield(shield: Any) -> None:
     if lock._owner == me:
         lock._count += 1
         return
+    won: list[bool] = []
     delay = 0.0002
-    while not block.acquire(False):
-        time.sleep(delay)
-        delay = min(delay * 2, 0.005)
-    lock._owner = me
-    lock._count = 1
+    try:
+        while True:
+            _record(map(won.append, map(block.acquire, _NO_WAIT)))  # try the lock, and note the outcome: one C call
+            if won[-1]:
+                break
+            time.sleep(delay)
+            delay = min(delay * 2, 0.005)
+        lock._count = 1
+        lock._owner = me
+    except BaseException:
+        if won and won[-1] and lock._owner != me:  # won, not yet recorded: as if never taken
+            lock._count = 0
+            block.release()
+        raise
+
+
+_NO_WAIT = (False,)
+_record = functools.partial(collections.deque, maxlen=0)  # runs an iterator to its end in C
 
 
 def injected() -> bool:

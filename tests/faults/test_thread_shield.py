@@ -1,4 +1,7 @@
-"""Looking up a thread's Prefect shield under a timeout never marks another, live thread stopped.
+"""Prefect's thread shield, looked up and entered by the gate under an exception raised at any point.
+
+Looking it up never marks another, live thread stopped, nor leaves Prefect's lock of its map held; entering it
+never leaves its lock held by no owner.
 
 Prefect's ``_get_thread_shield`` sweeps its map of shields, calling ``is_alive()`` on every thread in it (the main
 thread too). A timeout raised into the looking thread while it is inside one of those calls lands in
@@ -14,6 +17,7 @@ thread is never harmed.
 from __future__ import annotations
 
 import threading
+import time
 
 import prefect._internal.concurrency.cancellation as cancellation
 import pytest
@@ -141,3 +145,59 @@ def test_a_thread_taken_for_dead_gets_no_shield_and_a_gated_shield_is_a_no_op():
     t.start()
     t.join(5)
     assert box == [None, "shielded", None]
+
+
+def _enter_before_the_fix(shield) -> None:
+    """enter_shield as it was: the try that won and the note of it two bytecodes apart."""
+    lock, me = shield._lock, threading.get_ident()
+    while not lock._block.acquire(False):
+        time.sleep(0.0002)
+    lock._owner = me
+    lock._count = 1
+
+
+def _entries_left_broken(enter) -> tuple[int, int, list[str]]:
+    """``enter(shield)`` of a fresh thread's shield with an exception raised at each of its bytecodes. Returns
+    (points, injections that landed, where the shield was left locked by no owner)."""
+    traced = in_files(__file__, timeouts.__file__)
+
+    def once(at: int) -> tuple[str, Injector, bool]:
+        box: list = []
+
+        def body() -> None:
+            shield = cancellation.ThreadShield(threading.current_thread())
+            inj = Injector(at, traced, opcodes=True, where="bytecode")
+            outcome = run_injected(lambda: enter(shield), inj)
+            lock = shield._lock
+            if lock._owner == threading.get_ident():  # entered: the caller's exit lets it go
+                lock.release()
+            ownerless = not lock._block.acquire(False)
+            box.append((outcome, inj, ownerless))
+
+        t = threading.Thread(target=body)
+        t.start()
+        t.join(10)
+        assert box, "the entry hung"
+        return box[0]
+
+    outcome, inj, ownerless = once(NEVER)
+    assert outcome == "returned" and not ownerless
+    total, landed, broken = inj.seen, 0, []
+    for at in range(1, total + 1):
+        outcome, inj, ownerless = once(at)
+        landed += outcome == "raised"
+        if ownerless:
+            broken.append(inj.fired_at)
+    return total, landed, broken
+
+
+def test_an_exception_at_any_bytecode_of_entering_the_shield_never_leaves_it_locked_by_nobody():
+    """A signal handler's exception (or the fault tests') can land anywhere, also right after the try that won
+    the shield's lock. Before, the lock then stayed held by no owner, and the thread's next shield spun for ever
+    (CI: the any-line fault test's gated call hung in ``waiting`` giving its job back)."""
+    total, landed, broken = _entries_left_broken(_enter_before_the_fix)
+    assert broken, f"the fault never happened: {landed} of {total} injections landed, none left the lock ownerless"
+    total, landed, broken = _entries_left_broken(timeouts.enter_shield)
+    print(f"enter_shield: {total} bytecodes, an exception landed inside at {landed}")
+    assert landed >= total // 2, (landed, total)
+    assert broken == [], f"the shield's lock was left held by nobody after exceptions at {broken}"
