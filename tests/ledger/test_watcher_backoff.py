@@ -4,6 +4,7 @@ error (an outside review: it warned and retried every 0.2 s for as long as the d
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from types import SimpleNamespace
 
@@ -12,14 +13,22 @@ from lane_plugin.ledger.waiters import waiter_id
 
 
 def test_a_database_away_is_retried_with_backoff_and_said_once(led, monkeypatch, caplog):
+    # Only this ledger's watcher's pauses are counted: the module's `time` is every watcher's of the process, and
+    # one an earlier test left behind (its database gone) sleeps through it too (CI: 2.0 s pauses recorded first)
     slept: list[float] = []
-    monkeypatch.setattr(
-        wakeups, "time", SimpleNamespace(monotonic=time.monotonic, sleep=lambda s: slept.append(s) or time.sleep(0.001))
-    )
+    ours: set[int] = set()
+
+    def sleep(seconds: float) -> None:
+        if threading.get_ident() in ours:
+            slept.append(seconds)
+        time.sleep(0.001)
+
+    monkeypatch.setattr(wakeups, "time", SimpleNamespace(monotonic=time.monotonic, sleep=sleep))
     w = led.wakeups
     cycle, fails = w._cycle, [7]
 
     def away_then_back(*args):
+        ours.add(threading.get_ident())  # this ledger's watcher (it alone runs this ledger's cycle)
         if fails[0]:
             fails[0] -= 1
             raise ConnectionError("the database is away")
