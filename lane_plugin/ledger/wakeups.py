@@ -212,8 +212,8 @@ class Wakeups:
             kind, lane, when = msg
             if kind == "retick":
                 self._retick.add(lane)
-            elif kind == "timer" and when < self._timers.get(lane, float("inf")):
-                self._timers[lane] = when
+            elif kind == "timer":
+                self._set_timer(lane, when)
             try:
                 msg = self._inbox.get_nowait()
             except queue.Empty:
@@ -282,6 +282,11 @@ class Wakeups:
             if listener is not None:
                 listener.close()
 
+    def _set_timer(self, lane: str, when: float) -> None:
+        """Tick ``lane`` at ``when`` (monotonic) unless an earlier tick of it is set (the watcher's own)."""
+        if when < self._timers.get(lane, float("inf")):
+            self._timers[lane] = when
+
     def _due(self, now: float) -> set[str]:
         """The lanes whose timed tick is due (taken off the timers; the watcher's own)."""
         due = {lane for lane, when in self._timers.items() if when <= now}
@@ -316,10 +321,9 @@ class Wakeups:
         for lane in sorted(lanes & (retick | _room_lanes(notified) | (lanes if safety else set()))):
             _, busy = self.ledger.try_tick(lane, gated=True)  # it runs none of what it leases
             if busy:
-                # tried again RETICK_SECONDS later, as a timed tick: at once, it went round in a busy loop while the
-                # other ran; on the next wake-up of any kind (another schema's NOTIFY on the shared channel), about as
-                # fast (CI: 67 ticks in a second)
-                self._timers[lane] = min(self._timers.get(lane, float("inf")), time.monotonic() + RETICK_SECONDS)
+                # tried again RETICK_SECONDS later, as a timed tick: tried again at the watcher's next wake-up of any
+                # kind (another schema's NOTIFY on the shared channel), it ticked about as fast as a busy loop
+                self._set_timer(lane, time.monotonic() + RETICK_SECONDS)
         if not jobs:
             next_safety = next_beat = now  # the next waiter starts with a heartbeat
         return next_safety, next_beat
