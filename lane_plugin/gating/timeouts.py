@@ -55,6 +55,11 @@ def own_shield() -> Any:
     for the main thread every later shield lookup then fails (``KeyError``: 54 failed tests in one CI run, after a
     fault test's timeouts landed there). Here the map is read and, for a thread seen first, filled with one dict
     operation each, atomic under the GIL; Prefect's sweep only removes threads taken for dead.
+
+    Open (an outside review): a thread's first lookup racing an enforcer's first lookup of it (Prefect checks and
+    fills the map under its lock, this does not) can leave the enforcer with a shield of its own, which it then
+    takes and raises through. Taking Prefect's lock here was tried: an exception landing as it was let go left it
+    held (tests/faults/test_thread_shield.py's injection at every line).
     """
     try:
         from prefect._internal.concurrency.cancellation import _THREAD_SHIELDS, ThreadShield
@@ -95,6 +100,9 @@ def enter_shield(shield: Any) -> None:
     still land right after the try that won: each try's outcome is recorded by the same C call that makes it (no
     bytecode between, so nothing can land between them), and a lock won but not yet recorded as this thread's is
     let go before the exception goes on. Left held, this thread's next shield spun for ever (CI, fault test).
+    Such an exception landing once the shield is taken (as this returns, or in the caller before its cleanup is in
+    place) still leaves it held by this thread: its own later shields re-enter it, but the count never comes back
+    to 0 for an enforcer. Prefect's own timeouts never land there: their enforcer holds the shield.
     """
     lock = getattr(shield, "_lock", None)
     block = getattr(lock, "_block", None)
