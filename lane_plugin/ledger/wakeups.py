@@ -51,6 +51,9 @@ _IDLE_EXIT = 5.0  # the watcher exits after this long with nothing waiting
 # without a warning five times a second), and warns once per distinct error until it is back.
 RETRY_MAX_SECONDS = 2.0
 STALL_SECONDS = 150.0  # a watcher not cycling this long (past a locked database's 30 s busy wait and 60 s retry)
+# A waiter woken this long ago and still registered was interrupted before it unregistered (an exception raised
+# into its thread at any bytecode): the watcher lets it go, so it neither idles for ever nor heart-beats for it.
+STALE_WOKEN_SECONDS = 60.0
 
 
 class Latch:
@@ -130,6 +133,7 @@ class Wakeups:
         # (the watcher's own)
         self._timers: dict[str, float] = {}
         self._next_read = 0.0  # SQLite: when the poll reads the waiting rows next (a retick or timer does not)
+        self._woken: dict[str, float] = {}  # job id -> when the watcher first saw it woken (the watcher's own)
         self.beat = time.monotonic()  # the watcher's last cycle (the watchdog's liveness proof)
 
     def register(self, job_id: str, lane: str) -> Waiting:
@@ -150,6 +154,12 @@ class Wakeups:
         self.beat = time.monotonic()
         self._thread = me
         spawn(me, lambda: self._run(me))
+
+    def resume(self, w: Waiting) -> None:
+        """``w`` was woken and waits on (its job went back to the queue): watched again, even if the watcher let it
+        go as stale meanwhile."""
+        self._jobs[w.job_id] = w
+        self._inbox.put(("job", w.lane, 0.0))
 
     def unregister(self, job_id: str | None) -> None:  # None: the intake wrote no job (nothing registered)
         self._jobs.pop(job_id, None)  # type: ignore[arg-type]
@@ -294,9 +304,30 @@ class Wakeups:
             del self._timers[lane]
         return due
 
+    def _drop_stale(self, jobs: list[Waiting], now: float) -> list[Waiting]:
+        """``jobs`` less those woken :data:`STALE_WOKEN_SECONDS` ago and never unregistered, which leave ``_jobs``."""
+        seen, self._woken = self._woken, {}
+        kept = []
+        for w in jobs:
+            if w.event.is_set():
+                first = self._woken[w.job_id] = seen.get(w.job_id, now)
+                if now - first > STALE_WOKEN_SECONDS:
+                    del self._woken[w.job_id]
+                    gone = self._jobs.pop(w.job_id, None)
+                    if gone is not None and gone is not w:  # registered again meanwhile: that one stays
+                        self._jobs.setdefault(w.job_id, gone)
+                    log.debug(
+                        "lane wake-up watcher: job %s was woken %.0f s ago and never unregistered",
+                        w.job_id,
+                        now - first,
+                    )
+                    continue
+            kept.append(w)
+        return kept
+
     def _cycle(self, listener, notified: set[tuple], retick: set[str], next_safety: float, next_beat: float):
-        jobs = list(self._jobs.values())  # one C call: other threads add and remove meanwhile
         now = time.monotonic()
+        jobs = self._drop_stale(list(self._jobs.values()), now)  # one C call: other threads add and remove meanwhile
         safety = now >= next_safety
         # SQLite reads on its poll's schedule only: a cycle woken early (a retick while two processes' ticks
         # meet, a timed tick) reading too would multiply the reads by the contention
@@ -310,7 +341,7 @@ class Wakeups:
             mine = [w for j in named if (w := self._jobs.get(j)) is not None]
             if mine:
                 self._read(mine, listener)
-        if jobs and now >= next_beat:
+        if now >= next_beat and any(not w.event.is_set() for w in jobs):  # a woken job's lease has its own renewal
             self.ledger.heartbeat(waiters.waiter_id())
             next_beat = now + waiters.HEARTBEAT_SECONDS
         lanes = {w.lane for w in jobs if not w.event.is_set()}

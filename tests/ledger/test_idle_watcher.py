@@ -106,3 +106,50 @@ def test_a_watcher_whose_tick_finds_another_running_tries_again_after_retick_sec
         f"{len(ticks)} ticks in 1 s of a busy lane ({woken} wake-ups)"
     )
     led.close()
+
+
+def test_a_woken_waiter_never_unregistered_is_let_go(ledger_url, monkeypatch):
+    """A gate interrupted between its wake-up and its unregister (a second exception raised into its thread, in the
+    finally or in abandon) left its entry in the watcher's map for good: the watcher never idled out, and it beat
+    the process's waiter heartbeat for ever. Woken and still registered after STALE_WOKEN_SECONDS, it is let go; a
+    waiter that waits on after its wake-up (its job went back to the queue) is watched again by ``resume``."""
+    monkeypatch.setattr(wakeups, "STALE_WOKEN_SECONDS", 0.5)
+    monkeypatch.setattr(wakeups, "_IDLE_EXIT", 0.3)
+    led = Ledger(ledger_url)
+    led.set_lane("p", allowance=10**6, ceiling=10**6, start_fraction=1.0, max_leased=2, lease_seconds=60)
+    stuck = led.submit("s", 100, "p")
+    led.submit("s", 100, "p")
+    beats = []
+    real_beat = led.heartbeat
+    monkeypatch.setattr(led, "heartbeat", lambda waiter: beats.append(time.monotonic()) or real_beat(waiter))
+    w = led.wakeups.register(stuck, "p")
+    led.tick("p")  # leases both: this process's commit wakes the registered one at once
+    assert w.event.is_set(), "the waiter was really woken"
+    watcher = led.wakeups._thread
+    assert watcher is not None and watcher.is_alive()
+    time.sleep(0.2)
+    assert stuck in led.wakeups._jobs, "the interrupted gate's entry is still there (it never unregistered)"
+
+    deadline = time.monotonic() + 5.0
+    while stuck in led.wakeups._jobs and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert stuck not in led.wakeups._jobs, "the woken entry was never let go"
+    gone_at = time.monotonic()
+    while watcher.is_alive() and time.monotonic() < deadline + 2.0:
+        time.sleep(0.05)
+    assert not watcher.is_alive(), "the watcher never idled out"
+    assert not [b for b in beats if b > gone_at], "it heart-beat with nothing waiting"
+
+    # a waiter woken and then put back to wait (what waiting.take does for a job requeued after "waiter gone")
+    live = led.submit("s", 100, "p")  # both slots are taken: it waits
+    w2 = led.wakeups.register(live, "p")
+    w2.event.set()
+    time.sleep(0.8)  # stale: let go
+    assert live not in led.wakeups._jobs
+    w2.event.clear()
+    led.wakeups.resume(w2)
+    assert led.wakeups._jobs.get(live) is w2, "resume watches it again"
+    time.sleep(0.8)
+    assert led.wakeups._jobs.get(live) is w2, "an un-woken waiter is never let go"
+    led.wakeups.unregister(live)
+    led.close()
