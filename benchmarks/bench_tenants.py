@@ -229,13 +229,39 @@ def collect(p: subprocess.Popen, out: Path, tmp: Path, name: str, timeout: float
     return json.loads(out.read_text())
 
 
-def reset_lane(db: str, settings: dict, weight: float) -> None:
+def reset_lane(db: str, settings: dict) -> None:
     from lane_plugin import Ledger
 
     led = Ledger(db)
     led.set_lane(LANE, **settings)
+    led.close()
+
+
+def set_weight(db: str, weight: float) -> None:
+    """The interactive tenant's weight for the next phase (what ``lane tenants set shared interactive --weight``
+    does)."""
+    from lane_plugin import Ledger
+
+    led = Ledger(db)
     led.set_tenant(LANE, "interactive", weight=weight)
     led.close()
+
+
+def fair_label(weight: float) -> str:
+    return f"fair-w{weight:g}"
+
+
+def labels(a: argparse.Namespace) -> list[str]:
+    """The phases with an interactive process, in order: alone, one per weight, first come first served."""
+    return ["alone", *(fair_label(w) for w in a.weights), "fcfs"]
+
+
+def floor_seconds(a: argparse.Namespace) -> float:
+    """How much longer than alone an interactive run must take beside a backfill that keeps the lane full, in any
+    order that obeys the lane's limits: even first in line, each of its jobs waits for room (the window frees
+    ``rate`` tokens a second; the slots free ``max_leased`` jobs per body time), where alone they all fit at once."""
+    body = a.size / 1000 * a.ms_per_1k / 1000
+    return RUN_JOBS * max(a.size / a.rate, body / a.max_leased)
 
 
 def phases(a: argparse.Namespace, env: dict, tmp: Path) -> dict:
@@ -245,7 +271,7 @@ def phases(a: argparse.Namespace, env: dict, tmp: Path) -> dict:
     budget = 120 + 3 * a.jobs * a.size / a.rate  # generous: the backfill alone takes jobs x size / rate
     res: dict = {}
 
-    print(f"phase 1/4: interactive alone, {a.alone_runs} runs", flush=True)
+    print(f"phase 1/{3 + len(a.weights)}: interactive alone, {a.alone_runs} runs", flush=True)
     p, out = spawn(
         env,
         tmp,
@@ -262,7 +288,7 @@ def phases(a: argparse.Namespace, env: dict, tmp: Path) -> dict:
     )
     res["i_alone"] = collect(p, out, tmp, "i-alone", budget)
 
-    print(f"phase 2/4: backfill alone, {a.jobs} jobs", flush=True)
+    print(f"phase 2/{3 + len(a.weights)}: backfill alone, {a.jobs} jobs", flush=True)
     p, out = spawn(
         env,
         tmp,
@@ -279,10 +305,12 @@ def phases(a: argparse.Namespace, env: dict, tmp: Path) -> dict:
     )
     res["b_alone"] = collect(p, out, tmp, "b-alone", budget)
 
-    for n, (label, b_tenant, i_tenant) in enumerate(
-        (("fair", "backfill", "interactive"), ("fcfs", "shared-tenant", "shared-tenant")), start=1
-    ):
-        print(f"phase {2 + n}/4: both, {'two tenants' if label == 'fair' else 'one tenant (FCFS)'}", flush=True)
+    shared = [(fair_label(w), "backfill", "interactive", w) for w in a.weights]
+    shared.append(("fcfs", "shared-tenant", "shared-tenant", 1.0))
+    for n, (label, b_tenant, i_tenant, weight) in enumerate(shared, start=1):
+        what = f"two tenants, interactive weight {weight:g}" if label != "fcfs" else "one tenant (FCFS)"
+        print(f"phase {2 + n}/{2 + len(shared)}: both, {what}", flush=True)
+        set_weight(a.db, weight)
         go, stop = tmp / f"go-{n}", tmp / f"stop-{n}"
         pb, outb = spawn(
             env,
@@ -329,8 +357,9 @@ def render(a: argparse.Namespace, r: dict, command: str) -> str:
         f"Lane: {a.rate:.0f} tokens/s ({int(a.rate * a.window)} tokens per {a.window:g} s sliding window), "
         f"max_leased {a.max_leased}, max_wait_seconds {a.max_wait:g} (a job is due after "
         f"{a.max_wait * a.size / (a.rate * a.window):.0f} s); jobs of {a.size} tokens whose bodies sleep {a.ms_per_1k:g} ms per 1,000 "
-        f"(the slots could run {a.max_leased * 1e6 / a.ms_per_1k:.0f} tokens/s: the window binds); "
-        f"interactive weight {a.weight:g}; tasks {'without' if a.no_lane_tags else 'with'} the lane's tags; "
+        f"(the slots could run {a.max_leased * 1e6 / a.ms_per_1k:.0f} tokens/s: "
+        f"{'the window binds' if a.max_leased * 1e6 / a.ms_per_1k > a.rate else 'the slots bind'}); "
+        f"tasks {'without' if a.no_lane_tags else 'with'} the lane's tags; "
         f"ledger {a.db.split(':', 1)[0]}; Prefect server database {a.server_db}; {os.cpu_count()} cores, shared.",
         "",
         f"Interactive alone: {len(ia)} runs of {RUN_JOBS} jobs, completion p50 {p50a:.2f} s, p99 {p99a:.2f} s. "
@@ -341,11 +370,18 @@ def render(a: argparse.Namespace, r: dict, command: str) -> str:
         "| backfill tokens/s | / alone (target >= 0.95) |",
         "|---|---|---|---|---|---|---|",
     ]
+    floor = p99a + floor_seconds(a)
+    lines.append(
+        f"| floor: the run first in line, every time (computed, not run) | - | - | {floor:.2f} s | "
+        f"{floor / p99a:.2f}x | - | - |"
+    )
     verdicts = {}
-    for label, name in (
-        ("fair", "tenants (`backfill`, `interactive`)"),
-        ("fcfs", "one tenant (first come, first served)"),
-    ):
+    for label in labels(a)[1:]:
+        name = (
+            "one tenant (first come, first served)"
+            if label == "fcfs"
+            else f"tenants, `interactive` weight {label.removeprefix('fair-w')}"
+        )
         it, b = r[f"i_{label}"]["times"], r[f"b_{label}"]["rate"]
         if not it:
             lines.append(f"| {name} | 0 | - | - | - | {b:.0f} | {b / ba:.3f} |")
@@ -355,15 +391,22 @@ def render(a: argparse.Namespace, r: dict, command: str) -> str:
         lines.append(
             f"| {name} | {len(it)} | {pct(it, 0.5):.2f} s | {p99:.2f} s | {p99 / p99a:.2f}x | {b:.0f} | {b / ba:.3f} |"
         )
-    lines.append("")
-    if "fair" in verdicts:
-        x, y = verdicts["fair"]
+    lines += [
+        "",
+        f"The floor: beside a backfill that keeps the lane full, each of the run's {RUN_JOBS} jobs waits for room "
+        f"(the window frees {a.rate:.0f} tokens/s; alone they all fit at once), so no order that obeys the lane's limits "
+        f"finishes the run sooner than its time alone + {floor_seconds(a):.2f} s. At weight w the run's jobs share "
+        f"the room with the backfill's, about w : 1 (the tenant order's bound: docs/sharing-a-lane.md).",
+        "",
+    ]
+    for label, (x, y) in verdicts.items():
+        if label == "fcfs":
+            continue
+        w = label.removeprefix("fair-w")
         lines.append(
-            f"{'met   ' if x <= 2 else 'MISSED'} interactive completion p99 <= 2x alone, with tenants ({x:.2f}x)"
+            f"{'met   ' if x <= 2 else 'MISSED'} interactive completion p99 <= 2x alone, weight {w} ({x:.2f}x)"
         )
-        lines.append(
-            f"{'met   ' if y >= 0.95 else 'MISSED'} backfill tokens/s >= 0.95 of alone, with tenants ({y:.3f})"
-        )
+        lines.append(f"{'met   ' if y >= 0.95 else 'MISSED'} backfill tokens/s >= 0.95 of alone, weight {w} ({y:.3f})")
     return "\n".join(lines)
 
 
@@ -407,8 +450,8 @@ def where_time_goes(a: argparse.Namespace, r: dict, jobs: list[tuple], tasks: di
         "| backfill jobs leased meanwhile |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    backfill_runs = {r[k]["run"] for k in ("b_alone", "b_fair", "b_fcfs") if k in r}
-    for label in ("alone", "fair", "fcfs"):
+    backfill_runs = {r[f"b_{k}"]["run"] for k in labels(a) if f"b_{k}" in r}
+    for label in labels(a):
         rows = []
         for t in r[f"i_{label}"].get("trace", []):
             own = [j for j in by_run.get(t["run"], []) if j[4] is not None]
@@ -457,7 +500,7 @@ def where_time_goes(a: argparse.Namespace, r: dict, jobs: list[tuple], tasks: di
         "| phase | reads | p50 | p99 | slowest |",
         "|---|---|---|---|---|",
     ]
-    for label in ("alone", "fair", "fcfs"):
+    for label in labels(a):
         xs = [x[1] for x in r[f"i_{label}"].get("probe", [])]
         if xs:
             lines.append(
@@ -472,7 +515,7 @@ def where_time_goes(a: argparse.Namespace, r: dict, jobs: list[tuple], tasks: di
         + f"{a.rate:.0f}) | interactive share | backfill tokens/s by bodies |",
         "|---|---|---|---|---|---|---|",
     ]
-    for label in ("alone", "fair", "fcfs"):
+    for label in labels(a):
         b = r.get(f"b_{label}")
         if b is None:
             continue
@@ -498,10 +541,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--db", default=None, help="ledger URL (default: a temporary SQLite file)")
     ap.add_argument("--rate", type=float, default=5000.0, help="the lane's tokens per second (default 5000)")
     ap.add_argument("--window", type=float, default=2.0, help="burst window seconds (default 2)")
-    ap.add_argument("--max-leased", type=int, default=8)
+    ap.add_argument(
+        "--max-leased",
+        type=int,
+        default=16,
+        help="the lane's lease slots (default 16: with 2 s calls the window binds)",
+    )
     ap.add_argument("--size", type=int, default=1000, help="tokens per job, both tenants (default 1000)")
-    ap.add_argument("--ms-per-1k", type=float, default=400.0, help="body sleep per 1,000 tokens (default 400)")
-    ap.add_argument("--weight", type=float, default=1.0, help="the interactive tenant's weight (default 1)")
+    ap.add_argument(
+        "--ms-per-1k",
+        type=float,
+        default=2000.0,
+        help="body sleep per 1,000 tokens (default 2000: a provider call of 1,000 tokens taking 2 s)",
+    )
+    ap.add_argument(
+        "--weights",
+        "--weight",
+        default="1,4",
+        help="the interactive tenant's weights, one phase each (default 1,4: equal, and the weight 4 of "
+        "`lane tenants set free interactive --weight 4`)",
+    )
     ap.add_argument(
         "--max-wait",
         type=float,
@@ -561,14 +620,19 @@ def main(argv: list[str] | None = None) -> int:
         "max_wait",
         "size",
         "ms_per_1k",
-        "weight",
         "alone_runs",
     ):
         if getattr(a, name) <= 0:
             ap.error(f"--{name.replace('_', '-')} must be positive, got {getattr(a, name)}")
+    try:
+        a.weights = [float(w) for w in a.weights.split(",")]
+    except ValueError:
+        ap.error(f"--weights must be numbers separated by commas, got {a.weights!r}")
+    if not a.weights or min(a.weights) <= 0:
+        ap.error(f"--weights must be positive, got {a.weights}")
     tmp = Path(tempfile.mkdtemp(prefix="bench-tenants-"))
     a.db = a.db or f"sqlite:///{tmp / 'lane.db'}"
-    reset_lane(a.db, lane_settings(a.rate, a.window, a.max_leased, a.max_wait), a.weight)
+    reset_lane(a.db, lane_settings(a.rate, a.window, a.max_leased, a.max_wait))
     from lane_plugin.testing.prefect_server import real_server
 
     t0 = time.monotonic()
