@@ -260,6 +260,7 @@ class Gate(AdmissionWait, ProviderPause, GateUsage):
                 state = {"t0": time.monotonic(), "next_log": time.monotonic() + LOG_FIRST, "first": True}
                 while (sleep := self._poll(led, state, w)) is not None:
                     led.wakeups.check_alive()  # the watchdog: a stuck watcher fails the task, never hangs it
+                    led.wakeups.keep(w)
                     w.event.wait(min(sleep, WATCHDOG_CHECK))
             finally:
                 led.wakeups.unregister(self.job_id)
@@ -283,6 +284,7 @@ class Gate(AdmissionWait, ProviderPause, GateUsage):
                 state = {"t0": time.monotonic(), "next_log": time.monotonic() + LOG_FIRST, "first": True}
                 while (sleep := self._poll(led, state, w)) is not None:
                     led.wakeups.check_alive()
+                    led.wakeups.keep(w)
                     end = time.monotonic() + min(sleep, WATCHDOG_CHECK)
                     while not w.event.is_set() and time.monotonic() < end:  # the event is set by another thread
                         await asyncio.sleep(min(ASYNC_CHECK, max(0.0, end - time.monotonic())))

@@ -133,7 +133,7 @@ class Wakeups:
         # (the watcher's own)
         self._timers: dict[str, float] = {}
         self._next_read = 0.0  # SQLite: when the poll reads the waiting rows next (a retick or timer does not)
-        self._woken: dict[str, float] = {}  # job id -> when the watcher first saw it woken (the watcher's own)
+        self._woken: dict[str, tuple[Waiting, float]] = {}  # job id -> its waiter, first seen woken (the watcher's own)
         self.beat = time.monotonic()  # the watcher's last cycle (the watchdog's liveness proof)
 
     def register(self, job_id: str, lane: str) -> Waiting:
@@ -160,6 +160,12 @@ class Wakeups:
         go as stale meanwhile."""
         self._jobs[w.job_id] = w
         self._inbox.put(("job", w.lane, 0.0))
+
+    def keep(self, w: Waiting) -> None:
+        """A waiter still waiting, at each turn of its wait: watched again if its entry is gone (let go as stale
+        in a race with :meth:`resume`)."""
+        if self._jobs.get(w.job_id) is not w:
+            self.resume(w)
 
     def unregister(self, job_id: str | None) -> None:  # None: the intake wrote no job (nothing registered)
         self._jobs.pop(job_id, None)  # type: ignore[arg-type]
@@ -310,17 +316,19 @@ class Wakeups:
         kept = []
         for w in jobs:
             if w.event.is_set():
-                first = self._woken[w.job_id] = seen.get(w.job_id, now)
+                was = seen.get(w.job_id)
+                first = was[1] if was is not None and was[0] is w else now  # a retry's new Waiting starts anew
+                self._woken[w.job_id] = (w, first)
                 if now - first > STALE_WOKEN_SECONDS:
                     del self._woken[w.job_id]
                     gone = self._jobs.pop(w.job_id, None)
-                    if gone is not None and gone is not w:  # registered again meanwhile: that one stays
+                    # registered again meanwhile, or put back to wait (waiting.take clears, then resumes): it stays
+                    if gone is not None and (gone is not w or not w.event.is_set()):
                         self._jobs.setdefault(w.job_id, gone)
-                    log.debug(
-                        "lane wake-up watcher: job %s was woken %.0f s ago and never unregistered",
-                        w.job_id,
-                        now - first,
-                    )
+                    else:
+                        log.debug(
+                            "lane wake-up watcher: job %s woken %.0f s ago, never unregistered", w.job_id, now - first
+                        )
                     continue
             kept.append(w)
         return kept
@@ -341,7 +349,7 @@ class Wakeups:
             mine = [w for j in named if (w := self._jobs.get(j)) is not None]
             if mine:
                 self._read(mine, listener)
-        if now >= next_beat and any(not w.event.is_set() for w in jobs):  # a woken job's lease has its own renewal
+        if jobs and now >= next_beat:  # (a stale woken entry is no longer in jobs: it keeps no beat going)
             self.ledger.heartbeat(waiters.waiter_id())
             next_beat = now + waiters.HEARTBEAT_SECONDS
         lanes = {w.lane for w in jobs if not w.event.is_set()}

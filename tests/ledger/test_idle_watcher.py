@@ -122,6 +122,9 @@ def test_a_woken_waiter_never_unregistered_is_let_go(ledger_url, monkeypatch):
     beats = []
     real_beat = led.heartbeat
     monkeypatch.setattr(led, "heartbeat", lambda waiter: beats.append(time.monotonic()) or real_beat(waiter))
+    cycles = []
+    real_cycle = led.wakeups._cycle
+    monkeypatch.setattr(led.wakeups, "_cycle", lambda *a: cycles.append(time.monotonic()) or real_cycle(*a))
     w = led.wakeups.register(stuck, "p")
     led.tick("p")  # leases both: this process's commit wakes the registered one at once
     assert w.event.is_set(), "the waiter was really woken"
@@ -135,6 +138,9 @@ def test_a_woken_waiter_never_unregistered_is_let_go(ledger_url, monkeypatch):
         time.sleep(0.05)
     assert stuck not in led.wakeups._jobs, "the woken entry was never let go"
     gone_at = time.monotonic()
+    # while it was kept (woken, not yet stale) the watcher waited between cycles: a beat schedule left in the past
+    # (no beat with every entry woken) made it a busy loop of thousands of cycles a second
+    assert len(cycles) <= 2 / wakeups.TIMER_SLICE, f"{len(cycles)} cycles while one woken entry was kept"
     while watcher.is_alive() and time.monotonic() < deadline + 2.0:
         time.sleep(0.05)
     assert not watcher.is_alive(), "the watcher never idled out"
