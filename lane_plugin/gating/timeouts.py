@@ -26,6 +26,8 @@ import asyncio
 import collections
 import contextlib
 import functools
+import itertools
+import operator
 import signal
 import sys
 import threading
@@ -56,10 +58,12 @@ def own_shield() -> Any:
     fault test's timeouts landed there). Here the map is read and, for a thread seen first, filled with one dict
     operation each, atomic under the GIL; Prefect's sweep only removes threads taken for dead.
 
-    Open (an outside review): a thread's first lookup racing an enforcer's first lookup of it (Prefect checks and
-    fills the map under its lock, this does not) can leave the enforcer with a shield of its own, which it then
-    takes and raises through. Taking Prefect's lock here was tried: an exception landing as it was let go left it
-    held (tests/faults/test_thread_shield.py's injection at every line).
+    A thread's first lookup fills the map under Prefect's lock, as Prefect's own does: unlocked, it could race an
+    enforcer's first lookup of the thread (Prefect checks, builds a shield, then stores it), which stored its own
+    shield over this one and then took it and raised through the gate's (an outside review's forced thread switch).
+    The lock is taken, the map filled and the lock let go by one C call (:func:`_fill_locked`): no bytecode runs
+    while it is held, so no exception raised into this thread can leave it held (taking it in Python code, with a
+    ``finally`` to let it go, did: tests/faults/test_thread_shield.py's injection at every line).
     """
     try:
         from prefect._internal.concurrency.cancellation import _THREAD_SHIELDS, ThreadShield
@@ -72,8 +76,29 @@ def own_shield() -> Any:
         return None
     shield = _THREAD_SHIELDS.get(me)
     if shield is None:
-        shield = _THREAD_SHIELDS.setdefault(me, ThreadShield(me))
+        _fill_locked(_THREAD_SHIELDS, me, ThreadShield(me))
+        shield = _THREAD_SHIELDS.get(me)
+        if shield is None:  # Prefect's lock held past FILL_WAIT_SECONDS (left held by its own code): fill it unlocked
+            shield = _THREAD_SHIELDS.setdefault(me, ThreadShield(me))
     return shield
+
+
+FILL_WAIT_SECONDS = 5.0
+
+
+def _fill_locked(shields: dict, thread: threading.Thread, new: Any) -> None:
+    """``shields.setdefault(thread, new)`` under Prefect's map lock, taken (for up to :data:`FILL_WAIT_SECONDS`)
+    and let go inside one C call: ``takewhile`` stops the chain when the lock is not won, and the lock is let go
+    only if it was. Every step is a C function (a blocking ``Lock.acquire``, ``dict.setdefault`` on a thread,
+    hashed by identity, ``Lock.release``), so no Python frame runs between the lock's take and its release."""
+    from prefect._internal.concurrency.cancellation import _THREAD_SHIELDS_LOCK as lock
+
+    steps = (
+        functools.partial(lock.acquire, True, FILL_WAIT_SECONDS),
+        functools.partial(shields.setdefault, thread, new),  # the shield (truthy): the chain goes on
+        lock.release,
+    )
+    _record(itertools.takewhile(bool, map(_CALL, steps)))
 
 
 @contextlib.contextmanager
@@ -132,6 +157,7 @@ def enter_shield(shield: Any) -> None:
 
 
 _NO_WAIT = (False,)
+_CALL = operator.methodcaller("__call__")  # operator.call, which Python 3.10 lacks: a C call of each step
 _record = functools.partial(collections.deque, maxlen=0)  # runs an iterator to its end in C
 
 

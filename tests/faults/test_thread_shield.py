@@ -126,6 +126,51 @@ def test_the_gates_lookup_finds_the_shield_prefects_enforcer_uses():
     assert mine is prefects is again
 
 
+def test_a_first_lookup_racing_an_enforcers_first_lookup_gets_the_enforcers_shield(monkeypatch):
+    """An enforcer's first lookup of a thread (Prefect's ``_get_thread_shield``: check, build a shield, store it,
+    under its lock) paused while it builds; the thread's own first lookup meanwhile. Filled without Prefect's lock,
+    the thread's shield was stored first and then overwritten by the enforcer's: the enforcer then took a shield
+    the gate never held, and raised through the gate's. Under the lock the thread waits for the enforcer's fill and
+    uses its shield."""
+    building, go, look = threading.Event(), threading.Event(), threading.Event()
+    real_init = cancellation.ThreadShield.__init__
+    enforcer_ident: list[int] = []
+
+    def slow_init(self, owner):
+        if threading.get_ident() in enforcer_ident:  # only the enforcer's build is paused
+            building.set()
+            assert go.wait(10)
+        real_init(self, owner)
+
+    monkeypatch.setattr(cancellation.ThreadShield, "__init__", slow_init)
+    got: list = []
+
+    def gated() -> None:
+        assert look.wait(10)
+        got.append(timeouts.own_shield())
+
+    target = threading.Thread(target=gated, daemon=True)
+    target.start()
+    enforcers: list = []
+
+    def enforcer() -> None:
+        enforcer_ident.append(threading.get_ident())
+        enforcers.append(cancellation._get_thread_shield(target))
+
+    e = threading.Thread(target=enforcer, daemon=True)
+    e.start()
+    assert building.wait(10), "the enforcer's first lookup never built a shield"
+    look.set()  # the gated thread's first lookup, while the enforcer is between its check and its store
+    time.sleep(0.3)
+    go.set()
+    e.join(10)
+    target.join(10)
+    assert got and enforcers, "a lookup hung"
+    assert not cancellation._THREAD_SHIELDS_LOCK.locked()
+    assert cancellation._THREAD_SHIELDS[target] is enforcers[0], "Prefect's map no longer holds the enforcer's shield"
+    assert got[0] is enforcers[0], "the gate took a shield the enforcer does not use"
+
+
 def test_a_thread_taken_for_dead_gets_no_shield_and_a_gated_shield_is_a_no_op():
     box: list = []
 
