@@ -59,6 +59,14 @@ in its tenant's order are admitted within the time the lane takes to serve ``W /
 tokens plus ``(k - 1) W (U + L O)``. A tenant alone (one tenant, or one backlogged) is served in
 today's order exactly: its waits, and the lane's p99, are today's.
 
+**A returning tenant's run.** Let ``f`` return from idle with ``k`` jobs of estimate ``e`` and weight ``w``
+while ``g`` alone is backlogged with jobs of ``e'`` and weight ``w'``, none due. Lifted to ``S_g``, the
+``j``-th job of ``f`` has tag ``S_g + (j - 1) e / w``, and ``g``'s jobs ``S_g, S_g + e' / w', ...`` (ties
+to ``g``): the ``k``-th job of ``f`` is the ``k + 1 + floor((k - 1) (e / w) / (e' / w'))``-th admission.
+Equal sizes and ``w' = 1``: ``k + 1 + floor((k - 1) / w)``, against ``k`` if ``f`` went first every time
+(weight 1: 10 admissions for 5 jobs; weight 4: 7). On a lane whose limit admits ``r`` tokens a second
+while full, no order obeying it admits the run in less than ``k e / r``.
+
 **With the overtaking budget** (rule 12, :mod:`lane_plugin.policy.overtake`): the budget applies to every
 admission whatever its tenant, so the service-gap bound holds over any span in which it does not bind (no
 candidate kept out by it); while it binds the oldest jobs go first (their admissions still charge their

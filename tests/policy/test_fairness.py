@@ -164,3 +164,27 @@ def test_a_backlog_past_its_age_bound_does_not_shut_out_a_tenant_that_just_arriv
     ts = {"a": TenantState(served=10_000.0), "b": TenantState(served=9_000.0)}
     order = [c.id for c in fair_order(ts, small + [big], lambda c: (c.waiting_since + c.est / 10, c.id), now=50.0)]
     assert order.index("big") >= 10, order  # the small ones get at least R (one big job's worth) first
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    k=st.integers(1, 8),
+    w=st.sampled_from([1, 2, 4, 8]),
+    e=st.integers(1, 4000),
+    e_other=st.integers(1, 4000),
+    served=st.integers(0, 10**7),
+)
+def test_a_returning_tenants_run_is_admitted_as_the_docstring_counts(k, w, e, e_other, served):
+    """The docstring's count for a tenant that returns with a run of ``k`` jobs beside a backlog: lifted to the
+    backlog's counter, its ``k``-th job is the ``k + 1 + floor((k - 1) (e / w) / e')``-th admission (ties to the
+    older backlog), so a weight of 4 admits a 5-job run in 7 admissions where weight 1 takes 10."""
+    ahead = (k - 1) * e // (w * e_other) + 1  # the backlog's jobs admitted before the run's last (exact: integers)
+    backlog = [Candidate(f"b{i}", e_other, float(i), tenant="backfill") for i in range(ahead + 3)]
+    run = [Candidate(f"i{j}", e, 10.0**6 + j, tenant="interactive") for j in range(k)]
+    lifted = lift({"backfill": float(served), "interactive": 0.0}, {"backfill"}, {"backfill", "interactive"})
+    tenants = {
+        "backfill": TenantState(served=float(served)),
+        "interactive": TenantState(weight=float(w), served=lifted.get("interactive", 0.0)),
+    }
+    order = [c.id for c in fair_order(tenants, backlog + run, lambda c: (c.waiting_since, c.id))]
+    assert order.index(f"i{k - 1}") + 1 == k + ahead
