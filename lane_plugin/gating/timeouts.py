@@ -70,7 +70,7 @@ def own_shield() -> Any:
     except ImportError:  # pragma: no cover - a Prefect without it: nothing to defer
         return None
     me = threading.current_thread()
-    if me._is_stopped:  # type: ignore[attr-defined]
+    if getattr(me, "_is_stopped", False):  # (Python 3.13 has no such mark, nor the fault that sets it)
         # threading takes this thread for a dead one (an exception raised into a Thread.is_alive() call on it, or a
         # dead thread whose ident it reuses): Prefect's enforcer finds no shield for it either
         return None

@@ -16,6 +16,7 @@ thread is never harmed.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -70,7 +71,7 @@ def _stopped_bystanders(lookup) -> tuple[int, int, list[str], list[str]]:
         t.start()
         t.join(10)
         assert box, "the lookup hung"
-        stopped = bystander._is_stopped
+        stopped = getattr(bystander, "_is_stopped", False)  # (Python 3.13 has no such mark)
         if cancellation._THREAD_SHIELDS_LOCK.locked():  # the looking thread is gone: nobody holds it any more
             lock_left.append(inj_box[0].fired_at)
             cancellation._THREAD_SHIELDS_LOCK.release()
@@ -101,7 +102,8 @@ def test_prefects_own_lookup_under_a_timeout_marks_a_live_thread_stopped_or_leav
     )
     print(f"Prefect's lookup: {total} points, {landed} landed; bystander stopped at {harmed}; lock left at {lock_left}")
     assert landed >= total // 2, (landed, total)
-    assert any(where.startswith("threading.py") for where in harmed), f"no bystander marked stopped: {harmed}"
+    if sys.version_info < (3, 13):  # 3.13's is_alive() reads a thread handle: no state lock to release, no mark
+        assert any(where.startswith("threading.py") for where in harmed), f"no bystander marked stopped: {harmed}"
     assert lock_left, "no injection left Prefect's lock held"
 
 

@@ -180,9 +180,11 @@ def test_an_outer_timeout_is_not_let_into_a_nested_scopes_enforcer_start(ledger,
     for ever (tests/faults/test_spawn.py). Here the nested enforcer's start is slowed to 1 s, past the outer task's
     0.5 s timeout: the outer enforcer must wait for the shield, not raise inside the start (before the fix: raised
     there, the shield having been let go first). Then the outer run ends TimedOut and its lease is settled."""
-    real = threading._start_new_thread  # type: ignore[attr-defined]
+    # the C call Thread.start() makes: _start_new_thread(fn, args) up to Python 3.12, _start_joinable_thread(fn, ...)
+    starter = "_start_new_thread" if hasattr(threading, "_start_new_thread") else "_start_joinable_thread"
+    real = getattr(threading, starter)
 
-    def slow_start(fn, args, *rest):
+    def slow_start(fn, *args, **kwargs):
         owner = getattr(fn, "__self__", None)
         if (
             threading.current_thread() is _start_window["thread"]
@@ -196,9 +198,9 @@ def test_an_outer_timeout_is_not_let_into_a_nested_scopes_enforcer_start(ledger,
             except BaseException as exc:  # noqa: BLE001 - recorded, then raised on
                 _start_window["delivered"].append(type(exc).__name__)
                 raise
-        return real(fn, args, *rest)
+        return real(fn, *args, **kwargs)
 
-    monkeypatch.setattr(threading, "_start_new_thread", slow_start)
+    monkeypatch.setattr(threading, starter, slow_start)
     ledger.lanes()
     t0 = time.monotonic()
     state, took = _run(outer_times_out_while_the_nested_scope_starts)
