@@ -75,11 +75,12 @@ def own_shield() -> Any:
         # dead thread whose ident it reuses): Prefect's enforcer finds no shield for it either
         return None
     shield = _THREAD_SHIELDS.get(me)
-    if shield is None:
+    if shield is None and type(me).__hash__ is object.__hash__ and type(me).__eq__ is object.__eq__:
         _fill_locked(_THREAD_SHIELDS, me, ThreadShield(me))
         shield = _THREAD_SHIELDS.get(me)
-        if shield is None:  # Prefect's lock held past FILL_WAIT_SECONDS (left held by its own code): fill it unlocked
-            shield = _THREAD_SHIELDS.setdefault(me, ThreadShield(me))
+    if shield is None:  # Prefect's lock held past FILL_WAIT_SECONDS (left held by its own code), or a thread class
+        # hashed by Python code (which could raise with the lock held): filled unlocked
+        shield = _THREAD_SHIELDS.setdefault(me, ThreadShield(me))
     return shield
 
 
@@ -90,7 +91,11 @@ def _fill_locked(shields: dict, thread: threading.Thread, new: Any) -> None:
     """``shields.setdefault(thread, new)`` under Prefect's map lock, taken (for up to :data:`FILL_WAIT_SECONDS`)
     and let go inside one C call: ``takewhile`` stops the chain when the lock is not won, and the lock is let go
     only if it was. Every step is a C function (a blocking ``Lock.acquire``, ``dict.setdefault`` on a thread,
-    hashed by identity, ``Lock.release``), so no Python frame runs between the lock's take and its release."""
+    hashed by identity, ``Lock.release``), called by ``operator.call``, which allocates nothing the garbage
+    collector tracks: on Python 3.10 and 3.11 an allocation can run a collection, and with it finalizers' Python
+    code, on the spot. Python 3.10 has no ``operator.call``: there each step's ``__call__`` is looked up (a
+    method-wrapper allocated while the lock is held), so a finalizer may run inside; its exceptions are printed,
+    never raised, so the lock is still let go."""
     from prefect._internal.concurrency.cancellation import _THREAD_SHIELDS_LOCK as lock
 
     steps = (
@@ -157,7 +162,7 @@ def enter_shield(shield: Any) -> None:
 
 
 _NO_WAIT = (False,)
-_CALL = operator.methodcaller("__call__")  # operator.call, which Python 3.10 lacks: a C call of each step
+_CALL = getattr(operator, "call", operator.methodcaller("__call__"))  # Python 3.10 has no operator.call
 _record = functools.partial(collections.deque, maxlen=0)  # runs an iterator to its end in C
 
 

@@ -134,24 +134,31 @@ def test_a_first_lookup_racing_an_enforcers_first_lookup_gets_the_enforcers_shie
     the thread's shield was stored first and then overwritten by the enforcer's: the enforcer then took a shield
     the gate never held, and raised through the gate's. Under the lock the thread waits for the enforcer's fill and
     uses its shield."""
-    building, go, look = threading.Event(), threading.Event(), threading.Event()
+    building, go, look, looking = threading.Event(), threading.Event(), threading.Event(), threading.Event()
     real_init = cancellation.ThreadShield.__init__
     enforcer_ident: list[int] = []
+    targets: list[threading.Thread] = []
 
     def slow_init(self, owner):
         if threading.get_ident() in enforcer_ident:  # only the enforcer's build is paused
             building.set()
             assert go.wait(10)
+        elif owner in targets:
+            looking.set()  # the gated thread's own first lookup has begun (it builds a shield first)
         real_init(self, owner)
 
     monkeypatch.setattr(cancellation.ThreadShield, "__init__", slow_init)
     got: list = []
 
+    finish = threading.Event()
+
     def gated() -> None:
         assert look.wait(10)
         got.append(timeouts.own_shield())
+        finish.wait(10)  # alive until the end: Prefect's sweep drops a dead thread's shield
 
     target = threading.Thread(target=gated, daemon=True)
+    targets.append(target)
     target.start()
     enforcers: list = []
 
@@ -163,14 +170,21 @@ def test_a_first_lookup_racing_an_enforcers_first_lookup_gets_the_enforcers_shie
     e.start()
     assert building.wait(10), "the enforcer's first lookup never built a shield"
     look.set()  # the gated thread's first lookup, while the enforcer is between its check and its store
-    time.sleep(0.3)
+    assert looking.wait(10), "the gated thread never looked"
+    time.sleep(0.1)  # ... and got as far as it goes (unlocked, past its store; locked, to the lock)
     go.set()
-    e.join(10)
-    target.join(10)
-    assert got and enforcers, "a lookup hung"
-    assert not cancellation._THREAD_SHIELDS_LOCK.locked()
-    assert cancellation._THREAD_SHIELDS[target] is enforcers[0], "Prefect's map no longer holds the enforcer's shield"
-    assert got[0] is enforcers[0], "the gate took a shield the enforcer does not use"
+    try:
+        e.join(10)
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert got and enforcers, "a lookup hung"
+        assert not cancellation._THREAD_SHIELDS_LOCK.locked()
+        assert cancellation._THREAD_SHIELDS[target] is enforcers[0], "Prefect's map lost the enforcer's shield"
+        assert got[0] is enforcers[0], "the gate took a shield the enforcer does not use"
+    finally:
+        finish.set()
+        target.join(10)
 
 
 def test_a_thread_taken_for_dead_gets_no_shield_and_a_gated_shield_is_a_no_op():
