@@ -25,8 +25,7 @@ def take(led, job_id: str, w):
         reason = row[ROW_KEYS.index("reason")] or ""
         if row[ROW_KEYS.index("state")] == "parked" and reason.startswith(WAITER_GONE):
             led.requeue(job_id)
-            led.wakeups.resume(w)
-            return None
+            return None  # (the wait's next turn watches it again: Wakeups.keep)
         raise
 
 
