@@ -260,7 +260,7 @@ class Sim(PolicyView, BudgetPeriods, SlowWorker, Parking):
         if self._charges:
             self.window.true_up(self._charges.pop(j, None), actual)
         if self.limits:
-            self.limits.settle(j, self.trace.output_tokens[j])
+            self.limits.settle(j, self.trace.output_tokens[j], t)
         self.spent, self.total_spent = self.spent + actual, self.total_spent + actual
         self.done += 1
         if self.tenants is not None:

@@ -6,16 +6,19 @@ each get a sliding :class:`~lane_plugin.sim.window.RateWindow`, counted as the l
 
 - ``requests``: 1 per admission;
 - ``input_tokens``: the job's input tokens where the trace knows them, else its whole rate cost;
-- ``output_tokens``: the job's output allowance at admission (its estimate less its input), trued up
-  at settlement to the output the trace records (a provider counts output as generated). A job whose
-  split is unknown counts its whole rate cost against both (:func:`lane_plugin.policy.limits.units_of`).
+- ``output_tokens``: the job's output allowance at admission (its estimate less its input), counted
+  again from the settlement as the output the trace records (a provider counts output as generated);
+  a job passes while the window has room for one token (:func:`lane_plugin.policy.limits.room_needed`).
+  A job whose split is unknown counts its whole rate cost against both
+  (:func:`lane_plugin.policy.limits.units_of`).
 
 Every policy obeys them: ``lane`` hands them to :func:`lane_plugin.policy.admit` as the snapshot's
 :class:`~lane_plugin.policy.limits.LimitUse` windows, the baselines check them as they check the burst.
 What each limit did is measured two ways: ``held`` (seconds during which that limit was what kept the
 head of the queue waiting, ``tokens`` included: the *binding* limit is the one with the most) and
 ``over`` (units admitted past the amount in any sliding window, as a provider would have refused them:
-0 for every policy that obeys them).
+0 for every policy that obeys them; for ``output_tokens``, the output of the requests that arrived while
+the provider's window of generated output was full, :class:`lane_plugin.sim.meter.OverGenerated`).
 
 Example:
     >>> from lane_plugin.policy.limits import Limit
@@ -30,8 +33,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..policy.limits import OUTPUT_TOKENS, TOKENS, Limit, LimitUse, units_of
-from .meter import OverBurst
+from ..policy.limits import OUTPUT_TOKENS, TOKENS, Limit, LimitUse, room_needed, units_of
+from .meter import OverBurst, OverGenerated
 from .window import Charge, RateWindow
 
 
@@ -41,8 +44,11 @@ class SimLimits:
     def __init__(self, limits: tuple[tuple[str, Limit], ...]) -> None:
         self.limits = limits
         self.windows = {unit: RateWindow(lim.window_seconds) for unit, lim in limits}
-        self.meters = {unit: OverBurst(lim.amount, lim.window_seconds) for unit, lim in limits}
-        self._outputs: dict[int, Charge | None] = {}  # output_tokens charges to true up at settlement
+        self.meters = {unit: OverBurst(lim.amount, lim.window_seconds) for unit, lim in limits if unit != OUTPUT_TOKENS}
+        self.generated = {
+            unit: OverGenerated(lim.amount, lim.window_seconds) for unit, lim in limits if unit == OUTPUT_TOKENS
+        }
+        self._outputs: dict[int, tuple[Charge | None, int]] = {}  # output_tokens charges, counted again at settlement
         self.held: dict[str, float] = {}
         self._holder: str | None = None
         self._since = 0.0
@@ -59,7 +65,7 @@ class SimLimits:
         """The first limit ``units`` would overfill at ``now`` (``added``: units admitted this tick), or None."""
         for unit, lim in self.limits:
             extra = added.get(unit, 0) if added else 0
-            if self.windows[unit].used(now) + extra + units.get(unit, 0) > lim.amount:
+            if self.windows[unit].used(now) + extra + room_needed(unit, units) > lim.amount:
                 return unit
         return None
 
@@ -79,15 +85,22 @@ class SimLimits:
         for unit, window in self.windows.items():
             n = units[unit]
             c = window.charge(now, n)
-            self.meters[unit].charge(now, n)
             if unit == OUTPUT_TOKENS:
-                self._outputs[j] = c
+                self._outputs[j] = (c, n)
+                self.generated[unit].request(now, j)
+            else:
+                self.meters[unit].charge(now, n)
 
-    def settle(self, j: int, output: int | None) -> None:
-        """Job ``j`` settled: its ``output_tokens`` charge, still in the window, becomes what it generated."""
-        c = self._outputs.pop(j, None)
-        if output is not None and c is not None:
-            self.windows[OUTPUT_TOKENS].true_up(c, output)
+    def settle(self, j: int, output: int | None, now: float) -> None:
+        """Job ``j`` settled at ``now``: its ``output_tokens`` charge becomes what it generated (its allowance
+        where the trace does not say), counted from now, as the ledger counts it and the provider sees it."""
+        got = self._outputs.pop(j, None)
+        if got is None:
+            return
+        c, allowance = got
+        n = allowance if output is None else output
+        self.windows[OUTPUT_TOKENS].redate(c, now, n)
+        self.generated[OUTPUT_TOKENS].generated(now, j, n)
 
     def hold(self, now: float, unit: str | None) -> None:
         """From ``now`` until the next call, ``unit``'s limit (None: no limit) keeps the head of the queue waiting."""
@@ -97,7 +110,7 @@ class SimLimits:
 
     def over(self) -> dict[str, int]:
         """Units admitted past each limit in a sliding window (what the provider would have refused)."""
-        return {unit: m.over for unit, m in self.meters.items()}
+        return {unit: m.over for unit, m in (*self.meters.items(), *self.generated.items())}
 
 
 def job_units(rate: int, est: int, input_tokens: int | None) -> dict[str, int]:

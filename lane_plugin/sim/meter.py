@@ -48,4 +48,49 @@ class OverBurst:
             self.over += after - max(before, self.burst)
 
 
-__all__ = ["OverBurst"]
+class OverGenerated:
+    """Output tokens of the requests a provider counting output as generated would have refused.
+
+    Such a provider (Anthropic's OTPM) refuses a request that arrives while its window of generated
+    output is full (``amount`` or more in the last ``seconds``), and counts a call's output when it is
+    generated. Counted in tokens, as the other meters: a refused request's output, once it is known.
+
+    Example:
+        >>> m = OverGenerated(100, 10.0)
+        >>> m.request(0.0, 1); m.generated(1.0, 1, 120)
+        >>> m.request(2.0, 2); m.generated(3.0, 2, 30)   # arrived at a full window (120): refused
+        >>> m.request(11.5, 3); m.generated(12.0, 3, 40)  # the 120 left at t=11: 30 held, room
+        >>> m.over
+        30
+    """
+
+    __slots__ = ("amount", "seconds", "over", "total", "_q", "_refused")
+
+    def __init__(self, amount: int, seconds: float) -> None:
+        self.amount, self.seconds = amount, seconds
+        self.over = self.total = 0
+        self._q: deque[tuple[float, int]] = deque()
+        self._refused: set[int] = set()
+
+    def _slide(self, now: float) -> None:
+        q = self._q
+        while q and q[0][0] + self.seconds <= now:
+            self.total -= q.popleft()[1]
+
+    def request(self, now: float, j: int) -> None:
+        """Request ``j`` reaches the provider at ``now``."""
+        self._slide(now)
+        if self.total >= self.amount:
+            self._refused.add(j)
+
+    def generated(self, now: float, j: int, tokens: int) -> None:
+        """Request ``j`` generated ``tokens`` by ``now`` (times never go backwards)."""
+        self._slide(now)
+        self._q.append((now, tokens))
+        self.total += tokens
+        if j in self._refused:
+            self._refused.discard(j)
+            self.over += tokens
+
+
+__all__ = ["OverBurst", "OverGenerated"]

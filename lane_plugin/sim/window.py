@@ -69,6 +69,14 @@ class RateWindow:
             self.total += cost - c.cost
             c.cost = cost
 
+    def redate(self, c: Charge | None, t: float, cost: int) -> Charge | None:
+        """Count ``cost`` from ``t`` in place of charge ``c`` (still in the window, or already gone): an output
+        charge at its settlement, as the provider counts output when it is generated."""
+        if c is not None and c.live:
+            self.total -= c.cost
+            c.cost = 0  # (stays in the deque until it leaves, counting nothing)
+        return self.charge(t, cost)
+
     def free_at(self, t: float, limit: int) -> float | None:
         """Earliest time ``>= t`` at which the window holds at most ``limit``; None if never (limit < 0)."""
         used = self.used(t)

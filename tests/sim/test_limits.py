@@ -53,16 +53,29 @@ def test_requests_limit_slides_for_every_policy(policy):
 
 
 def test_output_tokens_are_charged_the_allowance_then_trued_up_to_what_was_generated():
-    # Each call: input 100, estimate 500 (an output allowance of 400), 50 generated. output_tokens 500 per 60 s:
-    # the second call does not fit beside the first's allowance (800 > 500), and fits once the first settles at
-    # t=1 and its charge becomes the 50 it generated (450 <= 500), not when it leaves the window at t=60.
-    tr = calls((0, 100, 50, 500), (0, 100, 50, 500))
-    (res,) = simulate(tr, SimConfig(**BASE, limits=(("output_tokens", Limit(500, 60.0)),)), ["lane"])
-    assert starts(res) == [0.0, 1.0]
-    assert res.bound_by == "output_tokens"
-    # The allowance as it was charged, with no true-up, would hold the second call for the whole window.
-    (fifo,) = simulate(tr, SimConfig(**BASE, limits=(("output_tokens", Limit(500, 60.0)),)), ["count"])
-    assert starts(fifo) == [0.0, 1.0]
+    # Each call: input 100, estimate 500 (an output allowance of 400), 50 generated. output_tokens 500 per 60 s,
+    # counted as generated: a call passes while the window has room for one token. The second passes beside
+    # the first's allowance (400 < 500), the third finds 800; it passes once the two settle at t=1 and their
+    # charges become the 50 each generated (100 < 500), not when they leave the window at t=60.
+    tr = calls((0, 100, 50, 500), (0, 100, 50, 500), (0, 100, 50, 500))
+    cfg = SimConfig(**BASE, limits=(("output_tokens", Limit(500, 60.0)),))
+    for policy in ("lane", "count"):
+        (res,) = simulate(tr, cfg, [policy])
+        assert starts(res) == [0.0, 0.0, 1.0], policy
+        assert res.bound_by == "output_tokens" and res.over_limits == {"output_tokens": 0}
+
+
+def test_the_output_meter_counts_what_a_provider_counting_output_as_generated_refuses(monkeypatch):
+    # Ten calls at once, each generating 200 in 1 s, under output_tokens 500/60s: a provider takes calls until
+    # what they generated fills its window, and refuses every later one that arrives in that window.
+    tr = calls(*[(0, 100, 200, 300)] * 4, *[(2, 100, 200, 300)] * 6)
+    cfg = SimConfig(**BASE, limits=(("output_tokens", Limit(500, 60.0)),))
+    (obeyed,) = simulate(tr, cfg, ["count"])
+    assert obeyed.over_limits == {"output_tokens": 0}
+    monkeypatch.setattr(sim_policies, "_kept_out", lambda *a: False)  # the baseline stops checking the limits
+    (ignored,) = simulate(tr, cfg, ["count"])
+    # the first four pass an empty window (generated 800 at t=1); the six at t=2 arrive at a full one
+    assert ignored.over_limits == {"output_tokens": 6 * 200}
 
 
 def test_the_binding_limit_is_the_one_that_held_the_queue_longest():
