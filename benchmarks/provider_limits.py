@@ -12,9 +12,9 @@ binding limit (the least time the provider allows the workload: total units / li
    ``rate_cost = prompt + max_tokens``. Target: 0 x 429, <= 1.15x the binding bound.
 3. **Anthropic style** (input and output tokens per window, output counted as generated; outputs from
    the trace): ``input_tokens`` and ``output_tokens`` limits, ``rate_cost={"input": prompt, "output":
-   the stage's learned allowance}`` (the trace's mean output plus two standard deviations: what a learned
-   estimator learns, with the spread its headroom keeps),
-   trued up to the generated output at settlement. Target: 0 x 429, <= 1.2x the binding bound.
+   the stage's learned allowance}`` (what the ``learned`` estimator publishes for the stage, learned here
+   from the trace's outputs capped at ``max_tokens``: their mean; a job with a ``learned`` estimate and no
+   ``rate_cost`` splits itself the same way), trued up to the generated output at settlement. Target: 0 x 429, <= 1.2x the binding bound.
 4. **Shared key**: a client outside the lane spends about 40% of the tokens limit at random moments. With
    ``track_limits``: <= 3 responses 429 per 100 calls and <= 1.3x the bound of what is left (60% of the
    limit). Without it: every 429 pauses every worker, so requests sent into a closed window = 0: the emulator
@@ -32,7 +32,6 @@ not the SDK.
 from __future__ import annotations
 
 import random
-import statistics
 import threading
 import time
 from typing import Any
@@ -311,6 +310,7 @@ def run(args, url_for) -> str:
             url,
         )
     # 3. Anthropic style: input and output tokens per window, output as generated
+    from lane_plugin.estimators.learner import OutputLearner
     from lane_plugin.testing.limits import draw_length
 
     def generated(d, s, p, m):
@@ -321,8 +321,11 @@ def run(args, url_for) -> str:
     otpm = max(64, int(total_out * WINDOW / req_bound))
     itpm = max(max(p for *_, p, _m in work), int(total_in * WINDOW / (0.8 * req_bound)))
     capped = [min(o, 64) for o in outputs]
-    # what a learned estimator learns of the stage: its mean output, and its spread (headroom keeps 2 sd)
-    allowance = min(64, round(statistics.mean(capped) + 2 * statistics.pstdev(capped)))
+    # what the learned estimator publishes for the stage (its OutputLearner, fed the trace's calls)
+    learner = OutputLearner()
+    for o in capped:
+        learner.observe("stage", 0, o)
+    allowance = learner.allowances["stage"]
     bound3 = max(total_in / itpm, total_out / otpm) * WINDOW
     with ProviderEmulator(tpm=10**9, rpm=None, itpm=itpm, otpm=otpm, **common) as emu:
         url = url_for("anth")
@@ -404,8 +407,8 @@ def run(args, url_for) -> str:
         f"- 1: RPM {RPM} per {WINDOW:g} s, tokens unlimited: requests bound {req_bound:.1f} s.",
         f"- 2: RPM {RPM} and TPM {tpm:,} per {WINDOW:g} s ({total_rate:,} rate tokens): bound {bound2:.1f} s.",
         f"- 3: input {itpm:,} and output {otpm:,} tokens per {WINDOW:g} s ({total_in:,} input, {total_out:,} "
-        f"output generated; learned output allowance {allowance}: the trace's mean output plus 2 sd, as the headroom "
-        f"rule keeps for a learned stage's spread): bound {bound3:.1f} s.",
+        f"output generated; learned output allowance {allowance}: what the learned estimator publishes, learned from "
+        f"the trace's outputs capped at max_tokens): bound {bound3:.1f} s.",
         f"- 4: TPM {tpm4:,} per {WINDOW:g} s, about 40% spent outside the lane: bound of what is left {bound4:.1f} s.",
         "",
         "```",

@@ -87,15 +87,15 @@ def drop_pending(cur: Cursor, job_ids: list[str]) -> None:
         cur.execute(queries.LIMITS_DROP_PENDING_UPDATE_LANE_LIMIT, {"c": cost, "l": lane, "u": unit})
 
 
-def true_up_output(cur: Cursor, job_id: str, attempt: int, actual: int, now: float, *, sent: bool = False) -> None:
+def true_up_output(cur: Cursor, job_id: str, attempt: int, actual: int, now: float, *, lane: str | None = None) -> None:
     """The attempt's ``output_tokens`` charge becomes what it generated, counted from ``now`` (the settlement:
     the provider counts output as it is generated, so until a window after the call).
 
-    ``sent``: the call just ended (a live lease whose request went out). Its charge, when the allowance charged
-    at the admission has already left the window (a call longer than the window), is written again from
-    ``now``: the provider counts what it generated all the same, and rule 6b's output test relies on the
-    lane's count never being less than the provider's (:mod:`lane_plugin.policy.limits`). A late
-    settlement's charge that left the window stays gone: its output was generated long ago.
+    ``lane``: the lane whose provider ran the call (its request went out). When the allowance charged at the
+    admission has already left the window (a call longer than the window, or a lease lost and settled late
+    after its call), the output is charged to that lane again from ``now``: the provider counts it all the
+    same. A settlement long after its call holds the window a window longer than the provider does: the
+    cautious side. None: the request never went out, nothing was generated.
 
     What it generated: ``actual - rate_input`` (the job's input units; 0 where unknown, so cautious).
     """
@@ -104,12 +104,10 @@ def true_up_output(cur: Cursor, job_id: str, attempt: int, actual: int, now: flo
         {"j": job_id, "a": attempt, "u": OUTPUT_TOKENS},
     )
     if r is None:
-        if sent:
-            _recharge_output(cur, job_id, attempt, actual, now)
+        if lane is not None:
+            _recharge_output(cur, job_id, attempt, actual, now, lane)
         return
-    old, lane, rate_input, at, window = r
-    if not sent and (window is None or float(at) <= now - float(window)):
-        return  # left the window (not pruned yet: the next slide does), or the limit was dropped
+    old, charged_lane, rate_input = r
     new = max(0, int(actual) - int(rate_input))
     cur.execute(
         queries.LIMITS_TRUE_UP_OUTPUT_UPDATE_LIMIT_CHARGE,
@@ -117,17 +115,18 @@ def true_up_output(cur: Cursor, job_id: str, attempt: int, actual: int, now: flo
     )
     if new == old:
         return
-    cur.execute(queries.LIMITS_TRUE_UP_OUTPUT_UPDATE_LANE_LIMIT, {"d": new - old, "l": lane, "u": OUTPUT_TOKENS})
+    cur.execute(
+        queries.LIMITS_TRUE_UP_OUTPUT_UPDATE_LANE_LIMIT, {"d": new - old, "l": charged_lane, "u": OUTPUT_TOKENS}
+    )
 
 
-def _recharge_output(cur: Cursor, job_id: str, attempt: int, actual: int, now: float) -> None:
+def _recharge_output(cur: Cursor, job_id: str, attempt: int, actual: int, now: float, lane: str) -> None:
     """:func:`true_up_output` of a call whose charge left the window before it settled: a new charge from now,
-    if the job's lane limits output."""
-    r = cur.one(queries.LIMITS_RECHARGE_OUTPUT_SELECT, {"j": job_id, "u": OUTPUT_TOKENS})
+    if ``lane`` limits output."""
+    r = cur.one(queries.LIMITS_RECHARGE_OUTPUT_SELECT, {"j": job_id, "l": lane, "u": OUTPUT_TOKENS})
     if r is None:
         return
-    lane, rate_input = r
-    new = max(0, int(actual) - int(rate_input))
+    new = max(0, int(actual) - int(r[0]))
     if new:
         charge(cur, lane, now, [(job_id, attempt, {OUTPUT_TOKENS: new}, True)], [(OUTPUT_TOKENS, new)])
 

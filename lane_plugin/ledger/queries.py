@@ -876,8 +876,7 @@ def limits_drop_pending(keys: Iterable[str]) -> str:
 
 LIMITS_DROP_PENDING_UPDATE_LANE_LIMIT = "update lane_limit set used = used - :c where lane = :l and unit = :u"
 LIMITS_TRUE_UP_OUTPUT_SELECT_LIMIT_CHARGE = (
-    "select c.cost, c.lane, coalesce(j.rate_input, 0), c.at, m.window_seconds from limit_charge c "
-    "join job j on j.id = c.job_id left join lane_limit m on m.lane = c.lane and m.unit = c.unit "
+    "select c.cost, c.lane, coalesce(j.rate_input, 0) from limit_charge c join job j on j.id = c.job_id "
     "where c.job_id = :j and c.attempt = :a and c.unit = :u"
 )
 LIMITS_TRUE_UP_OUTPUT_UPDATE_LIMIT_CHARGE = (
@@ -885,8 +884,7 @@ LIMITS_TRUE_UP_OUTPUT_UPDATE_LIMIT_CHARGE = (
     "where job_id = :j and attempt = :a and unit = :u"
 )
 LIMITS_RECHARGE_OUTPUT_SELECT = (
-    "select j.lane, coalesce(j.rate_input, 0) from job j join lane_limit m on m.lane = j.lane and m.unit = :u "
-    "where j.id = :j"
+    "select coalesce(j.rate_input, 0) from job j join lane_limit m on m.lane = :l and m.unit = :u where j.id = :j"
 )
 LIMITS_TRUE_UP_OUTPUT_UPDATE_LANE_LIMIT = "update lane_limit set used = used + :d where lane = :l and unit = :u"
 LIMITS_FREE_AT = (

@@ -118,7 +118,7 @@ def settle(
         true_up(cur, job_id, attempt, actual)  # window (a late attempt's charge may be in the lane it moved from)
     tenants.settle(cur, lane, job["tenant"], actual=actual, est=est if live else 0, now=now)
     if _limits_output(lane_row) or not live:  # output_tokens counted as generated (lane_plugin.ledger.limits)
-        true_up_output(cur, job_id, attempt, actual, now, sent=live and not unsent)
+        true_up_output(cur, job_id, attempt, actual, now, lane=None if unsent else lane)
     if live:
         after = cur.one(
             _SQL["live"],
@@ -185,7 +185,7 @@ def _settle_live(
         true_up(cur, job_id, attempt, actual)
         after = lock_lane(cur, lane)  # (held already: a fresh read of the window)
     if _limits_output(after):
-        true_up_output(cur, job_id, attempt, actual, now, sent=True)
+        true_up_output(cur, job_id, attempt, actual, now, lane=lane)
     return Settled(job_id, attempt, lane, est, actual, overage, False, outcome, by_estimate=bool(by_estimate)), after
 
 

@@ -86,7 +86,7 @@ from .candidate import FINISH, FREE, START, Candidate
 from .drift import drift_cap
 from .fairness import tenant_never_fits, tenant_room, tenant_unfit_reason
 from .lane import LaneSnapshot
-from .limits import blocking_limit, room_needed
+from .limits import blocking_limit
 from .order import order
 from .overtake import Overtaking
 from .rules import BURST, LEASE_CAP, LIMIT_PREFIX, OVERTAKE, PAUSED, STOPPED, TENANT_CEILING, _rule, unfit_before_reset
@@ -277,7 +277,7 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
                 blocked = blocking_limit(limits, units, held_units)
                 if blocked is not None:
                     rule = LIMIT_PREFIX + blocked
-                    room = room_needed(blocked, units) + (sh_units.get(blocked, 0) if shadow is not None else 0)
+                    room = units[blocked] + (sh_units.get(blocked, 0) if shadow is not None else 0)
                     lim_need[blocked] = min(lim_need.get(blocked, room), room)
             if rule is None:
                 admitted.append(c)

@@ -11,31 +11,21 @@ requests, input tokens and output tokens per minute). A lane holds one sliding w
 - ``output_tokens``: the job's output allowance at request time (trued up to what was generated at
   settlement, as ``rate_basis = 'actual'`` trues up ``tokens``).
 
-Rule 6b, the statement: for every limit ``(unit, amount, window)`` but ``output_tokens`` the units
-admitted in ``(now - window, now]`` plus the job's units stay ``<= amount``. The proof is rule 6's:
-checked at every admission, the count of any span of ``window`` seconds is largest when it ends at
-an admission (counts only grow at admissions), and that admission counted exactly that span, so no
+Rule 6b, the statement: for every limit ``(unit, amount, window)`` the units admitted in
+``(now - window, now]`` plus the job's units stay ``<= amount``. The proof is rule 6's: checked at
+every admission, the count of any span of ``window`` seconds is largest when it ends at an
+admission (counts only grow at admissions), and that admission counted exactly that span, so no
 span of ``window`` seconds ever holds more than ``amount`` units, for each limit on its own. A job
 whose units exceed a limit's ``amount`` can never pass it (no window is emptier than empty): it is
 refused at intake (:func:`never_passes`).
 
-``output_tokens`` is the provider's own test instead (:func:`room_needed`): a job passes while the
-window has room for one more token. A provider that counts output as it is generated (Anthropic's
-OTPM) cannot know at a request's arrival what it will generate, so it refuses a request only when its
-window is already full, and lets the output of the requests it took run past ``amount``; keeping the
-job's whole allowance free would leave that much of every window unused (the allowance is the mean
-plus the spread, several times what most calls generate). Statement: no job is admitted while the
-provider's output window is full. Proof: at every instant the lane's count is at least the
-provider's. A call's output reaches the provider's window when it is generated, at ``g``, and the
-lane's at its settlement ``s >= g`` (:func:`lane_plugin.ledger.limits.true_up_output` dates it so,
-also when the allowance charged at the admission had left the window, as a call longer than the
-window's leaves it), so it leaves the lane's window no sooner than the provider's; before ``s`` the
-lane counts the allowance, which the provider does not count at all until ``g``. Between ``g`` and
-``s`` (the answer's way back to the gate) the lane counts the allowance for what the provider counts
-as generated: the one gap, as wide as a call generating more than its allowance, for as long as its
-answer takes to settle. A lane counting less than the provider (a key shared outside the lane) is
-trued up by the provider's own count (``track_limits``). A job whose allowance alone exceeds ``amount``
-is still refused at intake: it expects to generate more than a whole window allows.
+``output_tokens`` counts the job's output allowance from its admission; at settlement the charge
+becomes what the call generated, counted from then (:func:`lane_plugin.ledger.limits.true_up_output`),
+so against a provider that counts output as it is generated (Anthropic's OTPM) the lane's count is not
+below the provider's but for a call that generates more than its allowance, from the moment its output
+is generated until its answer settles, and a settlement whose billed tokens understate the output
+(``actual`` less the job's input: cache reads billed at a tenth of the input, say). Checked with room
+for the whole allowance, the window keeps that allowance free as the margin for both.
 
 Example:
     >>> lim = parse_limit("requests=500/60s")
@@ -208,19 +198,6 @@ def units_of(rate: int, input_tokens: int | None, output_tokens: int | None) -> 
     }
 
 
-def room_needed(unit: str, units: Mapping[str, int]) -> int:
-    """The room a job needs in ``unit``'s window to pass it (rule 6b): its units, or one for ``output_tokens``
-    (output counts as generated: the provider refuses a request only when its output window is full).
-
-    Example:
-        >>> room_needed("input_tokens", {"input_tokens": 600, "output_tokens": 300})
-        600
-        >>> room_needed("output_tokens", {"input_tokens": 600, "output_tokens": 300})
-        1
-    """
-    return 1 if unit == OUTPUT_TOKENS else units.get(unit, 0)
-
-
 def blocking_limit(
     limits: Iterable[LimitUse], units: Mapping[str, int], held: Mapping[str, int] | None = None
 ) -> str | None:
@@ -230,7 +207,7 @@ def blocking_limit(
     """
     for use in limits:
         extra = held.get(use.unit, 0) if held else 0
-        if use.used + extra + room_needed(use.unit, units) > use.limit.amount:
+        if use.used + extra + units.get(use.unit, 0) > use.limit.amount:
             return use.unit
     return None
 

@@ -7,8 +7,7 @@ each get a sliding :class:`~lane_plugin.sim.window.RateWindow`, counted as the l
 - ``requests``: 1 per admission;
 - ``input_tokens``: the job's input tokens where the trace knows them, else its whole rate cost;
 - ``output_tokens``: the job's output allowance at admission (its estimate less its input), counted
-  again from the settlement as the output the trace records (a provider counts output as generated);
-  a job passes while the window has room for one token (:func:`lane_plugin.policy.limits.room_needed`).
+  again from the settlement as the output the trace records (a provider counts output as generated).
   A job whose split is unknown counts its whole rate cost against both
   (:func:`lane_plugin.policy.limits.units_of`).
 
@@ -33,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..policy.limits import OUTPUT_TOKENS, TOKENS, Limit, LimitUse, room_needed, units_of
+from ..policy.limits import OUTPUT_TOKENS, TOKENS, Limit, LimitUse, units_of
 from .meter import OverBurst, OverGenerated
 from .window import Charge, RateWindow
 
@@ -65,7 +64,7 @@ class SimLimits:
         """The first limit ``units`` would overfill at ``now`` (``added``: units admitted this tick), or None."""
         for unit, lim in self.limits:
             extra = added.get(unit, 0) if added else 0
-            if self.windows[unit].used(now) + extra + room_needed(unit, units) > lim.amount:
+            if self.windows[unit].used(now) + extra + units.get(unit, 0) > lim.amount:
                 return unit
         return None
 

@@ -37,7 +37,7 @@ from heapq import heappop
 from ..policy import LaneSnapshot, admit
 from ..policy.admission import HEAD_SLACK
 from ..policy.drift import capped, over_charge
-from ..policy.limits import TOKENS, room_needed
+from ..policy.limits import TOKENS
 from ..policy.reserve import REFIT_SECONDS
 from ..policy.rules import BURST, LIMIT_PREFIX
 from .lanequeue import WAITING, LaneQueue, Sim
@@ -255,7 +255,7 @@ def _kept_out(sim: Sim, now: float, j: int, added: dict[str, int]) -> bool:
             added[k] = added.get(k, 0) + n
         return False
     sim.held_by = unit
-    limits.kept_out(now, unit, room_needed(unit, units) + added.get(unit, 0))
+    limits.kept_out(now, unit, units[unit] + added.get(unit, 0))
     return True
 
 

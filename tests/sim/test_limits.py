@@ -53,15 +53,14 @@ def test_requests_limit_slides_for_every_policy(policy):
 
 
 def test_output_tokens_are_charged_the_allowance_then_trued_up_to_what_was_generated():
-    # Each call: input 100, estimate 500 (an output allowance of 400), 50 generated. output_tokens 500 per 60 s,
-    # counted as generated: a call passes while the window has room for one token. The second passes beside
-    # the first's allowance (400 < 500), the third finds 800; it passes once the two settle at t=1 and their
-    # charges become the 50 each generated (100 < 500), not when they leave the window at t=60.
-    tr = calls((0, 100, 50, 500), (0, 100, 50, 500), (0, 100, 50, 500))
+    # Each call: input 100, estimate 500 (an output allowance of 400), 50 generated. output_tokens 500 per 60 s:
+    # the second call does not fit beside the first's allowance (800 > 500), and fits once the first settles at
+    # t=1 and its charge becomes the 50 it generated (450 <= 500), not when it leaves the window at t=60.
+    tr = calls((0, 100, 50, 500), (0, 100, 50, 500))
     cfg = SimConfig(**BASE, limits=(("output_tokens", Limit(500, 60.0)),))
     for policy in ("lane", "count"):
         (res,) = simulate(tr, cfg, [policy])
-        assert starts(res) == [0.0, 0.0, 1.0], policy
+        assert starts(res) == [0.0, 1.0], policy
         assert res.bound_by == "output_tokens" and res.over_limits == {"output_tokens": 0}
 
 
