@@ -19,13 +19,18 @@ span of ``window`` seconds ever holds more than ``amount`` units, for each limit
 whose units exceed a limit's ``amount`` can never pass it (no window is emptier than empty): it is
 refused at intake (:func:`never_passes`).
 
-``output_tokens`` counts the job's output allowance from its admission; at settlement the charge
-becomes what the call generated, counted from then (:func:`lane_plugin.ledger.limits.true_up_output`),
-so against a provider that counts output as it is generated (Anthropic's OTPM) the lane's count is not
-below the provider's but for a call that generates more than its allowance, from the moment its output
-is generated until its answer settles, and a settlement whose billed tokens understate the output
-(``actual`` less the job's input: cache reads billed at a tenth of the input, say). Checked with room
-for the whole allowance, the window keeps that allowance free as the margin for both.
+``output_tokens`` is the exception to "counts only grow at admissions": its charge is the job's output
+allowance from the admission, and at settlement it becomes what the call generated, counted from then
+(:func:`lane_plugin.ledger.limits.true_up_output`), so a call that generated more than its allowance
+grows the window after the fact, and the window may hold more than ``amount``: what holds is the
+statement at every admission, on the counts the lane has then. Against a provider that counts output
+as it is generated (issue 24's model of Anthropic's OTPM; Anthropic documents an estimate from
+``max_tokens`` at arrival, adjusted at the end) the lane's count is not below the provider's but for a
+call that generated more than its allowance, until its answer settles, and a settlement whose billed
+tokens understate the output (``actual`` less the job's input: cache reads billed at a tenth of the
+input, say). The allowance kept free at each admission is a margin against those, not a bound: an
+undercount larger than one allowance (several calls over theirs at once) can meet a 429, which pauses
+the lane (rule 1b); ``track_limits`` trues the window up to the provider's own count.
 
 Example:
     >>> lim = parse_limit("requests=500/60s")

@@ -51,7 +51,8 @@ class OverBurst:
 class OverGenerated:
     """Output tokens of the requests a provider counting output as generated would have refused.
 
-    Such a provider (Anthropic's OTPM) refuses a request that arrives while its window of generated
+    Such a provider (issue 24's model of Anthropic's OTPM, as the emulator in :mod:`lane_plugin.testing` has
+    it) refuses a request that arrives while its window of generated
     output is full (``amount`` or more in the last ``seconds``), and counts a call's output when it is
     generated. Counted in tokens, as the other meters: a refused request's output, once it is known.
 

@@ -62,8 +62,8 @@ class ProviderEmulator:
         sleep: how latency is spent (tests may pass a no-op).
         host: the interface to bind; the port is chosen free.
         itpm: Anthropic's input tokens per window (counted at request time); None: no such limit.
-        otpm: Anthropic's output tokens per window, counted as generated (a request is refused while the
-            window has no room for one more); None: no such limit.
+        otpm: Anthropic's output tokens per window, counted as generated as issue 24 models it (a request is
+            refused while the window has no room for one more); None: no such limit.
 
     ``POST /v1/messages`` answers as Anthropic's Messages API (``x-api-key``, ``max_tokens`` required,
     ``anthropic-ratelimit-*`` headers with RFC 3339 resets, 429 ``rate_limit_error`` with ``retry-after``),

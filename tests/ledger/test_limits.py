@@ -349,6 +349,36 @@ def test_a_lease_lost_during_its_call_counts_its_output_from_its_late_settlement
     assert led.audit() == []
 
 
+def _moved_during_its_call(led, clock, billed, fallback, billed_limits, fallback_limits):
+    """A job leased in ``billed``, its lease lost during the call, then moved to ``fallback``: its first lease."""
+    _lane(led, fallback, limits=fallback_limits, lease_seconds=10)
+    _lane(led, billed, fallback=fallback, limits=billed_limits, lease_seconds=10, max_wait_seconds=600)
+    j = led.submit("s", 400, billed, rate_cost={"input": 100, "output": 300}, fallback=True)
+    (first,) = led.tick(billed)
+    clock.t += 11.0
+    assert led.reap().requeued == [j]  # the lease really expired
+    assert led.give_up_waiting(j, "deadline") == fallback  # and the job really moved
+    led.tick(billed)
+    return first
+
+
+@pytest.mark.parametrize("billed, fallback", [("a", "b"), ("z", "b")])  # (the lanes' lock order both ways)
+def test_a_late_settlement_charges_the_output_to_the_lane_whose_provider_ran_the_call(led, clock, billed, fallback):
+    first = _moved_during_its_call(led, clock, billed, fallback, ["output_tokens=500/5s"], ["output_tokens=500/5s"])
+    settled = led.settle(first, 600)
+    assert settled.lane == billed
+    assert _output_used(led, billed) == 500 and _output_used(led, fallback) == 0
+    assert led.settle(first, 600).replay and _output_used(led, billed) == 500  # a replay charges nothing more
+    assert led.audit() == []
+
+
+def test_a_late_settlement_in_a_lane_without_an_output_limit_charges_no_output(led, clock):
+    first = _moved_during_its_call(led, clock, "a", "b", [], ["output_tokens=500/5s"])
+    led.settle(first, 600)
+    assert _output_used(led, "b") == 0
+    assert led.audit() == []
+
+
 def test_a_pause_is_seen_in_its_process_before_its_write_commits(led):
     # The write may wait for the database's lock under load: this process's workers must not send meanwhile.
     _lane(led)
