@@ -383,7 +383,12 @@ class Gate(AdmissionWait, ProviderPause, GateUsage):
         assert self.lease is not None, "only an admitted gate settles"
         with timeouts.shield():  # a timeout landing mid-transaction must not leave the attempt unbilled
             self.settled = led.settle(
-                self._job, actual, attempt=self.lease.attempt, outcome=outcome, by_estimate=by_estimate
+                self._job,
+                actual,
+                attempt=self.lease.attempt,
+                outcome=outcome,
+                by_estimate=by_estimate,
+                output=None if by_estimate or self.meter.malformed else self.meter.output,
             )
         tokenlog.settled(run_logger(), self.settled, stage=self.stage, est=self.est)
         if held is not None and held.lost:

@@ -190,6 +190,28 @@ def _read(obj: Any, weights: Mapping[str, float]) -> int | None:
     return None
 
 
+def _block_output(block: Any) -> int | None:
+    """The output (generated) tokens a usage block states: ``completion_tokens`` (OpenAI chat), else
+    ``output_tokens`` (Anthropic, the Responses API); None when it states neither (a ``total_tokens`` alone)."""
+    if block is None or is_number(block):
+        return None
+    for name in ("completion_tokens", "output_tokens"):
+        n = _field_count(block, name)
+        if n is not None:
+            return n
+    return None
+
+
+def _output_of(obj: Any) -> int | None:
+    """:func:`_block_output` of a response, a mapping with ``usage``, or a usage block; None for a bare count."""
+    if is_number(obj) or obj is None or isinstance(obj, (str, bytes)):
+        return None
+    usage = _field(obj, "usage")
+    if usage is not None:
+        return _block_output(usage)
+    return _block_output(obj) if isinstance(obj, Mapping) else None
+
+
 def extract_usage(obj: Any, weights: Mapping[str, float] | None = None) -> int | None:
     """Tokens an LLM call spent, read from its response; None when none can be found (or a count is refused:
     a bool, NaN, negative, fractional, more than 10**12; said in a warning naming the field and the value).
@@ -248,6 +270,19 @@ class UsageMeter:
         True
         >>> m.add(7), m.total
         (True, 57)
+
+    :attr:`output` is the output (generated) tokens of what was added, where every part of it states them
+    (``completion_tokens`` or ``output_tokens``): what a provider's output limit counts, which the total cannot
+    tell once prompt-cache weights are in it. A bare count, or a block with only ``total_tokens``, makes it
+    None (unknown).
+
+        >>> m = UsageMeter()
+        >>> m.add({"usage": {"input_tokens": 10, "output_tokens": 40, "cache_read_input_tokens": 5000}})
+        True
+        >>> m.total, m.output
+        (550, 40)
+        >>> m.add(7), m.output
+        (True, None)
     """
 
     def __init__(self, weights: Mapping[str, float] | None = None):
@@ -256,7 +291,9 @@ class UsageMeter:
         self.refused = 0  # how many times usage was refused: what was counted is not all the block spent
         self._said: set[str] = set()
         self._plain = 0
+        self._plain_output: int | None = 0  # output tokens of the plain additions; None: one of them did not say
         self._streams: dict[Any, int] = {}
+        self._stream_output: dict[Any, int | None] = {}
         self._message: dict[str, Any] | None = None  # the Anthropic message being streamed: its usage fields so far
         self._message_key: Any = None
         self._seq = 0
@@ -272,6 +309,13 @@ class UsageMeter:
     def total(self) -> int:
         with self._lock:
             return self._plain + sum(self._streams.values())
+
+    @property
+    def output(self) -> int | None:
+        """Output tokens of what was added; None when some of it did not state them (see the class)."""
+        with self._lock:
+            parts = [self._plain_output, *self._stream_output.values()]
+            return None if any(n is None for n in parts) else sum(n for n in parts if n is not None)
 
     def add(self, obj: Any, source: str | None = None) -> bool:
         """Count ``obj``; True if it carried usage, False for a stream chunk or event without any, or refused.
@@ -310,8 +354,9 @@ class UsageMeter:
             raise InvalidInput("usage", n, why)
         return n
 
-    def _stream(self, key: Any, n: int) -> bool:
+    def _stream(self, key: Any, n: int, output: int | None) -> bool:
         self._streams[key] = self._fits(n, self._streams.get(key, 0))
+        self._stream_output[key] = output
         self.found = True
         return True
 
@@ -323,10 +368,10 @@ class UsageMeter:
         if isinstance(kind, str) and kind.startswith("response."):  # the Responses API's stream events
             resp = _field(obj, "response")
             n = None if resp is None else _read(resp, self.weights)
-            return False if n is None else self._stream(("response", _field(resp, "id")), n)
+            return False if n is None else self._stream(("response", _field(resp, "id")), n, _output_of(resp))
         if _field(obj, "object") == "chat.completion.chunk":
             n = None if _field(obj, "usage") is None else _read(obj, self.weights)
-            return False if n is None else self._stream(("chunk", _field(obj, "id")), n)
+            return False if n is None else self._stream(("chunk", _field(obj, "id")), n, _output_of(obj))
         n = _read(obj, self.weights)
         if n is None:
             if not isinstance(obj, (str, bytes)) and _has_usage_slot(obj):
@@ -336,6 +381,8 @@ class UsageMeter:
             if self._seen.get(id(obj)) is obj:
                 return True  # the same response reported and returned: counted once
         self._plain += self._fits(n)
+        out = _output_of(obj)
+        self._plain_output = None if out is None or self._plain_output is None else self._plain_output + out
         if not is_number(obj):
             self._seen[id(obj)] = obj
         self.found = True
@@ -355,7 +402,7 @@ class UsageMeter:
         else:
             return False
         fields = _merged(self._message, usage)  # refused whole: the message keeps its fields so far
-        self._stream(self._message_key, _from_block(fields, self.weights) or 0)
+        self._stream(self._message_key, _from_block(fields, self.weights) or 0, fields.get("output_tokens"))
         self._message = fields
         return True
 

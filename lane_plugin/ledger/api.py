@@ -295,6 +295,7 @@ class Ledger:
         outcome: str = "done",
         by_estimate: bool = False,
         unsent: bool = False,
+        output: int | None = None,
     ) -> Settled:
         """Bill what an attempt really spent, exactly once.
 
@@ -312,6 +313,11 @@ class Ledger:
                 and never picked up (a gate whose wait ended just as it was leased). Its pending rate charge
                 leaves the burst window instead of counting a full window from now. A lease already picked
                 up is unaffected (its request may be out).
+            output: the output tokens the call generated, as the provider's usage states them (the gate passes
+                what its responses said): what the lane's ``output_tokens`` limit counts from now. Default:
+                ``actual`` less the job's input, which reads prompt-cache tokens billed at a fraction as less
+                output. 0 to 10**12 (else :class:`~lane_plugin.errors.InvalidInput` naming ``output``). A
+                replay's is ignored: the first settlement's stands.
 
         A replay of the same (job, attempt) with the same ``actual`` returns the first result with
         ``replay=True`` and bills nothing; with another ``actual`` it is refused
@@ -324,6 +330,8 @@ class Ledger:
             job = job.job_id
         job_id, attempt = job_ref("job id", job, None if attempt is None else tokens("attempt", attempt))
         actual = tokens("actual", actual, low=0)
+        if output is not None:
+            output = tokens("output", output, low=0)
         if outcome not in ("done", "failed"):
             raise InvalidInput("outcome", outcome, "expected done or failed")
         token = uuid.uuid4().hex
@@ -338,6 +346,7 @@ class Ledger:
                 now=now,
                 by_estimate=bool(by_estimate),
                 unsent=bool(unsent),
+                output=output,
             )
             return done, self._admitting.hand_off(cur, now, done[0].lane, token, freed=not done[0].late, row=done[1])
 

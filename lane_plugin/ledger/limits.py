@@ -87,7 +87,16 @@ def drop_pending(cur: Cursor, job_ids: list[str]) -> None:
         cur.execute(queries.LIMITS_DROP_PENDING_UPDATE_LANE_LIMIT, {"c": cost, "l": lane, "u": unit})
 
 
-def true_up_output(cur: Cursor, job_id: str, attempt: int, actual: int, now: float, *, lane: str | None = None) -> None:
+def true_up_output(
+    cur: Cursor,
+    job_id: str,
+    attempt: int,
+    actual: int,
+    now: float,
+    *,
+    lane: str | None = None,
+    output: int | None = None,
+) -> None:
     """The attempt's ``output_tokens`` charge becomes what it generated, counted from ``now`` (the settlement:
     the provider counts output as it is generated, so until a window after the call).
 
@@ -97,7 +106,9 @@ def true_up_output(cur: Cursor, job_id: str, attempt: int, actual: int, now: flo
     same. A settlement long after its call holds the window a window longer than the provider does: the
     cautious side. None: the request never went out, nothing was generated.
 
-    What it generated: ``actual - rate_input`` (the job's input units; 0 where unknown, so cautious).
+    What it generated: ``output`` where the caller knows it (the gate, from the responses' usage), else
+    ``actual - rate_input`` (the job's input units; 0 where unknown, so cautious), which reads prompt-cache
+    tokens billed at a fraction of the input as less output.
     """
     r = cur.one(
         queries.LIMITS_TRUE_UP_OUTPUT_SELECT_LIMIT_CHARGE,
@@ -105,10 +116,10 @@ def true_up_output(cur: Cursor, job_id: str, attempt: int, actual: int, now: flo
     )
     if r is None:
         if lane is not None:
-            _recharge_output(cur, job_id, attempt, actual, now, lane)
+            _recharge_output(cur, job_id, attempt, actual, now, lane, output)
         return
     old, charged_lane, rate_input = r
-    new = max(0, int(actual) - int(rate_input))
+    new = max(0, int(actual) - int(rate_input)) if output is None else output
     cur.execute(
         queries.LIMITS_TRUE_UP_OUTPUT_UPDATE_LIMIT_CHARGE,
         {"c": new, "now": now, "j": job_id, "a": attempt, "u": OUTPUT_TOKENS},
@@ -120,13 +131,15 @@ def true_up_output(cur: Cursor, job_id: str, attempt: int, actual: int, now: flo
     )
 
 
-def _recharge_output(cur: Cursor, job_id: str, attempt: int, actual: int, now: float, lane: str) -> None:
+def _recharge_output(
+    cur: Cursor, job_id: str, attempt: int, actual: int, now: float, lane: str, output: int | None
+) -> None:
     """:func:`true_up_output` of a call whose charge left the window before it settled: a new charge from now,
     if ``lane`` limits output."""
     r = cur.one(queries.LIMITS_RECHARGE_OUTPUT_SELECT, {"j": job_id, "l": lane, "u": OUTPUT_TOKENS})
     if r is None:
         return
-    new = max(0, int(actual) - int(r[0]))
+    new = max(0, int(actual) - int(r[0])) if output is None else output
     if new:
         charge(cur, lane, now, [(job_id, attempt, {OUTPUT_TOKENS: new}, True)], [(OUTPUT_TOKENS, new)])
 

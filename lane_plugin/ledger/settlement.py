@@ -41,11 +41,13 @@ def settle(
     now: float,
     by_estimate: bool = False,
     unsent: bool = False,
+    output: int | None = None,
 ) -> tuple[Settled, LaneRow]:
     """Bill what one attempt really spent, exactly once (raises :class:`Replay` if already).
 
     ``by_estimate`` marks an attempt billed its estimate because no usage was found. ``unsent``: the
     live lease was never picked up, so its request never went out: a pending rate charge is dropped.
+    ``output``: the output tokens the call generated, if the caller knows them (:func:`true_up_output`).
     Returns the settlement and the lane's row after it (still locked: the hand-off starts from it).
 
     Everything is decided under the lane lock on a fresh read of the job and its
@@ -53,7 +55,14 @@ def settle(
     """
     if cur.dialect == "postgresql" and attempt is not None and not unsent:
         done = _settle_live(
-            cur, job_id, actual=actual, attempt=attempt, outcome=outcome, now=now, by_estimate=by_estimate
+            cur,
+            job_id,
+            actual=actual,
+            attempt=attempt,
+            outcome=outcome,
+            now=now,
+            by_estimate=by_estimate,
+            output=output,
         )
         if done is not None:
             return done
@@ -118,7 +127,7 @@ def settle(
         true_up(cur, job_id, attempt, actual)  # window (a late attempt's charge may be in the lane it moved from)
     tenants.settle(cur, lane, job["tenant"], actual=actual, est=est if live else 0, now=now)
     if _limits_output(lane_row) or not live:  # output_tokens counted as generated (lane_plugin.ledger.limits)
-        true_up_output(cur, job_id, attempt, actual, now, lane=None if unsent else lane)
+        true_up_output(cur, job_id, attempt, actual, now, lane=None if unsent else lane, output=output)
     if live:
         after = cur.one(
             _SQL["live"],
@@ -137,7 +146,15 @@ def settle(
 
 
 def _settle_live(
-    cur: Cursor, job_id: str, *, actual: int, attempt: int, outcome: str, now: float, by_estimate: bool
+    cur: Cursor,
+    job_id: str,
+    *,
+    actual: int,
+    attempt: int,
+    outcome: str,
+    now: float,
+    by_estimate: bool,
+    output: int | None = None,
 ) -> tuple[Settled, LaneRow] | None:
     """PostgreSQL: settle the job's live lease in one statement under the lane lock; None if the
     attempt is not the live lease (the full path then decides, under the same lock)."""
@@ -185,7 +202,7 @@ def _settle_live(
         true_up(cur, job_id, attempt, actual)
         after = lock_lane(cur, lane)  # (held already: a fresh read of the window)
     if _limits_output(after):
-        true_up_output(cur, job_id, attempt, actual, now, lane=lane)
+        true_up_output(cur, job_id, attempt, actual, now, lane=lane, output=output)
     return Settled(job_id, attempt, lane, est, actual, overage, False, outcome, by_estimate=bool(by_estimate)), after
 
 

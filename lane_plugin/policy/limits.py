@@ -26,9 +26,9 @@ grows the window after the fact, and the window may hold more than ``amount``: w
 statement at every admission, on the counts the lane has then. Against a provider that counts output
 as it is generated (issue 24's model of Anthropic's OTPM; Anthropic documents an estimate from
 ``max_tokens`` at arrival, adjusted at the end) the lane's count is not below the provider's but for a
-call that generated more than its allowance, until its answer settles, and a settlement whose billed
-tokens understate the output (``actual`` less the job's input: cache reads billed at a tenth of the
-input, say). The allowance kept free at each admission is a margin against those, not a bound: an
+call that generated more than its allowance, until its answer settles, and a settlement that does not
+state its output (read as ``actual`` less the job's input, which cache reads billed at a tenth of the
+input understate). The allowance kept free at each admission is a margin against those, not a bound: an
 undercount larger than one allowance (several calls over theirs at once) can meet a 429, which pauses
 the lane (rule 1b); ``track_limits`` trues the window up to the provider's own count.
 

@@ -103,3 +103,32 @@ def test_rate_cost_splits_input_and_output_for_a_lanes_limits(ledger):
     with pytest.raises(InvalidInput, match="rate_cost"):
         lane_task(stage="s", estimate=10, rate_cost={"input": 5})
     assert ledger.audit() == []
+
+
+def test_a_cached_prompt_still_counts_its_output_against_the_output_limit(ledger):
+    # Anthropic bills cache reads at a tenth of an input token: 100 input + 5,000 read + 40 output bill 640,
+    # less than the 5,100-token prompt the job stated as its input. The output window counts the 40 the
+    # response says were generated, not 640 - 5,100 (nothing).
+    ledger.set_lane(
+        "cache",
+        allowance=10**6,
+        ceiling=10**6,
+        burst_tokens=10**5,
+        window_seconds=60.0,
+        limits=["output_tokens=1000/60s"],
+    )
+
+    @lane_task(stage="chat", estimate=5_400, lane="cache", rate_cost={"input": 5_100, "output": 300})
+    def chat():
+        return {"usage": {"input_tokens": 100, "cache_read_input_tokens": 5_000, "output_tokens": 40}}
+
+    @flow
+    def f():
+        return chat()
+
+    f()
+    (row,) = job_rows(ledger)
+    assert row["actual"] == 640
+    use = {u["unit"]: u["used"] for u in {s["lane"]: s for s in ledger.lanes()}["cache"]["limit_use"]}
+    assert use["output_tokens"] == 40
+    assert ledger.audit() == []

@@ -7,7 +7,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 from lane_plugin.errors import InvalidInput
-from lane_plugin.gating.usage import READER_RETURNS, check_missing_policy, extract_usage, usage_of
+from lane_plugin.gating.usage import READER_RETURNS, UsageMeter, check_missing_policy, extract_usage, usage_of
 
 
 def openai_chat(prompt: int, completion: int, total: int | None = None):
@@ -267,3 +267,32 @@ def test_a_response_reported_and_returned_counts_once_and_text_counts_nothing():
     with pytest.raises(InvalidInput, match="no token count"):
         meter.add("the text of the answer")
     assert UsageMeter().add(openai_chat(1, 1).model_copy(update={"usage": None})) is False
+
+
+def test_the_meter_keeps_the_output_the_responses_state_for_the_output_limit():
+    m = UsageMeter()
+    m.add(openai_chat(900, 60))
+    m.add(anthropic_message(100, 40))
+    m.add({"usage": {"input_tokens": 10, "cache_read_input_tokens": 5_000, "output_tokens": 7}})
+    assert (m.total, m.output) == (960 + 140 + 517, 60 + 40 + 7)
+    m.add({"usage": {"total_tokens": 30}})  # says no output: the block's output is no longer known
+    assert m.output is None and m.total == 1_647
+
+
+def test_the_meter_keeps_a_streams_newest_output_once():
+    m = UsageMeter()
+    start = {"type": "message_start", "message": {"id": "m1", "usage": {"input_tokens": 50, "output_tokens": 1}}}
+    m.add(start)
+    m.add({"type": "message_delta", "usage": {"output_tokens": 30}})
+    m.add({"type": "message_delta", "usage": {"output_tokens": 45}})  # cumulative
+    chunk = {"object": "chat.completion.chunk", "id": "c1", "usage": {"prompt_tokens": 8, "completion_tokens": 12}}
+    m.add(chunk)
+    m.add(chunk)  # the same chunk twice: counted once
+    assert (m.total, m.output) == (95 + 20, 45 + 12)
+
+
+def test_a_bare_count_leaves_the_output_unknown():
+    m = UsageMeter()
+    assert m.output == 0  # nothing added: nothing generated
+    m.add(120)
+    assert (m.total, m.output) == (120, None)

@@ -349,6 +349,19 @@ def test_a_lease_lost_during_its_call_counts_its_output_from_its_late_settlement
     assert led.audit() == []
 
 
+def test_the_output_the_caller_states_is_what_the_output_window_counts(led, clock):
+    _lane(led, limits=["output_tokens=500/60s"])
+    a = led.submit("s", 5_400, "l", rate_cost={"input": 5_100, "output": 300})
+    (lease,) = led.tick("l")
+    with pytest.raises(InvalidInput, match="output"):
+        led.settle(lease, 640, output=-1)
+    assert led.job(a)["state"] == "leased" and _output_used(led) == 300  # nothing written
+    led.settle(lease, 640, output=40)  # cache reads billed at a tenth: 640 - 5,100 would read as no output
+    assert _output_used(led) == 40
+    assert led.settle(lease, 640, output=99).replay and _output_used(led) == 40  # a replay's output is ignored
+    assert led.audit() == []
+
+
 def _moved_during_its_call(led, clock, billed, fallback, billed_limits, fallback_limits):
     """A job leased in ``billed``, its lease lost during the call, then moved to ``fallback``: its first lease."""
     _lane(led, fallback, limits=fallback_limits, lease_seconds=10)
