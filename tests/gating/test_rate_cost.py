@@ -9,7 +9,7 @@ from prefect import flow
 
 from lane_plugin import InvalidInput, gate, lane_task
 
-from ..tables import job_rows
+from ..tables import job_rows, settlements
 
 pytestmark = [pytest.mark.usefixtures("prefect_server"), pytest.mark.timeout(120)]
 
@@ -131,4 +131,32 @@ def test_a_cached_prompt_still_counts_its_output_against_the_output_limit(ledger
     assert row["actual"] == 640
     use = {u["unit"]: u["used"] for u in {s["lane"]: s for s in ledger.lanes()}["cache"]["limit_use"]}
     assert use["output_tokens"] == 40
+    assert ledger.audit() == []
+
+
+def test_an_attempt_billed_by_its_estimate_counts_its_allowance_as_output(ledger):
+    # No usage came back: the gate bills the estimate and cannot say what was generated. The output window
+    # keeps the allowance (estimate less input), not the nothing the empty meter would state.
+    ledger.set_lane(
+        "blind",
+        allowance=10**6,
+        ceiling=10**6,
+        burst_tokens=10**5,
+        window_seconds=60.0,
+        limits=["output_tokens=1000/60s"],
+    )
+
+    @lane_task(stage="chat", estimate=500, lane="blind", rate_cost={"input": 200, "output": 300})
+    def chat():
+        return "a reply without usage"
+
+    @flow
+    def f():
+        return chat()
+
+    f()
+    (row,) = settlements(ledger)
+    assert row["actual"] == 500 and row["by_estimate"]
+    use = {u["unit"]: u["used"] for u in {s["lane"]: s for s in ledger.lanes()}["blind"]["limit_use"]}
+    assert use["output_tokens"] == 300
     assert ledger.audit() == []
