@@ -73,7 +73,8 @@ from .ledgers import default_tenant, get_ledger, next_seq, prefect_run, run_logg
 from .provider_pause import ProviderPause
 from .ratelimits import PAUSE_STEP
 from .renewal import Held, renewer
-from .usage import UsageMeter, check_missing_policy
+from .usage import check_missing_policy
+from .usage_meter import UsageMeter
 
 WATCHDOG_CHECK = 1.0  # a waiter asks the watchdog whether its wake-up watcher lives at least this often
 ASYNC_CHECK = 0.01  # an async waiter looks at its wake-up event this often (no database read)

@@ -1,5 +1,5 @@
 """What a gated block reports it spent: ints, responses, a returned value or stream, chunks of a tracked
-stream, counted by the gate's :class:`~lane_plugin.gating.usage.UsageMeter`; a mixin of
+stream, counted by the gate's :class:`~lane_plugin.gating.usage_meter.UsageMeter`; a mixin of
 :class:`lane_plugin.gating.context.Gate`."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from ..errors import InvalidInput
 from ..ledger import Settled
 from .ledgers import run_logger
 from .streams import AsyncTrackedStream, TrackedStream, adrain, drain, is_async_stream, is_stream
-from .usage import READER_RETURNS, UsageMeter
+from .usage import READER_RETURNS
+from .usage_meter import UsageMeter
 
 
 class GateUsage:

@@ -7,7 +7,8 @@ from types import SimpleNamespace as NS
 import pytest
 
 from lane_plugin.errors import InvalidInput
-from lane_plugin.gating.usage import READER_RETURNS, UsageMeter, check_missing_policy, extract_usage, usage_of
+from lane_plugin.gating.usage import READER_RETURNS, check_missing_policy, extract_usage, usage_of
+from lane_plugin.gating.usage_meter import UsageMeter
 
 
 def openai_chat(prompt: int, completion: int, total: int | None = None):
@@ -198,7 +199,7 @@ def openai_chunk(content: str | None, usage: dict | None = None, cid: str = "cha
 
 
 def test_an_openai_stream_counts_its_usage_chunk_once():
-    from lane_plugin.gating.usage import UsageMeter
+    from lane_plugin.gating.usage_meter import UsageMeter
 
     meter = UsageMeter()
     final = openai_chunk(None, {"prompt_tokens": 30, "completion_tokens": 12, "total_tokens": 42})
@@ -242,7 +243,7 @@ def anthropic_stream_events():
 
 
 def test_an_anthropic_stream_counts_start_and_cumulative_deltas_once():
-    from lane_plugin.gating.usage import UsageMeter
+    from lane_plugin.gating.usage_meter import UsageMeter
 
     meter = UsageMeter()
     assert [meter.add(e) for e in anthropic_stream_events()] == [True, False, True, True, False]
@@ -255,7 +256,7 @@ def test_an_anthropic_stream_counts_start_and_cumulative_deltas_once():
 
 
 def test_a_response_reported_and_returned_counts_once_and_text_counts_nothing():
-    from lane_plugin.gating.usage import UsageMeter
+    from lane_plugin.gating.usage_meter import UsageMeter
 
     meter = UsageMeter()
     resp = openai_chat(10, 5)

@@ -14,7 +14,8 @@ from types import SimpleNamespace as NS
 import numpy as np
 import pytest
 
-from lane_plugin.gating.usage import UsageMeter, extract_usage, usage_of
+from lane_plugin.gating.usage import extract_usage, usage_of
+from lane_plugin.gating.usage_meter import UsageMeter
 
 NAN, INF = math.nan, math.inf
 MALFORMED = [  # (usage block, the field and value the warning names)

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from lane_plugin import InvalidInput, LaneError, Ledger, current_gate, gate, lane_task, report_usage
-from lane_plugin.gating.usage import UsageMeter
+from lane_plugin.gating.usage_meter import UsageMeter
 
 from ..conftest import PgSchema, postgres_or_skip
 from ..tables import job_rows, settlements
