@@ -272,31 +272,25 @@ def test_a_bad_estimate_is_a_clear_error_and_writes_nothing(led, est):
 
 
 # -- 7. the flow run is cancelled (SIGTERM -> TerminationSignal) or interrupted mid-call -------------------
+_SIGNALLED: list = []  # when long_call's signal was sent (a module list: Prefect may copy a task's arguments)
+
+
 @lane_task(stage="cancelled", estimate=500)
-def long_call():
+def long_call(signum: int):
     report_usage(100)  # a first call came back
-    # the second LLM call: the flow run is cancelled during it. Long, so that the signal sent 0.3 s after the lease
-    # is seen lands in it even on a loaded machine: landing after the flow returned, a KeyboardInterrupt escaped the
-    # test and crashed its worker (CI, with a 5 s call)
-    time.sleep(30.0)
+    # The second LLM call: the flow run is cancelled during it. The body itself arms the signal, 0.3 s into a
+    # 30 s call, so it can only land in the call: sent by a thread that watched for the lease, it could land
+    # after the flow had ended (a flow failing early on a loaded machine), outside pytest.raises, and a
+    # KeyboardInterrupt there crashed the test's worker (CI).
+    if signal.getsignal(signum) in (signal.SIG_DFL, signal.SIG_IGN, None):
+        raise RuntimeError(f"nobody turns signal {signum} into an exception here: not sending it")
+    timer = threading.Timer(0.3, lambda: (_SIGNALLED.append(time.monotonic()), os.kill(os.getpid(), signum)))
+    timer.start()
+    try:
+        time.sleep(30.0)
+    finally:
+        timer.cancel()  # cut short otherwise (the signal already went, or something else): never sent later
     return {"usage": {"total_tokens": 900}}
-
-
-def _signal_when_leased(ledger, signum: int, sent: list) -> threading.Thread:
-    def run():
-        for _ in range(300):
-            if any(j["state"] == "leased" for j in job_rows(ledger)):
-                time.sleep(0.3)  # the body is in its call
-                if signal.getsignal(signum) in (signal.SIG_DFL, signal.SIG_IGN, None):
-                    return  # nobody would turn it into an exception: never kill the test process
-                sent.append(time.monotonic())
-                os.kill(os.getpid(), signum)
-                return
-            time.sleep(0.05)
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["cancel-sigterm", "ctrl-c"])
@@ -305,22 +299,21 @@ def test_a_call_cut_short_by_cancellation_bills_the_estimate(led, signum):
     """Prefect cancels a running flow run by SIGTERM, which its engine raises as TerminationSignal in the
     body; Ctrl-C raises KeyboardInterrupt. Either cuts the LLM call short like a timeout does: the provider may
     bill it, so the gate bills at least the estimate (marked by_estimate), never just what came back before."""
-    sent: list = []
+    _SIGNALLED.clear()
     before = signal.signal(signal.SIGTERM, lambda *a: None)  # Prefect re-sends SIGTERM to the handler it replaced
 
     @flow
     def f():
-        long_call()
+        long_call(signum)
 
-    t = _signal_when_leased(led, signum, sent)
     try:
-        with pytest.raises(BaseException):  # noqa: B017 - TerminationSignal or KeyboardInterrupt
+        with pytest.raises(BaseException) as got:  # noqa: B017 - TerminationSignal or KeyboardInterrupt
             f()
-        t.join(5)
     finally:
         signal.signal(signal.SIGTERM, before)
+    assert not isinstance(got.value, RuntimeError), got.value
     [job] = job_rows(led)
-    assert sent and job["finished_at"] - job["admitted_at"] < 25, "the signal cut the 30 s call short"
+    assert _SIGNALLED and job["finished_at"] - job["admitted_at"] < 25, "the signal cut the 30 s call short"
     [s] = settlements(led)
     assert (s["actual"], bool(s["by_estimate"]), s["outcome"]) == (500, True, "failed"), s
     sound(led)
