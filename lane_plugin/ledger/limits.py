@@ -119,7 +119,7 @@ def true_up_output(
             _recharge_output(cur, job_id, attempt, actual, now, lane, output)
         return
     old, charged_lane, rate_input = r
-    new = max(0, int(actual) - int(rate_input)) if output is None else output
+    new = _generated(actual, rate_input, output)
     cur.execute(
         queries.LIMITS_TRUE_UP_OUTPUT_UPDATE_LIMIT_CHARGE,
         {"c": new, "now": now, "j": job_id, "a": attempt, "u": OUTPUT_TOKENS},
@@ -131,6 +131,11 @@ def true_up_output(
     )
 
 
+def _generated(actual: int, rate_input: int, output: int | None) -> int:
+    """What a call generated: ``output`` where the caller says, else what it billed beyond its input."""
+    return max(0, int(actual) - int(rate_input)) if output is None else output
+
+
 def _recharge_output(
     cur: Cursor, job_id: str, attempt: int, actual: int, now: float, lane: str, output: int | None
 ) -> None:
@@ -139,7 +144,7 @@ def _recharge_output(
     r = cur.one(queries.LIMITS_RECHARGE_OUTPUT_SELECT, {"j": job_id, "l": lane, "u": OUTPUT_TOKENS})
     if r is None:
         return
-    new = max(0, int(actual) - int(r[0])) if output is None else output
+    new = _generated(actual, r[0], output)
     if new:
         charge(cur, lane, now, [(job_id, attempt, {OUTPUT_TOKENS: new}, True)], [(OUTPUT_TOKENS, new)])
 

@@ -105,18 +105,29 @@ def test_rate_cost_splits_input_and_output_for_a_lanes_limits(ledger):
     assert ledger.audit() == []
 
 
-def test_a_cached_prompt_still_counts_its_output_against_the_output_limit(ledger):
-    # Anthropic bills cache reads at a tenth of an input token: 100 input + 5,000 read + 40 output bill 640,
-    # less than the 5,100-token prompt the job stated as its input. The output window counts the 40 the
-    # response says were generated, not 640 - 5,100 (nothing).
+def _output_lane(ledger, name: str) -> None:
+    """A lane whose only binding limit is output_tokens 1000/60s."""
     ledger.set_lane(
-        "cache",
+        name,
         allowance=10**6,
         ceiling=10**6,
         burst_tokens=10**5,
         window_seconds=60.0,
         limits=["output_tokens=1000/60s"],
     )
+
+
+def _output_used(ledger, name: str) -> int:
+    """What the lane's output_tokens window holds, as lane status reads it."""
+    use = {u["unit"]: u["used"] for u in {s["lane"]: s for s in ledger.lanes()}[name]["limit_use"]}
+    return use["output_tokens"]
+
+
+def test_a_cached_prompt_still_counts_its_output_against_the_output_limit(ledger):
+    # Anthropic bills cache reads at a tenth of an input token: 100 input + 5,000 read + 40 output bill 640,
+    # less than the 5,100-token prompt the job stated as its input. The output window counts the 40 the
+    # response says were generated, not 640 - 5,100 (nothing).
+    _output_lane(ledger, "cache")
 
     @lane_task(stage="chat", estimate=5_400, lane="cache", rate_cost={"input": 5_100, "output": 300})
     def chat():
@@ -129,22 +140,14 @@ def test_a_cached_prompt_still_counts_its_output_against_the_output_limit(ledger
     f()
     (row,) = job_rows(ledger)
     assert row["actual"] == 640
-    use = {u["unit"]: u["used"] for u in {s["lane"]: s for s in ledger.lanes()}["cache"]["limit_use"]}
-    assert use["output_tokens"] == 40
+    assert _output_used(ledger, "cache") == 40
     assert ledger.audit() == []
 
 
 def test_an_attempt_billed_by_its_estimate_counts_its_allowance_as_output(ledger):
     # No usage came back: the gate bills the estimate and cannot say what was generated. The output window
     # keeps the allowance (estimate less input), not the nothing the empty meter would state.
-    ledger.set_lane(
-        "blind",
-        allowance=10**6,
-        ceiling=10**6,
-        burst_tokens=10**5,
-        window_seconds=60.0,
-        limits=["output_tokens=1000/60s"],
-    )
+    _output_lane(ledger, "blind")
 
     @lane_task(stage="chat", estimate=500, lane="blind", rate_cost={"input": 200, "output": 300})
     def chat():
@@ -157,6 +160,5 @@ def test_an_attempt_billed_by_its_estimate_counts_its_allowance_as_output(ledger
     f()
     (row,) = settlements(ledger)
     assert row["actual"] == 500 and row["by_estimate"]
-    use = {u["unit"]: u["used"] for u in {s["lane"]: s for s in ledger.lanes()}["blind"]["limit_use"]}
-    assert use["output_tokens"] == 300
+    assert _output_used(ledger, "blind") == 300
     assert ledger.audit() == []
