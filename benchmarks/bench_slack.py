@@ -8,8 +8,10 @@ each request's id), and, for the slack, ``Q/P``: the largest estimate a key read
 tokens waiting at arrivals (the bound is ``C x max(1, Q/P)``, lane_plugin.policy.slack). ``learned=C``: the slack with the p99 of V a lane that ran this traffic before learned
 (:func:`learned_p99`) instead of the running estimate. A ``+exact`` suffix (``slack=C+exact``, ``learned=C+exact``,
 ``beta=B+exact``): the same keys charged per job, each waiting job's own count of what passed it
-(lane_plugin.policy.perjob, an exploration no index head gives) instead of the two lane-wide heads; ``+either``:
-each waiting job within either of its own two allowances, read down the key index's first rows with their dues.
+(lane_plugin.policy.perjob) instead of the two lane-wide heads, kept in the simulator's segment tree; ``+epochN``:
+the same exact rooms kept as a ledger can keep them, one counter per epoch of N arrivals (lane_plugin.sim.rooms.
+EpochRooms: the figures must equal ``+exact``'s); ``+either``: each waiting job within either of its own two
+allowances, read down the key index's first rows with their dues.
 
 Traffic: the targets' rate scenarios on the two real traces (bench_targets.py's ``rate-azure`` and
 ``rate-mooncake``), and generated single calls (lane_plugin.sim.traffic.generate: 12,000 in an hour, median
@@ -17,7 +19,7 @@ estimate 3,000, a 60 s window 5% under the hour's demand): lognormal with Poisso
 lognormal bursty (each 10 minutes' arrivals in their first 2). Generated traffic stands in for the held-out
 trace: a rule tuned to the two traces has to hold there too.
 
-Run:  .venv/bin/python benchmarks/bench_slack.py [--settings off,slack=1.3,learned=1.3+exact,learned=1.3+either] [--one] [--traffic NAME,...]
+Run:  .venv/bin/python benchmarks/bench_slack.py [--settings off,slack=1.3,learned=1.3+exact,learned=1.3+epoch64,learned=1.3+either] [--one] [--traffic NAME,...]
       [--seed N]
 """
 
@@ -87,9 +89,16 @@ def setting(text: str) -> dict:
         return {}
     text, plus, flag = text.partition("+")
     name, _, value = text.partition("=")
-    if name not in ("beta", "slack", "learned") or not value or flag not in ("", "exact", "either"):
-        raise SystemExit(f"--settings: {text!r} must be off, beta=B, slack=C or learned=C, +exact, +either or not")
-    flags = {"overtake_exact": flag == "exact", "overtake_either": flag == "either"}
+    epoch = flag[5:] if flag.startswith("epoch") else None
+    if epoch is not None and not epoch.isdigit():
+        raise SystemExit(f"--settings: {text!r}: +epochN needs N, the positions per epoch (e.g. +epoch64)")
+    if name not in ("beta", "slack", "learned") or not value or (flag not in ("", "exact", "either") and epoch is None):
+        raise SystemExit(
+            f"--settings: {text!r} must be off, beta=B, slack=C or learned=C, +exact, +epochN, +either or not"
+        )
+    flags = {"overtake_exact": flag == "exact" or epoch is not None, "overtake_either": flag == "either"}
+    if epoch is not None:
+        flags["overtake_epoch"] = int(epoch)
     return {f"overtake_{'slack' if name == 'learned' else name}": float(value), **flags}
 
 
@@ -106,7 +115,11 @@ def cell(name: str, seed: int, trace: Trace, cfg: SimConfig, tenants: bool, lear
     trace, cfg = shared(trace, cfg, tenants)
     if learn:
         assert cfg.overtake_slack is not None
-        flags = {"overtake_exact": cfg.overtake_exact, "overtake_either": cfg.overtake_either}
+        flags = {
+            "overtake_exact": cfg.overtake_exact,
+            "overtake_either": cfg.overtake_either,
+            "overtake_epoch": cfg.overtake_epoch,
+        }
         learned = learned_p99(name, seed, cfg.overtake_slack, tenants, flags)
         cfg = SimConfig(**{**cfg.__dict__, "overtake_learned": learned})
     fifo, lane = simulate(trace, cfg, policies=("token-fifo", "lane"))
@@ -121,7 +134,7 @@ def main() -> None:
     ap.add_argument(
         "--settings",
         default="off,slack=1.3",
-        help="Comma-separated: off, beta=B, slack=C, learned=C (each +exact, +either or not).",
+        help="Comma-separated: off, beta=B, slack=C, learned=C (each +exact, +epochN, +either or not).",
     )
     ap.add_argument("--traffic", default=",".join(TRAFFIC), help=f"Comma-separated, of {', '.join(TRAFFIC)}.")
     ap.add_argument("--seed", type=int, default=1, help="The generated traffic's seed.")

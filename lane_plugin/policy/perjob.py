@@ -1,4 +1,4 @@
-"""Rule 12's exact per-job form (an exploration, simulator only): each waiting job's own count of what passed it.
+"""Rule 12's exact per-job form (simulator only, the ledger not yet): each waiting job's own count of what passed it.
 
 Rule 12 (:mod:`lane_plugin.policy.overtake`, :mod:`lane_plugin.policy.slack`) proves ``O_K <= key_K`` for every job
 K, ``O_K`` the rate tokens of younger jobs admitted while K waits, but reads it through two index heads: ``passed``
@@ -9,10 +9,11 @@ proof's own quantity instead: the store keeps, per waiting job, its *room* ``key
 X). Then ``O_K <= key_K`` holds for every job as rule 12 needs, so its bound ``T_K <= V_K + key_K`` and the quantile
 bound built on it stand unchanged; the order refuses a pass only when some job it passes has no room.
 
-No index head gives this: an admission changes the room of every older waiting job (a range update), which a
-ledger would need a segment tree for, not a B-tree index. So it is a measurement of how much of the lane-wide
-forms' cost is their approximation (docs/admission.md, "Bounding waits against first come, first served"), not a
-rule the ledger runs. Measured: with the learned estimate it gives back the order's p50 on the Azure code trace
+One index head per job does not give this: an admission changes the room of every older waiting job (a range
+update). Kept per arrival *epoch* it is bounded work (:class:`lane_plugin.sim.rooms.EpochRooms`): one counter per
+epoch with a waiting job, its least room the head of an index on ``(epoch, base)``, and at most a few epochs' rows
+read or written one by one, the same rooms exactly (tests/sim/test_rooms.py). The ledger does not run it yet
+(docs/admission.md, "Bounding waits against first come, first served", says what it needs); the simulator does. Measured: with the learned estimate it gives back the order's p50 on the Azure code trace
 (0.48x token-fifo's, against the heads' 0.59x), where the heads read per job (``LaneSnapshot.guard_dues``) give
 0.57x: the heads' cost is that they count every job that left since, not only the jobs that passed.
 

@@ -22,7 +22,7 @@ from ..policy.order import priority
 from ..policy.overtake import overtake_key
 from ..policy.sizeclass import SIZE_CLASS_SAMPLE, size_class_boundary
 from ..policy.slack import BacklogQuantile, slack_key
-from .rooms import RoomTree
+from .rooms import EpochRooms, RoomTree
 from .runs import RunBook
 
 WAITING = 0  # the engine's state code of a waiting job
@@ -125,7 +125,12 @@ class LaneQueue:
         self.by_age: list[tuple[int, int]] = []
         # Rule 12's exact per-job form (SimConfig.overtake_exact, an exploration: lane_plugin.policy.perjob): each
         # waiting job's own room, key - what passed it, by arrival number (None: the index heads above).
-        self.rooms = RoomTree(self._position, 2 * len(sim.est) + 16) if sim.cfg.overtake_exact else None
+        self.rooms: RoomTree | EpochRooms | None = None
+        if sim.cfg.overtake_exact:
+            epoch = sim.cfg.overtake_epoch
+            self.rooms = (
+                RoomTree(self._position, 2 * len(sim.est) + 16) if epoch is None else EpochRooms(self._position, epoch)
+            )
 
     def prio(self, j: int) -> float:
         """Job ``j``'s place, given once (at intake, by the boundary known then and whether its run is

@@ -9,6 +9,7 @@ positions is one query. Lazy adds on the nodes, pushed down before a point is re
 from __future__ import annotations
 
 from collections.abc import Callable
+from heapq import heappop, heappush
 
 # A leaf no job waits at: far above any room, and still so after every rate a run admits is taken off it.
 NONE = 1 << 62
@@ -126,3 +127,96 @@ class RoomTree:
             lo >>= 1
             hi >>= 1
         return None if best >= NONE // 2 else best
+
+
+class EpochRooms:
+    """The same rooms as :class:`RoomTree`, kept as a ledger can keep them: per arrival *epoch*, one counter.
+
+    Positions fall in epochs of ``epoch`` consecutive ones. Each epoch with a waiting job holds a counter
+    ``passed``, each waiting job a ``base``, and its room is ``base - passed``: its key, less what passed it. An
+    admission at ``position`` passes every older waiting job: it adds its rate to the counter of each older epoch
+    (one write per epoch, not per job) and takes it off the ``base`` of the older jobs of its own epoch (at most
+    ``epoch - 1`` rows). The least room over a range of positions reads, per epoch the range covers whole, the
+    least ``base`` (the head of an index on ``(epoch, base)`` over the waiting jobs) less the counter, and the jobs
+    of the (at most two) epochs it covers in part one by one. So the rooms are exactly the tree's (a test checks
+    it on random operations) and what one admission costs is a row per epoch with a waiting job plus at most
+    ``3 x epoch`` job rows, never the whole queue: with ``epoch`` near the square root of the jobs waiting, both
+    are small.
+
+    Example (epochs of 2 positions):
+        >>> r = EpochRooms(lambda jid: None, 2)
+        >>> for p, room in enumerate((50, 900, 400)): r.set(p, room)
+        >>> r.lower(2, 30); r.least(0, 2), r.least(2, 3), r.room(1)   # 0 and 1 were passed (a counter)
+        (20, 400, 870)
+        >>> r.clear(3); r.set(3, 80); r.lower(3, 10); r.least(2, 3), r.room(2)   # 3 passed 2 (its base)
+        (390, 390)
+        >>> r.clear(0); r.least(0, 2), r.least(0, 1)
+        (860, None)
+    """
+
+    def __init__(self, position_of: Callable[[str], int | None], epoch: int) -> None:
+        if epoch < 1:
+            raise ValueError(f"epoch={epoch!r} must be >= 1 (positions per epoch)")
+        self.position = position_of
+        self.size = epoch
+        self.passed: dict[int, int] = {}  # epoch -> its counter, while a job waits in it
+        self.heads: dict[int, list[tuple[int, int]]] = {}  # epoch -> (base, position), lazily deleted
+        self.waiting: dict[int, set[int]] = {}  # epoch -> its waiting positions
+        self.base: dict[int, int] = {}  # waiting position -> base
+
+    def room(self, position: int) -> int:
+        """The room at ``position`` (:data:`NONE`: no job waits there)."""
+        b = self.base.get(position)
+        return NONE if b is None else b - self.passed[position // self.size]
+
+    def _put(self, e: int, position: int, base: int) -> None:
+        self.base[position] = base
+        heappush(self.heads[e], (base, position))
+
+    def set(self, position: int, room: int) -> None:
+        """A job arrives at ``position`` with ``room`` (positions only grow, as arrivals are numbered)."""
+        e = position // self.size
+        if e not in self.passed:
+            self.passed[e], self.heads[e], self.waiting[e] = 0, [], set()
+        self.waiting[e].add(position)
+        self._put(e, position, room + self.passed[e])
+
+    def clear(self, position: int) -> None:
+        """The job at ``position`` stops waiting; an epoch with no job left waiting is dropped."""
+        if self.base.pop(position, None) is None:
+            return
+        e = position // self.size
+        self.waiting[e].discard(position)
+        if not self.waiting[e]:
+            del self.passed[e], self.heads[e], self.waiting[e]
+
+    def lower(self, position: int, rate: int) -> None:
+        """A job at ``position`` is admitted with ``rate``: every older waiting job was passed by it."""
+        own = position // self.size
+        for e in self.passed:
+            if e < own:
+                self.passed[e] += rate
+        for q in self.waiting.get(own, ()):
+            if q < position:
+                self._put(own, q, self.base[q] - rate)
+
+    def _head(self, e: int) -> int:
+        heap = self.heads[e]
+        while self.base.get(heap[0][1]) != heap[0][0]:
+            heappop(heap)
+        return heap[0][0]
+
+    def least(self, lo: int, hi: int) -> int | None:
+        """The least room of the waiting jobs with ``lo <= position < hi`` (None: none waits there)."""
+        best: int | None = None
+        for e, counter in self.passed.items():
+            start, end = e * self.size, (e + 1) * self.size
+            if end <= lo or start >= hi:
+                continue
+            if lo <= start and end <= hi:
+                base: int | None = self._head(e)
+            else:
+                base = min((self.base[q] for q in self.waiting[e] if lo <= q < hi), default=None)
+            if base is not None:
+                best = base - counter if best is None else min(best, base - counter)
+        return best

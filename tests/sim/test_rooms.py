@@ -1,6 +1,7 @@
-"""The simulator's rooms for rule 12's exact per-job form (lane_plugin.sim.rooms): the segment tree against the
-rooms kept one by one, over random arrivals, admissions (every older waiting job passed), parks and reads; and the
-simulator with the form on (SimConfig.overtake_exact) keeping a big job within its bound."""
+"""The simulator's rooms for rule 12's exact per-job form (lane_plugin.sim.rooms): the segment tree and the epoch
+counters a ledger can keep, each against the rooms kept one by one, over random arrivals, admissions (every older
+waiting job passed), parks and reads; and the simulator with the form on (SimConfig.overtake_exact) keeping a big
+job within its bound, with either structure."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lane_plugin.sim import SimConfig, simulate
-from lane_plugin.sim.rooms import RoomTree
+from lane_plugin.sim.rooms import EpochRooms, RoomTree
 from tests.sim.test_tenants import _big_amid_small
 
 _OPS = st.lists(
@@ -19,9 +20,11 @@ _OPS = st.lists(
 
 
 @settings(max_examples=60, deadline=None)
-@given(ops=_OPS, capacity=st.integers(1, 40))
-def test_the_least_room_over_any_range_is_what_each_job_was_left(ops, capacity):
-    tree, rooms = RoomTree(lambda jid: None, capacity), {}
+@given(ops=_OPS, size=st.integers(1, 40), kind=st.sampled_from(["tree", "epochs"]))
+def test_the_least_room_over_any_range_is_what_each_job_was_left(ops, size, kind):
+    """``size``: the tree's starting capacity, or the positions per epoch."""
+    tree = RoomTree(lambda jid: None, size) if kind == "tree" else EpochRooms(lambda jid: None, size)
+    rooms: dict[int, int] = {}
     arrived = 0
     for op, a, b in ops:
         waiting = sorted(rooms)
@@ -44,7 +47,8 @@ def test_the_least_room_over_any_range_is_what_each_job_was_left(ops, capacity):
     assert all(tree.room(q) == r for q, r in rooms.items())
 
 
-def test_the_simulator_charges_each_job_its_own_passes_and_keeps_the_big_job_within_its_bound():
+@pytest.mark.parametrize("epoch", [None, 4])
+def test_the_simulator_charges_each_job_its_own_passes_and_keeps_the_big_job_within_its_bound(epoch):
     """As tests/sim/test_tenants.py's budget test, with the exact per-job form: the big job found 20k waiting, so at
     most 5k of later jobs pass it and it waits within (1 + beta) x token-fifo's wait plus two windows."""
     cfg = dict(ceiling=10**9, allowance=10**9, burst_tokens=20_000, window_seconds=10.0, max_leased=64, workers=64)
@@ -52,7 +56,9 @@ def test_the_simulator_charges_each_job_its_own_passes_and_keeps_the_big_job_wit
     tr = _big_amid_small()
     big = tr.est.index(9_000)
     (lane, fifo), (held,) = (
-        simulate(tr, SimConfig(**cfg, overtake_beta=0.25, overtake_exact=True), ["lane", "token-fifo"]),
+        simulate(
+            tr, SimConfig(**cfg, overtake_beta=0.25, overtake_exact=True, overtake_epoch=epoch), ["lane", "token-fifo"]
+        ),
         simulate(tr, SimConfig(**cfg), ["lane"]),
     )
     assert held.waits[big] > 100.0  # the order alone holds it behind the small jobs
@@ -63,3 +69,11 @@ def test_the_simulator_charges_each_job_its_own_passes_and_keeps_the_big_job_wit
 def test_the_exact_form_needs_keys_to_charge():
     with pytest.raises(ValueError, match="overtake_exact"):
         SimConfig(overtake_exact=True)
+
+
+@pytest.mark.parametrize("epoch", [0, -3])
+def test_epochs_need_a_positive_size_and_the_exact_form(epoch):
+    with pytest.raises(ValueError, match=f"overtake_epoch={epoch}"):
+        SimConfig(overtake_beta=0.25, overtake_exact=True, overtake_epoch=epoch)
+    with pytest.raises(ValueError, match="overtake_epoch=4 must be >= 1 and needs overtake_exact=True"):
+        SimConfig(overtake_beta=0.25, overtake_epoch=4)
