@@ -40,6 +40,7 @@ from lane_plugin.sim.config import SimConfig  # noqa: E402
 from lane_plugin.sim.engine import Sim, simulate  # noqa: E402
 from lane_plugin.sim.readers import load_trace  # noqa: E402
 from lane_plugin.sim.results import percentile  # noqa: E402
+from lane_plugin.sim.rooms import EpochRooms  # noqa: E402
 from lane_plugin.sim.tenants import assign_by_hash, parse_tenants  # noqa: E402
 from lane_plugin.sim.traffic import Trace, generate  # noqa: E402
 
@@ -85,21 +86,33 @@ def learned_p99(name: str, seed: int, slack: float, tenants: bool, flags: dict |
 
 
 def setting(text: str) -> dict:
+    """One ``--settings`` entry as SimConfig fields; a bad one exits naming it whole."""
     if text == "off":
         return {}
-    text, plus, flag = text.partition("+")
-    name, _, value = text.partition("=")
-    epoch = flag[5:] if flag.startswith("epoch") else None
-    if epoch is not None and not epoch.isdigit():
-        raise SystemExit(f"--settings: {text!r}: +epochN needs N, the positions per epoch (e.g. +epoch64)")
-    if name not in ("beta", "slack", "learned") or not value or (flag not in ("", "exact", "either") and epoch is None):
-        raise SystemExit(
-            f"--settings: {text!r} must be off, beta=B, slack=C or learned=C, +exact, +epochN, +either or not"
-        )
-    flags = {"overtake_exact": flag == "exact" or epoch is not None, "overtake_either": flag == "either"}
+    rule, _, flag = text.partition("+")
+    name, _, value = rule.partition("=")
+    epoch = flag[len("epoch") :] if flag.startswith("epoch") else None
+    usage = "must be off, beta=B, slack=C or learned=C, then +exact, +epochN (N >= 1), +either or nothing"
+    if name not in ("beta", "slack", "learned") or flag not in ("", "exact", "either") and epoch is None:
+        raise SystemExit(f"--settings: {text!r} {usage}")
+    if epoch is not None and not (epoch.isascii() and epoch.isdecimal() and int(epoch) >= 1):
+        raise SystemExit(f"--settings: {text!r}: +epochN needs N, the positions per epoch, a whole number >= 1")
+    try:
+        number = float(value)
+    except ValueError:
+        raise SystemExit(f"--settings: {text!r}: {name}= needs a number, got {value!r}") from None
+    fields = {
+        f"overtake_{'slack' if name == 'learned' else name}": number,
+        "overtake_exact": flag == "exact" or epoch is not None,
+        "overtake_either": flag == "either",
+    }
     if epoch is not None:
-        flags["overtake_epoch"] = int(epoch)
-    return {f"overtake_{'slack' if name == 'learned' else name}": float(value), **flags}
+        fields["overtake_epoch"] = int(epoch)
+    try:
+        SimConfig(**fields)  # the simulator's own checks (a slack under 1, either without a slack), before any run
+    except ValueError as exc:
+        raise SystemExit(f"--settings: {text!r}: {exc}") from None
+    return fields
 
 
 def shared(trace: Trace, cfg: SimConfig, tenants: bool) -> tuple[Trace, SimConfig]:
@@ -122,10 +135,19 @@ def cell(name: str, seed: int, trace: Trace, cfg: SimConfig, tenants: bool, lear
         }
         learned = learned_p99(name, seed, cfg.overtake_slack, tenants, flags)
         cfg = SimConfig(**{**cfg.__dict__, "overtake_learned": learned})
-    fifo, lane = simulate(trace, cfg, policies=("token-fifo", "lane"))
+    sims: list[Sim] = []
+    fifo, lane = simulate(trace, cfg, policies=("token-fifo", "lane"), progress=lambda sim, _: sims.append(sim))
     out = f"{lane.wait_p50 / fifo.wait_p50:.2f} / {lane.wait_p99 / fifo.wait_p99:.2f}"
     if lane.slack_estimate_ratio is not None:
         out += f" (Q/P {lane.slack_estimate_ratio:.2f})"
+    rooms = sims[-1].lane_queue.rooms if sims and sims[-1].policy == "lane" else None
+    if isinstance(rooms, EpochRooms):  # what the ledger would read and write (EpochRooms.costs)
+        c, n = rooms.costs, max(1, rooms.costs["admissions"])
+        out += (
+            f" [per admission {c['counters'] / n:.1f} counters + {c['rows'] / n:.1f} rows; per read "
+            f"{c['heads'] / max(1, c['reads']):.1f} heads + {c['read_rows'] / max(1, c['reads']):.0f} rows; "
+            f"at most {c['max_epochs']} epochs, {c['max_waiting']} waiting]"
+        )
     return out
 
 
@@ -141,6 +163,7 @@ def main() -> None:
     ap.add_argument("--one", action="store_true", help="One tenant only (not three as well).")
     args = ap.parse_args()
     settings = args.settings.split(",")
+    parsed = {s: setting(s) for s in settings}  # every entry checked before the first run
     names = args.traffic.split(",")
     for n in names:
         if n not in TRAFFIC:
@@ -152,7 +175,7 @@ def main() -> None:
         trace, base = traffic(name, args.seed)
         cells = []
         for s in settings:
-            cfg = SimConfig(**{**base.__dict__, **setting(s)})
+            cfg = SimConfig(**{**base.__dict__, **parsed[s]})
             learn = s.startswith("learned=")
             one = cell(name, args.seed, trace, cfg, False, learn)
             cells.append(one if args.one else f"{one} \\| {cell(name, args.seed, trace, cfg, True, learn)}")

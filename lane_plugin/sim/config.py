@@ -75,8 +75,8 @@ class SimConfig:
     # An exploration (lane_plugin.policy.perjob): rule 12 charged per job, each waiting job's own count of what passed
     # it against its own key, instead of the two lane-wide index heads; with overtake_beta or overtake_slack.
     overtake_exact: bool = False
-    # With overtake_exact: the rooms kept per arrival epoch of this many positions, one counter each, as a ledger
-    # can keep them with index heads (lane_plugin.sim.rooms.EpochRooms), instead of exactly per job. None: exact.
+    # With overtake_exact: the same rooms kept per arrival epoch of this many positions, one counter each, as the
+    # ledger keeps them (lane_plugin.sim.rooms.EpochRooms), instead of in a segment tree (None). Same figures.
     overtake_epoch: int | None = None
     # With overtake_slack: each waiting job within either of its two allowances (key against passed, due against
     # left), read down the key index with each row's due, instead of one of the two lane-wide heads for all.
@@ -119,8 +119,12 @@ class SimConfig:
             )
         if self.overtake_exact and self.overtake_slack is None and self.overtake_beta is None:
             raise ValueError("overtake_exact=True needs overtake_beta or overtake_slack (it charges their keys)")
-        if self.overtake_epoch is not None and not (self.overtake_exact and self.overtake_epoch >= 1):
-            raise ValueError(f"overtake_epoch={self.overtake_epoch!r} must be >= 1 and needs overtake_exact=True")
+        if self.overtake_epoch is not None:
+            epoch = self.overtake_epoch
+            if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
+                raise ValueError(f"overtake_epoch={epoch!r} must be a whole number >= 1 (positions per epoch)")
+            if not self.overtake_exact:
+                raise ValueError(f"overtake_epoch={epoch!r} needs overtake_exact=True (it keeps that form's rooms)")
         if self.overtake_either and self.overtake_slack is None:
             raise ValueError("overtake_either=True needs overtake_slack (the dues are the slack's second bound)")
         if self.overtake_slack is not None and self.overtake_beta is not None:

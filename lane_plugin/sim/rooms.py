@@ -130,18 +130,22 @@ class RoomTree:
 
 
 class EpochRooms:
-    """The same rooms as :class:`RoomTree`, kept as a ledger can keep them: per arrival *epoch*, one counter.
+    """The same rooms as :class:`RoomTree`, kept as the ledger keeps them (lane_plugin.ledger.overtake): per epoch.
 
     Positions fall in epochs of ``epoch`` consecutive ones. Each epoch with a waiting job holds a counter
-    ``passed``, each waiting job a ``base``, and its room is ``base - passed``: its key, less what passed it. An
-    admission at ``position`` passes every older waiting job: it adds its rate to the counter of each older epoch
-    (one write per epoch, not per job) and takes it off the ``base`` of the older jobs of its own epoch (at most
-    ``epoch - 1`` rows). The least room over a range of positions reads, per epoch the range covers whole, the
-    least ``base`` (the head of an index on ``(epoch, base)`` over the waiting jobs) less the counter, and the jobs
-    of the (at most two) epochs it covers in part one by one. So the rooms are exactly the tree's (a test checks
-    it on random operations) and what one admission costs is a row per epoch with a waiting job plus at most
-    ``3 x epoch`` job rows, never the whole queue: with ``epoch`` near the square root of the jobs waiting, both
-    are small.
+    ``passed``, each waiting job a ``base`` (its key when it arrived, plus its epoch's counter then: 0 here, where
+    every job is numbered; in the ledger a job not numbered charges the newest epoch too), and its room is
+    ``base - passed``. An admission at ``position`` passes every older waiting job: it adds its rate to the counter
+    of each older epoch and takes it off the ``base`` of the older jobs of its own epoch (at most ``epoch - 1``
+    rows). A read of the least room over a range of positions takes, per epoch the range covers whole, the least
+    ``base`` (the head of an index on ``(epoch, base)`` over the waiting jobs) less the counter, and reads the
+    jobs of the at most two epochs it covers in part one by one (at most ``2 x epoch`` rows). So the rooms are
+    exactly the tree's (tests/sim/test_rooms.py checks it on random operations).
+
+    What it costs is counted in :attr:`costs`. The epochs an admission writes are those the waiting jobs' positions
+    span, not the waiting jobs over ``epoch``: one job held back per epoch keeps each alive. Rule 12 bounds that
+    span in rate tokens (a job is passed by at most its key), not in jobs, so jobs much smaller than the one held
+    back make it wide; on the two traces it stayed at most 40 epochs of 64 (docs/admission.md).
 
     Example (epochs of 2 positions):
         >>> r = EpochRooms(lambda jid: None, 2)
@@ -163,6 +167,10 @@ class EpochRooms:
         self.heads: dict[int, list[tuple[int, int]]] = {}  # epoch -> (base, position), lazily deleted
         self.waiting: dict[int, set[int]] = {}  # epoch -> its waiting positions
         self.base: dict[int, int] = {}  # waiting position -> base
+        # What the ledger would read and write: per admission, counters and job rows written; per read of the
+        # least room, heads and job rows read; the most epochs alive and jobs waiting at an admission.
+        self.costs = dict.fromkeys(("admissions", "counters", "rows", "reads", "heads", "read_rows"), 0)
+        self.costs.update(max_epochs=0, max_waiting=0)
 
     def room(self, position: int) -> int:
         """The room at ``position`` (:data:`NONE`: no job waits there)."""
@@ -192,13 +200,18 @@ class EpochRooms:
 
     def lower(self, position: int, rate: int) -> None:
         """A job at ``position`` is admitted with ``rate``: every older waiting job was passed by it."""
-        own = position // self.size
+        own, costs = position // self.size, self.costs
+        costs["admissions"] += 1
+        costs["max_epochs"] = max(costs["max_epochs"], len(self.passed))
+        costs["max_waiting"] = max(costs["max_waiting"], len(self.base))
         for e in self.passed:
             if e < own:
                 self.passed[e] += rate
+                costs["counters"] += 1
         for q in self.waiting.get(own, ()):
             if q < position:
                 self._put(own, q, self.base[q] - rate)
+                costs["rows"] += 1
 
     def _head(self, e: int) -> int:
         heap = self.heads[e]
@@ -209,14 +222,17 @@ class EpochRooms:
     def least(self, lo: int, hi: int) -> int | None:
         """The least room of the waiting jobs with ``lo <= position < hi`` (None: none waits there)."""
         best: int | None = None
+        self.costs["reads"] += 1
         for e, counter in self.passed.items():
             start, end = e * self.size, (e + 1) * self.size
             if end <= lo or start >= hi:
                 continue
             if lo <= start and end <= hi:
                 base: int | None = self._head(e)
+                self.costs["heads"] += 1
             else:
                 base = min((self.base[q] for q in self.waiting[e] if lo <= q < hi), default=None)
+                self.costs["read_rows"] += len(self.waiting[e])
             if base is not None:
                 best = base - counter if best is None else min(best, base - counter)
         return best

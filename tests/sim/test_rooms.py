@@ -17,14 +17,18 @@ _OPS = st.lists(
     st.tuples(st.sampled_from(["arrive", "admit", "park", "read"]), st.integers(0, 10**6), st.integers(0, 10**6)),
     max_size=200,
 )
+_MANY = st.lists(  # arrivals twice as likely: epochs fill
+    st.tuples(
+        st.sampled_from(["arrive", "arrive", "admit", "park", "read"]), st.integers(0, 10**6), st.integers(0, 10**6)
+    ),
+    min_size=20,
+    max_size=200,
+)
 
 
-@settings(max_examples=60, deadline=None)
-@given(ops=_OPS, size=st.integers(1, 40), kind=st.sampled_from(["tree", "epochs"]))
-def test_the_least_room_over_any_range_is_what_each_job_was_left(ops, size, kind):
-    """``size``: the tree's starting capacity, or the positions per epoch."""
-    tree = RoomTree(lambda jid: None, size) if kind == "tree" else EpochRooms(lambda jid: None, size)
-    rooms: dict[int, int] = {}
+def _check(rooms_of, ops, size) -> None:
+    """Run ``ops`` on ``rooms_of(size)`` and on rooms kept one by one; every read, and the whole queue's, agree."""
+    tree, rooms = rooms_of(size), {}
     arrived = 0
     for op, a, b in ops:
         waiting = sorted(rooms)
@@ -41,10 +45,25 @@ def test_the_least_room_over_any_range_is_what_each_job_was_left(ops, size, kind
                 for q in rooms:
                     if q < p:
                         rooms[q] -= b
-        lo, hi = sorted((a % (arrived + 2), b % (arrived + 2)))
-        want = [r for q, r in rooms.items() if lo <= q < hi]
-        assert tree.least(lo, hi) == (min(want) if want else None)
+        span = tuple(sorted((a % (arrived + 2), b % (arrived + 2))))
+        for lo, hi in (span, (0, arrived + 1)):  # a range, and the whole queue (as policies.py reads it)
+            want = [r for q, r in rooms.items() if lo <= q < hi]
+            assert tree.least(lo, hi) == (min(want) if want else None)
     assert all(tree.room(q) == r for q, r in rooms.items())
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=_OPS, capacity=st.integers(1, 40))
+def test_the_tree_s_least_room_over_any_range_is_what_each_job_was_left(ops, capacity):
+    _check(lambda n: RoomTree(lambda jid: None, n), ops, capacity)
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops=_MANY, size=st.integers(2, 6))
+def test_the_epochs_keep_the_same_rooms(ops, size):
+    """Small epochs and many arrivals: whole epochs (read by their head, stale entries under it), epochs read in
+    part, epochs emptied and dropped, a pass from inside its own epoch."""
+    _check(lambda n: EpochRooms(lambda jid: None, n), ops, size)
 
 
 @pytest.mark.parametrize("epoch", [None, 4])
@@ -71,9 +90,12 @@ def test_the_exact_form_needs_keys_to_charge():
         SimConfig(overtake_exact=True)
 
 
-@pytest.mark.parametrize("epoch", [0, -3])
-def test_epochs_need_a_positive_size_and_the_exact_form(epoch):
-    with pytest.raises(ValueError, match=f"overtake_epoch={epoch}"):
+@pytest.mark.parametrize("epoch", [0, -3, 2.5, True, "64"])
+def test_epochs_need_a_whole_positive_size(epoch):
+    with pytest.raises(ValueError, match=f"overtake_epoch={epoch!r} must be a whole number >= 1"):
         SimConfig(overtake_beta=0.25, overtake_exact=True, overtake_epoch=epoch)
-    with pytest.raises(ValueError, match="overtake_epoch=4 must be >= 1 and needs overtake_exact=True"):
+
+
+def test_epochs_need_the_exact_form():
+    with pytest.raises(ValueError, match="overtake_epoch=4 needs overtake_exact=True"):
         SimConfig(overtake_beta=0.25, overtake_epoch=4)
