@@ -238,13 +238,13 @@ def db_upgrade():
 
 @app.command()
 def audit(grace: float = typer.Option(60.0, help="Reap interval: how long a lease may outlive its expiry.")):
-    """Check invariants I1-I6 from the tables; exits 1 naming each violation."""
+    """Check invariants I1-I7 from the tables; exits 1 naming each violation."""
     bad = ledger(create=False).audit(grace=grace)
     for line in bad:
         typer.echo(line)
     if bad:
         raise typer.Exit(1)
-    typer.echo("ledger sound: I1-I6 hold")
+    typer.echo("ledger sound: I1-I7 hold")
 
 
 @auto_app.command("apply")

@@ -133,6 +133,11 @@ def lanes_set(
     headroom_sigmas: Optional[float] = typer.Option(
         None, help="Keep this many standard deviations of the spread in flight (est_var) free under the ceiling."
     ),
+    overtake_slack: Optional[str] = typer.Option(
+        None,
+        help="Rule 12: keep the p99 of the tokens admitted ahead of a job within this many times first come, first "
+        "served's (1 to 10, e.g. 1.25; 'off', the default, turns it off). docs/admission.md.",
+    ),
     max_leased: Optional[int] = typer.Option(None, help="Leased jobs at most."),
     lease_seconds: Optional[float] = typer.Option(None, help="Lease length."),
     max_wait_seconds: Optional[float] = typer.Option(
@@ -178,6 +183,7 @@ def lanes_set(
             period=period,
             stopped=stop,
             headroom_sigmas=headroom_sigmas,
+            overtake_slack=_slack(overtake_slack),
         ).items()
         if v is not None
     }
@@ -218,6 +224,7 @@ def lanes_set(
     typer.echo(
         f"lane {row.name}: ceiling {row.ceiling:,}, {_limits_text(row)}, "
         f"max leased {row.max_leased}, lease {duration(row.lease_seconds)}, fallback {row.fallback or '-'}"
+        + ("" if row.overtake_slack is None else f", {_slack_text(row.overtake_slack, row.overtake_q)}")
     )
     if parked:  # said, not left to be found: the change took these jobs out of the queue
         why = parked[0]["reason"].split(": ", 1)[-1]
@@ -308,6 +315,8 @@ def _lane_view(led, s: dict, as_json: bool) -> None:
     ]
     if s["limit_use"]:
         lines.append("  limits: " + ", ".join(f"{u['limit']} (used {u['used']:,})" for u in s["limit_use"]))
+    if s["overtake_slack"] is not None:
+        lines.append(f"  {_slack_text(s['overtake_slack'], s['overtake_q'])}")
     if len(tenants) > 1 or any(t["ceiling"] is not None or t["weight"] != 1 for t in tenants):
         lines.append(
             "  tenants (shared fairly by tokens; lane tenants "
@@ -385,3 +394,19 @@ def status(
 
 
 __all__ = ["lanes_app", "status"]
+
+
+def _slack(text: str | None) -> float | str | None:
+    """``--overtake-slack``: a number, or ``off`` (anything else is named by the ledger's check)."""
+    if text is None or text.strip().lower() == "off":
+        return None if text is None else "off"
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _slack_text(slack: float, q: int | None) -> str:
+    """Rule 12 in words (its bound is on the rate tokens admitted ahead of a job, docs/admission.md)."""
+    learned = "nothing learned yet" if q is None else f"learned p99 backlog {q:,} rate tokens"
+    return f"rule 12: p99 of tokens ahead within {slack:g}x first come, first served's ({learned})"

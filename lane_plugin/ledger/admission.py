@@ -18,7 +18,7 @@ from ..policy.admission import HEAD_SLACK
 from ..policy.fairness import NO_RESET_HELPS
 from ..policy.reserve import REFIT_SECONDS
 from ..policy.rules import BURST, LEASE_CAP, PAUSED, STOPPED, TENANT_CEILING
-from . import limits, queries, rates, runs, tenants, upkeep, waiters
+from . import limits, overtake, queries, rates, runs, tenants, upkeep, waiters
 from .db import Cursor
 from .jobs import Lease
 from .lanes import LaneRow, lock_lane, roll_counters
@@ -110,6 +110,11 @@ def tick(
         return Ticked([], Decision((), 0, head_reason=PAUSED), row, refit_due, [], row.paused_until - now)
     if head is None:
         head = _read_head(cur, head_sql, head_params, tenant_rows if several else None)
+    rooms = overtake.Rooms(cur, lane) if row.overtake_slack is not None else None  # rule 12, read on demand
+    if rooms is not None:
+        have = {r[0] for r in head}
+        head += rooms.oldest(gated=gated, own=own, k=head_params["k"], burst=row.burst_tokens, have=have)
+        rooms.known(head)
     gone_tails: list[dict] = []
     gone = waiters.gone(cur, {r[9] for r in head if r[9] is not None}, now) if any(r[9] for r in head) else set()
     if gone:  # their jobs leave admission at once, never leased to nobody
@@ -165,6 +170,7 @@ def tick(
         tenants=tenant_states,
         limits=uses,
         paused_until=row.paused_until,
+        rooms=rooms,
     )
     decision = admit(snapshot, cands)
     unfit = () if handoff else decision.parked  # a hand-off only leases; parking the unfit is a tick's
@@ -224,6 +230,8 @@ def tick(
             [(c.id, rows[c.id][5], c.units, rows[c.id][9] in (None, holder)) for c in decision.admitted],
             decision.units,
         )
+    if rooms is not None:  # what they passed, now that they no longer wait
+        overtake.passed(cur, lane, rooms, [(c.id, c.rate) for c in decision.admitted])
     if decision.runs:
         runs.record(cur, row, now, decision, fits, set(remaining))
     if fair:

@@ -648,7 +648,7 @@ class Ledger:
 
     # -- checking -----------------------------------------------------------------
     def audit(self, *, grace: float = 60.0) -> list[str]:
-        """Invariant violations I1-I6 found in the tables; empty when the ledger is sound."""
+        """Invariant violations I1-I7 found in the tables; empty when the ledger is sound."""
         grace = number("grace", grace, low=0.0, high=1e12)
 
         # write=False: one snapshot for every query on PostgreSQL too (no torn reads under load)

@@ -1,4 +1,4 @@
-"""The ledger's invariants (I1-I6, docs/architecture.md), checked from the tables alone."""
+"""The ledger's invariants (I1-I7, docs/architecture.md), checked from the tables alone."""
 
 from __future__ import annotations
 
@@ -55,6 +55,11 @@ def audit(cur: Cursor, now: float, *, grace: float = 60.0) -> list[str]:
         if used != charged:  # each limit's window is kept as the burst window is (lane_plugin.ledger.limits)
             bad.append(f"{unit} window of lane {lane_name}: used {used} != sum of its charges {charged}")
     bad += _tenants(cur)
+    for job_id, lane, key, room, epoch in cur.all(queries.AUDIT_ROOMS):  # rule 12 (overtake.py)
+        if room is None:
+            bad.append(f"I7 job {job_id} in lane {lane}: numbered in epoch {epoch}, which has no counter")
+        else:
+            bad.append(f"I7 job {job_id} in lane {lane}: passed by {key - room} rate tokens, more than its key {key}")
     for job_id, attempt, n in cur.all(queries.AUDIT_DOUBLE_SETTLEMENTS):
         bad.append(f"I4 job {job_id} attempt {attempt} settled {n} times")
     for job_id, actual, billed in cur.all(queries.AUDIT_ACTUAL_MISMATCH):

@@ -12,7 +12,7 @@ from ..policy import LANE_DEFAULTS, LanePolicy, order
 from ..policy.defaults import RATE_BASES
 from ..policy.drift import over_charge
 from ..policy.limits import Limit, limits_of_spec
-from . import leases, queries
+from . import leases, overtake, queries
 from .db import Cursor
 from .preflight import validate_spec
 
@@ -34,6 +34,7 @@ POLICY_FIELDS = (
     "stopped",
     "rate_basis",
     "headroom_sigmas",
+    "overtake_slack",
 )
 COUNTER_FIELDS = (
     "spent",
@@ -58,6 +59,8 @@ COUNTER_FIELDS = (
     "paused_until",
     "paused_reason",
     "limit_spec",
+    "overtake_q",
+    "arrivals",
 )
 # Settings that move a waiting job's place in the order (lane_plugin.policy.LanePolicy.age_factor).
 ORDER_FIELDS = ("ceiling", "burst_tokens", "max_wait_seconds")
@@ -84,6 +87,9 @@ NEW_LANE = dict(
     paused_until=None,
     paused_reason=None,
     limit_spec=None,
+    overtake_slack=None,
+    overtake_q=None,
+    arrivals=0,
 )
 
 
@@ -130,6 +136,10 @@ class LaneRow:
     paused_reason: str | None = None
     # The lane's limits over requests, input_tokens, output_tokens ("requests=500/60s output_tokens=8000/60s").
     limit_spec: str | None = None
+    # Rule 12 (lane_plugin.ledger.overtake): its slack (None: off), the learned p99 of V, the arrival counter.
+    overtake_slack: float | None = None
+    overtake_q: int | None = None
+    arrivals: int = 0
 
     @property
     def limits(self) -> tuple[tuple[str, Limit], ...]:
@@ -279,6 +289,8 @@ def validate_settings(settings: dict, current: LaneRow | None = None) -> dict:
             value = checks.number(key, value, low=0.0, high=365 * 86400.0, low_open=True)
         elif key == "headroom_sigmas":
             value = checks.number(key, value, low=0.0, high=10.0)
+        elif key == "overtake_slack":  # rule 12 (lane_plugin.ledger.overtake): None or "off" turns it off
+            value = None if value is None or value == "off" else checks.number(key, value, low=1.0, high=10.0)
         elif key in ("max_wait_seconds", "park_seconds"):
             value = checks.number(key, value, low=0.0, high=10 * 365 * 86400.0)
         elif key == "period":
@@ -353,6 +365,8 @@ def write_lane_settings(
         cur.execute(queries.lanes_update_settings(clean), {**clean, "now": now, "name": name})
     if current is not None and clean.get("period", current.period) != current.period:
         _repoint_period(cur, current, clean["period"], now)
+    if current is not None and clean.get("overtake_slack", current.overtake_slack) != current.overtake_slack:
+        overtake.restart(cur, name)  # rooms counted under another slack (or none) would not be this one's
     if current is not None and clean.get("lease_seconds", current.lease_seconds) < current.lease_seconds:
         leases.bound(cur, name, clean["lease_seconds"], now=now)  # leases granted longer end as the new length allows
     row = read_lane(cur, name)

@@ -26,6 +26,8 @@ JOB_STATES = ("new", "leased", "done", "failed", "parked")
 # The gated jobs still waiting (ix_job_gated's rows); admission.WAITERS_HEAD_SQL reads them
 # with these very terms (SQLite uses a partial index only for a query whose WHERE repeats its terms).
 GATED_WAITING = "state = 'new' and waiter is not null"
+# The waiting jobs rule 12 numbered (lane_plugin.ledger.overtake): its two indexes hold only these.
+NUMBERED_WAITING = "state = 'new' and arrival_pos is not null"
 
 
 def _big(**kw):
@@ -98,6 +100,11 @@ class Lane(SQLModel, table=True):
     probe_until: Optional[float] = Field(default=None)
     # Its limits over requests, input_tokens, output_tokens (policy.limits.spec_of); counters in lane_limit.
     limit_spec: Optional[str] = Field(default=None)
+    # Rule 12 (lane_plugin.ledger.overtake): its slack (null: off), the p99 of the rate tokens waiting at
+    # arrivals the refit learned (null: not yet), and the arrival counter that numbers the waiting jobs.
+    overtake_slack: Optional[float] = Field(default=None)
+    overtake_q: Optional[int] = Field(default=None, sa_type=BigInteger)
+    arrivals: int = Field(default=0, sa_type=BigInteger, sa_column_kwargs={"server_default": "0"})
 
 
 class Job(SQLModel, table=True):
@@ -135,6 +142,23 @@ class Job(SQLModel, table=True):
             "id",
             sqlite_where=text(GATED_WAITING),
             postgresql_where=text(GATED_WAITING),
+        ),
+        # Rule 12's rooms (lane_plugin.ledger.overtake): an epoch's least room is the head of the first; a
+        # partial epoch is read, and its older jobs written, by a range of the second.
+        Index(
+            "ix_job_rooms",
+            "lane",
+            "arrival_epoch",
+            "overtake_base",
+            sqlite_where=text(NUMBERED_WAITING),
+            postgresql_where=text(NUMBERED_WAITING),
+        ),
+        Index(
+            "ix_job_arrival",
+            "lane",
+            "arrival_pos",
+            sqlite_where=text(NUMBERED_WAITING),
+            postgresql_where=text(NUMBERED_WAITING),
         ),
         CheckConstraint("est > 0 and actual >= 0 and attempt >= 1", name="ck_job_numbers"),
         CheckConstraint(f"state in {JOB_STATES!r}", name="ck_job_state"),
@@ -181,6 +205,13 @@ class Job(SQLModel, table=True):
     rate_output: Optional[int] = Field(default=None, sa_type=BigInteger)
     # Provider rate-limit errors (429) its attempts met: the run bill counts them per stage.
     rate_limited: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
+    # Rule 12, while it waits (null: not numbered): its arrival number and epoch, its key, its room's base
+    # (room = base - its epoch's lane_epoch.passed) and the rate tokens it found waiting.
+    arrival_pos: Optional[int] = Field(default=None, sa_type=BigInteger)
+    arrival_epoch: Optional[int] = Field(default=None, sa_type=BigInteger)
+    overtake_key: Optional[int] = Field(default=None, sa_type=BigInteger)
+    overtake_base: Optional[int] = Field(default=None, sa_type=BigInteger)
+    arrival_v: Optional[int] = Field(default=None, sa_type=BigInteger)
 
 
 class Tenant(SQLModel, table=True):
@@ -401,6 +432,16 @@ class EstimatorState(SQLModel, table=True):
     p90: float = Field(default=0.0)
     p99: float = Field(default=0.0)
     fitted_at: float = Field(default=0.0)
+
+
+class LaneEpoch(SQLModel, table=True):
+    """Rule 12's counter for one arrival epoch of a lane: the rate tokens younger jobs took ahead of its waiting jobs."""
+
+    __tablename__ = "lane_epoch"
+
+    lane: str = Field(primary_key=True, max_length=64)
+    epoch: int = Field(primary_key=True, sa_type=BigInteger)
+    passed: int = Field(default=0, sa_type=BigInteger, sa_column_kwargs={"server_default": "0"})
 
 
 metadata = SQLModel.metadata

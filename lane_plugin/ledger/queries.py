@@ -225,6 +225,68 @@ SCHEMA_MIGRATION_LOCK = "select pg_advisory_lock(%s)"
 SCHEMA_MIGRATION_UNLOCK = "select pg_advisory_unlock(%s)"
 
 
+# -- rule 12's rooms (overtake.py) ----------------------------------------------------------------------------
+# A job entering the queue again (a retry, a lease expired, a requeue, a fallback move) is not numbered: its
+# old place would be read against counters that moved on without it.
+UNNUMBERED = "arrival_pos = null, arrival_epoch = null, overtake_base = null"
+_NUMBERED = "state = 'new' and arrival_pos is not null"  # ix_job_rooms and ix_job_arrival hold only these
+OVERTAKE_WAITING_RATE = (
+    "select coalesce(sum(coalesce(rate_cost, est)), 0) from job where lane = :l and state = 'new' and id <> :id"
+)
+OVERTAKE_NEXT_ARRIVAL = "update lane set arrivals = arrivals + 1 where name = :l returning arrivals"
+OVERTAKE_ENSURE_EPOCH = "insert into lane_epoch (lane, epoch, passed) values (:l, :e, 0) on conflict do nothing"
+OVERTAKE_EPOCH_PASSED = "select passed from lane_epoch where lane = :l and epoch = :e"
+OVERTAKE_NUMBER_JOB = (
+    "update job set arrival_pos = :p, arrival_epoch = :e, overtake_key = :k, overtake_base = :b, arrival_v = :v "
+    "where id = :id and state = 'new'"
+)
+OVERTAKE_POSITION = "select arrival_pos from job where id = :id and state = 'new'"
+# Each epoch's counter and least base: one head of ix_job_rooms per epoch row (a few dozen, not the queue).
+OVERTAKE_EPOCHS = (
+    "select e.epoch, e.passed, (select min(j.overtake_base) from job j where j.lane = e.lane "
+    f"and j.arrival_epoch = e.epoch and j.{_NUMBERED.replace(' and ', ' and j.')}) "
+    "from lane_epoch e where e.lane = :l order by e.epoch"
+)
+OVERTAKE_EPOCH_ROWS = (
+    f"select arrival_pos, overtake_base from job where lane = :l and arrival_epoch = :e and {_NUMBERED}"
+)
+
+
+def overtake_pass_epochs(n: int) -> str:
+    """What ``n`` admissions passed, charged to the older epochs' counters in one statement: admission ``i``
+    (own epoch ``:o{i}``, rate ``:r{i}``) adds its rate to every epoch from ``:lo`` up to, not including, ``:o{i}``."""
+    adds = " + ".join(f"case when epoch < :o{i} then :r{i} else 0 end" for i in range(n))
+    return f"update lane_epoch set passed = passed + {adds} where lane = :l and epoch >= :lo and epoch < :top"
+
+
+def overtake_pass_own_epochs(n: int) -> str:
+    """The same admissions charged to the older waiting jobs of their own epochs (at most 63 rows each): admission
+    ``i`` at position ``:p{i}`` takes ``:r{i}`` off the base of the jobs of epoch ``:o{i}`` before it."""
+    subs = " + ".join(
+        f"case when arrival_epoch = :o{i} and arrival_pos < :p{i} then :r{i} else 0 end" for i in range(n)
+    )
+    owns = ", ".join(f":o{i}" for i in range(n))
+    return (
+        f"update job set overtake_base = overtake_base - ({subs}) where lane = :l and {_NUMBERED} "
+        f"and arrival_epoch in ({owns}) and arrival_pos < :pmax"
+    )
+
+
+OVERTAKE_FORGET_JOBS = f"update job set {UNNUMBERED} where lane = :l and {_NUMBERED}"
+OVERTAKE_FORGET_EPOCHS = "delete from lane_epoch where lane = :l"
+OVERTAKE_DROP_EMPTY_EPOCHS = (
+    "delete from lane_epoch where lane = :l and not exists (select 1 from job j where j.lane = lane_epoch.lane "
+    f"and j.arrival_epoch = lane_epoch.epoch and j.{_NUMBERED.replace(' and ', ' and j.')})"
+)
+# The refit's p99 of the rate tokens waiting at the day's arrivals (what the keys read as Q).
+OVERTAKE_ARRIVALS_SINCE = "select count(*) from job where lane = :l and created_at >= :since and arrival_v is not null"
+OVERTAKE_ARRIVAL_V_AT = (
+    "select arrival_v from job where lane = :l and created_at >= :since and arrival_v is not null "
+    "order by arrival_v limit 1 offset :k"
+)
+OVERTAKE_SET_Q = "update lane set overtake_q = :q where name = :l"
+
+
 # -- intake ----------------------------------------------------------------------------------------------
 INTAKE_JOB_BY_KEY = f"select {JOB_COLS}, est_version from job where key = :k"
 
@@ -247,7 +309,7 @@ INTAKE_REOPEN_UPDATE_LANE = (
 INTAKE_REOPEN_DELETE_TAIL = "delete from tail where job_id = :id"
 INTAKE_REOPEN_UPDATE_JOB = (
     "update job set state = 'new', attempt = :a, lease_token = null, lease_until = 0, "
-    "wait_since = :now, prio = :p, reason = null, finished_at = null "
+    f"wait_since = :now, prio = :p, reason = null, finished_at = null, {UNNUMBERED} "
     "where id = :id and state = :st and attempt = :old"
 )
 INTAKE_RESOLVE_FALLBACK = "select name from lane where name = :n"
@@ -418,7 +480,7 @@ RATES_USED = "select coalesce(sum(cost), 0) from rate_charge where lane = :l and
 # runs under way and the rest, each in priority order (finishing jobs must not hide behind starters).
 _COLS = (
     "id, est, wait_since, run_key, stage, attempt, coalesce(rate_cost, est), prio, est_var, waiter, tenant, "
-    "rate_input, rate_output"
+    "rate_input, rate_output, arrival_pos"
 )
 
 
@@ -443,6 +505,13 @@ HEAD_SQL = _head_sql()
 # Ledger.acquire), but for :own (one such job, whose own poll ticks): what a tick that will not run
 # them reads, reading past them in the index.
 GATED_HEAD_SQL = _head_sql("and (waiter is not null or id = :own) ")
+# Rule 12 (overtake.py): the oldest numbered waiting jobs, from the head of ix_job_arrival, read as candidates
+# besides the head once some room is short of a burst (a job the rooms hold back may pass only them).
+OVERTAKE_OLDEST = f"select {_COLS} from job where lane = :l and {_NUMBERED} order by arrival_pos limit :k"
+OVERTAKE_OLDEST_GATED = (
+    f"select {_COLS} from job where lane = :l and {_NUMBERED} and (waiter is not null or id = :own) "
+    "order by arrival_pos limit :k"
+)
 # ... and with no :own job (a hand-off, a gate's or the watcher's tick): the same rows in the same order, read
 # from the head of ix_job_gated (migration 0013), a partial index holding exactly the waiting gated jobs on
 # (lane, finishing, prio, id), instead of walking ix_job_queue past every job nobody waits for (a lane with
@@ -562,7 +631,7 @@ UPKEEP_REAP_PARK_GATED = (
 )
 UPKEEP_REAP_REQUEUE = (
     "update job set state = 'new', attempt = attempt + 1, lease_token = null, lease_until = 0, "
-    "reason = 'lease expired' where lane = :l and state = 'leased' and lease_until < :now "
+    f"reason = 'lease expired', {UNNUMBERED} where lane = :l and state = 'leased' and lease_until < :now "
     "and attempt < :max returning id, est, est_var"
 )
 UPKEEP_REAP_PARK_LAST_ATTEMPT = (
@@ -622,7 +691,7 @@ def fresh_place(prio: str) -> str:
 
 def upkeep_move_to_fallback_update_job(place: str) -> str:
     return (
-        f"update job set lane = :fb, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {place} "
+        f"update job set lane = :fb, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {place}, {UNNUMBERED} "
         "where id = :id and state = 'new' and lane = :old returning id, lease_attempt, tenant"
     )
 
@@ -634,7 +703,8 @@ UPKEEP_FALL_BACK_WAITING_SELECT_JOB = (
 
 def upkeep_fall_back_waiting_update_job(place: str) -> str:
     return (
-        f"update job set lane = fallback, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {place} "
+        f"update job set lane = fallback, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {place}, "
+        f"{UNNUMBERED} "
         "where lane = :l and state = 'new' and fallback = :fb returning id, lease_attempt, tenant"
     )
 
@@ -646,6 +716,7 @@ UPKEEP_REQUEUE_DELETE_TAIL = "delete from tail where job_id = :id"
 def upkeep_requeue_update_job(prio: str) -> str:
     return (
         f"update job set state = 'new', reason = null, finished_at = null, wait_since = :now, prio = {prio}, "
+        f"{UNNUMBERED}, "
         "attempt = case when lease_attempt >= attempt then attempt + 1 else attempt end "
         "where id = :id and state = 'parked'"
     )
@@ -699,6 +770,14 @@ AUDIT_TAIL_NOT_PARKED = (
 )
 AUDIT_EXPIRED_LEASES = "select id, lease_until from job where state = 'leased' and lease_until < :cut limit 20"
 AUDIT_TENANTS = "select lane, name, spent, ceiling, period_start from tenant"
+# Rule 12 (overtake.py): no numbered waiting job was passed by more than its key (its room went negative), and
+# every one has its epoch's counter.
+AUDIT_ROOMS = (
+    "select j.id, j.lane, j.overtake_key, j.overtake_base - e.passed, j.arrival_epoch from job j "
+    "left join lane_epoch e on e.lane = j.lane and e.epoch = j.arrival_epoch "
+    "where j.state = 'new' and j.arrival_pos is not null and (e.epoch is null or j.overtake_base < e.passed) "
+    "order by j.lane, j.arrival_pos limit 20"
+)
 AUDIT_TENANT_SPEND = (
     "select coalesce(sum(s.actual), 0), coalesce(sum(s.overage), 0), (select coalesce(sum(est), 0) from job "
     "where lane = :l and tenant = :t and state = 'leased') from settlement s join job j on j.id = s.job_id "
@@ -846,7 +925,8 @@ LANES_DELETE_LANE_SELECT_LANE = "select name from lane where fallback = :n order
 
 # A lane's rows in the other tables, deleted with it (lanes.delete_lane).
 LANES_DELETE_ROWS = {
-    table: f"delete from {table} where lane = :n" for table in ("lane_run", "rate_charge", "run_profile", "tenant")
+    table: f"delete from {table} where lane = :n"
+    for table in ("lane_run", "rate_charge", "run_profile", "tenant", "lane_epoch")
 }
 
 

@@ -21,7 +21,7 @@ from ..policy import Decision
 from ..policy.drift import DRIFT_SAMPLE, fit_drift
 from ..policy.reserve import FIT_RUNS, REFIT_SECONDS, StageFit, fit_runs, reserve_hold, run_tokens
 from ..policy.sizeclass import SIZE_CLASS_SAMPLE, size_class_boundary
-from . import queries
+from . import overtake, queries
 from .db import Cursor
 from .lanes import LaneRow, lock_lane
 
@@ -127,6 +127,8 @@ def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[st
         queries.RUNS_REFIT_UPDATE_LANE,
         {"now": now, "l": lane, "b": size_class_boundary(e for (e,) in ests), "d": drift, "o": overrun, "s": spread},
     )
+    if row.overtake_slack is not None:  # rule 12: Q from the day's arrivals, and the epochs nobody waits in
+        overtake.refit(cur, lane, now)
     return fitted
 
 

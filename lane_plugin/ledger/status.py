@@ -156,6 +156,9 @@ def lane_status(cur: Cursor, now: float) -> list[dict]:
                 "start_fraction": row.start_fraction,
                 "lease_seconds": row.lease_seconds,
                 "max_wait_seconds": row.max_wait_seconds,
+                # Rule 12 (overtake.py): the slack (None: off) and the p99 of V its keys read (None: not learned).
+                "overtake_slack": row.overtake_slack,
+                "overtake_q": row.overtake_q,
                 "max_attempts": row.max_attempts,
                 "fallback": row.fallback,
                 "period": row.period,

@@ -105,7 +105,8 @@ class LaneSnapshot:
     ``since`` and ``dues`` its second bound (:mod:`lane_plugin.policy.slack`, optional): the rate tokens that ever
     left the queue, and the least ``left at arrival + key`` of the waiting jobs ``(due, id)`` ascending (empty: none);
     ``guard_dues`` the due of each ``guard`` entry (rule 12's per-job reading of the two heads; empty: lane-wide);
-    ``rooms`` rule 12's exact per-job form instead (:mod:`lane_plugin.policy.perjob`, simulator only; None: off).
+    ``rooms`` rule 12's exact per-job form instead (:mod:`lane_plugin.policy.perjob`: the ledger's epochs, the
+    simulator's tree; None: off).
 
     Example:
         >>> s = LaneSnapshot(LanePolicy(ceiling=1_000), spent=600, reserved=300, leased=2, window_used=0, now=0.0)

@@ -106,7 +106,7 @@ class Overtaking:
     ``guard_dues`` (optional, with ``dues``): the due of each entry of ``guard``, in its order; then a pass is allowed
     while each waiting job is within *either* of its own two allowances (its key against ``passed``, its due against
     ``since``), read down the key index: the per-job form of the two heads (docs/admission.md).
-    ``rooms`` (optional, an exploration: :mod:`lane_plugin.policy.perjob`): each waiting job's own room instead of
+    ``rooms`` (optional, :mod:`lane_plugin.policy.perjob`, what the ledger runs): each waiting job's own room instead of
     the heads; then a pass is allowed while every older waiting job has room for it.
 
     Example:

@@ -1,4 +1,4 @@
-"""Rule 12's exact per-job form (simulator only, the ledger not yet): each waiting job's own count of what passed it.
+"""Rule 12's exact per-job form: each waiting job's own count of what passed it (the ledger's and the simulator's).
 
 Rule 12 (:mod:`lane_plugin.policy.overtake`, :mod:`lane_plugin.policy.slack`) proves ``O_K <= key_K`` for every job
 K, ``O_K`` the rate tokens of younger jobs admitted while K waits, but reads it through two index heads: ``passed``
@@ -10,12 +10,10 @@ X). Then ``O_K <= key_K`` holds for every job as rule 12 needs, so its bound ``T
 bound built on it stand unchanged; the order refuses a pass only when some job it passes has no room.
 
 One index head per job does not give this: an admission changes the room of every older waiting job (a range
-update). Kept per arrival *epoch* it is bounded work (:class:`lane_plugin.sim.rooms.EpochRooms`): one counter per
-epoch with a waiting job, its least room the head of an index on ``(epoch, base)``, and at most a few epochs' rows
-read or written one by one, the same rooms exactly (tests/sim/test_rooms.py). The ledger does not run it yet
-(docs/admission.md, "Bounding waits against first come, first served", says what it needs); the simulator does. Measured: with the learned estimate it gives back the order's p50 on the Azure code trace
-(0.48x token-fifo's, against the heads' 0.59x), where the heads read per job (``LaneSnapshot.guard_dues``) give
-0.57x: the heads' cost is that they count every job that left since, not only the jobs that passed.
+update). Kept per arrival *epoch* it is bounded work: one counter per epoch with a waiting job, its least room
+the head of an index on ``(epoch, base)``, and at most a few epochs' rows read or written one by one, the same
+rooms exactly. The ledger keeps them so (:mod:`lane_plugin.ledger.overtake`, a lane's ``overtake_slack``); the
+simulator in a segment tree or the same epochs (:mod:`lane_plugin.sim.rooms`, tests/sim/test_rooms.py).
 
 **What the store gives** (:class:`Rooms`): each waiting job's *position* (its arrival number: older jobs have
 smaller ones) and the least room over the waiting jobs in a range of positions, as it stood when the tick began.

@@ -72,8 +72,8 @@ class SimConfig:
     # The p99 of V (rate tokens) the lane learned before this run (the ledger would refit it from the last day's
     # arrivals, as it refits the size classes): every key reads it instead of the running estimate. None: running.
     overtake_learned: int | None = None
-    # An exploration (lane_plugin.policy.perjob): rule 12 charged per job, each waiting job's own count of what passed
-    # it against its own key, instead of the two lane-wide index heads; with overtake_beta or overtake_slack.
+    # The ledger's form of rule 12 (lane_plugin.policy.perjob): charged per job, each waiting job's own count of
+    # what passed it against its own key, instead of the two lane-wide index heads; with overtake_beta or _slack.
     overtake_exact: bool = False
     # With overtake_exact: the same rooms kept per arrival epoch of this many positions, one counter each, as the
     # ledger keeps them (lane_plugin.sim.rooms.EpochRooms), instead of in a segment tree (None). Same figures.

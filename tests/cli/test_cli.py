@@ -31,7 +31,7 @@ def test_the_articles_loop_submit_tick_settle_report(run):
     lanes = json.loads(run("lanes", "--json").stdout)
     free = next(x for x in lanes if x["lane"] == "free")
     assert free["spent"] == 5120 and free["reserved"] == 1200 + 1900 + 2600 + 3300
-    assert run("audit").stdout.strip() == "ledger sound: I1-I6 hold"
+    assert run("audit").stdout.strip() == "ledger sound: I1-I7 hold"
 
 
 @pytest.mark.parametrize(
@@ -46,6 +46,8 @@ def test_the_articles_loop_submit_tick_settle_report(run):
         (["settle", "nojob", "--actual", "-5"], 2, "invalid actual -5"),
         (["lanes", "set", "free", "--ceiling", "0"], 2, "invalid ceiling 0"),
         (["lanes", "set", "free", "--period", "weekly"], 2, "invalid period 'weekly'"),
+        (["lanes", "set", "free", "--overtake-slack", "0.5"], 2, "invalid overtake_slack 0.5"),
+        (["lanes", "set", "free", "--overtake-slack", "fast"], 2, "invalid overtake_slack 'fast'"),
         (["lanes", "set", "free", "--limit", "requests=500"], 2, "limit 'requests=500'"),
         (["lanes", "set", "free", "--limit", "rpm=5/60s"], 2, "unknown unit 'rpm'"),
         (["lanes", "set", "free", "--limit", "requests=0/60s"], 2, "must be a positive integer"),
@@ -171,7 +173,7 @@ def test_tenants_list_set_and_refuse(run):
     assert run("tenants", "fre", check=False).returncode == 3
     both = run("tenants", "set", "free", "backfill", "--ceiling", "5", "--no-ceiling", check=False)
     assert both.returncode == 2 and "--no-ceiling" in both.stderr
-    assert run("audit").stdout.strip() == "ledger sound: I1-I6 hold"
+    assert run("audit").stdout.strip() == "ledger sound: I1-I7 hold"
 
 
 def test_a_lane_named_set_has_its_tenants_listed_with_the_lane_option(run):

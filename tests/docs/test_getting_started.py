@@ -53,4 +53,4 @@ def test_every_other_block_runs_in_order_on_a_fresh_default_ledger(tmp_path):
     assert "overage=110" in ledger_out[0] and ledger_out[1] == "True"
     cli_out = ran[3][1]
     assert re.search(r"settled \w+ attempt 1: 5120 tokens, overage 120", cli_out)
-    assert "burst 30,000 per 1m" in cli_out and "I1-I6 hold" in cli_out
+    assert "burst 30,000 per 1m" in cli_out and "I1-I7 hold" in cli_out

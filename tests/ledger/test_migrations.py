@@ -222,7 +222,7 @@ def test_0013_indexes_the_waiting_gated_jobs_of_a_ledger_at_0012_and_downgrades(
 
     led = Ledger(ledger_url, clock=clock)
     try:
-        assert led.upgrade() == HEAD_REVISION == "0016"
+        assert led.upgrade() == HEAD_REVISION == "0017"
         assert "ix_job_gated" in indexes(led)
         assert (gated(led, "free"), gated(led, "paid")) == (True, False)
     finally:

@@ -65,12 +65,17 @@ class Clock:
 RESERVE = dict(jobs=200, ceiling=80_000, start_fraction=1.0, lease_seconds=40.0, workers=4, max_leased=6)
 # The fourth: the provider's limits beside the tokens window (rule 6b), both binding in turn.
 LIMITS = dict(ceiling=60_000, limits=(("requests", Limit(2, 10.0)), ("input_tokens", Limit(1_500, 10.0))))
+# The fifth: rule 12 (lane overtake_slack, the ledger's epochs; the simulator's exact rooms), holding back passes.
+OVERTAKE = dict(ceiling=60_000, overtake_slack=1.1, overtake_exact=True)
 
 
 @pytest.mark.parametrize(
-    "case", [dict(ceiling=9_000), dict(ceiling=60_000), RESERVE, LIMITS], ids=["9k", "60k", "reserve", "limits"]
+    "case",
+    [dict(ceiling=9_000), dict(ceiling=60_000), RESERVE, LIMITS, OVERTAKE],
+    ids=["9k", "60k", "reserve", "limits", "overtake"],
 )
 def test_ledger_admits_what_the_simulator_admits(tmp_path, case, monkeypatch):
+    from lane_plugin.policy.rules import OVERTAKE as OVERTAKE_RULE
     from lane_plugin.policy.rules import RESERVE as RESERVE_RULE
     from lane_plugin.sim import policies as sim_policies
 
@@ -84,6 +89,7 @@ def test_ledger_admits_what_the_simulator_admits(tmp_path, case, monkeypatch):
         d = real(snapshot, candidates, **kw)
         rules.extend(r for _, r, _ in d.parked)
         rules.append(f"finishing={snapshot.finishing > 0}")
+        rules.append(f"overtake={d.head_reason == OVERTAKE_RULE}")
         return d
 
     monkeypatch.setattr(sim_policies, "admit", spy)
@@ -94,6 +100,8 @@ def test_ledger_admits_what_the_simulator_admits(tmp_path, case, monkeypatch):
         assert "finishing=True" in rules and RESERVE_RULE in rules  # the reserve is learned and binds
     if cfg.limits:
         assert {"requests", "input_tokens"} <= set(sim.limit_held)  # each limit held the queue at some tick
+    if cfg.overtake_slack is not None:
+        assert "overtake=True" in rules  # a job's room held a pass back
 
     clock = Clock()
     led = Ledger(f"sqlite:///{tmp_path / 'sim.db'}", clock=clock)
@@ -109,6 +117,7 @@ def test_ledger_admits_what_the_simulator_admits(tmp_path, case, monkeypatch):
             lease_seconds=cfg.lease_seconds,
             max_wait_seconds=cfg.max_wait_seconds,
             limits=[f"{unit}={lim.amount}/{lim.window_seconds:g}s" for unit, lim in cfg.limits],
+            overtake_slack=cfg.overtake_slack,
         )
         assert led.lane("sim").start_fraction == cfg.start_fraction
         to_ledger: dict[str, str] = {}

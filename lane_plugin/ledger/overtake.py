@@ -1,0 +1,222 @@
+"""Rule 12 in the ledger: each waiting job's room, kept per arrival epoch (lane setting ``overtake_slack``).
+
+With ``overtake_slack = c`` set on a lane (``lane lanes set LANE --overtake-slack 1.25``; off by default), a
+job that enters its queue is numbered (its *position*, the lane's arrival counter) and given a key,
+``max((c - 1) V, c Q - V)`` (:func:`lane_plugin.policy.slack.slack_key`): ``V`` the rate tokens waiting when
+it arrived, ``Q`` the lane's learned p99 of ``V`` (:func:`refit`; 0 until learned, then the keys are the
+pointwise ``(c - 1) V``). Admission (:func:`lane_plugin.policy.admit`, rule 12's exact form,
+:mod:`lane_plugin.policy.perjob`) lets a job pass older waiting jobs only while each keeps room for it, so the
+rate tokens of younger jobs admitted while a job waits never pass its key, and the lane's p99 of tokens ahead
+stays within ``c`` times token-fifo's (the proof and its terms: :mod:`lane_plugin.policy.slack`).
+
+The rooms are kept exactly, in bounded work, by epochs of :data:`EPOCH` consecutive positions
+(:class:`lane_plugin.sim.rooms.EpochRooms` is the same structure in memory, tested against a segment tree):
+
+- ``lane_epoch.passed``: per epoch with a waiting job, the rate tokens younger jobs took ahead of all of it;
+- ``job.overtake_base``: per numbered waiting job, its key plus its epoch's counter when it arrived, so its
+  room is ``overtake_base - passed``;
+- an admission at position ``p`` adds its rate to the counters of the older epochs (one UPDATE over a few
+  dozen epoch rows) and takes it off the base of the older jobs of its own epoch (at most ``EPOCH - 1`` rows);
+- an epoch's least room is the head of ``ix_job_rooms`` less its counter; an epoch a range covers in part is
+  read row by row (at most ``EPOCH`` rows, once per tick).
+
+A job entering the queue again (a retry, an expired lease, a requeue, a fallback move) is not numbered:
+it passes as the youngest job would (every waiting job must have room for it) and its own wait is not bounded
+by the rule. Numbering takes the lane's lock at intake (the rule off: intake does not lock the lane) and
+sums the rate tokens waiting, a scan of the lane's waiting jobs, at intake, never at admission.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable, Sequence
+
+from ..policy.slack import QUANTILE_WARMUP, SLACK_QUANTILE, slack_key
+from . import queries
+from .db import Cursor
+
+# Positions per epoch: with the square root of the jobs waiting both an admission's epoch counters and its
+# rows stay a few dozen (64: up to about 4,000 waiting; measured in docs/admission.md).
+EPOCH = 64
+# Above any room: an epoch (or a range) with no waiting job.
+NONE = 1 << 62
+# The refit learns Q from the arrivals of the last day (the size classes learn from the last 500 estimates).
+LEARN_SECONDS = 86_400.0
+
+
+def arrive(cur: Cursor, lane: str, job_id: str, *, slack: float, q: int | None) -> None:
+    """Number job ``job_id``, just entered the waiting queue of ``lane`` (locked by this transaction), whose
+    rule 12 has ``slack`` and the learned ``q`` (None: not yet learned, the keys are pointwise)."""
+    waiting = int(cur.scalar(queries.OVERTAKE_WAITING_RATE, {"l": lane, "id": job_id}))
+    position = int(cur.scalar(queries.OVERTAKE_NEXT_ARRIVAL, {"l": lane}))
+    epoch = position // EPOCH
+    cur.execute(queries.OVERTAKE_ENSURE_EPOCH, {"l": lane, "e": epoch})
+    passed = int(cur.scalar(queries.OVERTAKE_EPOCH_PASSED, {"l": lane, "e": epoch}))
+    key = slack_key(waiting, q or 0, slack)
+    params = {"id": job_id, "p": position, "e": epoch, "k": key, "b": key + passed, "v": waiting}
+    cur.execute(queries.OVERTAKE_NUMBER_JOB, params)
+
+
+class Rooms:
+    """The lane's rooms as the tick found them (:class:`lane_plugin.policy.perjob.Rooms`), read on demand.
+
+    Nothing this tick writes is read back: the admissions' charges are written by :func:`passed` once the
+    policy has decided (it accounts for them within the tick itself).
+    """
+
+    def __init__(self, cur: Cursor, lane: str) -> None:
+        self.cur, self.lane = cur, lane
+        self._positions: dict[str, int | None] = {}  # seeded from the head rows (:meth:`known`)
+        self._epochs: list[tuple[int, int, int | None]] | None = None  # (epoch, passed, least base)
+        self._rows: dict[int, list[tuple[int, int]]] = {}  # epoch -> (position, base) of its waiting jobs
+        self._numbers: list[int] = []  # the epochs read, ascending
+        self._table = _MinTable([])
+
+    def known(self, rows: Iterable) -> None:
+        """The positions of the waiting jobs in head rows (their last column: ``arrival_pos``)."""
+        for r in rows:
+            self._positions[r[0]] = None if r[-1] is None else int(r[-1])
+
+    def position(self, job_id: str) -> int | None:
+        """The arrival position of waiting job ``job_id`` (None: not numbered, or not waiting)."""
+        if job_id not in self._positions:
+            p = self.cur.scalar(queries.OVERTAKE_POSITION, {"id": job_id})
+            self._positions[job_id] = None if p is None else int(p)
+        return self._positions[job_id]
+
+    @property
+    def epochs(self) -> list[tuple[int, int, int | None]]:
+        """Every epoch row of the lane: ``(epoch, passed, least base of its waiting jobs or None)``."""
+        if self._epochs is None:
+            self._epochs = [
+                (int(e), int(p), None if b is None else int(b))
+                for e, p, b in self.cur.all(queries.OVERTAKE_EPOCHS, {"l": self.lane})
+            ]
+            self._numbers = [e for e, _, _ in self._epochs]
+            self._table = _MinTable([NONE if b is None else b - p for _, p, b in self._epochs])
+        return self._epochs
+
+    def _epoch_rows(self, epoch: int) -> list[tuple[int, int]]:
+        if epoch not in self._rows:
+            found = self.cur.all(queries.OVERTAKE_EPOCH_ROWS, {"l": self.lane, "e": epoch})
+            self._rows[epoch] = [(int(p), int(b)) for p, b in found]
+        return self._rows[epoch]
+
+    def _part(self, epoch: int, lo: int, hi: int) -> int:
+        """The least room of epoch ``epoch``'s waiting jobs with ``lo <= position < hi``, read row by row."""
+        i = bisect_left(self._numbers, epoch)
+        if i == len(self._numbers) or self._numbers[i] != epoch or self.epochs[i][2] is None:
+            return NONE
+        passed = self.epochs[i][1]
+        return min((b - passed for p, b in self._epoch_rows(epoch) if lo <= p < hi), default=NONE)
+
+    def least(self, lo: int, hi: int) -> int | None:
+        """The least room of the waiting numbered jobs with ``lo <= position < hi`` (None: none waits there)."""
+        if lo >= hi or not self.epochs:
+            return None
+        first, last = lo // EPOCH, (hi - 1) // EPOCH
+        if first == last:  # one epoch, whole or in part
+            whole = lo == first * EPOCH and hi == (first + 1) * EPOCH
+            best = self._whole(first, first + 1) if whole else self._part(first, lo, hi)
+        else:
+            best = min(
+                self._whole(first, first + 1) if lo == first * EPOCH else self._part(first, lo, hi),
+                self._whole(first + 1, last),
+                self._whole(last, last + 1) if hi == (last + 1) * EPOCH else self._part(last, lo, hi),
+            )
+        return None if best >= NONE else best
+
+    def _whole(self, first: int, end: int) -> int:
+        """The least room over the epochs ``first <= epoch < end``, each whole: one range of the min table."""
+        return self._table.least(bisect_left(self._numbers, first), bisect_left(self._numbers, end))
+
+    def oldest(self, *, gated: bool, own: str | None, k: int, burst: int, have: set[str]) -> list:
+        """Head rows (:data:`queries.HEAD_SQL`'s columns) of the ``k`` oldest numbered waiting jobs not in
+        ``have``, once the least room is short of ``burst`` (else none: the rooms cannot hold anything back). A
+        job the rooms refuse may still pass these (the oldest passes nobody): without them a head full of held
+        jobs would lease nothing. ``gated``: only the jobs a waiter waits for, and ``own``, as the tick's head."""
+        room = self.least(0, 1 << 62)
+        if room is None or room >= burst:
+            return []
+        sql = queries.OVERTAKE_OLDEST_GATED if gated else queries.OVERTAKE_OLDEST
+        return [r for r in self.cur.all(sql, {"l": self.lane, "k": k, "own": own}) if r[0] not in have]
+
+    def first_epoch(self) -> int | None:
+        """The oldest epoch with a waiting numbered job (None: none waits)."""
+        return next((e for e, _, head in self.epochs if head is not None), None)
+
+
+def passed(cur: Cursor, lane: str, rooms: Rooms, admitted: Iterable[tuple[str, int]]) -> None:
+    """Charge what this tick admitted, ``(job id, rate)`` each, to the waiting jobs older than it: two statements,
+    the older epochs' counters and the older jobs of each one's own epoch.
+
+    Runs after the tick's leases are written (its jobs no longer wait), in the tick's transaction.
+    """
+    first = rooms.first_epoch()
+    if first is None:
+        return  # no numbered job waits: nobody was passed
+    charges = []  # (its epoch, its position, its rate); not numbered: as the youngest, it passed every job
+    for job_id, rate in admitted:
+        p = rooms.position(job_id)
+        charges.append(((1 << 62) if p is None else p // EPOCH, p, rate))
+    if not charges:
+        return
+    params: dict[str, object] = {"l": lane, "lo": first, "top": max(e for e, _, _ in charges)}
+    for i, (epoch, _, rate) in enumerate(charges):
+        params[f"o{i}"], params[f"r{i}"] = epoch, rate
+    cur.execute(queries.overtake_pass_epochs(len(charges)), params)
+    numbered = [(e, p, r) for e, p, r in charges if p is not None]
+    if numbered:
+        params = {"l": lane, "pmax": max(p for _, p, _ in numbered)}
+        for i, (epoch, p, rate) in enumerate(numbered):
+            params[f"o{i}"], params[f"p{i}"], params[f"r{i}"] = epoch, p, rate
+        cur.execute(queries.overtake_pass_own_epochs(len(numbered)), params)
+
+
+def restart(cur: Cursor, lane: str) -> None:
+    """The lane's slack changed (or the rule was turned on or off): forget every waiting job's number and room.
+
+    Rooms counted under another slack, or not counted while the rule was off, would be wrong for this one;
+    the jobs waiting now are not numbered (as a re-entered job), the jobs arriving from now on are.
+    """
+    cur.execute(queries.OVERTAKE_FORGET_JOBS, {"l": lane})
+    cur.execute(queries.OVERTAKE_FORGET_EPOCHS, {"l": lane})
+
+
+def refit(cur: Cursor, lane: str, now: float) -> int | None:
+    """Learn ``Q``, the p99 of the rate tokens waiting at the lane's arrivals of the last day, and drop the
+    epochs nobody waits in. Returns the ``Q`` written (None: fewer than the warm-up's arrivals, left as it was)."""
+    cur.execute(queries.OVERTAKE_DROP_EMPTY_EPOCHS, {"l": lane})
+    since = now - LEARN_SECONDS
+    n = int(cur.scalar(queries.OVERTAKE_ARRIVALS_SINCE, {"l": lane, "since": since}))
+    if n < QUANTILE_WARMUP:
+        return None
+    k = min(n - 1, int(SLACK_QUANTILE * n))
+    q = int(cur.scalar(queries.OVERTAKE_ARRIVAL_V_AT, {"l": lane, "since": since, "k": k}))
+    cur.execute(queries.OVERTAKE_SET_Q, {"l": lane, "q": q})
+    return q
+
+
+class _MinTable:
+    """The least of any range of a fixed list in one step (a sparse table: ``log2(n)`` rows, built once a tick).
+
+    Example:
+        >>> t = _MinTable([5, 3, 8, 1, 9])
+        >>> t.least(0, 3), t.least(2, 5), t.least(4, 5), t.least(3, 3)
+        (3, 1, 9, 4611686018427387904)
+    """
+
+    def __init__(self, values: Sequence[int]) -> None:
+        self.rows = [list(values)]
+        span = 1
+        while 2 * span <= len(values):
+            prev = self.rows[-1]
+            self.rows.append([min(prev[i], prev[i + span]) for i in range(len(prev) - span)])
+            span *= 2
+
+    def least(self, lo: int, hi: int) -> int:
+        """The least of ``values[lo:hi]`` (:data:`NONE` when empty)."""
+        if lo >= hi:
+            return NONE
+        k = (hi - lo).bit_length() - 1
+        return min(self.rows[k][lo], self.rows[k][hi - (1 << k)])

@@ -1,0 +1,258 @@
+"""Rule 12 in the ledger (lane setting ``overtake_slack``, lane_plugin.ledger.overtake), on SQLite and PostgreSQL.
+
+The oracle is the rule's own quantity, counted from outside: for every numbered job K, the rate tokens of jobs
+that arrived after it (a higher position) and were leased while K waited. It never passes K's key.
+"""
+
+import random
+
+import pytest
+
+from lane_plugin.errors import InvalidInput
+from lane_plugin.ledger import overtake
+from lane_plugin.ledger.overtake import EPOCH
+from lane_plugin.policy.slack import slack_key
+
+
+def _lane(led, **settings):
+    return led.set_lane(
+        "free",
+        **{
+            "allowance": 10**12,
+            "ceiling": 10**12,
+            "burst_tokens": 100_000,
+            "window_seconds": 1.0,
+            "max_leased": 2,
+            "max_wait_seconds": 3_600.0,
+            **settings,
+        },
+    )
+
+
+def _numbers(led, lane="free") -> dict[str, tuple]:
+    """Every job's ``(arrival_pos, overtake_key, arrival_v, overtake_base)`` as the ledger holds them."""
+    sql = "select id, arrival_pos, overtake_key, arrival_v, overtake_base from job where lane = :l"
+    rows = led._run(lambda cur, now: cur.all(sql, {"l": lane}), write=False)
+    return {r[0]: tuple(r[1:]) for r in rows}
+
+
+class Passes:
+    """What passed each waiting job, counted from the leases in the order the ledger granted them."""
+
+    def __init__(self):
+        self.waiting: dict[str, tuple[int, int]] = {}  # id -> (position, key)
+        self.passed: dict[str, int] = {}
+        self.rate: dict[str, int] = {}
+
+    def arrived(self, led, job_id: str, rate: int) -> None:
+        pos, key, _, _ = _numbers(led)[job_id]
+        assert pos is not None and key is not None, "a job entering a lane with the rule on is numbered"
+        self.waiting[job_id], self.passed[job_id], self.rate[job_id] = (pos, key), 0, rate
+
+    def leased(self, job_id: str) -> None:
+        pos, _ = self.waiting.pop(job_id)
+        for k, (pk, _) in self.waiting.items():
+            if pk < pos:
+                self.passed[k] += self.rate[job_id]
+
+    def over(self, numbers: dict[str, tuple]) -> list[tuple[str, int, int]]:
+        """The jobs passed by more than their key: ``(id, passed, key)``."""
+        return [(j, o, numbers[j][1]) for j, o in self.passed.items() if o > numbers[j][1]]
+
+
+def _big_amid_small(led, clock, passes=None, smalls=60):
+    """5 small jobs, one of 20,000 tokens, then ``smalls`` more small ones, one a second; two lease slots, each
+    lease settled at once: the order places the big job ``20,000 x 3,600 / 100,000 = 720`` s late (a small one 36 s),
+    so every small job arriving in that span goes first unless the rule stops it. Returns ``(big id, lease order)``."""
+    ids = []
+    for i in range(5 + 1 + smalls):
+        clock.t += 1.0
+        est = 20_000 if i == 5 else 1_000
+        ids.append(led.submit("s", est, "free"))
+        if passes is not None:
+            passes.arrived(led, ids[-1], est)
+    order = []
+    for _ in range(200):
+        clock.t += 1.0
+        leases = led.tick("free")
+        if not leases:
+            break
+        for lease in leases:
+            order.append(lease.job_id)
+            if passes is not None:
+                passes.leased(lease.job_id)
+            led.settle(lease, lease.est)
+    return ids[5], order
+
+
+def test_no_job_is_passed_by_more_than_its_key(led, clock):
+    """The big job found 5,000 rate tokens waiting: with slack 1.25 and nothing learned its key is 1,250, so at
+    most one small job passes it; with the rule off the order lets far more by."""
+    _lane(led, overtake_slack=1.25)
+    passes = Passes()
+    big, order = _big_amid_small(led, clock, passes)
+    numbers = _numbers(led)
+    assert numbers[big][1] == slack_key(5_000, 0, 1.25) == 1_250
+    assert passes.over(numbers) == []
+    assert passes.passed[big] <= 1_250 and order.index(big) <= 6, order.index(big)
+    assert len(order) == 66 and led.audit() == []
+
+
+def test_without_the_rule_the_same_traffic_passes_the_big_job(led, clock):
+    """The control: the same traffic with the rule off, the big job's key computed the same way is passed."""
+    _lane(led)
+    big, order = _big_amid_small(led, clock)
+    assert _numbers(led)[big][0] is None  # off: nothing is numbered
+    passed_big = 1_000 * sum(1 for j in order[: order.index(big)] if order.index(j) >= 5)
+    assert passed_big > slack_key(5_000, 0, 1.25) and order.index(big) > 20, order.index(big)
+
+
+@pytest.mark.parametrize("epoch", [4, EPOCH])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_traffic_with_tenants_keeps_every_key(led, clock, seed, epoch, monkeypatch):
+    """Random sizes (a heavy tail), two tenants of weights 1 and 3, arrivals between ticks, settlements early
+    or late, over 200 arrivals: with epochs of 4 (fifty of them: whole epochs, partial ones, emptied ones) and of
+    the ledger's size, no numbered job is ever passed by more than its key."""
+    monkeypatch.setattr(overtake, "EPOCH", epoch)
+    rng = random.Random(seed)
+    _lane(led, overtake_slack=1.3, max_leased=3)
+    led.set_tenant("free", "big", weight=3)
+    passes, held, n, turns = Passes(), [], 0, 0
+    while n < 200 or passes.waiting or held:
+        turns += 1
+        assert turns < 20_000, "the lane stopped admitting"
+        clock.t += rng.random()
+        if n < 200 and rng.random() < 0.6:
+            est = min(50_000, int(rng.lognormvariate(7, 1.2)) + 1)
+            jid = led.submit("s", est, "free", tenant=rng.choice(["big", "small"]))
+            passes.arrived(led, jid, est)
+            n += 1
+            continue
+        for lease in led.tick("free"):
+            passes.leased(lease.job_id)
+            held.append(lease)
+        rng.shuffle(held)
+        while held and rng.random() < 0.7:
+            lease = held.pop()
+            led.settle(lease, lease.est)
+    numbers = _numbers(led)
+    assert passes.over(numbers) == []
+    assert sum(1 for o in passes.passed.values() if o > 0) > 10  # the order did pass jobs: the rule had work
+    assert max(pos for pos, *_ in numbers.values()) == 200  # numbered from 1: 200 // epoch + 1 epochs spanned
+    assert led.audit() == []
+
+
+def test_a_job_entering_again_is_not_numbered_and_the_rest_keep_their_rooms(led, clock):
+    """A retry reopens a job: its old place would be read against counters that moved on, so it waits
+    unnumbered (it passes as the youngest would); the other waiting jobs keep their numbers."""
+    _lane(led, overtake_slack=1.25, max_leased=1)
+    a = led.submit("s", 1_000, "free", key="a")
+    b = led.submit("s", 1_000, "free", key="b")
+    (lease,) = led.tick("free")
+    assert lease.job_id == a
+    led.settle(lease, 0, outcome="failed")
+    led.submit("s", 1_000, "free", key="a", attempt=2)  # the retry
+    numbers = _numbers(led)
+    assert numbers[a][0] is None and numbers[b][0] == 2
+    assert [x.job_id for x in led.tick("free")] == [b]
+
+
+def test_changing_the_slack_forgets_the_rooms(led, clock):
+    """Rooms counted under one slack (or while the rule was off) are not another's: a change forgets them."""
+    _lane(led, overtake_slack=1.25)
+    jobs = [led.submit("s", 1_000, "free") for _ in range(3)]
+    assert all(_numbers(led)[j][0] is not None for j in jobs)
+    led.set_lane("free", overtake_slack=1.5)
+    assert all(_numbers(led)[j][0] is None for j in jobs)
+    later = led.submit("s", 1_000, "free")
+    assert _numbers(led)[later][0] == 4  # the arrival counter goes on
+    led.set_lane("free", overtake_slack="off")
+    assert led.set_lane("free").overtake_slack is None
+    off = led.submit("s", 1_000, "free")
+    assert _numbers(led)[later][0] is None and _numbers(led)[off][0] is None
+
+
+def test_the_refit_learns_the_p99_of_what_arrivals_found_waiting(led, clock):
+    """After 250 arrivals (the warm-up is 200) the refit writes Q, the p99 of V, and the next key reads it."""
+    _lane(led, overtake_slack=1.25, max_leased=1)
+    for _ in range(250):
+        clock.t += 1.0
+        led.submit("s", 100, "free")
+    vs = sorted(v for _, _, v, _ in _numbers(led).values())
+    assert vs == [100 * i for i in range(250)]
+    led.refit_runs("free")
+    q = led.set_lane("free").overtake_q
+    assert q == vs[int(0.99 * 250)] == 24_700
+    new = led.submit("s", 100, "free")
+    assert _numbers(led)[new][1] == slack_key(25_000, q, 1.25) == 6_250
+
+
+def test_the_audit_names_a_job_passed_past_its_key(led, clock):
+    """I7: the audit reads each numbered waiting job's room; a room written below zero (what a pass the rule
+    refused would leave) is named with the job and how far it was passed."""
+    _lane(led, overtake_slack=1.25)
+    jobs = [led.submit("s", 1_000, "free") for _ in range(3)]
+    assert led.audit() == []
+    sql = "update job set overtake_base = overtake_base - 2000 where id = :id"
+    led._run(lambda cur, now: cur.execute(sql, {"id": jobs[2]}))
+    key = _numbers(led)[jobs[2]][1]
+    assert led.audit() == [f"I7 job {jobs[2]} in lane free: passed by 2000 rate tokens, more than its key {key}"]
+
+
+@pytest.mark.parametrize("bad", [0.5, 11, float("nan"), "fast", True])
+def test_a_bad_slack_is_refused_naming_it(led, bad):
+    _lane(led)
+    with pytest.raises(InvalidInput, match="overtake_slack"):
+        led.set_lane("free", overtake_slack=bad)
+    assert led.set_lane("free").overtake_slack is None
+
+
+def test_concurrent_intake_and_admission_number_every_arrival_once(ledger_url):
+    """Four threads, each its own Ledger (its own connections), submitting random sizes and ticking and settling
+    at once: the lane lock serialises numbering with admission, so the positions are exactly 1..N, every job found
+    a backlog no larger than all the others' rate tokens, and the audit (I7 included: no waiting job's room below
+    zero) is clean whenever a thread looks, and at the end."""
+    import threading
+
+    from lane_plugin import Ledger
+
+    setup = Ledger(ledger_url)
+    _lane(setup, overtake_slack=1.25, max_leased=3, window_seconds=0.05)
+    errors: list[BaseException] = []
+    audits: list[list[str]] = []
+
+    def worker(seed: int) -> None:
+        rng, led = random.Random(seed), Ledger(ledger_url)
+        try:
+            for i in range(40):
+                led.submit("s", rng.randint(100, 5_000), "free", tenant=rng.choice(["a", "b"]))
+                for lease in led.tick("free"):
+                    led.settle(lease, lease.est)
+                if i % 10 == 9:
+                    audits.append(led.audit())
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            errors.append(exc)
+        finally:
+            led.close()
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    try:
+        assert not errors, errors
+        assert len(audits) == 16 and all(a == [] for a in audits), audits
+        for _ in range(500):
+            leases = setup.tick("free")
+            if not leases and not setup.lane("free").leased:
+                break
+            for lease in leases:
+                setup.settle(lease, lease.est)
+        numbers = _numbers(setup)
+        assert sorted(pos for pos, *_ in numbers.values()) == list(range(1, 161))
+        rates = {j: r for j, r in setup._run(lambda cur, now: cur.all("select id, rate_cost from job"), write=False)}
+        assert all(0 <= v <= sum(rates.values()) - rates[j] for j, (_, _, v, _) in numbers.items())
+        assert setup.lane("free").leased == 0 and setup.audit() == []
+    finally:
+        setup.close()
