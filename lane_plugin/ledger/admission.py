@@ -79,6 +79,8 @@ def tick(
     of another waiter's is handed on, its charge pending until that waiter picks it up (:mod:`.rates`).
     """
     row = roll_counters(cur, lock_lane(cur, lane), now) if row is None else row
+    if row.overtake_slack is not None:  # rule 12: the jobs entered since the last tick get their places first
+        overtake.number(cur, lane, slack=row.overtake_slack, q=row.overtake_q)
     free_slots = row.max_leased - row.leased
     gated = gated or handoff
     if not gated:
@@ -111,9 +113,17 @@ def tick(
     if head is None:
         head = _read_head(cur, head_sql, head_params, tenant_rows if several else None)
     rooms = overtake.Rooms(cur, lane) if row.overtake_slack is not None else None  # rule 12, read on demand
+    exempt: frozenset[str] = frozenset()
     if rooms is not None:
-        have = {r[0] for r in head}
-        head += rooms.oldest(gated=gated, own=own, k=head_params["k"], burst=row.burst_tokens, have=have)
+        # A job committed after this tick numbered the lane's (PostgreSQL reads each statement afresh) waits for
+        # the next tick: numbered, it is passed and passes by its place.
+        head = [r for r in head if r[-1] != overtake.PENDING]
+        oldest = rooms.oldest(k=head_params["k"], burst=row.burst_tokens, have={r[0] for r in head})
+        rooms.known(oldest)
+        if gated:  # a job nobody waits for is not this tick's to lease: its room does not bind it (perjob)
+            exempt = frozenset(r[0] for r in oldest if r[9] is None and r[0] != own)
+            oldest = [r for r in oldest if r[0] not in exempt]
+        head += oldest
         rooms.known(head)
     gone_tails: list[dict] = []
     gone = waiters.gone(cur, {r[9] for r in head if r[9] is not None}, now) if any(r[9] for r in head) else set()
@@ -171,6 +181,7 @@ def tick(
         limits=uses,
         paused_until=row.paused_until,
         rooms=rooms,
+        exempt=exempt,
     )
     decision = admit(snapshot, cands)
     unfit = () if handoff else decision.parked  # a hand-off only leases; parking the unfit is a tick's
@@ -230,8 +241,8 @@ def tick(
             [(c.id, rows[c.id][5], c.units, rows[c.id][9] in (None, holder)) for c in decision.admitted],
             decision.units,
         )
-    if rooms is not None:  # what they passed, now that they no longer wait
-        overtake.passed(cur, lane, rooms, [(c.id, c.rate) for c in decision.admitted])
+    if rooms is not None:  # what they passed, now that they no longer wait (less what held jobs are given back)
+        overtake.passed(cur, lane, rooms, [(c.id, c.rate) for c in decision.admitted], decision.exempt)
     if decision.runs:
         runs.record(cur, row, now, decision, fits, set(remaining))
     if fair:

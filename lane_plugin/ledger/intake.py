@@ -5,11 +5,12 @@ from __future__ import annotations
 from ..errors import ConflictingReplay, LaneError, NeverFits
 from ..policy import never_fits
 from ..policy.fairness import DEFAULT_TENANT
-from . import overtake, queries, tenants
+from . import queries, tenants
 from .db import Cursor
 from .jobs import JOB_KEYS, lock_job, run_started
-from .lanes import LaneRow, lock_lane, read_lane, unknown_lane
+from .lanes import LaneRow, read_lane, unknown_lane
 from .limits import drop_pending as drop_limit_pending
+from .overtake import PENDING
 from .rates import drop_pending
 from .waiters import WAITER_GONE
 
@@ -117,6 +118,8 @@ def submit(
         rate_input=rate_input,
         rate_output=rate_output,
     )
+    if target.overtake_slack is not None:  # rule 12: numbered by the lane's next tick (overtake.number)
+        fields["arrival_pos"] = PENDING
     cur.execute(queries.intake_insert_job(cur.dialect, fields), fields)
     if cur.rowcount != 1:
         if key is not None:
@@ -124,10 +127,6 @@ def submit(
             if existing is not None and existing[0] != job_id:
                 return _replay_submit(cur, existing, stage=stage, est=est, attempt=attempt, now=now, rerun=rerun)
         return job_id, target.name  # this id was committed by an earlier try of this transaction
-    if target.overtake_slack is not None:  # rule 12 numbers the arrival, under the lane's lock (overtake.py)
-        locked = lock_lane(cur, target.name)
-        if locked.overtake_slack is not None:
-            overtake.arrive(cur, locked.name, job_id, slack=locked.overtake_slack, q=locked.overtake_q)
     tenants.ensure(cur, target.name, (tenant,), now)
     for version, shadow_est in (shadows or {}).items():
         cur.execute(

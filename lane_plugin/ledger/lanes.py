@@ -290,7 +290,8 @@ def validate_settings(settings: dict, current: LaneRow | None = None) -> dict:
         elif key == "headroom_sigmas":
             value = checks.number(key, value, low=0.0, high=10.0)
         elif key == "overtake_slack":  # rule 12 (lane_plugin.ledger.overtake): None or "off" turns it off
-            value = None if value is None or value == "off" else checks.number(key, value, low=1.0, high=10.0)
+            off = value is None or (isinstance(value, str) and value.strip().lower() == "off")
+            value = None if off else checks.number(key, value, low=1.0, high=10.0)
         elif key in ("max_wait_seconds", "park_seconds"):
             value = checks.number(key, value, low=0.0, high=10 * 365 * 86400.0)
         elif key == "period":

@@ -205,7 +205,8 @@ class Job(SQLModel, table=True):
     rate_output: Optional[int] = Field(default=None, sa_type=BigInteger)
     # Provider rate-limit errors (429) its attempts met: the run bill counts them per stage.
     rate_limited: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
-    # Rule 12, while it waits (null: not numbered): its arrival number and epoch, its key, its room's base
+    # Rule 12, while it waits (null: not numbered; arrival_pos -1: to be numbered by the lane's next tick): its
+    # arrival number and epoch, its key, its room's base
     # (room = base - its epoch's lane_epoch.passed) and the rate tokens it found waiting.
     arrival_pos: Optional[int] = Field(default=None, sa_type=BigInteger)
     arrival_epoch: Optional[int] = Field(default=None, sa_type=BigInteger)

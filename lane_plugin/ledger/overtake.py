@@ -1,29 +1,35 @@
 """Rule 12 in the ledger: each waiting job's room, kept per arrival epoch (lane setting ``overtake_slack``).
 
 With ``overtake_slack = c`` set on a lane (``lane lanes set LANE --overtake-slack 1.25``; off by default), a
-job that enters its queue is numbered (its *position*, the lane's arrival counter) and given a key,
-``max((c - 1) V, c Q - V)`` (:func:`lane_plugin.policy.slack.slack_key`): ``V`` the rate tokens waiting when
-it arrived, ``Q`` the lane's learned p99 of ``V`` (:func:`refit`; 0 until learned, then the keys are the
-pointwise ``(c - 1) V``). Admission (:func:`lane_plugin.policy.admit`, rule 12's exact form,
-:mod:`lane_plugin.policy.perjob`) lets a job pass older waiting jobs only while each keeps room for it, so the
-rate tokens of younger jobs admitted while a job waits never pass its key, and the lane's p99 of tokens ahead
-stays within ``c`` times token-fifo's (the proof and its terms: :mod:`lane_plugin.policy.slack`).
+job that enters its queue waits to be numbered (``arrival_pos = -1``, :data:`PENDING`); the lane's next tick,
+under its lock and before it admits anything, numbers those jobs in the order they entered (:func:`number`):
+each gets its *position* and a key, ``max((c - 1) V, c Q - V)`` (:func:`lane_plugin.policy.slack.slack_key`),
+``V`` the rate tokens waiting before it and ``Q`` the lane's learned p99 of ``V`` (:func:`refit`; 0 until
+learned, then the keys are the pointwise ``(c - 1) V``). No job is admitted between its intake and that tick, so
+it gets the place and (at most) the ``V`` it would have had at intake. A job entering again (a retry, an expired
+lease, a requeue, a fallback move) is numbered afresh the same way, as a new arrival.
+
+Admission (:func:`lane_plugin.policy.admit`, rule 12's exact form, :mod:`lane_plugin.policy.perjob`) lets a job
+pass older waiting jobs only while each keeps room for it, so the rate tokens of younger jobs admitted while a job
+waits and could go never pass its key, and the lane's p99 of tokens ahead stays within ``c`` times token-fifo's
+(the proof and its terms: :mod:`lane_plugin.policy.slack`). A job that cannot go this tick whatever the order
+does (held by its tenant's budget, waiting for the period to reset, or, in a gate's tick, a job nobody waits for)
+does not hold the others back, and what passes it then is given back (``Decision.exempt``).
 
 The rooms are kept exactly, in bounded work, by epochs of :data:`EPOCH` consecutive positions
 (:class:`lane_plugin.sim.rooms.EpochRooms` is the same structure in memory, tested against a segment tree):
 
 - ``lane_epoch.passed``: per epoch with a waiting job, the rate tokens younger jobs took ahead of all of it;
-- ``job.overtake_base``: per numbered waiting job, its key plus its epoch's counter when it arrived, so its
+- ``job.overtake_base``: per numbered waiting job, its key plus its epoch's counter when it was numbered, so its
   room is ``overtake_base - passed``;
-- an admission at position ``p`` adds its rate to the counters of the older epochs (one UPDATE over a few
-  dozen epoch rows) and takes it off the base of the older jobs of its own epoch (at most ``EPOCH - 1`` rows);
+- a tick's admissions add their rates to the counters of the older epochs (one UPDATE over the epoch rows the
+  waiting jobs span) and take them off the base of the older jobs of their own epochs (one UPDATE, at most
+  ``EPOCH - 1`` rows each);
 - an epoch's least room is the head of ``ix_job_rooms`` less its counter; an epoch a range covers in part is
   read row by row (at most ``EPOCH`` rows, once per tick).
 
-A job entering the queue again (a retry, an expired lease, a requeue, a fallback move) is not numbered:
-it passes as the youngest job would (every waiting job must have room for it) and its own wait is not bounded
-by the rule. Numbering takes the lane's lock at intake (the rule off: intake does not lock the lane) and
-sums the rate tokens waiting, a scan of the lane's waiting jobs, at intake, never at admission.
+A tick that numbers new arrivals also sums the rate tokens of the numbered waiting jobs (``V``): a read of the
+lane's waiting jobs, once per tick with arrivals, never per intake.
 """
 
 from __future__ import annotations
@@ -40,21 +46,43 @@ from .db import Cursor
 EPOCH = 64
 # Above any room: an epoch (or a range) with no waiting job.
 NONE = 1 << 62
+# The place of a job waiting to be numbered by its lane's next tick (it entered since, or again).
+PENDING = -1
+# At most this many arrivals numbered by one tick (a burst of intakes is numbered over a few ticks, oldest first:
+# the rest wait for the next, without a place, so nobody passes them and they pass nobody): the tick stays short.
+NUMBER_PER_TICK = 512
 # The refit learns Q from the arrivals of the last day (the size classes learn from the last 500 estimates).
 LEARN_SECONDS = 86_400.0
 
 
-def arrive(cur: Cursor, lane: str, job_id: str, *, slack: float, q: int | None) -> None:
-    """Number job ``job_id``, just entered the waiting queue of ``lane`` (locked by this transaction), whose
-    rule 12 has ``slack`` and the learned ``q`` (None: not yet learned, the keys are pointwise)."""
-    waiting = int(cur.scalar(queries.OVERTAKE_WAITING_RATE, {"l": lane, "id": job_id}))
-    position = int(cur.scalar(queries.OVERTAKE_NEXT_ARRIVAL, {"l": lane}))
-    epoch = position // EPOCH
-    cur.execute(queries.OVERTAKE_ENSURE_EPOCH, {"l": lane, "e": epoch})
-    passed = int(cur.scalar(queries.OVERTAKE_EPOCH_PASSED, {"l": lane, "e": epoch}))
-    key = slack_key(waiting, q or 0, slack)
-    params = {"id": job_id, "p": position, "e": epoch, "k": key, "b": key + passed, "v": waiting}
-    cur.execute(queries.OVERTAKE_NUMBER_JOB, params)
+def number(cur: Cursor, lane: str, *, slack: float, q: int | None) -> int:
+    """Number the jobs waiting to be (``arrival_pos = -1``: entered since the lane's last tick, or again), in the
+    order they entered, under the lane's lock (the tick's): each gets the next position, and its key from ``V``, the
+    rate tokens waiting before it (the numbered ones, and those of this batch before it), ``slack`` and the learned
+    ``q`` (None: not yet learned, the keys are pointwise). Returns how many were numbered.
+
+    Numbering at the tick rather than at intake gives each job the same place and a ``V`` no larger: no job is
+    admitted between its intake and the lane's next tick (admission is a tick), and a job parked meanwhile only
+    lowers ``V`` (a smaller key: the cautious side).
+    """
+    pending = cur.all(queries.OVERTAKE_PENDING, {"l": lane, "k": NUMBER_PER_TICK})
+    if not pending:
+        return 0
+    waiting = int(cur.scalar(queries.OVERTAKE_WAITING_RATE, {"l": lane}))
+    last = int(cur.scalar(queries.OVERTAKE_TAKE_ARRIVALS, {"l": lane, "n": len(pending)}))
+    counters: dict[int, int] = {}
+    rows = []
+    for i, (job_id, rate) in enumerate(pending):
+        position = last - len(pending) + 1 + i
+        epoch = position // EPOCH
+        if epoch not in counters:
+            cur.execute(queries.OVERTAKE_ENSURE_EPOCH, {"l": lane, "e": epoch})
+            counters[epoch] = int(cur.scalar(queries.OVERTAKE_EPOCH_PASSED, {"l": lane, "e": epoch}))
+        key = slack_key(waiting, q or 0, slack)
+        rows.append({"id": job_id, "p": position, "e": epoch, "k": key, "b": key + counters[epoch], "v": waiting})
+        waiting += int(rate)
+    cur.executemany(queries.OVERTAKE_NUMBER_JOB, rows)
+    return len(rows)
 
 
 class Rooms:
@@ -74,8 +102,8 @@ class Rooms:
 
     def known(self, rows: Iterable) -> None:
         """The positions of the waiting jobs in head rows (their last column: ``arrival_pos``)."""
-        for r in rows:
-            self._positions[r[0]] = None if r[-1] is None else int(r[-1])
+        for r in rows:  # (a job entered since the tick numbered the lane's, -1: not numbered, as the youngest)
+            self._positions[r[0]] = None if r[-1] is None or r[-1] <= 0 else int(r[-1])
 
     def position(self, job_id: str) -> int | None:
         """The arrival position of waiting job ``job_id`` (None: not numbered, or not waiting)."""
@@ -98,7 +126,8 @@ class Rooms:
 
     def _epoch_rows(self, epoch: int) -> list[tuple[int, int]]:
         if epoch not in self._rows:
-            found = self.cur.all(queries.OVERTAKE_EPOCH_ROWS, {"l": self.lane, "e": epoch})
+            sql = queries.OVERTAKE_EPOCH_ROWS_SQLITE if self.cur.dialect == "sqlite" else queries.OVERTAKE_EPOCH_ROWS
+            found = self.cur.all(sql, {"l": self.lane, "e": epoch})
             self._rows[epoch] = [(int(p), int(b)) for p, b in found]
         return self._rows[epoch]
 
@@ -130,28 +159,39 @@ class Rooms:
         """The least room over the epochs ``first <= epoch < end``, each whole: one range of the min table."""
         return self._table.least(bisect_left(self._numbers, first), bisect_left(self._numbers, end))
 
-    def oldest(self, *, gated: bool, own: str | None, k: int, burst: int, have: set[str]) -> list:
+    def oldest(self, *, k: int, burst: int, have: set[str]) -> list:
         """Head rows (:data:`queries.HEAD_SQL`'s columns) of the ``k`` oldest numbered waiting jobs not in
         ``have``, once the least room is short of ``burst`` (else none: the rooms cannot hold anything back). A
         job the rooms refuse may still pass these (the oldest passes nobody): without them a head full of held
-        jobs would lease nothing. ``gated``: only the jobs a waiter waits for, and ``own``, as the tick's head."""
+        jobs would lease nothing. A gate's tick leases only the ones a waiter waits for; the others' rooms it
+        does not let bind (``LaneSnapshot.exempt``)."""
         room = self.least(0, 1 << 62)
         if room is None or room >= burst:
             return []
-        sql = queries.OVERTAKE_OLDEST_GATED if gated else queries.OVERTAKE_OLDEST
-        return [r for r in self.cur.all(sql, {"l": self.lane, "k": k, "own": own}) if r[0] not in have]
+        return [r for r in self.cur.all(queries.OVERTAKE_OLDEST, {"l": self.lane, "k": k}) if r[0] not in have]
 
     def first_epoch(self) -> int | None:
         """The oldest epoch with a waiting numbered job (None: none waits)."""
         return next((e for e, _, head in self.epochs if head is not None), None)
 
 
-def passed(cur: Cursor, lane: str, rooms: Rooms, admitted: Iterable[tuple[str, int]]) -> None:
+def passed(
+    cur: Cursor,
+    lane: str,
+    rooms: Rooms,
+    admitted: Iterable[tuple[str, int]],
+    exempt: Iterable[tuple[str, int]] = (),
+) -> None:
     """Charge what this tick admitted, ``(job id, rate)`` each, to the waiting jobs older than it: two statements,
-    the older epochs' counters and the older jobs of each one's own epoch.
+    the older epochs' counters and the older jobs of each one's own epoch; then give back to each job of
+    ``exempt`` (``(job id, rate tokens)``, :meth:`lane_plugin.policy.perjob.ExactBudget.exempt_charges`) what passed
+    it while it could not go this tick.
 
     Runs after the tick's leases are written (its jobs no longer wait), in the tick's transaction.
     """
+    back = [{"id": job_id, "x": x} for job_id, x in exempt]
+    if back:  # (a parked one has left the queue: its row is not waiting, nothing is written)
+        cur.executemany(queries.OVERTAKE_GIVE_BACK, back)
     first = rooms.first_epoch()
     if first is None:
         return  # no numbered job waits: nobody was passed
@@ -170,14 +210,14 @@ def passed(cur: Cursor, lane: str, rooms: Rooms, admitted: Iterable[tuple[str, i
         params = {"l": lane, "pmax": max(p for _, p, _ in numbered)}
         for i, (epoch, p, rate) in enumerate(numbered):
             params[f"o{i}"], params[f"p{i}"], params[f"r{i}"] = epoch, p, rate
-        cur.execute(queries.overtake_pass_own_epochs(len(numbered)), params)
+        cur.execute(queries.overtake_pass_own_epochs(len(numbered), cur.dialect), params)
 
 
 def restart(cur: Cursor, lane: str) -> None:
     """The lane's slack changed (or the rule was turned on or off): forget every waiting job's number and room.
 
-    Rooms counted under another slack, or not counted while the rule was off, would be wrong for this one;
-    the jobs waiting now are not numbered (as a re-entered job), the jobs arriving from now on are.
+    Rooms counted under another slack, or not counted while the rule was off, would be wrong for this one; with
+    the rule on, the waiting jobs are numbered afresh by the next tick, in the order they entered.
     """
     cur.execute(queries.OVERTAKE_FORGET_JOBS, {"l": lane})
     cur.execute(queries.OVERTAKE_FORGET_EPOCHS, {"l": lane})
@@ -186,7 +226,8 @@ def restart(cur: Cursor, lane: str) -> None:
 def refit(cur: Cursor, lane: str, now: float) -> int | None:
     """Learn ``Q``, the p99 of the rate tokens waiting at the lane's arrivals of the last day, and drop the
     epochs nobody waits in. Returns the ``Q`` written (None: fewer than the warm-up's arrivals, left as it was)."""
-    cur.execute(queries.OVERTAKE_DROP_EMPTY_EPOCHS, {"l": lane})
+    sql = queries.OVERTAKE_DROP_EMPTY_EPOCHS_SQLITE if cur.dialect == "sqlite" else queries.OVERTAKE_DROP_EMPTY_EPOCHS
+    cur.execute(sql, {"l": lane})
     since = now - LEARN_SECONDS
     n = int(cur.scalar(queries.OVERTAKE_ARRIVALS_SINCE, {"l": lane, "since": since}))
     if n < QUANTILE_WARMUP:

@@ -226,21 +226,34 @@ SCHEMA_MIGRATION_UNLOCK = "select pg_advisory_unlock(%s)"
 
 
 # -- rule 12's rooms (overtake.py) ----------------------------------------------------------------------------
-# A job entering the queue again (a retry, a lease expired, a requeue, a fallback move) is not numbered: its
-# old place would be read against counters that moved on without it.
-UNNUMBERED = "arrival_pos = null, arrival_epoch = null, overtake_base = null"
-_NUMBERED = "state = 'new' and arrival_pos is not null"  # ix_job_rooms and ix_job_arrival hold only these
-OVERTAKE_WAITING_RATE = (
-    "select coalesce(sum(coalesce(rate_cost, est)), 0) from job where lane = :l and state = 'new' and id <> :id"
+# A job entering the queue of a lane with rule 12 on waits to be numbered (arrival_pos = -1) by the lane's next
+# tick, as a job entering again does (a retry, a lease expired, a requeue, a fallback move): its old place would be
+# read against counters that moved on without it. In a lane with the rule off it is not numbered (null).
+
+
+def unnumbered(lane: str = "job.lane") -> str:
+    """SET pieces for a job entering a queue again: to be numbered if ``lane`` (an expression over the row's old
+    values) has rule 12 on, else not numbered."""
+    on = f"(select l.overtake_slack from lane l where l.name = {lane}) is not null"
+    return f"arrival_pos = case when {on} then -1 else null end, arrival_epoch = null, overtake_base = null"
+
+
+UNNUMBERED = unnumbered()
+_NUMBERED = "state = 'new' and arrival_pos is not null and arrival_pos > 0"  # within ix_job_rooms, ix_job_arrival
+OVERTAKE_PENDING = (
+    "select id, coalesce(rate_cost, est) from job "
+    "where lane = :l and state = 'new' and arrival_pos is not null and arrival_pos < 0 order by wait_since, id "
+    "limit :k"
 )
-OVERTAKE_NEXT_ARRIVAL = "update lane set arrivals = arrivals + 1 where name = :l returning arrivals"
+OVERTAKE_WAITING_RATE = f"select coalesce(sum(coalesce(rate_cost, est)), 0) from job where lane = :l and {_NUMBERED}"
+OVERTAKE_TAKE_ARRIVALS = "update lane set arrivals = arrivals + :n where name = :l returning arrivals"
 OVERTAKE_ENSURE_EPOCH = "insert into lane_epoch (lane, epoch, passed) values (:l, :e, 0) on conflict do nothing"
 OVERTAKE_EPOCH_PASSED = "select passed from lane_epoch where lane = :l and epoch = :e"
 OVERTAKE_NUMBER_JOB = (
     "update job set arrival_pos = :p, arrival_epoch = :e, overtake_key = :k, overtake_base = :b, arrival_v = :v "
     "where id = :id and state = 'new'"
 )
-OVERTAKE_POSITION = "select arrival_pos from job where id = :id and state = 'new'"
+OVERTAKE_POSITION = "select arrival_pos from job where id = :id and state = 'new' and arrival_pos > 0"
 # Each epoch's counter and least base: one head of ix_job_rooms per epoch row (a few dozen, not the queue).
 OVERTAKE_EPOCHS = (
     "select e.epoch, e.passed, (select min(j.overtake_base) from job j where j.lane = e.lane "
@@ -259,24 +272,31 @@ def overtake_pass_epochs(n: int) -> str:
     return f"update lane_epoch set passed = passed + {adds} where lane = :l and epoch >= :lo and epoch < :top"
 
 
-def overtake_pass_own_epochs(n: int) -> str:
+def overtake_pass_own_epochs(n: int, dialect: str = "postgresql") -> str:
     """The same admissions charged to the older waiting jobs of their own epochs (at most 63 rows each): admission
     ``i`` at position ``:p{i}`` takes ``:r{i}`` off the base of the jobs of epoch ``:o{i}`` before it."""
     subs = " + ".join(
         f"case when arrival_epoch = :o{i} and arrival_pos < :p{i} then :r{i} else 0 end" for i in range(n)
     )
     owns = ", ".join(f":o{i}" for i in range(n))
+    table = "job indexed by ix_job_rooms" if dialect == "sqlite" else "job"  # (SQLite may pick the older range)
     return (
-        f"update job set overtake_base = overtake_base - ({subs}) where lane = :l and {_NUMBERED} "
+        f"update {table} set overtake_base = overtake_base - ({subs}) where lane = :l and {_NUMBERED} "
         f"and arrival_epoch in ({owns}) and arrival_pos < :pmax"
     )
 
 
-OVERTAKE_FORGET_JOBS = f"update job set {UNNUMBERED} where lane = :l and {_NUMBERED}"
+# SQLite's planner may read these by ix_job_arrival's range of every older job: one epoch's rows, by ix_job_rooms.
+OVERTAKE_EPOCH_ROWS_SQLITE = OVERTAKE_EPOCH_ROWS.replace("from job where", "from job indexed by ix_job_rooms where")
+OVERTAKE_GIVE_BACK = f"update job set overtake_base = overtake_base + :x where id = :id and {_NUMBERED}"
+OVERTAKE_FORGET_JOBS = f"update job set {UNNUMBERED} where lane = :l and state = 'new'"
 OVERTAKE_FORGET_EPOCHS = "delete from lane_epoch where lane = :l"
 OVERTAKE_DROP_EMPTY_EPOCHS = (
     "delete from lane_epoch where lane = :l and not exists (select 1 from job j where j.lane = lane_epoch.lane "
     f"and j.arrival_epoch = lane_epoch.epoch and j.{_NUMBERED.replace(' and ', ' and j.')})"
+)
+OVERTAKE_DROP_EMPTY_EPOCHS_SQLITE = OVERTAKE_DROP_EMPTY_EPOCHS.replace(
+    "from job j ", "from job j indexed by ix_job_rooms "
 )
 # The refit's p99 of the rate tokens waiting at the day's arrivals (what the keys read as Q).
 OVERTAKE_ARRIVALS_SINCE = "select count(*) from job where lane = :l and created_at >= :since and arrival_v is not null"
@@ -508,10 +528,6 @@ GATED_HEAD_SQL = _head_sql("and (waiter is not null or id = :own) ")
 # Rule 12 (overtake.py): the oldest numbered waiting jobs, from the head of ix_job_arrival, read as candidates
 # besides the head once some room is short of a burst (a job the rooms hold back may pass only them).
 OVERTAKE_OLDEST = f"select {_COLS} from job where lane = :l and {_NUMBERED} order by arrival_pos limit :k"
-OVERTAKE_OLDEST_GATED = (
-    f"select {_COLS} from job where lane = :l and {_NUMBERED} and (waiter is not null or id = :own) "
-    "order by arrival_pos limit :k"
-)
 # ... and with no :own job (a hand-off, a gate's or the watcher's tick): the same rows in the same order, read
 # from the head of ix_job_gated (migration 0013), a partial index holding exactly the waiting gated jobs on
 # (lane, finishing, prio, id), instead of walking ix_job_queue past every job nobody waits for (a lane with
@@ -691,7 +707,8 @@ def fresh_place(prio: str) -> str:
 
 def upkeep_move_to_fallback_update_job(place: str) -> str:
     return (
-        f"update job set lane = :fb, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {place}, {UNNUMBERED} "
+        f"update job set lane = :fb, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {place}, "
+        f"{unnumbered(':to')} "
         "where id = :id and state = 'new' and lane = :old returning id, lease_attempt, tenant"
     )
 
@@ -704,7 +721,7 @@ UPKEEP_FALL_BACK_WAITING_SELECT_JOB = (
 def upkeep_fall_back_waiting_update_job(place: str) -> str:
     return (
         f"update job set lane = fallback, fallback = null, wait_since = :now, {_FRESH_DEADLINE}, {place}, "
-        f"{UNNUMBERED} "
+        f"{unnumbered('job.fallback')} "
         "where lane = :l and state = 'new' and fallback = :fb returning id, lease_attempt, tenant"
     )
 
@@ -775,7 +792,7 @@ AUDIT_TENANTS = "select lane, name, spent, ceiling, period_start from tenant"
 AUDIT_ROOMS = (
     "select j.id, j.lane, j.overtake_key, j.overtake_base - e.passed, j.arrival_epoch from job j "
     "left join lane_epoch e on e.lane = j.lane and e.epoch = j.arrival_epoch "
-    "where j.state = 'new' and j.arrival_pos is not null and (e.epoch is null or j.overtake_base < e.passed) "
+    "where j.state = 'new' and j.arrival_pos > 0 and (e.epoch is null or j.overtake_base < e.passed) "
     "order by j.lane, j.arrival_pos limit 20"
 )
 AUDIT_TENANT_SPEND = (

@@ -108,7 +108,9 @@ class Decision:
     ``var``: what the admitted jobs add to the lane's ``reserved_var``.
     ``limit_need``: for each limit (rule 6b) that blocked a job, the smallest room (in its unit) one needs.
     ``by_tenant``: the tokens admitted per tenant, as ``(tenant, tokens)`` (what their counters and
-    budgets are charged). ``overtook``: the rate tokens admitted out of order (rule 12).
+    budgets are charged). ``overtook``: the rate tokens admitted out of order (rule 12). ``exempt``: with rule 12's
+    per-job rooms, the jobs still waiting that were passed while they could not go (held by their tenant's budget,
+    waiting for the period to reset, or not leasable by this tick), with what passed them: not counted against them.
 
     Example:
         >>> from lane_plugin.policy import Candidate, LanePolicy, LaneSnapshot
@@ -133,6 +135,8 @@ class Decision:
     # (derived from ``admitted``: not compared, so a decision equals one built without it)
     by_tenant: tuple[tuple[str, int], ...] = field(default=(), compare=False)
     overtook: int = field(default=0, compare=False)
+    # Rule 12's exact form: (job id, rate tokens) passed uncounted, the store gives back (perjob.exempt_charges).
+    exempt: tuple[tuple[str, int], ...] = field(default=(), compare=False)
 
     @property
     def ids(self) -> list[str]:
@@ -162,11 +166,26 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
         >>> admit(s, [Candidate("a", 300, 0.0), Candidate("b", 100, 0.0)]).ids
         ['b', 'a']
     """
+    decision, held, refused = _admit(snapshot, candidates, ordered, snapshot.exempt)
+    if refused and held - snapshot.exempt:
+        # Rule 12's per-job rooms: a job found held (by its tenant's budget, or until the period resets) late in the
+        # order bound the candidates before it. It cannot go this tick whatever they do, so its room binds none of
+        # them: decide again with it exempt from the start (what it was held by only tightens as more is admitted).
+        decision, _, _ = _admit(snapshot, candidates, ordered, snapshot.exempt | held)
+    return decision
+
+
+def _admit(
+    snapshot: LaneSnapshot, candidates: Iterable[Candidate], ordered: bool, exempt: frozenset[str]
+) -> tuple[Decision, frozenset[str], bool]:
+    """:func:`admit` with ``exempt`` rooms; also the candidates held this tick (per-job rooms only) and whether
+    rule 12 refused any candidate."""
     p = snapshot.policy
     if snapshot.stopped:
-        return Decision((), 0, head_reason=STOPPED)
+        return Decision((), 0, head_reason=STOPPED), frozenset(), False
     if snapshot.paused_until is not None and snapshot.now < snapshot.paused_until:
-        return Decision((), 0, head_reason=PAUSED)
+        return Decision((), 0, head_reason=PAUSED), frozenset(), False
+    candidates = list(candidates) if snapshot.rooms is not None else candidates  # (read twice if decided again)
     limits = snapshot.limits
     lim_used = {u.unit: 0 for u in limits}  # what this tick admits, per unit
     lim_need: dict[str, int] = {}
@@ -210,8 +229,10 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
         snapshot.dues,
         snapshot.rooms,
         snapshot.guard_dues,
+        exempt,
     )
     queue = candidates if ordered else order(snapshot, candidates)
+    refused = False  # rule 12 refused a candidate
     if budget_ok.on and budget_ok.spent():  # rule 12: no room to pass anybody, the oldest first in arrival order
         queue = budget_ok.oldest_first(queue)
     for c in queue:
@@ -251,6 +272,7 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
             head_reason = head_reason or LEASE_CAP
         elif budget_ok.on and not budget_ok.allows(c):  # rule 12: no shadow, it passes nobody
             head_reason = head_reason or OVERTAKE
+            refused = True
         else:
             held = shadow is not None and (sh_kind == FINISH or kind != FINISH)
             with_shadow = committed + (sh_est if held else 0)
@@ -312,7 +334,8 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
                 )
         if closed and head_reason is not None and resets:
             break  # nothing more can be leased, the reason is known, nothing is parked: the rest changes nothing
-    return Decision(
+    exact = budget_ok.exact
+    decision = Decision(
         tuple(admitted),
         tokens,
         shadow,
@@ -327,4 +350,7 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
         tuple(lim_used.items()),
         tuple(by_tenant.items()),
         budget_ok.overtook,
+        () if exact is None else tuple(exact.exempt_charges()),
     )
+    held_ids = frozenset() if exact is None else frozenset(exact.held) - {c.id for c, _, _ in parked}
+    return decision, held_ids, refused

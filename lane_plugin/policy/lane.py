@@ -106,7 +106,8 @@ class LaneSnapshot:
     left the queue, and the least ``left at arrival + key`` of the waiting jobs ``(due, id)`` ascending (empty: none);
     ``guard_dues`` the due of each ``guard`` entry (rule 12's per-job reading of the two heads; empty: lane-wide);
     ``rooms`` rule 12's exact per-job form instead (:mod:`lane_plugin.policy.perjob`: the ledger's epochs, the
-    simulator's tree; None: off).
+    simulator's tree; None: off), and ``exempt`` the waiting jobs whose rooms do not bind this tick (this tick
+    cannot lease them: a gate's tick and a job nobody waits for).
 
     Example:
         >>> s = LaneSnapshot(LanePolicy(ceiling=1_000), spent=600, reserved=300, leased=2, window_used=0, now=0.0)
@@ -139,3 +140,4 @@ class LaneSnapshot:
     dues: tuple[tuple[int, str], ...] = ()
     rooms: Rooms | None = None
     guard_dues: tuple[int, ...] = ()
+    exempt: frozenset[str] = frozenset()

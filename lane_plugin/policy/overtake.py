@@ -143,10 +143,11 @@ class Overtaking:
         dues: Sequence[tuple[int, str]] = (),
         rooms: Rooms | None = None,
         guard_dues: Sequence[int] = (),
+        exempt: Iterable[str] = (),
     ) -> None:
         self.base, self.guard, self.oldest, self.since, self.dues = passed, guard, oldest, since, dues
         self.guard_dues = guard_dues
-        self.exact = None if rooms is None else ExactBudget(rooms)
+        self.exact = None if rooms is None else ExactBudget(rooms, exempt)
         self.on = bool(guard) or self.exact is not None
         self.overtook = 0  # the rate tokens this tick admits out of order
         self.moved = 0  # the rate tokens this tick admits, in order or not

@@ -26,7 +26,7 @@ tests/policy/test_perjob.py checks the bound for every job on random traffic wit
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -93,13 +93,21 @@ class ExactBudget:
         True
     """
 
-    __slots__ = ("done", "overtook", "rooms", "taken")
+    __slots__ = ("done", "held", "overtook", "rooms", "taken")
 
-    def __init__(self, rooms: Rooms) -> None:
+    def __init__(self, rooms: Rooms, exempt: Iterable[str] = ()) -> None:
         self.rooms = rooms
         self.done: list[int] = []  # positions of the jobs admitted or left this tick, ascending
         self.taken: list[tuple[int, int]] = []  # (position, rate) of the jobs admitted this tick
         self.overtook = 0  # the rate tokens this tick admits ahead of an older waiting job
+        # Jobs that left this tick without being admitted (parked, or held: see :meth:`exempt_charges`), each with
+        # its position and how many admissions came before: the ones after it passed it uncounted.
+        self.held: dict[str, tuple[int, int]] = {}
+        for job_id in exempt:
+            p = rooms.position(job_id)
+            if p is not None:
+                insort(self.done, p)
+                self.held[job_id] = (p, 0)
 
     def _position(self, job_id: str) -> int:
         p = self.rooms.position(job_id)
@@ -120,4 +128,33 @@ class ExactBudget:
 
     def left(self, c: Candidate) -> None:
         """``c`` stops waiting without being admitted (parked, or held by its tenant): its room no longer binds."""
-        insort(self.done, self._position(c.id))
+        p = self._position(c.id)
+        insort(self.done, p)
+        if c.id not in self.held:
+            self.held[c.id] = (p, len(self.taken))
+
+    def exempt_charges(self) -> list[tuple[str, int]]:
+        """``(job id, rate tokens)`` for each job whose room stopped binding this tick without it being admitted,
+        and the rate tokens of the younger jobs admitted after that: what the store must not count against it.
+
+        A job held by its tenant's budget, or waiting for the period to reset, or one this tick cannot lease (a
+        job nobody waits for, in a gate's tick) still waits: it is passed while it cannot go itself, and those
+        passes are not the order's (rule 12 counts a job's passes while it could be admitted). A parked job has
+        left the queue: the store ignores its entry.
+
+        Example (``R`` as above):
+            >>> class R:
+            ...     def position(self, jid): return int(jid)
+            ...     def least(self, lo, hi): return None
+            >>> from lane_plugin.policy.candidate import Candidate
+            >>> b = ExactBudget(R(), exempt=["0"])
+            >>> b.admitted(Candidate("3", 40, 0.0)); b.left(Candidate("1", 10, 0.0)); b.admitted(Candidate("5", 7, 0.0))
+            >>> b.exempt_charges()
+            [('0', 47), ('1', 7)]
+        """
+        out = []
+        for job_id, (p, since) in self.held.items():
+            charged = sum(rate for at, rate in self.taken[since:] if at > p)
+            if charged:
+                out.append((job_id, charged))
+        return out

@@ -67,11 +67,11 @@ p99 stays within 1.3x everywhere it was measured, with the running estimate and 
 three; the p50 target does not hold on the Azure code trace's rate scenario, 0.89x with the running estimate (its
 backlog grows through the hour, so the running p99 is the present backlog and the keys are the pointwise ones) and
 0.59x with a learned one (0.49x with three tenants). Checked (docs/admission.md, "Why: what the heads charge a
-job"): charging each job exactly its own passes (:mod:`lane_plugin.policy.perjob`, simulator only) gives 0.48x with
+job"): charging each job exactly its own passes (:mod:`lane_plugin.policy.perjob`, the ledger's form) gives 0.48x with
 the learned estimate, the order's own p50, so the heads' cost is real; reading the two heads per job
 (``LaneSnapshot.guard_dues``) leaves 0.57x, since both ``passed`` and ``left - L_K`` charge a job for the older jobs
 admitted in order ahead of it, which pass nobody; the exact count needs a prefix sum over the waiting jobs in
-arrival order, which no index head gives. So the simulator's default stays off.
+arrival order, which the ledger keeps per arrival epoch (:mod:`lane_plugin.ledger.overtake`). The default stays off.
 
 *What the ledger would need* (not built): rule 12's counters and index heads (docs/admission.md), plus the
 estimate: one row per lane of bucket counts (:attr:`BacklogQuantile.counts`, at most ~60 x

@@ -138,6 +138,11 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         admitted = [int(c.id[1:]) for c in decision.admitted]  # sim.index_of
         parked = [sim.index_of(c) for c, _, _ in decision.parked]
         q.drop(seen, set(admitted).union(parked))
+        if q.rooms is not None:  # passed while held (its tenant's budget, the period): not counted against it
+            for job_id, amount in decision.exempt:
+                position = q.rooms.position(job_id)
+                if position is not None:
+                    q.rooms.give_back(position, amount)
         q.started(book.record(decision, admitted, now))
         for j in parked:
             sim.park(j, now)

@@ -89,6 +89,12 @@ class RoomTree:
         """The job at ``position`` stops waiting: its room no longer binds."""
         self.set(position, NONE)
 
+    def give_back(self, position: int, amount: int) -> None:
+        """The job at ``position`` was passed by ``amount`` while it could not go (perjob.exempt_charges)."""
+        room = self.room(position) if position < self._n else NONE
+        if room < NONE // 2:
+            self.set(position, room + amount)
+
     def lower(self, position: int, rate: int) -> None:
         """A job at ``position`` is admitted with ``rate``: every older waiting job was passed by it."""
         if position <= 0:
@@ -188,6 +194,11 @@ class EpochRooms:
             self.passed[e], self.heads[e], self.waiting[e] = 0, [], set()
         self.waiting[e].add(position)
         self._put(e, position, room + self.passed[e])
+
+    def give_back(self, position: int, amount: int) -> None:
+        """The job at ``position`` was passed by ``amount`` while it could not go (perjob.exempt_charges)."""
+        if position in self.base:
+            self._put(position // self.size, position, self.base[position] + amount)
 
     def clear(self, position: int) -> None:
         """The job at ``position`` stops waiting; an epoch with no job left waiting is dropped."""

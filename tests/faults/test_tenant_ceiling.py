@@ -1,5 +1,6 @@
 """Issue 23: a tenant's budget is never passed with concurrent processes doing random operations and
-SIGKILLs among them, on SQLite and PostgreSQL (the fault oracle's I1, per tenant).
+SIGKILLs among them, on SQLite and PostgreSQL (the fault oracle's I1, per tenant); and the same with rule 12 on
+(the lane's ``overtake_slack``): no waiting job is ever passed by more than its key (I7, sampled as it runs).
 
 Three tenants share one lane; ``capped`` has a ceiling far under the work it submits, so admissions race
 for its last room. A monitor samples what admission let in for the capped tenant, ``spent - overage +
@@ -36,10 +37,18 @@ def url(request, tmp_path):
     return request.getfixturevalue("pg_url" if request.param == "pg" else "sqlite_url")
 
 
+# Rule 12 (I7): numbered waiting jobs passed by more than their key (their room below zero), sampled.
+OVERPASSED = (
+    "select count(*) from job j join lane_epoch e on e.lane = j.lane and e.epoch = j.arrival_epoch "
+    "where j.state = 'new' and j.arrival_pos > 0 and j.overtake_base < e.passed"
+)
+
+
 class TenantMonitor(threading.Thread):
-    def __init__(self, url: str):
+    def __init__(self, url: str, rooms: bool = False):
         super().__init__(daemon=True)
         self.led = Ledger(url, retry_for=60.0)
+        self.rooms = rooms
         self.samples, self.worst, self.violations, self.errors = 0, 0, [], []
         self._stop_evt = threading.Event()
 
@@ -53,6 +62,8 @@ class TenantMonitor(threading.Thread):
                     if committed > ceiling:
                         self.violations.append(f"sample {self.samples}: {committed} > {ceiling}")
                     self.samples += 1
+                if self.rooms and self.led.rows(OVERPASSED)[1][0][0]:
+                    self.violations.append(f"sample {self.samples}: a waiting job passed by more than its key")
             except Exception as exc:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
             self._stop_evt.wait(0.02)
@@ -64,9 +75,10 @@ class TenantMonitor(threading.Thread):
 
 
 @pytest.mark.pg_processes  # 8 ledger processes on PostgreSQL: one such test at a time
-def test_a_tenant_ceiling_holds_under_concurrency_and_kill_9(url, tmp_path):
+@pytest.mark.parametrize("slack", [None, 1.25], ids=["order", "overtake"])
+def test_a_tenant_ceiling_holds_under_concurrency_and_kill_9(url, tmp_path, slack):
     led = Ledger(url)
-    make_lane(led, ceiling=10**9, max_leased=16, lease_seconds=2.0)
+    make_lane(led, ceiling=10**9, max_leased=16, lease_seconds=2.0, overtake_slack=slack)
     led.set_tenant("free", "capped", ceiling=CEILING)
     procs_n = 8 if led.db.dialect == "postgresql" else 4
     seconds = reps(6, 30)
@@ -77,7 +89,7 @@ def test_a_tenant_ceiling_holds_under_concurrency_and_kill_9(url, tmp_path):
     while not all((tmp_path / f"w{i}.jsonl.ready").exists() for i in range(procs_n)):
         assert time.monotonic() < end, "workers never got ready"
         time.sleep(0.05)
-    monitor = TenantMonitor(url)
+    monitor = TenantMonitor(url, rooms=slack is not None)
     monitor.start()
     go.touch()
     time.sleep(seconds / 3)
@@ -98,9 +110,12 @@ def test_a_tenant_ceiling_holds_under_concurrency_and_kill_9(url, tmp_path):
     ops = [read_json_lines(out)[-1] for out in outs if read_json_lines(out)]
     others = sum(t["spent"] for t in led.tenants("free") if t["tenant"] != "capped")
     assert others > 0  # the capped tenant's budget blocked no other tenant
-    assert_audit_clean(led)
+    assert_audit_clean(led)  # I7 among them: no job left waiting was passed past its key
+    if slack is not None:
+        numbered = led.rows("select count(*) from job where arrival_pos is not null")[1][0][0]
+        assert numbered > 0  # the rule had jobs to hold back
     figure(
-        f"tenant ceiling {led.db.dialect}: {procs_n} processes x {seconds}s of random ops "
+        f"tenant ceiling{'' if slack is None else ', rule 12 on'} {led.db.dialect}: {procs_n} processes x {seconds}s of random ops "
         f"({sum(o.get('submit', 0) for o in ops)} submits, {sum(o.get('settle', 0) for o in ops)} settles), "
         f"{len(victims)} SIGKILLed (exit -9); capped tenant spent {capped['spent']} of {CEILING}, worst sampled "
         f"spent - overage + reserved {monitor.worst} over {monitor.samples} samples, 0 violations; other tenants "

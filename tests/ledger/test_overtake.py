@@ -37,23 +37,30 @@ def _numbers(led, lane="free") -> dict[str, tuple]:
 
 
 class Passes:
-    """What passed each waiting job, counted from the leases in the order the ledger granted them."""
+    """What passed each waiting job, counted from the leases in the order the ledger granted them.
+
+    A job is numbered by the first tick after it entered; the leases of a tick are read against the places the
+    tick gave (every job waiting then had one), one by one in the tick's order."""
 
     def __init__(self):
-        self.waiting: dict[str, tuple[int, int]] = {}  # id -> (position, key)
+        self.waiting: set[str] = set()
         self.passed: dict[str, int] = {}
         self.rate: dict[str, int] = {}
 
-    def arrived(self, led, job_id: str, rate: int) -> None:
-        pos, key, _, _ = _numbers(led)[job_id]
-        assert pos is not None and key is not None, "a job entering a lane with the rule on is numbered"
-        self.waiting[job_id], self.passed[job_id], self.rate[job_id] = (pos, key), 0, rate
+    def arrived(self, job_id: str, rate: int) -> None:
+        self.waiting.add(job_id)
+        self.passed[job_id], self.rate[job_id] = 0, rate
 
-    def leased(self, job_id: str) -> None:
-        pos, _ = self.waiting.pop(job_id)
-        for k, (pk, _) in self.waiting.items():
-            if pk < pos:
-                self.passed[k] += self.rate[job_id]
+    def ticked(self, led, leases) -> None:
+        numbers = _numbers(led)
+        for lease in leases:
+            self.waiting.discard(lease.job_id)
+            pos = numbers[lease.job_id][0]
+            assert pos is not None and pos > 0, "a tick numbers every job waiting before it admits"
+            for k in self.waiting:
+                pk = numbers[k][0]
+                if pk is not None and 0 < pk < pos:
+                    self.passed[k] += self.rate[lease.job_id]
 
     def over(self, numbers: dict[str, tuple]) -> list[tuple[str, int, int]]:
         """The jobs passed by more than their key: ``(id, passed, key)``."""
@@ -70,17 +77,17 @@ def _big_amid_small(led, clock, passes=None, smalls=60):
         est = 20_000 if i == 5 else 1_000
         ids.append(led.submit("s", est, "free"))
         if passes is not None:
-            passes.arrived(led, ids[-1], est)
+            passes.arrived(ids[-1], est)
     order = []
     for _ in range(200):
         clock.t += 1.0
         leases = led.tick("free")
         if not leases:
             break
+        if passes is not None:
+            passes.ticked(led, leases)
         for lease in leases:
             order.append(lease.job_id)
-            if passes is not None:
-                passes.leased(lease.job_id)
             led.settle(lease, lease.est)
     return ids[5], order
 
@@ -125,12 +132,12 @@ def test_random_traffic_with_tenants_keeps_every_key(led, clock, seed, epoch, mo
         if n < 200 and rng.random() < 0.6:
             est = min(50_000, int(rng.lognormvariate(7, 1.2)) + 1)
             jid = led.submit("s", est, "free", tenant=rng.choice(["big", "small"]))
-            passes.arrived(led, jid, est)
+            passes.arrived(jid, est)
             n += 1
             continue
-        for lease in led.tick("free"):
-            passes.leased(lease.job_id)
-            held.append(lease)
+        leases = led.tick("free")
+        passes.ticked(led, leases)
+        held += leases
         rng.shuffle(held)
         while held and rng.random() < 0.7:
             lease = held.pop()
@@ -142,34 +149,44 @@ def test_random_traffic_with_tenants_keeps_every_key(led, clock, seed, epoch, mo
     assert led.audit() == []
 
 
-def test_a_job_entering_again_is_not_numbered_and_the_rest_keep_their_rooms(led, clock):
-    """A retry reopens a job: its old place would be read against counters that moved on, so it waits
-    unnumbered (it passes as the youngest would); the other waiting jobs keep their numbers."""
+def test_a_job_entering_again_is_numbered_afresh_by_the_next_tick(led, clock):
+    """A retry reopens a job: its old place would be read against counters that moved on, so it waits to be
+    numbered (-1) and the next tick numbers it as a new arrival, behind the jobs already waiting."""
     _lane(led, overtake_slack=1.25, max_leased=1)
     a = led.submit("s", 1_000, "free", key="a")
+    clock.t += 1.0  # (jobs entering at the same instant are numbered in id order)
     b = led.submit("s", 1_000, "free", key="b")
+    assert _numbers(led)[a][0] == _numbers(led)[b][0] == -1  # numbered by the lane's next tick
     (lease,) = led.tick("free")
-    assert lease.job_id == a
+    assert lease.job_id == a and _numbers(led)[b][:2] == (2, slack_key(1_000, 0, 1.25))
     led.settle(lease, 0, outcome="failed")
     led.submit("s", 1_000, "free", key="a", attempt=2)  # the retry
-    numbers = _numbers(led)
-    assert numbers[a][0] is None and numbers[b][0] == 2
+    assert _numbers(led)[a][0] == -1
     assert [x.job_id for x in led.tick("free")] == [b]
+    assert _numbers(led)[a][:3] == (3, slack_key(1_000, 0, 1.25), 1_000)  # it found b's 1,000 waiting
+    assert led.audit() == []
 
 
-def test_changing_the_slack_forgets_the_rooms(led, clock):
-    """Rooms counted under one slack (or while the rule was off) are not another's: a change forgets them."""
-    _lane(led, overtake_slack=1.25)
-    jobs = [led.submit("s", 1_000, "free") for _ in range(3)]
-    assert all(_numbers(led)[j][0] is not None for j in jobs)
+def test_changing_the_slack_numbers_the_waiting_jobs_afresh(led, clock):
+    """Rooms counted under one slack (or while the rule was off) are not another's: a change forgets them, and
+    with the rule on the next tick numbers the waiting jobs again in the order they entered."""
+    _lane(led, max_leased=1)
+    jobs = []
+    for _ in range(3):
+        clock.t += 1.0
+        jobs.append(led.submit("s", 1_000, "free"))
+    assert all(_numbers(led)[j][0] is None for j in jobs)  # off: nothing is numbered
+    led.set_lane("free", overtake_slack=1.25)  # on: the waiting jobs are numbered by the next tick
+    (lease,) = led.tick("free")
+    assert [_numbers(led)[j][0] for j in jobs] == [1, 2, 3] and lease.job_id == jobs[0]
     led.set_lane("free", overtake_slack=1.5)
-    assert all(_numbers(led)[j][0] is None for j in jobs)
-    later = led.submit("s", 1_000, "free")
-    assert _numbers(led)[later][0] == 4  # the arrival counter goes on
+    assert [_numbers(led)[j][0] for j in jobs[1:]] == [-1, -1]
+    led.tick("free")
+    assert [_numbers(led)[j][:2] for j in jobs[2:]] == [(5, slack_key(1_000, 0, 1.5))]  # the counter goes on
     led.set_lane("free", overtake_slack="off")
     assert led.set_lane("free").overtake_slack is None
     off = led.submit("s", 1_000, "free")
-    assert _numbers(led)[later][0] is None and _numbers(led)[off][0] is None
+    assert _numbers(led)[jobs[2]][0] is None and _numbers(led)[off][0] is None
 
 
 def test_the_refit_learns_the_p99_of_what_arrivals_found_waiting(led, clock):
@@ -178,20 +195,26 @@ def test_the_refit_learns_the_p99_of_what_arrivals_found_waiting(led, clock):
     for _ in range(250):
         clock.t += 1.0
         led.submit("s", 100, "free")
+    led.tick("free")  # numbers all 250, leases the first
     vs = sorted(v for _, _, v, _ in _numbers(led).values())
     assert vs == [100 * i for i in range(250)]
     led.refit_runs("free")
     q = led.set_lane("free").overtake_q
     assert q == vs[int(0.99 * 250)] == 24_700
     new = led.submit("s", 100, "free")
-    assert _numbers(led)[new][1] == slack_key(25_000, q, 1.25) == 6_250
+    led.tick("free")  # needs the first settled: numbers the new one only
+    assert _numbers(led)[new][1] == slack_key(24_900, q, 1.25) == 6_225
 
 
 def test_the_audit_names_a_job_passed_past_its_key(led, clock):
     """I7: the audit reads each numbered waiting job's room; a room written below zero (what a pass the rule
     refused would leave) is named with the job and how far it was passed."""
-    _lane(led, overtake_slack=1.25)
-    jobs = [led.submit("s", 1_000, "free") for _ in range(3)]
+    _lane(led, overtake_slack=1.25, max_leased=1)
+    jobs = []
+    for _ in range(3):
+        clock.t += 1.0
+        jobs.append(led.submit("s", 1_000, "free"))
+    led.tick("free")  # numbers them, leases the first
     assert led.audit() == []
     sql = "update job set overtake_base = overtake_base - 2000 where id = :id"
     led._run(lambda cur, now: cur.execute(sql, {"id": jobs[2]}))
@@ -256,3 +279,25 @@ def test_concurrent_intake_and_admission_number_every_arrival_once(ledger_url):
         assert setup.lane("free").leased == 0 and setup.audit() == []
     finally:
         setup.close()
+
+
+def test_a_burst_is_numbered_a_few_hundred_a_tick_oldest_first(led, clock, monkeypatch):
+    """A tick numbers at most NUMBER_PER_TICK arrivals (here 4), oldest first: the rest keep no place until a later
+    tick and are not leased before it; every job is numbered once, in the order it entered, and leased in the end."""
+    monkeypatch.setattr(overtake, "NUMBER_PER_TICK", 4)
+    _lane(led, overtake_slack=1.25, max_leased=2)
+    jobs = []
+    for _ in range(10):
+        clock.t += 1.0
+        jobs.append(led.submit("s", 1_000, "free"))
+    first = led.tick("free")
+    assert [_numbers(led)[j][0] for j in jobs] == [1, 2, 3, 4] + [-1] * 6
+    assert {x.job_id for x in first} <= set(jobs[:4])
+    leased = list(first)
+    for _ in range(20):
+        for lease in leased[-2:]:
+            led.settle(lease, lease.est)
+        clock.t += 1.0
+        leased += led.tick("free")
+    assert [_numbers(led)[j][0] for j in jobs] == list(range(1, 11))
+    assert sorted(x.job_id for x in leased) == sorted(jobs) and led.audit() == []

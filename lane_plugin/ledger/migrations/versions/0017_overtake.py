@@ -9,11 +9,12 @@ Create Date: 2026-12-04 18:20:00
 - lane.arrivals: the lane's arrival counter (the next arrival's position is arrivals + 1).
 - job.arrival_pos, arrival_epoch (arrival_pos // 64), overtake_key, overtake_base, arrival_v: a waiting job's
   place in arrival order, its key (what younger jobs may take ahead of it), its room's base (its key plus its
-  epoch's counter when it arrived) and the rate tokens it found waiting; null: not numbered (the rule was off
-  when it entered, or it entered again: a retry, a requeue, a fallback move).
+  epoch's counter when it was numbered) and the rate tokens it found waiting; arrival_pos -1: waiting to be
+  numbered by the lane's next tick (it entered, or entered again, since); null: not numbered (the rule is off).
 - lane_epoch (lane, epoch, passed): what younger jobs took ahead of every waiting job of one epoch.
 - ix_job_rooms (lane, arrival_epoch, overtake_base) and ix_job_arrival (lane, arrival_pos), partial over the
-  numbered waiting jobs: an epoch's least room is the head of the first; an epoch read in part, a range of both.
+  numbered waiting jobs (and those waiting to be): an epoch's least room is the head of the first; the jobs to
+  number and the oldest numbered ones, ranges of the second.
 
 Existing rows: not numbered (null), every lane off.
 """
