@@ -115,9 +115,6 @@ def tick(
     rooms = overtake.Rooms(cur, lane) if row.overtake_slack is not None else None  # rule 12, read on demand
     exempt: frozenset[str] = frozenset()
     if rooms is not None:
-        # A job committed after this tick numbered the lane's (PostgreSQL reads each statement afresh) waits for
-        # the next tick: numbered, it is passed and passes by its place.
-        head = [r for r in head if r[-1] != overtake.PENDING]
         oldest = rooms.oldest(k=head_params["k"], burst=row.burst_tokens, have={r[0] for r in head})
         rooms.known(oldest)
         if gated:  # a job nobody waits for is not this tick's to lease: its room does not bind it (perjob)

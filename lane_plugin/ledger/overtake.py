@@ -224,8 +224,11 @@ def restart(cur: Cursor, lane: str) -> None:
 
 
 def refit(cur: Cursor, lane: str, now: float) -> int | None:
-    """Learn ``Q``, the p99 of the rate tokens waiting at the lane's arrivals of the last day, and drop the
-    epochs nobody waits in. Returns the ``Q`` written (None: fewer than the warm-up's arrivals, left as it was)."""
+    """Learn ``Q``, the p99 of the rate tokens waiting at the lane's arrivals of the last day, drop the epochs
+    nobody waits in, and mark for numbering a waiting job an intake wrote unnumbered as the rule was being turned on
+    (it read the lane just before: PostgreSQL intake takes no lane lock). Returns the ``Q`` written (None: fewer
+    than the warm-up's arrivals, left as it was)."""
+    cur.execute(queries.OVERTAKE_SWEEP, {"l": lane})
     sql = queries.OVERTAKE_DROP_EMPTY_EPOCHS_SQLITE if cur.dialect == "sqlite" else queries.OVERTAKE_DROP_EMPTY_EPOCHS
     cur.execute(sql, {"l": lane})
     since = now - LEARN_SECONDS

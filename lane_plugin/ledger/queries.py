@@ -305,6 +305,8 @@ OVERTAKE_ARRIVAL_V_AT = (
     "order by arrival_v limit 1 offset :k"
 )
 OVERTAKE_SET_Q = "update lane set overtake_q = :q where name = :l"
+# A job an intake wrote unnumbered while the rule was being turned on (it read the lane before): to be numbered.
+OVERTAKE_SWEEP = "update job set arrival_pos = -1 where lane = :l and state = 'new' and arrival_pos is null"
 
 
 # -- intake ----------------------------------------------------------------------------------------------
@@ -504,12 +506,17 @@ _COLS = (
 )
 
 
+# A job waiting to be numbered by rule 12 (arrival_pos -1: it entered since the lane's tick numbered, or a burst
+# past what one tick numbers) has no place yet: the head reads past it (overtake.py).
+_PLACED = "and (arrival_pos is null or arrival_pos > 0) "
+
+
 def _head_sql(only: str = "") -> str:
     return (
         f"select * from (select {_COLS} from job where lane = :l and state = 'new' and finishing = :f {only}"
-        f"order by prio, id limit :k) as other union all "
+        f"{_PLACED}order by prio, id limit :k) as other union all "
         f"select * from (select {_COLS} from job where lane = :l and state = 'new' and finishing = :t {only}"
-        f"order by prio, id limit :k) as fin"
+        f"{_PLACED}order by prio, id limit :k) as fin"
     )
 
 

@@ -168,9 +168,10 @@ def admit(snapshot: LaneSnapshot, candidates: Iterable[Candidate], *, ordered: b
     """
     decision, held, refused = _admit(snapshot, candidates, ordered, snapshot.exempt)
     if refused and held - snapshot.exempt:
-        # Rule 12's per-job rooms: a job found held (by its tenant's budget, or until the period resets) late in the
-        # order bound the candidates before it. It cannot go this tick whatever they do, so its room binds none of
-        # them: decide again with it exempt from the start (what it was held by only tightens as more is admitted).
+        # Rule 12's per-job rooms: a job found held late in the order (its tenant's budget has no room for it as the
+        # tick found it, or it cannot fit before the period resets) bound the candidates before it. It cannot go this
+        # tick whatever they do, so its room binds none of them: decide again with it exempt from the start. A job
+        # held only by what this tick admitted before it is not: its room bound the passes made before its turn.
         decision, _, _ = _admit(snapshot, candidates, ordered, snapshot.exempt | held)
     return decision
 
@@ -233,6 +234,7 @@ def _admit(
     )
     queue = candidates if ordered else order(snapshot, candidates)
     refused = False  # rule 12 refused a candidate
+    fixed: set[str] = set()  # candidates held whatever this tick admits (their tenant's budget as it stands, unfit)
     if budget_ok.on and budget_ok.spent():  # rule 12: no room to pass anybody, the oldest first in arrival order
         queue = budget_ok.oldest_first(queue)
     for c in queue:
@@ -246,6 +248,8 @@ def _admit(
                 if why is not None:
                     parked.append((c, TENANT_CEILING, why))
                 budget_ok.left(c)  # rule 12 counts around it: held by its tenant, not by the order
+                if not tenant_room(budget, 0, est):  # held whatever this tick admits: exempt in a second pass
+                    fixed.add(c.id)
                 head_reason = head_reason or TENANT_CEILING
                 continue
         kind = FREE if key is None else FINISH if key in started or key in was_started else START
@@ -261,11 +265,13 @@ def _admit(
             # reason known, nothing is parked and no reason read, so the reason is not written.
             if resets and head_reason is not None:
                 budget_ok.left(c)
+                fixed.add(c.id)  # unfit by the snapshot alone: whatever this tick admits
                 continue
             unfit = unfit_before_reset(p, c, kind, spent=spent, need=need, drift=drift, overrun=overrun, spread=spread)
         if unfit is not None:  # it holds no shadow and blocks nobody
             head_reason = head_reason or unfit[0]
             budget_ok.left(c)
+            fixed.add(c.id)
             if not resets:
                 parked.append((c, *unfit))
         elif closed:
@@ -352,5 +358,5 @@ def _admit(
         budget_ok.overtook,
         () if exact is None else tuple(exact.exempt_charges()),
     )
-    held_ids = frozenset() if exact is None else frozenset(exact.held) - {c.id for c, _, _ in parked}
+    held_ids = frozenset() if exact is None else frozenset(fixed) - {c.id for c, _, _ in parked}
     return decision, held_ids, refused
