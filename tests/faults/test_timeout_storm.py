@@ -85,6 +85,7 @@ print(json.dumps({"n": len(waits), "max": max(waits, default=0), "over": sum(w >
                   "over_after": sum(w > after_limit for w in after), "errors": errors}))
 """
 
+
 def _storm_task(timeout: float):
     @lane_task(stage="storm", estimate=100, usage=NO_USAGE, timeout_seconds=timeout)
     def storm(delay: float):
@@ -135,7 +136,9 @@ def test_timeouts_raised_while_waiting_for_the_ledger_leave_nothing_held(db, req
     stop = tmp_path / "stop"
     if db == "sqlite":
         outside = subprocess.Popen(
-            [sys.executable, "-c", OUTSIDE, led.url.path, str(stop), str(DURING_LIMIT), str(AFTER_LIMIT)], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", OUTSIDE, led.url.path, str(stop), str(DURING_LIMIT), str(AFTER_LIMIT)],
+            stdout=subprocess.PIPE,
+            text=True,
         )
     states = []
     engine_crashes = []  # a run whose Prefect task engine itself failed (not a state): its traceback

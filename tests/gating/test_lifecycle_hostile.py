@@ -300,10 +300,9 @@ def test_a_call_cut_short_by_cancellation_bills_the_estimate(led, signum):
     body; Ctrl-C raises KeyboardInterrupt. Either cuts the LLM call short like a timeout does: the provider may
     bill it, so the gate bills at least the estimate (marked by_estimate), never just what came back before."""
     if signum == signal.SIGINT and led.db.dialect == "postgresql":
-        # Twice in clean-clone CI (stops 39 and 40) the xdist worker died in this case, with no stack, though the
-        # signal is sent and cancelled from inside the body; SQLite's Ctrl-C and PostgreSQL's SIGTERM run the same
-        # gate path. Skipped until it runs in a process of its own (tests/README.md, "Known gaps").
-        pytest.skip("Ctrl-C on PostgreSQL killed the test worker twice in CI; tests/README.md, 'Known gaps'")
+        # Run in this process, this case twice killed the xdist worker in CI with no stack (stops 39 and 40): it
+        # runs in a process of its own instead, with a real SIGINT from outside (tests/faults/test_ctrl_c.py).
+        pytest.skip("Ctrl-C on PostgreSQL runs in a process of its own: tests/faults/test_ctrl_c.py")
     _SIGNALLED.clear()
     before = signal.signal(signal.SIGTERM, lambda *a: None)  # Prefect re-sends SIGTERM to the handler it replaced
 
