@@ -511,12 +511,12 @@ _COLS = (
 _PLACED = "and (arrival_pos is null or arrival_pos > 0) "
 
 
-def _head_sql(only: str = "") -> str:
+def _head_sql(only: str = "", placed: str = _PLACED) -> str:
     return (
         f"select * from (select {_COLS} from job where lane = :l and state = 'new' and finishing = :f {only}"
-        f"{_PLACED}order by prio, id limit :k) as other union all "
+        f"{placed}order by prio, id limit :k) as other union all "
         f"select * from (select {_COLS} from job where lane = :l and state = 'new' and finishing = :t {only}"
-        f"{_PLACED}order by prio, id limit :k) as fin"
+        f"{placed}order by prio, id limit :k) as fin"
     )
 
 
@@ -528,6 +528,9 @@ def _per_tenant(sql: str) -> str:
 
 
 HEAD_SQL = _head_sql()
+# The same head with the jobs still waiting to be numbered: what ``lane status`` explains (it does not tick, so a
+# lane whose only waiting job entered since its last tick would read "ok" with work waiting).
+STATUS_HEAD_SQL = _head_sql(placed="")
 # The same head without the jobs nobody waits for (submitted from the CLI, or by a script that polls
 # Ledger.acquire), but for :own (one such job, whose own poll ticks): what a tick that will not run
 # them reads, reading past them in the index.

@@ -8,7 +8,6 @@ from ..policy.drift import DRIFT_SAMPLE, capped, drift_cap
 from ..policy.limits import units_of
 from ..policy.rules import LIMIT_PREFIX, PAUSED, TENANT_CEILING, blocking_rule, unfit_before_reset
 from . import queries
-from .admission import HEAD_SQL
 from .db import Cursor
 from .jobs import get_job
 from .lanes import LaneRow, all_lanes, as_of, read_lane
@@ -194,8 +193,9 @@ def head_status(cur: Cursor, now: float, lane: str) -> dict | None:
     What keeps a lane's work waiting, in the words ``lane status JOB`` uses for one job: the same rules
     (:func:`lane_plugin.policy.rules.blocking_rule`, :func:`lane_plugin.policy.rules.unfit_before_reset`), not a second reading.
     """
-    # the head of each range of ix_job_queue, as admission reads it; the first of the two in (prio, id) order
-    heads = cur.all(HEAD_SQL, {"l": lane, "f": False, "t": True, "k": 1})
+    # the head of each range of ix_job_queue, as admission reads it (with the jobs rule 12 has yet to number); the
+    # first of the two in (prio, id) order
+    heads = cur.all(queries.STATUS_HEAD_SQL, {"l": lane, "f": False, "t": True, "k": 1})
     return None if not heads else wait_status(cur, now, min(heads, key=lambda h: (h[7], h[0]))[0])
 
 

@@ -261,3 +261,16 @@ def test_a_burst_past_what_a_tick_numbers_does_not_empty_the_head(led, clock):
         led.submit("s", 10, "free")
     leases = led.tick("free")
     assert len(leases) == 4 and all(_numbers(led)[lease.job_id][0] > 0 for lease in leases)
+
+
+def test_status_explains_a_job_still_waiting_to_be_numbered(led, clock):
+    """``lane status`` does not tick, so a job that entered since the lane's last tick has no place yet: the status
+    must still read it as the first waiting job and say what holds it. Before, its head read past the job and the
+    lane said "ok" with nothing waiting to explain (found with the rule on by default in the CLI tests)."""
+    _lane(led, max_leased=1, overtake_slack=1.25)
+    led.submit("s", 100, "free")
+    (lease,) = led.tick("free")
+    waiting = led.submit("s", 200, "free")
+    assert _numbers(led)[waiting][0] == overtake.PENDING  # the setting: not numbered yet
+    [s] = [s for s in led.lanes() if s["lane"] == "free"]
+    assert (s["head_job"], s["blocked_by"]) == (waiting, "lease_cap"), s
