@@ -62,23 +62,18 @@ lane's ``q``-quantile wait is at most ``c (mu / mu') (F_q + window_seconds) + 2 
 token-fifo's ``q``-quantile wait: ``c`` times it up to the largest rate cost's share of the burst and three
 windows.
 
-*What it costs, and why it is off.* Measured (``benchmarks/bench_slack.py``; docs/admission.md has the table): the
-p99 stays within 1.3x everywhere it was measured, with the running estimate and with a learned one, one tenant and
-three; the p50 target does not hold on the Azure code trace's rate scenario, 0.89x with the running estimate (its
-backlog grows through the hour, so the running p99 is the present backlog and the keys are the pointwise ones) and
-0.59x with a learned one (0.49x with three tenants). Checked (docs/admission.md, "Why: what the heads charge a
-job"): charging each job exactly its own passes (:mod:`lane_plugin.policy.perjob`, the ledger's form) gives 0.48x with
-the learned estimate, the order's own p50, so the heads' cost is real; reading the two heads per job
-(``LaneSnapshot.guard_dues``) leaves 0.57x, since both ``passed`` and ``left - L_K`` charge a job for the older jobs
-admitted in order ahead of it, which pass nobody; the exact count needs a prefix sum over the waiting jobs in
-arrival order, which the ledger keeps per arrival epoch (:mod:`lane_plugin.ledger.overtake`). The default stays off.
-
-*What the ledger would need* (not built): rule 12's counters and index heads (docs/admission.md), plus the
-estimate: one row per lane of bucket counts (:attr:`BacklogQuantile.counts`, at most ~60 x
-``BUCKETS_PER_DOUBLING`` integers, one incremented per intake, under the lane's lock that intake already needs
-for ``V``), or a learned one refit from the last day's arrivals as the size classes are; the key and the due
-stored with the job at intake, and an index on the due (waiting jobs). Admission reads one more index head (the
-least due) and the lane's ``left`` counter it already reads for ``passed``.
+*What it costs, and why it is off by default.* The ledger runs this form charged per job, each waiting job's own
+count of what passed it (:mod:`lane_plugin.policy.perjob`, kept per arrival epoch by
+:mod:`lane_plugin.ledger.overtake`), with ``Q`` refit from the lane's last day of arrivals; a lane turns it on with
+``overtake_slack`` (docs/admission.md, "In the ledger"). Measured (``benchmarks/bench_slack.py``, c = 1.25,
+p50 / p99 as multiples of token-fifo's): with ``Q`` learned from a day like it, both targets hold on both traces
+with one tenant and three (Azure 0.48 / 1.23 and 0.38 / 1.26; Mooncake 0.08 / 1.12 and 0.08 / 1.23). On a fresh
+lane, the running estimate costs the p50 where the backlog grows through the run (Azure 0.91x: the running p99 is
+the present backlog, so the keys are the pointwise ones), and the pointwise keys hold a tenant back behind the
+backlog it arrives to: with the rule on for every lane, the ledger's own tests of the tenant order fail (the
+backfill-vs-interactive case leases the 5 interactive jobs at 6, 10, 17, 21 and 25 against "within the first 20";
+weights 3:1 give the heavier tenant 46 of 80 admissions against 58-62). The bound against token-fifo and the fair
+share pull against each other until ``Q`` is learned, so the default stays off.
 """
 
 from __future__ import annotations
