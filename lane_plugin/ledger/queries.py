@@ -253,6 +253,20 @@ OVERTAKE_NUMBER_JOB = (
     "update job set arrival_pos = :p, arrival_epoch = :e, overtake_key = :k, overtake_base = :b, arrival_v = :v "
     "where id = :id and state = 'new'"
 )
+
+
+def overtake_number_jobs(n: int) -> str:
+    """OVERTAKE_NUMBER_JOB for ``n`` jobs in one statement (PostgreSQL: a burst numbered in one round trip and one
+    plan, not ``n`` updates): parameters ``id0 p0 e0 k0 b0 v0``, ``id1 ...``."""
+    rows = ", ".join(f"(:id{i}, :p{i}, :e{i}, :k{i}, :b{i}, :v{i})" for i in range(n))
+    return (
+        f"with v (id, p, e, k, b, w) as (values {rows}) "
+        "update job set arrival_pos = cast(v.p as bigint), arrival_epoch = cast(v.e as bigint), "
+        "overtake_key = cast(v.k as bigint), overtake_base = cast(v.b as bigint), arrival_v = cast(v.w as bigint) "
+        "from v where job.id = v.id and job.state = 'new'"
+    )
+
+
 OVERTAKE_POSITION = "select arrival_pos from job where id = :id and state = 'new' and arrival_pos > 0"
 # Each epoch's counter and least base: one head of ix_job_rooms per epoch row (a few dozen, not the queue).
 OVERTAKE_EPOCHS = (
