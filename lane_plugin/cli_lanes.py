@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from .cli_common import JSON, PLAIN, WIDE, echo_wrapped, ledger, print_json, print_table
-from .cli_text import DRIFT_COLUMNS, DRIFT_TITLE, drift_rows, duration, job_lines
+from .cli_text import DRIFT_COLUMNS, DRIFT_TITLE, drift_rows, duration, iso, job_lines
 
 lanes_app = typer.Typer(
     help="Show lanes (spent / reserved / remaining / overage), or change, create or delete one.",
@@ -136,7 +136,13 @@ def lanes_set(
     overtake_slack: Optional[str] = typer.Option(
         None,
         help="Rule 12: keep the p99 of the tokens admitted ahead of a job within this many times first come, first "
-        "served's (1 to 10, e.g. 1.25; 'off', the default, turns it off). docs/admission.md.",
+        "served's (1 to 10, e.g. 1.25; 'off', the default, turns it off). It binds once it has learned the lane's "
+        "p99 backlog from a day of arrivals. docs/admission.md.",
+    ),
+    overtake_q: Optional[str] = typer.Option(
+        None,
+        help="Rule 12's p99 backlog in rate tokens, seeded (from a lane like it; 0: the pointwise keys) so it binds "
+        "at once until a day is learned; 'learn' forgets it and learns a day afresh.",
     ),
     max_leased: Optional[int] = typer.Option(None, help="Leased jobs at most."),
     lease_seconds: Optional[float] = typer.Option(None, help="Lease length."),
@@ -184,9 +190,12 @@ def lanes_set(
             stopped=stop,
             headroom_sigmas=headroom_sigmas,
             overtake_slack=_slack(overtake_slack),
+            overtake_q=_seed(overtake_q),
         ).items()
         if v is not None
     }
+    if settings.get("overtake_q") is _LEARN:
+        settings["overtake_q"] = None  # (the ledger reads None as: forget it, learn a day afresh)
     from .errors import UnknownLane
     from .ledger.limits_api import check_limits
 
@@ -224,7 +233,11 @@ def lanes_set(
     typer.echo(
         f"lane {row.name}: ceiling {row.ceiling:,}, {_limits_text(row)}, "
         f"max leased {row.max_leased}, lease {duration(row.lease_seconds)}, fallback {row.fallback or '-'}"
-        + ("" if row.overtake_slack is None else f", {_slack_text(row.overtake_slack, row.overtake_q)}")
+        + (
+            ""
+            if row.overtake_slack is None
+            else f", {_slack_text(row.overtake_slack, row.overtake_q, row.overtake_since)}"
+        )
     )
     if parked:  # said, not left to be found: the change took these jobs out of the queue
         why = parked[0]["reason"].split(": ", 1)[-1]
@@ -316,7 +329,7 @@ def _lane_view(led, s: dict, as_json: bool) -> None:
     if s["limit_use"]:
         lines.append("  limits: " + ", ".join(f"{u['limit']} (used {u['used']:,})" for u in s["limit_use"]))
     if s["overtake_slack"] is not None:
-        lines.append(f"  {_slack_text(s['overtake_slack'], s['overtake_q'])}")
+        lines.append(f"  {_slack_text(s['overtake_slack'], s['overtake_q'], s['overtake_since'])}")
     if len(tenants) > 1 or any(t["ceiling"] is not None or t["weight"] != 1 for t in tenants):
         lines.append(
             "  tenants (shared fairly by tokens; lane tenants "
@@ -406,7 +419,28 @@ def _slack(text: str | None) -> float | str | None:
         return text
 
 
-def _slack_text(slack: float, q: int | None) -> str:
+_LEARN = object()  # --overtake-q learn: forget the seed (None once past the filter of unset options)
+
+
+def _seed(text: str | None):
+    """``--overtake-q``: a whole number of rate tokens, or ``learn`` (anything else is named by the ledger's check)."""
+    if text is None:
+        return None
+    if text.strip().lower() == "learn":
+        return _LEARN
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def _slack_text(slack: float, q: int | None, since: float | None) -> str:
     """Rule 12 in words (its bound is on the rate tokens admitted ahead of a job, docs/admission.md)."""
-    learned = "nothing learned yet" if q is None else f"learned p99 backlog {q:,} rate tokens"
+    from .ledger.overtake import LEARN_SECONDS
+
+    if q is None:  # the learning day: nobody held back until Q is learned (lane_plugin.ledger.overtake)
+        until = "" if since is None else f" from the arrivals until {iso(since + LEARN_SECONDS)}"
+        learned = f"learning the p99 backlog{until}: binds once learned"
+    else:
+        learned = f"p99 backlog {q:,} rate tokens"
     return f"rule 12: p99 of tokens ahead within {slack:g}x first come, first served's ({learned})"

@@ -25,6 +25,7 @@ TIME_KEYS = frozenset(
         "preflight_at",
         "created_at",
         "wait_since",
+        "overtake_since",
         "admitted_at",
         "finished_at",
         "settled_at",

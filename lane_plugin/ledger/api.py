@@ -459,6 +459,9 @@ class Ledger:
         sliding-window limits to set or drop (:mod:`lane_plugin.policy.limits`; ``tokens`` is the burst window).
         Waiting jobs the new settings leave no way to fit go to their fallback, or are parked: ``parked``, a
         list, is extended with the tails of those parked (``lane lanes set`` says how many, and why).
+        ``overtake_slack``: rule 12's slack (1 to 10; None or ``"off"``: off), which binds once the lane has learned
+        its p99 backlog from a day of arrivals (:mod:`lane_plugin.ledger.overtake`); ``overtake_q``: that p99 in rate
+        tokens, seeded so the rule binds at once (None: forget it and learn a day afresh).
         """
         name = text("lane", name, limit=64)
         lane_limits = check_limits(settings.pop("limits", None))

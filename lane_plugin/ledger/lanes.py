@@ -35,6 +35,7 @@ POLICY_FIELDS = (
     "rate_basis",
     "headroom_sigmas",
     "overtake_slack",
+    "overtake_q",
 )
 COUNTER_FIELDS = (
     "spent",
@@ -59,7 +60,7 @@ COUNTER_FIELDS = (
     "paused_until",
     "paused_reason",
     "limit_spec",
-    "overtake_q",
+    "overtake_since",
     "arrivals",
 )
 # Settings that move a waiting job's place in the order (lane_plugin.policy.LanePolicy.age_factor).
@@ -89,6 +90,7 @@ NEW_LANE = dict(
     limit_spec=None,
     overtake_slack=None,
     overtake_q=None,
+    overtake_since=None,
     arrivals=0,
 )
 
@@ -136,9 +138,11 @@ class LaneRow:
     paused_reason: str | None = None
     # The lane's limits over requests, input_tokens, output_tokens ("requests=500/60s output_tokens=8000/60s").
     limit_spec: str | None = None
-    # Rule 12 (lane_plugin.ledger.overtake): its slack (None: off), the learned p99 of V, the arrival counter.
+    # Rule 12 (lane_plugin.ledger.overtake): its slack (None: off), the learned p99 of V (None: learning), when
+    # it was turned on (it learns Q from a day of arrivals since), the arrival counter.
     overtake_slack: float | None = None
     overtake_q: int | None = None
+    overtake_since: float | None = None
     arrivals: int = 0
 
     @property
@@ -292,6 +296,8 @@ def validate_settings(settings: dict, current: LaneRow | None = None) -> dict:
         elif key == "overtake_slack":  # rule 12 (lane_plugin.ledger.overtake): None or "off" turns it off
             off = value is None or (isinstance(value, str) and value.strip().lower() == "off")
             value = None if off else checks.number(key, value, low=1.0, high=10.0)
+        elif key == "overtake_q":  # rule 12's p99 of V, seeded (None: forget it and learn a day afresh)
+            value = None if value is None else checks.whole(key, value, low=0)
         elif key in ("max_wait_seconds", "park_seconds"):
             value = checks.number(key, value, low=0.0, high=10 * 365 * 86400.0)
         elif key == "period":
@@ -334,6 +340,18 @@ def default_ceiling(allowance: int) -> int:
     return max(1, int(allowance * 0.8))
 
 
+def _overtake_since(current: LaneRow | None, clean: dict, now: float) -> dict:
+    """Rule 12 learns ``Q`` from a day of arrivals from when it was turned on (``overtake_since``), or from when a
+    seeded ``Q`` was forgotten (``overtake_q`` set to None); turned off, it forgets when."""
+    was = None if current is None else current.overtake_slack
+    slack = clean.get("overtake_slack", was)
+    if slack is None:
+        return {"overtake_since": None} if was is not None else {}
+    if was is None or ("overtake_q" in clean and clean["overtake_q"] is None):
+        return {"overtake_since": now}
+    return {}
+
+
 def write_lane_settings(
     cur: Cursor, now: float, name: str, settings: dict, create: bool = True, force: bool = False
 ) -> LaneRow:
@@ -355,6 +373,7 @@ def write_lane_settings(
         if clean["fallback"] == name:
             raise InvalidInput("fallback", clean["fallback"], "a lane cannot fall back to itself")
         read_lane(cur, clean["fallback"])
+    clean.update(_overtake_since(current, clean, now))
     if current is None:
         checks.new_lane_name(name)
         row = {**NEW_LANE, **clean, "name": name, "updated_at": now}
@@ -366,8 +385,10 @@ def write_lane_settings(
         cur.execute(queries.lanes_update_settings(clean), {**clean, "now": now, "name": name})
     if current is not None and clean.get("period", current.period) != current.period:
         _repoint_period(cur, current, clean["period"], now)
-    if current is not None and clean.get("overtake_slack", current.overtake_slack) != current.overtake_slack:
-        overtake.restart(cur, name)  # rooms counted under another slack (or none) would not be this one's
+    if current is not None and any(
+        clean.get(k, getattr(current, k)) != getattr(current, k) for k in ("overtake_slack", "overtake_q")
+    ):
+        overtake.restart(cur, name)  # rooms counted under another slack or Q (or none) would not be this one's
     if current is not None and clean.get("lease_seconds", current.lease_seconds) < current.lease_seconds:
         leases.bound(cur, name, clean["lease_seconds"], now=now)  # leases granted longer end as the new length allows
     row = read_lane(cur, name)

@@ -104,6 +104,8 @@ class Lane(SQLModel, table=True):
     # arrivals the refit learned (null: not yet), and the arrival counter that numbers the waiting jobs.
     overtake_slack: Optional[float] = Field(default=None)
     overtake_q: Optional[int] = Field(default=None, sa_type=BigInteger)
+    # When the rule was turned on (null: off): it binds once it has learned Q from a day of arrivals since.
+    overtake_since: Optional[float] = Field(default=None)
     arrivals: int = Field(default=0, sa_type=BigInteger, sa_column_kwargs={"server_default": "0"})
 
 

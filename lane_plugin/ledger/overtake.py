@@ -4,9 +4,18 @@ With ``overtake_slack = c`` set on a lane (``lane lanes set LANE --overtake-slac
 job that enters its queue waits to be numbered (``arrival_pos = -1``, :data:`PENDING`); the lane's next tick,
 under its lock and before it admits anything, numbers those jobs in the order they entered (:func:`number`):
 each gets its *position* and a key, ``max((c - 1) V, c Q - V)`` (:func:`lane_plugin.policy.slack.slack_key`),
-``V`` the rate tokens waiting before it and ``Q`` the lane's learned p99 of ``V`` (:func:`refit`; 0 until
-learned, then the keys are the pointwise ``(c - 1) V``). No job is admitted between its intake and that tick, so
-it gets the place and (at most) the ``V`` it would have had at intake. A job entering again (a retry, an expired
+``V`` the rate tokens waiting before it and ``Q`` the lane's p99 of ``V`` learned from a day of its arrivals
+(:func:`refit`). No job is admitted between its intake and that tick, so it gets the place and (at most) the ``V``
+it would have had at intake.
+
+*The learning day.* Until ``Q`` is learned the keys are :data:`UNBOUNDED`: the lane numbers its arrivals and keeps
+their ``V`` but holds nobody back, so its first day runs in the order alone. Keys from a ``Q`` not yet learned
+would be the pointwise ``(c - 1) V`` (a running ``Q`` on a backlog that grows is the present backlog), which
+measured costs the p50 (Azure code trace 0.91x token-fifo's, target 0.5x) and holds a tenant that arrives to a
+backlog behind it (the backfill-vs-interactive case leased the interactive at places 6 to 25, not within 20). The
+refit learns ``Q`` once the rule has been on for :data:`LEARN_SECONDS` (``lane.overtake_since``) with
+:data:`~lane_plugin.policy.slack.QUANTILE_WARMUP` arrivals; ``overtake_q`` set on the lane seeds it (a lane like
+it, or 0 for the pointwise keys at once) until then. A job entering again (a retry, an expired
 lease, a requeue, a fallback move) is numbered afresh the same way, as a new arrival.
 
 Admission (:func:`lane_plugin.policy.admit`, rule 12's exact form, :mod:`lane_plugin.policy.perjob`) lets a job
@@ -51,15 +60,18 @@ PENDING = -1
 # At most this many arrivals numbered by one tick (a burst of intakes is numbered over a few ticks, oldest first:
 # the rest wait for the next, without a place, so nobody passes them and they pass nobody): the tick stays short.
 NUMBER_PER_TICK = 512
-# The refit learns Q from the arrivals of the last day (the size classes learn from the last 500 estimates).
+# The refit learns Q from the arrivals of the last day (the size classes learn from the last 500 estimates), once
+# the rule has been on that long.
 LEARN_SECONDS = 86_400.0
+# A key while Q is not learned: no room ever binds (far below NONE, and no counter can add up to the difference).
+UNBOUNDED = 1 << 60
 
 
 def number(cur: Cursor, lane: str, *, slack: float, q: int | None) -> int:
     """Number the jobs waiting to be (``arrival_pos = -1``: entered since the lane's last tick, or again), in the
     order they entered, under the lane's lock (the tick's): each gets the next position, and its key from ``V``, the
     rate tokens waiting before it (the numbered ones, and those of this batch before it), ``slack`` and the learned
-    ``q`` (None: not yet learned, the keys are pointwise). Returns how many were numbered.
+    ``q`` (None: not yet learned, the keys are :data:`UNBOUNDED`). Returns how many were numbered.
 
     Numbering at the tick rather than at intake gives each job the same place and a ``V`` no larger: no job is
     admitted between its intake and the lane's next tick (admission is a tick), and a job parked meanwhile only
@@ -78,7 +90,7 @@ def number(cur: Cursor, lane: str, *, slack: float, q: int | None) -> int:
         if epoch not in counters:
             cur.execute(queries.OVERTAKE_ENSURE_EPOCH, {"l": lane, "e": epoch})
             counters[epoch] = int(cur.scalar(queries.OVERTAKE_EPOCH_PASSED, {"l": lane, "e": epoch}))
-        key = slack_key(waiting, q or 0, slack)
+        key = UNBOUNDED if q is None else slack_key(waiting, q, slack)
         rows.append({"id": job_id, "p": position, "e": epoch, "k": key, "b": key + counters[epoch], "v": waiting})
         waiting += int(rate)
     if cur.dialect == "postgresql":  # one statement for the batch (bench_overtake.py: the tick numbering 512)
@@ -227,14 +239,16 @@ def restart(cur: Cursor, lane: str) -> None:
     cur.execute(queries.OVERTAKE_FORGET_EPOCHS, {"l": lane})
 
 
-def refit(cur: Cursor, lane: str, now: float) -> int | None:
+def refit(cur: Cursor, lane: str, now: float, since: float | None = None) -> int | None:
     """Learn ``Q``, the p99 of the rate tokens waiting at the lane's arrivals of the last day, drop the epochs
     nobody waits in, and mark for numbering a waiting job an intake wrote unnumbered as the rule was being turned on
-    (it read the lane just before: PostgreSQL intake takes no lane lock). Returns the ``Q`` written (None: fewer
-    than the warm-up's arrivals, left as it was)."""
+    (it read the lane just before: PostgreSQL intake takes no lane lock). Returns the ``Q`` written (None: the rule
+    has not been on for a day since ``since``, or fewer than the warm-up's arrivals: left as it was)."""
     cur.execute(queries.OVERTAKE_SWEEP, {"l": lane})
     sql = queries.OVERTAKE_DROP_EMPTY_EPOCHS_SQLITE if cur.dialect == "sqlite" else queries.OVERTAKE_DROP_EMPTY_EPOCHS
     cur.execute(sql, {"l": lane})
+    if since is not None and now - since < LEARN_SECONDS:
+        return None
     since = now - LEARN_SECONDS
     n = int(cur.scalar(queries.OVERTAKE_ARRIVALS_SINCE, {"l": lane, "since": since}))
     if n < QUANTILE_WARMUP:

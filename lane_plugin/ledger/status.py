@@ -155,9 +155,11 @@ def lane_status(cur: Cursor, now: float) -> list[dict]:
                 "start_fraction": row.start_fraction,
                 "lease_seconds": row.lease_seconds,
                 "max_wait_seconds": row.max_wait_seconds,
-                # Rule 12 (overtake.py): the slack (None: off) and the p99 of V its keys read (None: not learned).
+                # Rule 12 (overtake.py): the slack (None: off), the p99 of V its keys read (None: learning, nobody is
+                # held back), and when it was turned on (it learns from a day of arrivals since).
                 "overtake_slack": row.overtake_slack,
                 "overtake_q": row.overtake_q,
+                "overtake_since": row.overtake_since,
                 "max_attempts": row.max_attempts,
                 "fallback": row.fallback,
                 "period": row.period,

@@ -48,6 +48,8 @@ def test_the_articles_loop_submit_tick_settle_report(run):
         (["lanes", "set", "free", "--period", "weekly"], 2, "invalid period 'weekly'"),
         (["lanes", "set", "free", "--overtake-slack", "0.5"], 2, "invalid overtake_slack 0.5"),
         (["lanes", "set", "free", "--overtake-slack", "fast"], 2, "invalid overtake_slack 'fast'"),
+        (["lanes", "set", "free", "--overtake-q", "-1"], 2, "invalid overtake_q -1"),
+        (["lanes", "set", "free", "--overtake-q", "many"], 2, "invalid overtake_q 'many'"),
         (["lanes", "set", "free", "--limit", "requests=500"], 2, "limit 'requests=500'"),
         (["lanes", "set", "free", "--limit", "rpm=5/60s"], 2, "unknown unit 'rpm'"),
         (["lanes", "set", "free", "--limit", "requests=0/60s"], 2, "must be a positive integer"),
@@ -246,3 +248,17 @@ def test_limits_are_set_shown_and_dropped_from_the_cli(run):
     assert free["limits"] == ["tokens 30000/60s", "output_tokens 8000/60s"]
     status = run("status", "free").stdout
     assert "limits: tokens 30000/60s (used 0), output_tokens 8000/60s (used 0)" in status
+
+
+def test_lanes_set_says_rule_12_learns_a_day_before_it_binds_and_takes_a_seed(run):
+    out = " ".join(run("lanes", "set", "free", "--overtake-slack", "1.25").stdout.split())
+    assert "rule 12: p99 of tokens ahead within 1.25x first come, first served's" in out, out
+    assert "learning the p99 backlog from the arrivals until 20" in out and "binds once learned" in out, out
+    out = " ".join(run("lanes", "set", "free", "--overtake-q", "4000").stdout.split())
+    assert "(p99 backlog 4,000 rate tokens)" in out, out
+    status = " ".join(run("status", "free").stdout.split())
+    assert "(p99 backlog 4,000 rate tokens)" in status, status
+    data = json.loads(run("status", "free", "--json").stdout)
+    assert (data["overtake_slack"], data["overtake_q"]) == (1.25, 4000) and data["overtake_since"].endswith("Z")
+    out = " ".join(run("lanes", "set", "free", "--overtake-q", "learn").stdout.split())
+    assert "learning the p99 backlog" in out, out

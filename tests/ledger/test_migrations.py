@@ -222,7 +222,7 @@ def test_0013_indexes_the_waiting_gated_jobs_of_a_ledger_at_0012_and_downgrades(
 
     led = Ledger(ledger_url, clock=clock)
     try:
-        assert led.upgrade() == HEAD_REVISION == "0017"
+        assert led.upgrade() == HEAD_REVISION == "0018"
         assert "ix_job_gated" in indexes(led)
         assert (gated(led, "free"), gated(led, "paid")) == (True, False)
     finally:
@@ -277,5 +277,34 @@ def test_0014_gives_every_job_of_before_the_default_tenant_and_downgrades(ledger
     probe = Database(parse_url(ledger_url))
     try:
         assert probe.revision() == "0013"
+    finally:
+        probe.close()
+
+
+def test_0018_counts_a_lane_with_rule_12_on_as_on_since_long_ago_and_downgrades(ledger_url, clock):
+    """A ledger at 0017 with rule 12 on in lane free: after the upgrade free counts as on since the epoch (its next
+    refit may learn Q, as before), paid (off) has no date, a lane turned on now learns from now; down to 0017 again."""
+    from lane_plugin.ledger.db import Database
+    from lane_plugin.ledger.schema import upgrade
+    from lane_plugin.ledger.url import parse_url
+
+    db = Database(parse_url(ledger_url))
+    upgrade(db, "0017")
+    db._checked = True
+    db.transaction(lambda cur: cur.execute("update lane set overtake_slack = 1.25 where name = 'free'"))
+    db.close()
+    led = Ledger(ledger_url, clock=clock)
+    try:
+        assert led.upgrade() == HEAD_REVISION == "0018"
+        assert (led.lane("free").overtake_since, led.lane("paid").overtake_since) == (0.0, None)
+        assert led.set_lane("paid", overtake_slack=1.5).overtake_since == clock.t
+        assert led.set_lane("paid", overtake_slack="off").overtake_since is None
+        assert led.audit() == []
+    finally:
+        led.close()
+    _downgrade(ledger_url, "0017")
+    probe = Database(parse_url(ledger_url))
+    try:
+        assert probe.revision() == "0017"
     finally:
         probe.close()

@@ -15,6 +15,10 @@ from lane_plugin.policy.slack import slack_key
 
 
 def _lane(led, **settings):
+    """Lane ``free`` with these settings; with the rule on, ``Q`` seeded 0 unless given (the pointwise keys bind from
+    the first arrival instead of after the learning day: these tests are of the rule binding)."""
+    if settings.get("overtake_slack") is not None:
+        settings.setdefault("overtake_q", 0)
     return led.set_lane(
         "free",
         **{
@@ -176,7 +180,7 @@ def test_changing_the_slack_numbers_the_waiting_jobs_afresh(led, clock):
         clock.t += 1.0
         jobs.append(led.submit("s", 1_000, "free"))
     assert all(_numbers(led)[j][0] is None for j in jobs)  # off: nothing is numbered
-    led.set_lane("free", overtake_slack=1.25)  # on: the waiting jobs are numbered by the next tick
+    led.set_lane("free", overtake_slack=1.25, overtake_q=0)  # on: the waiting jobs are numbered by the next tick
     (lease,) = led.tick("free")
     assert [_numbers(led)[j][0] for j in jobs] == [1, 2, 3] and lease.job_id == jobs[0]
     led.set_lane("free", overtake_slack=1.5)
@@ -190,8 +194,10 @@ def test_changing_the_slack_numbers_the_waiting_jobs_afresh(led, clock):
 
 
 def test_the_refit_learns_the_p99_of_what_arrivals_found_waiting(led, clock):
-    """After 250 arrivals (the warm-up is 200) the refit writes Q, the p99 of V, and the next key reads it."""
+    """A day after the rule was turned on, 250 arrivals later (the warm-up is 200), the refit writes Q, the p99 of V,
+    over the seeded one, and the next key reads it."""
     _lane(led, overtake_slack=1.25, max_leased=1)
+    clock.t += overtake.LEARN_SECONDS
     for _ in range(250):
         clock.t += 1.0
         led.submit("s", 100, "free")
@@ -301,3 +307,54 @@ def test_a_burst_is_numbered_a_few_hundred_a_tick_oldest_first(led, clock, monke
         leased += led.tick("free")
     assert [_numbers(led)[j][0] for j in jobs] == list(range(1, 11))
     assert sorted(x.job_id for x in leased) == sorted(jobs) and led.audit() == []
+
+
+def test_the_rule_holds_nobody_back_until_it_has_learned_a_day_then_binds(led, clock):
+    """Turned on without a seed, the rule numbers arrivals and keeps their V but holds nobody back: the big job amid
+    small ones is passed as with the rule off, and ``lane status`` says it is learning. A day later the refit learns
+    Q from the day's arrivals (here each found nothing waiting: Q = 0) and the same traffic is held to the keys."""
+    _lane(led, overtake_slack=1.25, overtake_q=None)
+    t0 = clock.t
+    [s] = [s for s in led.lanes() if s["lane"] == "free"]
+    assert (s["overtake_slack"], s["overtake_q"], s["overtake_since"]) == (1.25, None, t0)
+    big, order = _big_amid_small(led, clock, smalls=200)  # (past the refit's warm-up of 200 arrivals)
+    assert order.index(big) > 20, order.index(big)  # passed as with the rule off
+    assert {k for _, k, _, _ in _numbers(led).values()} == {overtake.UNBOUNDED}  # numbered, unbounded
+    led.refit_runs("free")
+    assert led.lane("free").overtake_q is None  # not a day yet: nothing learned
+    clock.t = t0 + overtake.LEARN_SECONDS - 1_000.0
+    for _ in range(250):  # the day's arrivals, each alone in the queue
+        clock.t += 1.0
+        led.submit("s", 1_000, "free")
+        for lease in led.tick("free"):
+            led.settle(lease, lease.est)
+    clock.t = t0 + overtake.LEARN_SECONDS + 500.0  # the first traffic is out of the last day
+    led.refit_runs("free")
+    assert led.lane("free").overtake_q == 0
+    big, order = _big_amid_small(led, clock)
+    assert _numbers(led)[big][1] == slack_key(5_000, 0, 1.25) == 1_250
+    assert order.index(big) <= 6, order.index(big)  # held to its key now
+    assert led.audit() == []
+
+
+def test_a_seeded_q_binds_at_once_and_learn_forgets_it(led, clock):
+    """``overtake_q`` seeds the p99 (a lane like it's): the keys read it from the next arrival, the waiting jobs are
+    numbered afresh with it; set to None, the lane forgets it and learns a day afresh from now."""
+    _lane(led, overtake_slack=1.25, overtake_q=None, max_leased=1)
+    a = led.submit("s", 1_000, "free")
+    led.tick("free")  # numbered (and leased)
+    b = led.submit("s", 1_000, "free")
+    led.tick("free")  # numbered, unbounded (the first is still leased)
+    assert _numbers(led)[b][1] == overtake.UNBOUNDED
+    row = led.set_lane("free", overtake_q=4_000)
+    assert row.overtake_q == 4_000
+    assert _numbers(led)[b][0] == overtake.PENDING  # numbered afresh by the next tick, with the seed
+    led.tick("free")
+    assert _numbers(led)[b][1] == slack_key(0, 4_000, 1.25) == 5_000
+    clock.t += 10.0
+    row = led.set_lane("free", overtake_q=None)
+    assert (row.overtake_q, row.overtake_since) == (None, clock.t)
+    for bad in (-1, 1.5, "many", True):
+        with pytest.raises(InvalidInput, match="overtake_q"):
+            led.set_lane("free", overtake_q=bad)
+    assert led.job(a)["state"] == "leased"

@@ -66,7 +66,8 @@ RESERVE = dict(jobs=200, ceiling=80_000, start_fraction=1.0, lease_seconds=40.0,
 # The fourth: the provider's limits beside the tokens window (rule 6b), both binding in turn.
 LIMITS = dict(ceiling=60_000, limits=(("requests", Limit(2, 10.0)), ("input_tokens", Limit(1_500, 10.0))))
 # The fifth: rule 12 (lane overtake_slack, the ledger's epochs; the simulator's exact rooms), holding back passes.
-OVERTAKE = dict(ceiling=60_000, overtake_slack=1.1, overtake_exact=True)
+# Q seeded 0 on both sides (the pointwise keys), so the rule binds from the first arrival.
+OVERTAKE = dict(ceiling=60_000, overtake_slack=1.1, overtake_exact=True, overtake_learned=0)
 
 
 @pytest.mark.parametrize(
@@ -118,6 +119,7 @@ def test_ledger_admits_what_the_simulator_admits(tmp_path, case, monkeypatch):
             max_wait_seconds=cfg.max_wait_seconds,
             limits=[f"{unit}={lim.amount}/{lim.window_seconds:g}s" for unit, lim in cfg.limits],
             overtake_slack=cfg.overtake_slack,
+            overtake_q=cfg.overtake_learned,
         )
         assert led.lane("sim").start_fraction == cfg.start_fraction
         to_ledger: dict[str, str] = {}
