@@ -73,7 +73,9 @@ the present backlog, so the keys are the pointwise ones), and the pointwise keys
 backlog it arrives to: with the rule on for every lane, the ledger's own tests of the tenant order fail (the
 backfill-vs-interactive case leases the 5 interactive jobs at 6, 10, 17, 21 and 25 against "within the first 20";
 weights 3:1 give the heavier tenant 46 of 80 admissions against 58-62). The bound against token-fifo and the fair
-share pull against each other until ``Q`` is learned, so the default stays off.
+share pull against each other until ``Q`` is learned, so the ledger's rule binds nothing on its learning day (the
+lane's first day runs in the order alone) and binds from the day after with ``Q`` learned, where the same tenant
+cases come out as with the rule off. Off by default: docs/admission.md says what is left.
 """
 
 from __future__ import annotations
