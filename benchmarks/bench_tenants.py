@@ -360,7 +360,8 @@ def render(a: argparse.Namespace, r: dict, command: str) -> str:
         f"(the slots could run {a.max_leased * 1e6 / a.ms_per_1k:.0f} tokens/s: "
         f"{'the window binds' if a.max_leased * 1e6 / a.ms_per_1k > a.rate else 'the slots bind'}); "
         f"tasks {'without' if a.no_lane_tags else 'with'} the lane's tags; "
-        f"ledger {a.db.split(':', 1)[0]}; Prefect server database {a.server_db}; {os.cpu_count()} cores, shared.",
+        + ("" if a.overtake_q is None else f"rule 12 on (slack 1.25, Q seeded {a.overtake_q:,}); ")
+        + f"ledger {a.db.split(':', 1)[0]}; Prefect server database {a.server_db}; {os.cpu_count()} cores, shared.",
         "",
         f"Interactive alone: {len(ia)} runs of {RUN_JOBS} jobs, completion p50 {p50a:.2f} s, p99 {p99a:.2f} s. "
         f"Backfill alone: {r['b_alone']['jobs']} jobs, {ba:.0f} tokens/s over {r['b_alone']['seconds']:.1f} s. "
@@ -549,6 +550,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--size", type=int, default=1000, help="tokens per job, both tenants (default 1000)")
     ap.add_argument(
+        "--overtake-q",
+        type=int,
+        default=None,
+        help="rule 12 on (lane overtake_slack 1.25) with its p99 backlog seeded at this many rate tokens: the lane on "
+        "its second day (default: off)",
+    )
+    ap.add_argument(
         "--ms-per-1k",
         type=float,
         default=2000.0,
@@ -632,7 +640,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--weights must be positive, got {a.weights}")
     tmp = Path(tempfile.mkdtemp(prefix="bench-tenants-"))
     a.db = a.db or f"sqlite:///{tmp / 'lane.db'}"
-    reset_lane(a.db, lane_settings(a.rate, a.window, a.max_leased, a.max_wait))
+    rule = {} if a.overtake_q is None else {"overtake_slack": 1.25, "overtake_q": a.overtake_q}
+    reset_lane(a.db, {**lane_settings(a.rate, a.window, a.max_leased, a.max_wait), **rule})
     from lane_plugin.testing.prefect_server import real_server
 
     t0 = time.monotonic()
