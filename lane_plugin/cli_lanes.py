@@ -7,6 +7,7 @@ work, or attempts that failed in the last hour: never ``ok``), or ``ok``.
 
 from __future__ import annotations
 
+import time
 from typing import Optional
 
 import typer
@@ -438,9 +439,10 @@ def _slack_text(slack: float, q: int | None, since: float | None) -> str:
     """Rule 12 in words (its bound is on the rate tokens admitted ahead of a job, docs/admission.md)."""
     from .ledger.overtake import LEARN_SECONDS
 
-    if q is None:  # the learning day: nobody held back until Q is learned (lane_plugin.ledger.overtake)
-        until = "" if since is None else f" from the arrivals until {iso(since + LEARN_SECONDS)}"
-        learned = f"learning the p99 backlog{until}: binds once learned"
+    if q is None and since is not None and since + LEARN_SECONDS > time.time():  # the learning day
+        learned = f"learning the p99 backlog from the arrivals until {iso(since + LEARN_SECONDS)}: binds once learned"
+    elif q is None:  # the day is over: the next refit learns it once a day's arrivals number 200
+        learned = "learning the p99 backlog: binds once a day has 200 arrivals (a refit every 5 minutes)"
     else:
         learned = f"p99 backlog {q:,} rate tokens"
     return f"rule 12: p99 of tokens ahead within {slack:g}x first come, first served's ({learned})"

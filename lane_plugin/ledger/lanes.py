@@ -342,12 +342,20 @@ def default_ceiling(allowance: int) -> int:
 
 def _overtake_since(current: LaneRow | None, clean: dict, now: float) -> dict:
     """Rule 12 learns ``Q`` from a day of arrivals from when it was turned on (``overtake_since``), or from when a
-    seeded ``Q`` was forgotten (``overtake_q`` set to None); turned off, it forgets when."""
+    seeded ``Q`` was forgotten (``overtake_q`` set to None); turned off, it forgets when. Turned on, a ``Q`` from
+    before (learned while it was last on) is forgotten too, unless one is seeded in the same change: the lane learns
+    a day afresh rather than binding at once on an old one. A seed for a lane whose rule is off is refused."""
     was = None if current is None else current.overtake_slack
     slack = clean.get("overtake_slack", was)
     if slack is None:
+        if clean.get("overtake_q") is not None:
+            raise InvalidInput(
+                "overtake_q", clean["overtake_q"], "rule 12 is off on this lane: set overtake_slack with it"
+            )
         return {"overtake_since": None} if was is not None else {}
-    if was is None or ("overtake_q" in clean and clean["overtake_q"] is None):
+    if was is None:
+        return {"overtake_since": now} if "overtake_q" in clean else {"overtake_since": now, "overtake_q": None}
+    if "overtake_q" in clean and clean["overtake_q"] is None:
         return {"overtake_since": now}
     return {}
 

@@ -239,11 +239,16 @@ def restart(cur: Cursor, lane: str) -> None:
     cur.execute(queries.OVERTAKE_FORGET_EPOCHS, {"l": lane})
 
 
-def refit(cur: Cursor, lane: str, now: float, since: float | None = None) -> int | None:
+def refit(cur: Cursor, lane: str, now: float, since: float | None = None, was: int | None = None) -> int | None:
     """Learn ``Q``, the p99 of the rate tokens waiting at the lane's arrivals of the last day, drop the epochs
     nobody waits in, and mark for numbering a waiting job an intake wrote unnumbered as the rule was being turned on
     (it read the lane just before: PostgreSQL intake takes no lane lock). Returns the ``Q`` written (None: the rule
-    has not been on for a day since ``since``, or fewer than the warm-up's arrivals: left as it was)."""
+    has not been on for a day since ``since``, or fewer than the warm-up's arrivals: left as it was).
+
+    The first ``Q`` learned (``was`` None: the learning day ends) numbers the waiting jobs afresh (:func:`restart`):
+    numbered on the learning day their keys are :data:`UNBOUNDED`, and kept so the jobs waiting across the end of
+    the day (the deepest backlog) would never be held. A later refit's ``Q`` reads only in the keys of new arrivals.
+    """
     cur.execute(queries.OVERTAKE_SWEEP, {"l": lane})
     sql = queries.OVERTAKE_DROP_EMPTY_EPOCHS_SQLITE if cur.dialect == "sqlite" else queries.OVERTAKE_DROP_EMPTY_EPOCHS
     cur.execute(sql, {"l": lane})
@@ -256,6 +261,8 @@ def refit(cur: Cursor, lane: str, now: float, since: float | None = None) -> int
     k = min(n - 1, int(SLACK_QUANTILE * n))
     q = int(cur.scalar(queries.OVERTAKE_ARRIVAL_V_AT, {"l": lane, "since": since, "k": k}))
     cur.execute(queries.OVERTAKE_SET_Q, {"l": lane, "q": q})
+    if was is None:
+        restart(cur, lane)
     return q
 
 

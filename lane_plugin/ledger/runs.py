@@ -128,7 +128,7 @@ def refit(cur: Cursor, lane: str, now: float, *, force: bool = False) -> dict[st
         {"now": now, "l": lane, "b": size_class_boundary(e for (e,) in ests), "d": drift, "o": overrun, "s": spread},
     )
     if row.overtake_slack is not None:  # rule 12: Q from the day's arrivals, and the epochs nobody waits in
-        overtake.refit(cur, lane, now, row.overtake_since)
+        overtake.refit(cur, lane, now, row.overtake_since, row.overtake_q)
     return fitted
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from lane_plugin import Ledger
 from lane_plugin.ledger.schema import HEAD_REVISION
 
 from .stderr import error_lines
@@ -250,7 +251,7 @@ def test_limits_are_set_shown_and_dropped_from_the_cli(run):
     assert "limits: tokens 30000/60s (used 0), output_tokens 8000/60s (used 0)" in status
 
 
-def test_lanes_set_says_rule_12_learns_a_day_before_it_binds_and_takes_a_seed(run):
+def test_lanes_set_says_rule_12_learns_a_day_before_it_binds_and_takes_a_seed(run, env):
     out = " ".join(run("lanes", "set", "free", "--overtake-slack", "1.25").stdout.split())
     assert "rule 12: p99 of tokens ahead within 1.25x first come, first served's" in out, out
     assert "learning the p99 backlog from the arrivals until 20" in out and "binds once learned" in out, out
@@ -261,4 +262,10 @@ def test_lanes_set_says_rule_12_learns_a_day_before_it_binds_and_takes_a_seed(ru
     data = json.loads(run("status", "free", "--json").stdout)
     assert (data["overtake_slack"], data["overtake_q"]) == (1.25, 4000) and data["overtake_since"].endswith("Z")
     out = " ".join(run("lanes", "set", "free", "--overtake-q", "learn").stdout.split())
-    assert "learning the p99 backlog" in out, out
+    assert "learning the p99 backlog from the arrivals until" in out, out
+    # (outside review) past its day with too few arrivals to learn from, it does not name a date gone by
+    Ledger(env["LANE_DATABASE_URL"]).db.transaction(
+        lambda cur: cur.execute("update lane set overtake_since = overtake_since - 2 * 86400 where name = 'free'")
+    )
+    status = " ".join(run("status", "free").stdout.split())
+    assert "binds once a day has 200 arrivals" in status and "until" not in status.split("rule 12")[1], status

@@ -358,3 +358,70 @@ def test_a_seeded_q_binds_at_once_and_learn_forgets_it(led, clock):
         with pytest.raises(InvalidInput, match="overtake_q"):
             led.set_lane("free", overtake_q=bad)
     assert led.job(a)["state"] == "leased"
+
+
+def _learn_q_zero(led, clock, t0: float) -> None:
+    """The day's arrivals, each alone in the queue, late in the day after ``t0``; then past the day, the refit."""
+    clock.t = t0 + overtake.LEARN_SECONDS - 1_000.0
+    for _ in range(250):
+        clock.t += 1.0
+        led.submit("s", 1_000, "free")
+        for lease in led.tick("free"):
+            led.settle(lease, lease.est)
+    clock.t = t0 + overtake.LEARN_SECONDS + 10.0
+
+
+def test_turned_off_and_on_again_the_rule_learns_a_day_afresh(led, clock):
+    """(Outside review.) A Q learned while the rule was last on is forgotten when it is turned on again (it bound at
+    once, the pointwise keys of a month ago, and the refit could not replace it for a day); a seed given in the same
+    change is kept; a seed for a lane whose rule is off is refused, naming overtake_q."""
+    _lane(led, overtake_slack=1.25, overtake_q=None)
+    _learn_q_zero(led, clock, clock.t)
+    led.refit_runs("free")
+    assert led.lane("free").overtake_q == 0
+    led.set_lane("free", overtake_slack="off")
+    with pytest.raises(InvalidInput, match="overtake_q"):
+        led.set_lane("free", overtake_q=5_000)
+    clock.t += 30 * 86_400.0
+    row = led.set_lane("free", overtake_slack=1.25)
+    assert (row.overtake_q, row.overtake_since) == (None, clock.t)
+    job = led.submit("s", 1_000, "free")
+    led.tick("free")
+    assert _numbers(led)[job][1] == overtake.UNBOUNDED
+    led.set_lane("free", overtake_slack="off")
+    row = led.set_lane("free", overtake_slack=1.25, overtake_q=5_000)
+    assert row.overtake_q == 5_000
+
+
+def test_jobs_waiting_when_the_learning_day_ends_are_numbered_again_with_q(led, clock):
+    """(Outside review.) The refit that learns the first Q numbers the waiting jobs afresh: numbered on the learning
+    day, the big job kept an unbounded key and all 60 later small jobs passed it (place 63); now it has a key."""
+    _lane(led, overtake_slack=1.25, overtake_q=None)
+    t0 = clock.t
+    _learn_q_zero(led, clock, t0)
+    clock.t = t0 + overtake.LEARN_SECONDS - 100.0  # still the learning day
+    ids = []
+    for i in range(6):
+        clock.t += 1.0
+        ids.append(led.submit("s", 20_000 if i == 5 else 1_000, "free"))
+    big = ids[5]
+    for lease in led.tick("free"):
+        led.settle(lease, lease.est)
+    assert _numbers(led)[big][1] == overtake.UNBOUNDED  # numbered while learning
+    clock.t = t0 + overtake.LEARN_SECONDS + 10.0
+    led.refit_runs("free")  # the day is learned
+    assert led.lane("free").overtake_q is not None and _numbers(led)[big][0] == overtake.PENDING
+    for _ in range(60):
+        clock.t += 1.0
+        led.submit("s", 1_000, "free")
+    order = []
+    for _ in range(200):
+        clock.t += 1.0
+        leases = led.tick("free")
+        if not leases:
+            break
+        for lease in leases:
+            order.append(lease.job_id)
+            led.settle(lease, lease.est)
+    assert order.index(big) <= 6, order.index(big)
+    assert led.audit() == []
