@@ -21,7 +21,8 @@ from ..policy.rules import BURST, LEASE_CAP, PAUSED, STOPPED, TENANT_CEILING
 from . import limits, overtake, queries, rates, runs, tenants, upkeep, waiters
 from .db import Cursor
 from .jobs import Lease
-from .lanes import LaneRow, lock_lane, roll_counters
+from .lanes import LaneRow, lock_lane
+from .periods import roll_counters
 from .queries import GATED_HEAD_SQL, TENANT_HEADS, WAITERS_HEAD_SQL, WAITERS_HEAD_SQLITE
 from .queries import HEAD_SQL as HEAD_SQL
 

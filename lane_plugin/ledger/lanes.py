@@ -1,10 +1,9 @@
-"""Lane rows: reading, locking, configuring, and rolling windows and periods."""
+"""Lane rows: reading, locking and configuring them (their periods: periods.py)."""
 
 from __future__ import annotations
 
-import calendar
 import time
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 from .. import checks
 from ..errors import InvalidInput, LaneError, UnknownLane
@@ -14,6 +13,7 @@ from ..policy.drift import over_charge
 from ..policy.limits import Limit, limits_of_spec
 from . import leases, overtake, queries
 from .db import Cursor
+from .periods import as_of, repoint_period
 from .preflight import validate_spec
 
 POLICY_FIELDS = (
@@ -244,37 +244,6 @@ def all_lanes(cur: Cursor, *, lock: bool = False) -> list[LaneRow]:
     return [_row(r) for r in cur.all(sql)]
 
 
-def period_start(period: str, now: float) -> float:
-    """Start (UTC) of the accounting period containing ``now``; 0 for no period."""
-    if period == "none":
-        return 0.0
-    t = time.gmtime(now)
-    if period == "daily":
-        return float(calendar.timegm((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0)))
-    return float(calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0)))
-
-
-def roll_counters(cur: Cursor, row: LaneRow, now: float) -> LaneRow:
-    """Start a new period when it has rolled over (row is locked); the rate window slides in rates.py."""
-    ps = period_start(row.period, now)
-    changes: dict = {}
-    if row.period != "none" and ps > row.period_start:
-        changes.update(period_start=ps, spent=0, overage=0)
-    if changes:
-        cur.execute(queries.lanes_roll_counters(changes), {**changes, "name": row.name})
-        for k, v in changes.items():
-            setattr(row, k, v)
-    return row
-
-
-def as_of(row: LaneRow, now: float) -> LaneRow:
-    """The row as the next writer will see it at ``now``: a period that rolled over counts from zero
-    (what :func:`roll_counters` will write), for reads that write nothing (status, a job's place)."""
-    if row.period != "none" and period_start(row.period, now) > row.period_start:
-        return replace(row, spent=0, overage=0, period_start=period_start(row.period, now))
-    return row
-
-
 # A preflight is a health URL (a signed one, or one with a token, is long) or a check's name: not a short label.
 PREFLIGHT_MAX = 4096
 
@@ -293,11 +262,8 @@ def validate_settings(settings: dict, current: LaneRow | None = None) -> dict:
             value = checks.number(key, value, low=0.0, high=365 * 86400.0, low_open=True)
         elif key == "headroom_sigmas":
             value = checks.number(key, value, low=0.0, high=10.0)
-        elif key == "overtake_slack":  # rule 12 (lane_plugin.ledger.overtake): None or "off" turns it off
-            off = value is None or (isinstance(value, str) and value.strip().lower() == "off")
-            value = None if off else checks.number(key, value, low=1.0, high=10.0)
-        elif key == "overtake_q":  # rule 12's p99 of V, seeded (None: forget it and learn a day afresh)
-            value = None if value is None else checks.whole(key, value, low=0)
+        elif key in ("overtake_slack", "overtake_q"):
+            value = overtake.checked(key, value)
         elif key in ("max_wait_seconds", "park_seconds"):
             value = checks.number(key, value, low=0.0, high=10 * 365 * 86400.0)
         elif key == "period":
@@ -340,26 +306,6 @@ def default_ceiling(allowance: int) -> int:
     return max(1, int(allowance * 0.8))
 
 
-def _overtake_since(current: LaneRow | None, clean: dict, now: float) -> dict:
-    """Rule 12 learns ``Q`` from a day of arrivals from when it was turned on (``overtake_since``), or from when a
-    seeded ``Q`` was forgotten (``overtake_q`` set to None); turned off, it forgets when. Turned on, a ``Q`` from
-    before (learned while it was last on) is forgotten too, unless one is seeded in the same change: the lane learns
-    a day afresh rather than binding at once on an old one. A seed for a lane whose rule is off is refused."""
-    was = None if current is None else current.overtake_slack
-    slack = clean.get("overtake_slack", was)
-    if slack is None:
-        if clean.get("overtake_q") is not None:
-            raise InvalidInput(
-                "overtake_q", clean["overtake_q"], "rule 12 is off on this lane: set overtake_slack with it"
-            )
-        return {"overtake_since": None} if was is not None else {}
-    if was is None:
-        return {"overtake_since": now} if "overtake_q" in clean else {"overtake_since": now, "overtake_q": None}
-    if "overtake_q" in clean and clean["overtake_q"] is None:
-        return {"overtake_since": now}
-    return {}
-
-
 def write_lane_settings(
     cur: Cursor, now: float, name: str, settings: dict, create: bool = True, force: bool = False
 ) -> LaneRow:
@@ -381,7 +327,7 @@ def write_lane_settings(
         if clean["fallback"] == name:
             raise InvalidInput("fallback", clean["fallback"], "a lane cannot fall back to itself")
         read_lane(cur, clean["fallback"])
-    clean.update(_overtake_since(current, clean, now))
+    clean.update(overtake.setting_change(None if current is None else current.overtake_slack, clean, now))
     if current is None:
         checks.new_lane_name(name)
         row = {**NEW_LANE, **clean, "name": name, "updated_at": now}
@@ -392,10 +338,8 @@ def write_lane_settings(
     if clean:
         cur.execute(queries.lanes_update_settings(clean), {**clean, "now": now, "name": name})
     if current is not None and clean.get("period", current.period) != current.period:
-        _repoint_period(cur, current, clean["period"], now)
-    if current is not None and any(
-        clean.get(k, getattr(current, k)) != getattr(current, k) for k in ("overtake_slack", "overtake_q")
-    ):
+        repoint_period(cur, current, clean["period"], now)
+    if current is not None and any(clean.get(k, getattr(current, k)) != getattr(current, k) for k in overtake.SETTINGS):
         overtake.restart(cur, name)  # rooms counted under another slack or Q (or none) would not be this one's
     if current is not None and clean.get("lease_seconds", current.lease_seconds) < current.lease_seconds:
         leases.bound(cur, name, clean["lease_seconds"], now=now)  # leases granted longer end as the new length allows
@@ -418,24 +362,6 @@ def write_lane_settings(
     if current is not None and any(k in clean and clean[k] != getattr(current, k) for k in ORDER_FIELDS):
         reprioritise(cur, row)
     return row
-
-
-def _repoint_period(cur: Cursor, old: LaneRow, period: str, now: float) -> None:
-    """The period changed: the lane counts from the start of the new period containing ``now``, and
-    ``spent``/``overage`` are what was settled since then, so a switch neither wipes what was spent
-    in the current period nor keeps what an earlier one spent. Switching to no period keeps the
-    current period's start (and its spend, once the old period has rolled): no reset comes after it.
-    """
-    name = old.name
-    if period == "none":
-        roll_counters(cur, old, now)
-        return
-    start = period_start(period, now)
-    spent, overage = cur.one(
-        queries.LANES_REPOINT_PERIOD_SELECT_SETTLEMENT,
-        {"l": name, "p": start},
-    )
-    cur.execute(queries.LANES_REPOINT_PERIOD_UPDATE_LANE, {"p": start, "s": spent, "o": overage, "l": name})
 
 
 def clear_drift(cur: Cursor, now: float, name: str) -> LaneRow:

@@ -46,6 +46,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 
+from .. import checks
+from ..errors import InvalidInput
 from ..policy.slack import QUANTILE_WARMUP, SLACK_QUANTILE, slack_key
 from . import queries
 from .db import Cursor
@@ -65,6 +67,41 @@ NUMBER_PER_TICK = 512
 LEARN_SECONDS = 86_400.0
 # A key while Q is not learned: no room ever binds (far below NONE, and no counter can add up to the difference).
 UNBOUNDED = 1 << 60
+
+
+# The lane settings of the rule: a change of either numbers the waiting jobs afresh (restart).
+SETTINGS = ("overtake_slack", "overtake_q")
+
+
+def checked(key: str, value):
+    """A rule 12 setting as given to ``lane lanes set``: ``overtake_slack`` 1 to 10 (None or "off": off),
+    ``overtake_q`` a whole number of rate tokens >= 0 (None: forget it, learn a day afresh). Raises InvalidInput."""
+    if key == "overtake_slack":
+        off = value is None or (isinstance(value, str) and value.strip().lower() == "off")
+        return None if off else checks.number(key, value, low=1.0, high=10.0)
+    return None if value is None else checks.whole(key, value, low=0)
+
+
+def setting_change(was: float | None, clean: dict, now: float) -> dict:
+    """What else a change of the lane's settings ``clean`` writes for the rule, whose slack was ``was`` (None: off).
+
+    The rule learns ``Q`` from a day of arrivals from when it was turned on (``overtake_since``), or from when a
+    seeded ``Q`` was forgotten (``overtake_q`` set to None); turned off, it forgets when. Turned on, a ``Q`` from
+    before (learned while it was last on) is forgotten too, unless one is seeded in the same change: the lane learns
+    a day afresh rather than binding at once on an old one. A seed for a lane whose rule is off is refused.
+    """
+    slack = clean.get("overtake_slack", was)
+    if slack is None:
+        if clean.get("overtake_q") is not None:
+            raise InvalidInput(
+                "overtake_q", clean["overtake_q"], "rule 12 is off on this lane: set overtake_slack with it"
+            )
+        return {"overtake_since": None} if was is not None else {}
+    if was is None:
+        return {"overtake_since": now} if "overtake_q" in clean else {"overtake_since": now, "overtake_q": None}
+    if "overtake_q" in clean and clean["overtake_q"] is None:
+        return {"overtake_since": now}
+    return {}
 
 
 def number(cur: Cursor, lane: str, *, slack: float, q: int | None) -> int:

@@ -9,9 +9,10 @@ from ..policy.limits import OUTPUT_TOKENS
 from . import queries, tenants
 from .db import Cursor
 from .jobs import Settled, get_job, lock_job, ran_in
-from .lanes import RETURNING, LaneRow, lock_lane, period_start, roll_counters, row_of
+from .lanes import RETURNING, LaneRow, lock_lane, row_of
 from .limits import drop_pending as drop_limit_pending
 from .limits import true_up_output
+from .periods import period_start, roll_counters
 from .rates import drop_pending, stamp, true_up
 
 

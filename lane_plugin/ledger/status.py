@@ -10,8 +10,9 @@ from ..policy.rules import LIMIT_PREFIX, PAUSED, TENANT_CEILING, blocking_rule, 
 from . import queries
 from .db import Cursor
 from .jobs import get_job
-from .lanes import LaneRow, all_lanes, as_of, read_lane
+from .lanes import LaneRow, all_lanes, read_lane
 from .limits import held_back, limit_status
+from .periods import as_of
 from .rates import used
 from .runs import fits_of, runs_of
 

@@ -17,7 +17,7 @@ from ..errors import LaneError
 from ..policy.fairness import TenantState, lift
 from . import queries
 from .db import Cursor
-from .lanes import period_start
+from .periods import period_start
 
 
 @dataclass

@@ -15,8 +15,9 @@ from ..policy import never_fits
 from . import leases, queries, tenants
 from .db import Cursor
 from .jobs import left_lane, lock_job
-from .lanes import LaneRow, all_lanes, lock_lane, period_start, read_lane, roll_counters
+from .lanes import LaneRow, all_lanes, lock_lane, read_lane
 from .limits import drop_pending as drop_limit_pending
+from .periods import period_start, roll_counters
 from .rates import drop_pending
 from .waiters import WAITER_GONE
 
