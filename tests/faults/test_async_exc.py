@@ -190,13 +190,14 @@ def test_an_exception_at_any_line_leaves_nothing_held(db, mode, request, tmp_pat
         stride = 1 if FULL else max(1, total // POINTS)
         backends_before = len(_backends(led, app)) if db == "postgresql" else 0
         points = list(range(1, total + 1, stride))
-        raised, landed_at, waits = 0, set(), []
+        raised, fired, landed_at, waits = 0, 0, set(), []
         nexts: list[tuple[float, str]] = []
         for at in points:
             key = f"inj-{at}"
             outcome, _, fired_at, landed = _within(
                 worker.submit(_injected_call, led, key, mode, at), 10, f"the injected call at line {at}"
             )
+            fired += fired_at is not None  # (a call shorter than the reference ends before a late point)
             if outcome == "raised":
                 raised += 1
                 landed_at.add(landed)
@@ -253,14 +254,15 @@ def test_an_exception_at_any_line_leaves_nothing_held(db, mode, request, tmp_pat
         took = time.monotonic() - t_start
         figure(
             f"async exception ({db}, {mode}): {len(points)} injection points of {total} traced lines "
-            f"(stride {stride}), raised in the library at {raised} ({len(landed_at)} distinct lines), "
+            f"(stride {stride}), {fired} fired, raised in the library at {raised} ({len(landed_at)} distinct lines), "
             f"jobs {states}; outside BEGIN IMMEDIATE max {max(waits, default=0) * 1000:.0f} ms; next gated call "
             f"max {max(t for t, _ in nexts):.2f} s, {sum(t > 1.0 for t, _ in nexts)} of {len(nexts)} over 1 s"
             f"{backends}; {took:.1f}s"
         )
         # the fault happened: almost every point raised inside the gate or the ledger (the last lines of the
-        # call may return before the next bytecode that checks for it)
-        assert raised >= 0.9 * len(points), (raised, len(points))
+        # call may return before the next bytecode that checks for it). A call may run fewer lines than the
+        # reference (the watcher or the renewer took a step for it): the points past its end never fire.
+        assert fired >= 0.8 * len(points) and raised >= 0.9 * fired, (raised, fired, len(points))
         slow = sorted((t, what) for t, what in nexts if t > 1.0)
         assert len(slow) <= max(2, SLOW_SHARE * len(nexts)), (
             f"{len(slow)} of {len(nexts)} next calls over 1 s: {slow[-5:]}"
