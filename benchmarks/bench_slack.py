@@ -80,7 +80,7 @@ def learned_p99(name: str, seed: int, slack: float, tenants: bool, flags: dict |
     the same hour before: an optimistic prior), generated traffic's from another seed (yesterday's traffic)."""
     trace, cfg = traffic(name, seed + 1_000 if name in GENERATED else seed)
     trace, cfg = shared(trace, cfg, tenants)
-    sim = Sim(trace, SimConfig(**{**cfg.__dict__, "overtake_slack": slack, **(flags or {})}), "lane")
+    sim = Sim(trace, SimConfig(**{**cfg.__dict__, "overtake_slack": slack, "overtake_day": 0, **(flags or {})}), "lane")
     sim.run()
     return percentile([v for v, _ in sim.lane_queue.arrivals], SLACK_QUANTILE)
 
@@ -88,7 +88,7 @@ def learned_p99(name: str, seed: int, slack: float, tenants: bool, flags: dict |
 def setting(text: str) -> dict:
     """One ``--settings`` entry as SimConfig fields; a bad one exits naming it whole."""
     if text == "off":
-        return {}
+        return {"overtake_slack": None}
     rule, _, flag = text.partition("+")
     name, _, value = rule.partition("=")
     epoch = flag[len("epoch") :] if flag.startswith("epoch") else None
@@ -106,6 +106,10 @@ def setting(text: str) -> dict:
         "overtake_exact": flag == "exact" or epoch is not None,
         "overtake_either": flag == "either",
     }
+    if name == "beta":
+        fields["overtake_slack"] = None  # (the slack is on by default)
+    if name == "slack":
+        fields["overtake_day"] = 0  # the running estimate (``learned=`` gives its Q)
     if epoch is not None:
         fields["overtake_epoch"] = int(epoch)
     try:

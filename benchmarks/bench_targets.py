@@ -127,8 +127,9 @@ def days_for(quick: bool) -> float:
 # --tenants NAME:WEIGHT:SHARE,...: the same scenarios with the lane shared by these tenants, each request
 # (a trace row, a generated run) given one by hashing its id (lane_plugin.sim.tenants.assign_by_hash).
 TENANTS: list[tuple[str, float, float]] = []
-# --overtake-beta B: the overtaking budget's beta (lane_plugin.policy.overtake; the default OVERTAKE_BETA);
-# "off": the order alone.
+# --overtake-slack C|off: rule 12's slack (default: the lane's, LANE_DEFAULTS["overtake_slack"], on its second day:
+# SimConfig.overtake_day); --overtake-beta B|off: the pointwise budget's beta instead (an exploration, with the
+# index heads it was measured with); "off": the order alone.
 OVERTAKE: list[dict] = [{}]
 
 
@@ -507,7 +508,8 @@ def main() -> None:
         OVERTAKE[0] = {"overtake_slack": None if args.overtake_slack == "off" else float(args.overtake_slack)}
         args.no_write = True
     if args.overtake_beta is not None:
-        OVERTAKE[0] = {"overtake_beta": None if args.overtake_beta == "off" else float(args.overtake_beta)}
+        beta = None if args.overtake_beta == "off" else float(args.overtake_beta)
+        OVERTAKE[0] = {"overtake_beta": beta, "overtake_slack": None, "overtake_exact": False}
         args.no_write = True
     if args.tenants:
         TENANTS[:] = parse_tenants(args.tenants)

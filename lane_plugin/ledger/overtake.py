@@ -1,7 +1,7 @@
 """Rule 12 in the ledger: each waiting job's room, kept per arrival epoch (lane setting ``overtake_slack``).
 
-With ``overtake_slack = c`` set on a lane (``lane lanes set LANE --overtake-slack 1.25``; off by default), a
-job that enters its queue waits to be numbered (``arrival_pos = -1``, :data:`PENDING`); the lane's next tick,
+With ``overtake_slack = c`` set on a lane (1.25 by default; ``lane lanes set LANE --overtake-slack off`` turns it
+off), a job that enters its queue waits to be numbered (``arrival_pos = -1``, :data:`PENDING`); the lane's next tick,
 under its lock and before it admits anything, numbers those jobs in the order they entered (:func:`number`):
 each gets its *position* and a key, ``max((c - 1) V, c Q - V)`` (:func:`lane_plugin.policy.slack.slack_key`),
 ``V`` the rate tokens waiting before it and ``Q`` the lane's p99 of ``V`` learned from a day of its arrivals
@@ -48,7 +48,7 @@ from collections.abc import Iterable, Sequence
 
 from .. import checks
 from ..errors import InvalidInput
-from ..policy.slack import QUANTILE_WARMUP, SLACK_QUANTILE, slack_key
+from ..policy.slack import QUANTILE_WARMUP, SLACK_QUANTILE, UNBOUNDED, slack_key
 from . import queries
 from .db import Cursor
 
@@ -65,8 +65,6 @@ NUMBER_PER_TICK = 512
 # The refit learns Q from the arrivals of the last day (the size classes learn from the last 500 estimates), once
 # the rule has been on that long.
 LEARN_SECONDS = 86_400.0
-# A key while Q is not learned: no room ever binds (far below NONE, and no counter can add up to the difference).
-UNBOUNDED = 1 << 60
 
 
 # The lane settings of the rule: a change of either numbers the waiting jobs afresh (restart).

@@ -28,10 +28,13 @@ LANE_DEFAULTS: dict[str, Any] = dict(
     stopped=False,
     rate_basis="request",
     headroom_sigmas=2.0,
+    # Rule 12 (lane_plugin.policy.slack): the lane's p99 of rate tokens ahead of a job within 1.25x token-fifo's,
+    # from its second day (the first it learns the p99 backlog; lane_plugin.ledger.overtake). None: off.
+    overtake_slack=1.25,
 )
 # Settings added after the first schema: migration 0001 writes DEFAULT_LANES without them and
 # their own migration adds the column with the default above.
-LATER_SETTINGS = ("rate_basis", "headroom_sigmas")
+LATER_SETTINGS = ("rate_basis", "headroom_sigmas", "overtake_slack")
 _FIRST = {k: v for k, v in LANE_DEFAULTS.items() if k not in LATER_SETTINGS}
 # The two lanes of a new ledger: the free tier (the article's 10M with an 80% ceiling) and a paid one.
 DEFAULT_LANES: dict[str, dict[str, Any]] = {

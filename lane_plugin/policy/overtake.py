@@ -53,7 +53,8 @@ first come, first served"): at ``beta = 0.25`` the p99 stays within 1.11x but th
 (Azure code trace 0.90x token-fifo's p50, Mooncake 0.54x); even charging each job exactly its own passes
 (a per-job count, which no index head gives) leaves 0.93x and 0.53x. The jobs whose p50 the size order
 buys are a third of the rate tokens on the Azure trace, more than a ``1 + beta`` bound lets them pass. So
-the rule is an option (``SimConfig.overtake_beta``), off by default, and the ledger does not run it yet.
+this form is an exploration of the simulator (``SimConfig.overtake_beta``); the ledger runs the quantile form
+(:mod:`lane_plugin.policy.slack`), on by default.
 
 **With tenants.** The fair merge orders the candidates; the budget applies to every admission, whatever
 its tenant. The service-gap bound (:mod:`lane_plugin.policy.fairness`) holds over any span in which the

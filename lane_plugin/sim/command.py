@@ -15,28 +15,13 @@ from typing import Optional
 import typer
 
 from ..errors import TraceError
-from ..policy.limits import EXTRA_UNITS, NO_TOKENS_LIMIT, TOKENS, Limit, parse_limit  # noqa: F401 - Limit: doctest
 from .config import PERIODS, SimConfig
 from .engine import simulate as run_policies
+from .lanesettings import apply_limits, lane_settings, rule_12
 from .policies import ONE_QUEUE, POLICIES
 from .readers import MAX_TOKENS, OUTPUT_ALLOWANCE, load_trace
 from .tenants import assign_by_hash, parse_tenants
 from .traffic import MIXES, from_ledger, generate
-
-LANE_FIELDS = (
-    "ceiling",
-    "allowance",
-    "start_fraction",
-    "burst_tokens",
-    "window_seconds",
-    "max_leased",
-    "lease_seconds",
-    "max_wait_seconds",
-    "max_attempts",
-    "rate_basis",
-    "headroom_sigmas",
-)
-
 
 # Flags that shape generated traffic, and flags that shape how a trace file is read.
 GENERATOR_FLAGS = {
@@ -86,59 +71,6 @@ def _fail(msg: str) -> typer.Exit:
 
     typer.echo(f"lane simulate: error: {redact(msg)}", err=True)
     return typer.Exit(2)
-
-
-def _lane_settings(url: Optional[str], name: str) -> dict:
-    """The policy fields of an existing lane, and its tenants' weights, read through the ledger."""
-    from ..ledger import Ledger
-
-    ledger = Ledger(url, create=False)  # a read: a typo in --db must not leave an empty ledger behind
-    try:
-        row = ledger.lane(name)
-        weights = tuple((t["tenant"], t["weight"]) for t in ledger.tenants(name))
-    finally:
-        ledger.close()
-    out = {f: getattr(row, f) for f in LANE_FIELDS}
-    out["period_seconds"] = PERIODS.get(row.period)
-    out["tenant_weights"] = weights
-    out["limits"] = row.limits
-    return out
-
-
-def apply_limits(settings: dict, specs: list[str], given: dict[str, object]) -> None:
-    """``--limit UNIT=AMOUNT/WINDOW`` (``lane lanes set``'s syntax) over ``settings``: ``tokens`` is the burst window.
-
-    ``given``: the flags set beside them (``--burst-tokens``, ``--window-seconds``), which a ``tokens`` limit
-    would contradict.
-
-    Raises:
-        ValueError: a limit that does not parse, a unit given twice, or ``tokens`` beside the burst flags.
-
-    Example:
-        >>> s = {}
-        >>> apply_limits(s, ["requests=12/10s", "tokens=none"], {})
-        >>> s["limits"], s["burst_tokens"] == NO_TOKENS_LIMIT
-        ((('requests', Limit(amount=12, window_seconds=10.0)),), True)
-    """
-    limits = dict(settings.get("limits", ()))
-    seen: set[str] = set()
-    for spec in specs:
-        unit, lim = parse_limit(spec)
-        if unit in seen:
-            raise ValueError(f"--limit {spec!r}: {unit} is limited twice")
-        seen.add(unit)
-        if unit == TOKENS:
-            both = [flag for flag, v in given.items() if v is not None]
-            if both:
-                raise ValueError(f"--limit {spec!r} and {', '.join(both)} both set the tokens window: choose one")
-            settings["burst_tokens"] = NO_TOKENS_LIMIT if lim is None else lim.amount
-            if lim is not None:
-                settings["window_seconds"] = lim.window_seconds
-        elif lim is None:
-            limits.pop(unit, None)
-        else:
-            limits[unit] = lim
-    settings["limits"] = tuple((u, limits[u]) for u in EXTRA_UNITS if u in limits)
 
 
 def simulate(
@@ -257,20 +189,28 @@ def simulate(
     overtake_beta: Optional[float] = typer.Option(
         None,
         "--overtake-beta",
-        help="The lane row's overtaking budget (rule 12): younger jobs take at most this "
+        help="Rule 12's pointwise form instead of its slack (an exploration): younger jobs take at most this "
         "times the rate tokens a job found waiting ahead of it (0.25: within 1.25x of token-fifo's). Default: off.",
     ),
-    overtake_slack: Optional[float] = typer.Option(
+    overtake_slack: Optional[str] = typer.Option(
         None,
         "--overtake-slack",
-        help="Rule 12's quantile form: the lane's p99 of rate tokens ahead of a job within this times "
-        "token-fifo's (1.3); a job is passed only within the slack a running p99 leaves it. Default: off.",
+        help="Rule 12: the lane's p99 of rate tokens ahead of a job within C times token-fifo's, or off "
+        "(the order alone). Default: the --lane's, else the default lane's (1.25).",
+        metavar="C|off",
+    ),
+    overtake_day: int = typer.Option(
+        2,
+        "--overtake-day",
+        help="With rule 12 on: 2, the lane's second day (its p99 backlog learned from a first replay of the same "
+        "traffic, run as its learning day); 1, its learning day (nobody held back); 0, a running estimate "
+        "(an exploration).",
     ),
     overtake_learned: Optional[int] = typer.Option(
         None,
         "--overtake-learned",
-        help="With --overtake-slack: the p99 of the rate tokens waiting at arrivals that the lane learned before "
-        "(yesterday's), read instead of the running estimate.",
+        help="With rule 12 on: the p99 of the rate tokens waiting at arrivals the lane learned before (as "
+        "lane lanes set --overtake-q seeds it): every key reads it. Default: the --lane's, else per --overtake-day.",
     ),
     policies: str = typer.Option(
         ",".join(POLICIES),
@@ -325,7 +265,7 @@ def simulate(
     settings: dict = {}
     try:
         if lane is not None:
-            settings.update(_lane_settings(url, lane))
+            settings.update(lane_settings(url, lane))
     except Exception as exc:  # noqa: BLE001 - any ledger error ends the command with its message
         raise _fail(f"lane={lane!r}: cannot read its settings: {exc}") from None
     flags = dict(
@@ -341,6 +281,10 @@ def simulate(
         headroom_sigmas=headroom_sigmas,
     )
     settings.update({k: v for k, v in flags.items() if v is not None})
+    try:
+        settings.update(rule_12(overtake_slack, overtake_beta, overtake_learned))
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
     if period is not None:
         settings["period_seconds"] = PERIODS[period]
     try:
@@ -367,9 +311,7 @@ def simulate(
             chain=chain,
             estimator=estimator,
             warmup=warmup,
-            overtake_beta=overtake_beta,
-            overtake_slack=overtake_slack,
-            overtake_learned=overtake_learned,
+            overtake_day=overtake_day,
         )
         if tenant_spec is not None:  # --tenants' weights, over those of the --lane's tenants
             cfg = replace(cfg, tenant_weights=tuple((n, w) for n, w, _ in tenant_spec))

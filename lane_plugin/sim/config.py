@@ -64,17 +64,24 @@ class SimConfig:
     tenant_weights: tuple[tuple[str, float], ...] = ()  # (tenant, weight); a tenant not named has weight 1
     # The overtaking budget (rule 12, lane_plugin.policy.overtake) of the ``lane`` policy: at most (1 + beta) x the
     # rate tokens a job found waiting are admitted ahead of it (lane_plugin.policy.overtake.OVERTAKE_BETA: 0.25).
-    # None: off, the default (the order alone; docs/admission.md, "Bounding waits against first come, first served").
+    # None: off (an exploration; the ledger runs the quantile form below).
     overtake_beta: float | None = None
-    # Rule 12's quantile form (lane_plugin.policy.slack): keys max((c - 1) V, c Q - V), Q the lane's running p99 of V,
-    # so the lane's p99 of tokens ahead stays within c x token-fifo's (QUANTILE_SLACK: 1.3). None: off.
-    overtake_slack: float | None = None
-    # The p99 of V (rate tokens) the lane learned before this run (the ledger would refit it from the last day's
-    # arrivals, as it refits the size classes): every key reads it instead of the running estimate. None: running.
+    # Rule 12's quantile form (lane_plugin.policy.slack), the ledger's: keys max((c - 1) V, c Q - V), Q the lane's
+    # p99 of V, so the lane's p99 of tokens ahead stays within c x token-fifo's. On by default, as in the ledger
+    # (LANE_DEFAULTS["overtake_slack"], 1.25); None: off (the order alone).
+    overtake_slack: float | None = D["overtake_slack"]
+    # Which of the lane's days with the rule on the run is, when Q is not given (overtake_learned None):
+    # 2 (the default) its second day on, as the ledger runs from then: Q learned from a first replay of the same
+    # traffic run as the learning day (the lane saw the same traffic yesterday: an optimistic prior);
+    # 1 its learning day: keys unbounded, the order alone (the ledger's first day);
+    # 0 the running estimate (an exploration, not the ledger's: keys from the running p99 of V so far).
+    overtake_day: int = 2
+    # The p99 of V (rate tokens) the lane learned before this run (as the ledger's refit learns it from the last
+    # day's arrivals, or ``lane lanes set --overtake-q`` seeds it): every key reads it. None: per overtake_day.
     overtake_learned: int | None = None
-    # The ledger's form of rule 12 (lane_plugin.policy.perjob): charged per job, each waiting job's own count of
-    # what passed it against its own key, instead of the two lane-wide index heads; with overtake_beta or _slack.
-    overtake_exact: bool = False
+    # How each waiting job is charged what passed it: its own count against its own key (True, the ledger's form,
+    # lane_plugin.policy.perjob), or the two lane-wide index heads (False, an exploration). With the rule off: unused.
+    overtake_exact: bool = True
     # With overtake_exact: the same rooms kept per arrival epoch of this many positions, one counter each, as the
     # ledger keeps them (lane_plugin.sim.rooms.EpochRooms), instead of in a segment tree (None). Same figures.
     overtake_epoch: int | None = None
@@ -117,8 +124,8 @@ class SimConfig:
             raise ValueError(
                 f"overtake_learned={self.overtake_learned!r} needs overtake_slack set (it is that rule's p99)"
             )
-        if self.overtake_exact and self.overtake_slack is None and self.overtake_beta is None:
-            raise ValueError("overtake_exact=True needs overtake_beta or overtake_slack (it charges their keys)")
+        if self.overtake_day not in (0, 1, 2):
+            raise ValueError(f"overtake_day={self.overtake_day!r} must be 0 (running estimate), 1 or 2")
         if self.overtake_epoch is not None:
             epoch = self.overtake_epoch
             if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
@@ -130,7 +137,7 @@ class SimConfig:
         if self.overtake_slack is not None and self.overtake_beta is not None:
             raise ValueError(
                 f"overtake_beta={self.overtake_beta!r} and overtake_slack={self.overtake_slack!r}: "
-                "set one (the slack's keys carry their own pointwise part, slack - 1)"
+                "set one, the other None (the slack's keys carry their own pointwise part, slack - 1)"
             )
         check_name(self.estimator)
         if self.rate_basis not in ("request", "actual"):

@@ -25,7 +25,9 @@ Model (the ledger's semantics):
 - with ``period_seconds`` set, ``spent`` restarts at every multiple of it (the lane's daily
   reset; trace time 0 is a UTC midnight); overspend is counted per period;
 - with ``deadline`` set, a job still waiting that long after it was
-  submitted is parked (the tail).
+  submitted is parked (the tail);
+- the ``lane`` policy runs rule 12 as a lane does by default, on its second day: ``Q`` learned from a first
+  replay of the same traffic run as its learning day (:func:`second_day`; ``SimConfig.overtake_day``).
 
 Ticks happen at every submission, completion, lease expiry and worker wake,
 at every period rollover, and when the burst window frees room that a
@@ -43,9 +45,11 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from heapq import heappop, heappush
 
 from ..policy import never_fits
+from ..policy.slack import learned_q
 from .chains import (
     DONE,
     DONE_EV,
@@ -65,23 +69,17 @@ from .meter import OverBurst
 from .parking import Parking
 from .periods import BudgetPeriods
 from .policies import EXTRA_POLICIES, LANE_POLICIES, POLICIES, USES_EST_HEAP, LaneQueue, policy_named
-from .results import SimResult, collect, estimate_ratio, percentile
+from .results import SimResult, collect, estimate_ratio, learned_before, percentile
 from .tenants import TenantBook
 from .traffic import Trace
 from .views import PolicyView
 from .window import RateWindow
-from .worker import SlowWorker
+from .worker import SlowWorker, service_times
 
 INF = math.inf
 PROGRESS_EVERY = 8_192  # loop turns between two progress reports
 
 Progress = Callable[["Sim", float], None]
-
-
-def service_times(trace: Trace, cfg: SimConfig) -> list[float]:
-    """Seconds the worker spends on each job: base + per output token, else per actual token."""
-    base, per_out, per_tok = cfg.service_base, cfg.service_per_output_token, cfg.service_per_token
-    return [base + (per_tok * a if o is None else per_out * o) for a, o in zip(trace.actual, trace.output_tokens)]
 
 
 class Sim(PolicyView, BudgetPeriods, SlowWorker, Parking):
@@ -372,10 +370,16 @@ class Sim(PolicyView, BudgetPeriods, SlowWorker, Parking):
             ).as_dict()
         if progress is not None:
             progress(self, end)
-        if self.lane_queue is not None and self.lane_queue.backlog is not None:
+        if (
+            self.lane_queue is not None
+            and self.lane_queue.backlog is not None
+            and (self.cfg.overtake_day != 1 or self.lane_queue.learned is not None)
+        ):
             result.slack_estimate_ratio = estimate_ratio(self.lane_queue.arrivals, self.lane_queue.backlog.q)
         if self.lane_queue is not None:  # a cycle back to this Sim: refcounting frees it, not a GC pass over the run
             self.lane_queue.sim = self.lane_queue.runs.sim = None
+            if self.lane_queue.rooms is not None:  # (its position_of is a method of the queue)
+                self.lane_queue.rooms.position = None
         return result
 
 
@@ -411,19 +415,34 @@ def simulate(
     refused = refused_at_intake(trace, cfg)
     runs = Runs.of(trace, chain=cfg.chain)
     # with an estimator each policy's run estimates (and refuses) at submission: its own copy
+    out = []
     with paused_gc():
-        return [
-            Sim(
-                trace,
-                cfg,
-                p,
-                refused=list(refused) if cfg.estimator else refused,
-                record=record,
-                runs=runs,
-                progress=progress,
-            ).run()
-            for p in policies
-        ]
+        for p in policies:
+            start = time.perf_counter()
+            day = second_day(trace, cfg, p, refused, runs)
+            learning = time.perf_counter() - start if day is not cfg else 0.0
+            own = list(refused) if cfg.estimator else refused
+            result = Sim(trace, day, p, refused=own, record=record, runs=runs, progress=progress).run()
+            if p in LANE_POLICIES and day.overtake_slack is not None:
+                learned_before(result, day.overtake_learned, learning)
+            out.append(result)
+    return out
+
+
+def second_day(trace: Trace, cfg: SimConfig, policy: str, refused: list[bool], runs: Runs) -> SimConfig:
+    """``cfg`` for ``policy`` on the lane's second day with rule 12 on (``SimConfig.overtake_day`` 2): ``Q`` learned
+    as the ledger's refit learns it, from the arrivals of a first replay of the same traffic run as the learning day
+    (keys unbounded). ``cfg`` itself when the rule is off, ``Q`` is given, another day is asked for, the policy keeps
+    no lane queue, or the replay had fewer arrivals than the warm-up (the lane is still learning)."""
+    if policy not in LANE_POLICIES or cfg.overtake_slack is None or cfg.overtake_learned is not None:
+        return cfg
+    if cfg.overtake_day != 2:
+        return cfg
+    first = Sim(trace, replace(cfg, overtake_day=1), policy, refused=list(refused), runs=runs)
+    first.run()
+    assert first.lane_queue is not None
+    q = learned_q([v for v, _ in first.lane_queue.arrivals])
+    return replace(cfg, overtake_day=1) if q is None else replace(cfg, overtake_learned=q)
 
 
 __all__ = ["PERIODS", "Sim", "SimConfig", "SimResult", "percentile", "refused_at_intake", "service_times", "simulate"]

@@ -21,7 +21,7 @@ from ..policy.fairness import DEFAULT_TENANT
 from ..policy.order import priority
 from ..policy.overtake import overtake_key
 from ..policy.sizeclass import SIZE_CLASS_SAMPLE, size_class_boundary
-from ..policy.slack import BacklogQuantile, slack_key
+from ..policy.slack import UNBOUNDED, BacklogQuantile, slack_key
 from .rooms import EpochRooms, RoomTree
 from .runs import RunBook
 
@@ -110,7 +110,11 @@ class LaneQueue:
         self.beta = sim.cfg.overtake_beta
         self.slack = sim.cfg.overtake_slack  # rule 12's quantile form: keys from a running p99 of V (policy.slack)
         self.backlog = BacklogQuantile() if self.slack is not None else None
-        self.learned = sim.cfg.overtake_learned  # a p99 of V learned before the run, read instead (None: running)
+        # The p99 of V learned before the run (the ledger's refit, or its seed), read by every key; None: the
+        # learning day's unbounded keys (SimConfig.overtake_day 1; engine.simulate learns it first for day 2), or
+        # with overtake_day 0 the running estimate.
+        self.learned = sim.cfg.overtake_learned
+        self.running = sim.cfg.overtake_day == 0
         self.on = self.beta is not None or self.slack is not None
         self.by_due: list[tuple[int, int, int]] = []  # (left at arrival + key, arrival, job): the slack's second bound
         self.either = sim.cfg.overtake_either  # the guard's rows carry their dues (SimConfig.overtake_either)
@@ -237,8 +241,11 @@ class LaneQueue:
             self.seq[j] = n = self.arrived
             self.pos[j] = self.left_rate + self.waiting_rate
             if self.backlog is not None:
-                estimate = self.backlog.value() if self.learned is None else self.learned
-                key = slack_key(self.waiting_rate, estimate, self.slack)
+                if self.learned is not None or self.running:
+                    estimate = self.backlog.value() if self.learned is None else self.learned
+                    key = slack_key(self.waiting_rate, estimate, self.slack)
+                else:  # the learning day: numbered, its V kept, nobody held back
+                    estimate, key = 0, UNBOUNDED
                 self.backlog.add(self.waiting_rate)
                 self.arrivals.append((self.waiting_rate, estimate))
                 heappush(self.by_due, (self.left_rate + key, n, j))

@@ -77,6 +77,10 @@ class SimResult:
     # (the rate tokens waiting at arrivals); the lane's p99 of tokens ahead is within slack x max(1, this) x
     # token-fifo's (lane_plugin.policy.slack): at most 1, the estimate cost the bound nothing.
     slack_estimate_ratio: float | None = None
+    # The p99 of V the keys read (learned before the run, SimConfig.overtake_learned or its second day's replay), and
+    # the wall seconds that replay took (in wall_seconds and jobs_per_s too: a user waits for both).
+    overtake_q: int | None = None
+    learning_seconds: float = 0.0
     series_t: list[float] = field(default_factory=list, repr=False)
     series_spent: list[int] = field(default_factory=list, repr=False)
     waits: list[float | None] = field(default_factory=list, repr=False)
@@ -103,6 +107,16 @@ def estimate_ratio(arrivals: list[tuple[int, int]], q: float) -> float | None:
     p = percentile([v for v, _ in arrivals], q)
     top = max(e for _, e in arrivals)
     return top / p if p else (0.0 if top == 0 else math.inf)
+
+
+def learned_before(result: SimResult, q: int | None, seconds: float) -> None:
+    """Mark ``result`` (rule 12 on) with the ``Q`` its keys read (None: learning) and the ``seconds`` its second day's
+    replay of the learning day took, counted in its wall time and jobs per second too."""
+    result.overtake_q = q
+    if seconds:
+        result.learning_seconds = seconds
+        result.wall_seconds += seconds
+        result.jobs_per_s = result.jobs / result.wall_seconds
 
 
 def big_threshold(trace: Trace, refused: list[bool]) -> int:

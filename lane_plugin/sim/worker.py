@@ -4,6 +4,14 @@ wakes the loop when it can start again; a mixin of :class:`lane_plugin.sim.engin
 from __future__ import annotations
 
 from .chains import DONE_EV, LEASED, RUNNING, WAKE_EV
+from .config import SimConfig
+from .traffic import Trace
+
+
+def service_times(trace: Trace, cfg: SimConfig) -> list[float]:
+    """Seconds the worker spends on each job: base + per output token, else per actual token."""
+    base, per_out, per_tok = cfg.service_base, cfg.service_per_output_token, cfg.service_per_token
+    return [base + (per_tok * a if o is None else per_out * o) for a, o in zip(trace.actual, trace.output_tokens)]
 
 
 class SlowWorker:

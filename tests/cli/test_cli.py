@@ -251,6 +251,18 @@ def test_limits_are_set_shown_and_dropped_from_the_cli(run):
     assert "limits: tokens 30000/60s (used 0), output_tokens 8000/60s (used 0)" in status
 
 
+def test_rule_12_is_on_for_a_new_lane_learning_from_its_creation_and_off_turns_it_off(run):
+    out = " ".join(run("lanes", "set", "fresh", "--create", "--ceiling", "1000", "--allowance", "2000").stdout.split())
+    assert "rule 12: p99 of tokens ahead within 1.25x first come, first served's" in out, out
+    assert "learning the p99 backlog from the arrivals until" in out, out
+    data = json.loads(run("status", "fresh", "--json").stdout)
+    assert (data["overtake_slack"], data["overtake_q"]) == (1.25, None) and data["overtake_since"].endswith("Z")
+    out = run("lanes", "set", "fresh", "--overtake-slack", "OFF").stdout
+    assert "rule 12" not in out, out
+    data = json.loads(run("status", "fresh", "--json").stdout)
+    assert (data["overtake_slack"], data["overtake_since"]) == (None, None)
+
+
 def test_lanes_set_says_rule_12_learns_a_day_before_it_binds_and_takes_a_seed(run, env):
     out = " ".join(run("lanes", "set", "free", "--overtake-slack", "1.25").stdout.split())
     assert "rule 12: p99 of tokens ahead within 1.25x first come, first served's" in out, out

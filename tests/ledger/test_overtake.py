@@ -15,8 +15,10 @@ from lane_plugin.policy.slack import slack_key
 
 
 def _lane(led, **settings):
-    """Lane ``free`` with these settings; with the rule on, ``Q`` seeded 0 unless given (the pointwise keys bind from
-    the first arrival instead of after the learning day: these tests are of the rule binding)."""
+    """Lane ``free`` with these settings, the rule off unless set (it is on by default); with the rule on, ``Q``
+    seeded 0 unless given (the pointwise keys bind from the first arrival instead of after the learning day: these
+    tests are of the rule binding)."""
+    settings.setdefault("overtake_slack", None)
     if settings.get("overtake_slack") is not None:
         settings.setdefault("overtake_q", 0)
     return led.set_lane(

@@ -222,13 +222,20 @@ def test_overtake_slack_runs_the_quantile_form_reports_its_estimate_and_bad_valu
     assert on.exit_code == 0, on.output
     lane = next(r for r in json.loads(on.output)["results"] if r["policy"] == "lane")
     assert lane["slack_estimate_ratio"] is not None and lane["slack_estimate_ratio"] >= 0
-    off = run("--jobs", "600", "--burst-tokens", "20000", "--policies", "lane", "--json", "--no-progress")
+    base = ("--jobs", "600", "--burst-tokens", "20000", "--policies", "lane", "--json", "--no-progress")
+    default = json.loads(run(*base).output)["results"][0]
+    assert default["slack_estimate_ratio"] is not None  # on by default, Q learned from the first day's 600 arrivals
+    learning = json.loads(run(*base, "--overtake-day", "1").output)["results"][0]
+    assert learning["slack_estimate_ratio"] is None  # the learning day reads no Q
+    off = run(*base, "--overtake-slack", "OFF")
     assert json.loads(off.output)["results"][0]["slack_estimate_ratio"] is None  # off: nothing estimated
     for flags, said in (
         (("--overtake-slack", "0.9"), "overtake_slack=0.9 must be >= 1"),
         (("--overtake-slack", "inf"), "overtake_slack=inf must be >= 1 and finite"),  # not a NaN key's traceback
+        (("--overtake-slack", "lots"), "overtake_slack='lots' must be a number >= 1 or off"),
+        (("--overtake-day", "3"), "overtake_day=3 must be 0"),
         (("--overtake-beta", "inf"), "overtake_beta=inf must be >= 0 and finite"),
-        (("--overtake-learned", "5000"), "overtake_learned=5000 needs overtake_slack set"),
+        (("--overtake-slack", "off", "--overtake-learned", "5000"), "overtake_learned=5000 needs overtake_slack set"),
         (("--overtake-slack", "1.3", "--overtake-learned", "-1"), "overtake_learned=-1 must be >= 0"),
         (("--overtake-slack", "1.3", "--overtake-beta", "0.25"), "set one"),
     ):

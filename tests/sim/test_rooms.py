@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lane_plugin.policy import LANE_DEFAULTS
 from lane_plugin.sim import SimConfig, simulate
 from lane_plugin.sim.rooms import EpochRooms, RoomTree
 from tests.sim.test_tenants import _big_amid_small
@@ -76,26 +77,32 @@ def test_the_simulator_charges_each_job_its_own_passes_and_keeps_the_big_job_wit
     big = tr.est.index(9_000)
     (lane, fifo), (held,) = (
         simulate(
-            tr, SimConfig(**cfg, overtake_beta=0.25, overtake_exact=True, overtake_epoch=epoch), ["lane", "token-fifo"]
+            tr,
+            SimConfig(**cfg, overtake_slack=None, overtake_beta=0.25, overtake_epoch=epoch),
+            ["lane", "token-fifo"],
         ),
-        simulate(tr, SimConfig(**cfg), ["lane"]),
+        simulate(tr, SimConfig(**cfg, overtake_slack=None), ["lane"]),
     )
     assert held.waits[big] > 100.0  # the order alone holds it behind the small jobs
     assert lane.waits[big] <= 1.25 * fifo.waits[big] + 2 * 10.0 + 1.0
     assert (lane.never_admitted, lane.stalled, lane.parked) == (0, False, 0)  # nothing left behind by the rooms
 
 
-def test_the_exact_form_needs_keys_to_charge():
-    with pytest.raises(ValueError, match="overtake_exact"):
-        SimConfig(overtake_exact=True)
+def test_the_simulator_runs_rule_12_as_the_ledger_does_by_default():
+    """The lane's default slack, charged per job (the ledger's form), on its second day; a day that is none of
+    the three is refused by name."""
+    cfg = SimConfig()
+    assert (cfg.overtake_slack, cfg.overtake_exact, cfg.overtake_day) == (LANE_DEFAULTS["overtake_slack"], True, 2)
+    with pytest.raises(ValueError, match="overtake_day=3 must be 0"):
+        SimConfig(overtake_day=3)
 
 
 @pytest.mark.parametrize("epoch", [0, -3, 2.5, True, "64"])
 def test_epochs_need_a_whole_positive_size(epoch):
     with pytest.raises(ValueError, match=f"overtake_epoch={epoch!r} must be a whole number >= 1"):
-        SimConfig(overtake_beta=0.25, overtake_exact=True, overtake_epoch=epoch)
+        SimConfig(overtake_slack=None, overtake_beta=0.25, overtake_epoch=epoch)
 
 
 def test_epochs_need_the_exact_form():
     with pytest.raises(ValueError, match="overtake_epoch=4 needs overtake_exact=True"):
-        SimConfig(overtake_beta=0.25, overtake_epoch=4)
+        SimConfig(overtake_slack=None, overtake_beta=0.25, overtake_exact=False, overtake_epoch=4)

@@ -101,8 +101,10 @@ def test_ledger_admits_what_the_simulator_admits(tmp_path, case, monkeypatch):
         assert "finishing=True" in rules and RESERVE_RULE in rules  # the reserve is learned and binds
     if cfg.limits:
         assert {"requests", "input_tokens"} <= set(sim.limit_held)  # each limit held the queue at some tick
-    if cfg.overtake_slack is not None:
+    if "overtake_slack" in case:
         assert "overtake=True" in rules  # a job's room held a pass back
+    else:  # the default: rule 12 on, learning (48 arrivals teach no Q), as the ledger's new lane below
+        assert cfg.overtake_slack is not None and "overtake=True" not in rules
 
     clock = Clock()
     led = Ledger(f"sqlite:///{tmp_path / 'sim.db'}", clock=clock)

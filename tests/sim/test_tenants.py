@@ -116,7 +116,9 @@ def test_the_simulator_models_the_overtaking_budget():
     for beta in (None, 0.25):
         tr = _big_amid_small()
         big = tr.est.index(9_000)
-        lane, fifo = simulate(tr, SimConfig(**cfg, overtake_beta=beta), ["lane", "token-fifo"])
+        lane, fifo = simulate(
+            tr, SimConfig(**cfg, overtake_slack=None, overtake_beta=beta, overtake_exact=False), ["lane", "token-fifo"]
+        )
         waits[beta] = (lane.waits[big], fifo.waits[big])
     (held, fifo), (due, _) = waits[None], waits[0.25]
     assert fifo <= 10.0 and held > 100.0

@@ -1,0 +1,44 @@
+"""rule 12 on by default: every lane with it off gets the default slack and starts its learning day
+
+Revision ID: 0019
+Revises: 0018
+Create Date: 2026-12-05 00:10:00
+
+Rule 12 (lane_plugin.ledger.overtake) is on by default from here: a new lane gets ``overtake_slack`` 1.25
+(lane_plugin.policy.defaults.LANE_DEFAULTS), and so does every lane with the rule off, the two lanes of a new
+ledger included. Each starts its learning day at the upgrade (``overtake_since``): for a day it numbers its
+arrivals but holds nobody back (the order as before), then it binds with the p99 backlog it learned. The jobs
+waiting at the upgrade keep their places and are numbered by the lane's next refit (within 5 minutes; the sweep
+that numbers an intake that raced the rule being turned on), long before the learning day ends.
+``lane lanes set LANE --overtake-slack off`` turns it off again.
+
+Downgrade: the slack stays as the upgrade left it (0018 has the rule; which lanes had it off before is not kept).
+"""
+
+import time
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0019"
+down_revision = "0018"
+branch_labels = None
+depends_on = None
+
+SLACK = 1.25  # (lane_plugin.policy.defaults.LANE_DEFAULTS["overtake_slack"], as it stood at 0019)
+
+
+def upgrade() -> None:
+    off = [r[0] for r in op.get_bind().execute(sa.text("select name from lane where overtake_slack is null"))]
+    if not off:
+        return
+    lanes = sa.bindparam("lanes", off, expanding=True)
+    op.execute(
+        sa.text(
+            "update lane set overtake_slack = :c, overtake_since = :t, overtake_q = null where name in :lanes"
+        ).bindparams(lanes, c=SLACK, t=time.time())
+    )
+
+
+def downgrade() -> None:
+    pass
