@@ -14,6 +14,7 @@ import typer
 
 from .cli_common import JSON, PLAIN, WIDE, echo_wrapped, ledger, print_json, print_table
 from .cli_text import DRIFT_COLUMNS, DRIFT_TITLE, drift_rows, duration, iso, job_lines
+from .errors import InvalidInput, UnknownJob, UnknownLane
 
 lanes_app = typer.Typer(
     help="Show lanes (spent / reserved / remaining / overage), or change, create or delete one.",
@@ -197,7 +198,6 @@ def lanes_set(
     }
     if settings.get("overtake_q") is _LEARN:
         settings["overtake_q"] = None  # (the ledger reads None as: forget it, learn a day afresh)
-    from .errors import UnknownLane
     from .ledger.limits_api import check_limits
 
     parked: list[dict] = []
@@ -206,8 +206,6 @@ def lanes_set(
         settings["limits"] = check_limits(limit)  # a bad one is named before the ledger is opened
         both = [f"--{k.replace('_', '-')}" for k in ("burst_tokens", "window_seconds") if k in settings]
         if "tokens" in settings["limits"] and both:  # the tokens limit is the burst window: which was meant?
-            from .errors import InvalidInput
-
             spec = next(x for x in limit if x.strip().startswith("tokens"))
             raise InvalidInput("limit", spec, f"and {' and '.join(both)} both set the tokens window: choose one")
     try:
@@ -375,7 +373,6 @@ def status(
 
     A lane with parked work or attempts that failed in the last hour is never ok: it says attention.
     """
-    from .errors import UnknownJob, UnknownLane
 
     led = ledger(create=False)
     all_lanes = led.lanes()
@@ -411,28 +408,29 @@ __all__ = ["lanes_app", "status"]
 
 
 def _slack(text: str | None) -> float | str | None:
-    """``--overtake-slack``: a number, or ``off`` (anything else is named by the ledger's check)."""
+    """``--overtake-slack``: a number (its range is the ledger's check), or ``off``."""
     if text is None or text.strip().lower() == "off":
         return None if text is None else "off"
     try:
         return float(text)
     except ValueError:
-        return text
+        raise InvalidInput("overtake_slack", text, "expected a number from 1 to 10, or off") from None
 
 
 _LEARN = object()  # --overtake-q learn: forget the seed (None once past the filter of unset options)
 
 
 def _seed(text: str | None):
-    """``--overtake-q``: a whole number of rate tokens, or ``learn`` (anything else is named by the ledger's check)."""
+    """``--overtake-q``: a whole number of rate tokens in ASCII digits (its range is the ledger's check), or
+    ``learn``."""
     if text is None:
         return None
-    if text.strip().lower() == "learn":
+    word = text.strip()
+    if word.lower() == "learn":
         return _LEARN
-    try:
-        return int(text)
-    except ValueError:
-        return text
+    if word.isascii() and (word.isdecimal() or word[:1] == "-" and word[1:].isdecimal()):
+        return int(word)
+    raise InvalidInput("overtake_q", text, "expected a whole number of rate tokens (0 or more), or learn")
 
 
 def _slack_text(slack: float, q: int | None, since: float | None) -> str:

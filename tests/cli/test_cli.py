@@ -50,7 +50,10 @@ def test_the_articles_loop_submit_tick_settle_report(run):
         (["lanes", "set", "free", "--overtake-slack", "0.5"], 2, "invalid overtake_slack 0.5"),
         (["lanes", "set", "free", "--overtake-slack", "fast"], 2, "invalid overtake_slack 'fast'"),
         (["lanes", "set", "free", "--overtake-q", "-1"], 2, "invalid overtake_q -1"),
-        (["lanes", "set", "free", "--overtake-q", "many"], 2, "invalid overtake_q 'many'"),
+        (["lanes", "set", "free", "--overtake-q", "many"], 2, "invalid overtake_q 'many': expected a whole number"),
+        (["lanes", "set", "free", "--overtake-q", "5.0"], 2, "invalid overtake_q '5.0'"),
+        (["lanes", "set", "free", "--overtake-q", "\u0663"], 2, "or learn"),  # an Arabic-Indic 3: not taken as 3
+        (["lanes", "set", "free", "--overtake-slack", "fast"], 2, "expected a number from 1 to 10, or off"),
         (["lanes", "set", "free", "--limit", "requests=500"], 2, "limit 'requests=500'"),
         (["lanes", "set", "free", "--limit", "rpm=5/60s"], 2, "unknown unit 'rpm'"),
         (["lanes", "set", "free", "--limit", "requests=0/60s"], 2, "must be a positive integer"),
