@@ -60,7 +60,9 @@ this form is an exploration of the simulator (``SimConfig.overtake_beta``); the 
 its tenant. The service-gap bound (:mod:`lane_plugin.policy.fairness`) holds over any span in which the
 budget does not bind (no job skipped); while it binds the lane serves its oldest jobs first, whatever
 their tenant (their admissions still charge their tenant's counter, so a tenant served out of turn pays
-it back afterwards), and every wait stays within ``1 + beta`` of token-fifo's.
+it back afterwards), and every wait stays within ``1 + beta`` of token-fifo's. (The ledger's form, the
+quantile one, gives way instead: a tick with several tenants in its head neither holds nor charges for it, so
+the service-gap bound holds while several are backlogged; :mod:`lane_plugin.ledger.overtake`.)
 
 tests/policy/test_overtake.py checks the token bound for every job on random traffic with tenants
 (hypothesis).

@@ -75,8 +75,8 @@ backfill-vs-interactive case leases the 5 interactive jobs at 6, 10, 17, 21 and 
 weights 3:1 give the heavier tenant 46 of 80 admissions against 58-62). The bound against token-fifo and the fair
 share pull against each other until ``Q`` is learned, so the ledger's rule binds nothing on its learning day (the
 lane's first day runs in the order alone) and binds from the day after with ``Q`` learned, where the same tenant
-cases come out as with the rule off; with three tenants the p99 the order alone lost (Azure 1.74x, Mooncake
-1.95x) is back within 1.3x (``benchmarks/bench_targets.py --tenants``, whose ``lane`` row runs the second day).
+cases come out as with the rule off. With several tenants waiting the ledger does not apply the rule (their
+weights decide: :mod:`lane_plugin.ledger.overtake`), so the bound above is a lane serving one tenant's.
 """
 
 from __future__ import annotations
@@ -92,12 +92,15 @@ QUANTILE_SLACK = 1.3
 SLACK_QUANTILE = 0.99
 # A key while Q is not learned (a lane's learning day): no room ever binds (no counter can add up to it).
 UNBOUNDED = 1 << 60
+# A lane learns Q from the arrivals of its last day (the size classes learn from the last 500 estimates), once the
+# rule has been on that long.
+LEARN_SECONDS = 86_400.0
 
 
 def learned_q(waiting_rates: list[int], warmup: int = QUANTILE_WARMUP) -> int | None:
-    """``Q`` as a lane learns it from a day of arrivals: the p99 of their ``V`` (the value at index
-    ``min(n - 1, floor(0.99 n))`` of the ``n`` sorted, as the ledger's refit reads it), or None with fewer than
-    ``warmup`` arrivals (the lane goes on learning).
+    """``Q`` as a lane learns it from its last day's arrivals (those of the :data:`LEARN_SECONDS` before it learns):
+    the p99 of their ``V`` (the value at index ``min(n - 1, floor(0.99 n))`` of the ``n`` sorted, as the ledger's
+    refit reads it), or None with fewer than ``warmup`` arrivals (the lane goes on learning).
 
     Example:
         >>> learned_q(list(range(1_000))), learned_q([5] * 10)

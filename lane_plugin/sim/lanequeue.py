@@ -115,11 +115,15 @@ class LaneQueue:
         # with overtake_day 0 the running estimate.
         self.learned = sim.cfg.overtake_learned
         self.running = sim.cfg.overtake_day == 0
+        # This tick's head holds several tenants: their weights decide, rule 12 neither holds nor charges (as the
+        # ledger's tick: lane_plugin.ledger.admission).
+        self.shared = False
         self.on = self.beta is not None or self.slack is not None
         self.by_due: list[tuple[int, int, int]] = []  # (left at arrival + key, arrival, job): the slack's second bound
         self.either = sim.cfg.overtake_either  # the guard's rows carry their dues (SimConfig.overtake_either)
         self.due: dict[int, int] = {}
         self.arrivals: list[tuple[int, int]] = []  # (V, the estimate its key read), per arrival: the bound's check
+        self.arrived_at: list[float] = []  # when each arrival entered (a lane learns Q from its last day's)
         self.waiting_rate = 0
         self.left_rate = 0  # rate tokens that left the queue (leased or parked)
         self.pos: dict[int, int] = {}  # left_rate + waiting_rate at each job's arrival
@@ -185,7 +189,7 @@ class LaneQueue:
             self.left_rate += self.sim.rate[j]
             if self.rooms is not None:
                 self.rooms.clear(self.seq[j])
-                if leased:  # it passed every older job still waiting
+                if leased and not self.shared:  # it passed every older job still waiting
                     self.rooms.lower(self.seq[j], self.sim.rate[j])
 
     def _position(self, job_id: str) -> int | None:
@@ -248,6 +252,7 @@ class LaneQueue:
                     estimate, key = 0, UNBOUNDED
                 self.backlog.add(self.waiting_rate)
                 self.arrivals.append((self.waiting_rate, estimate))
+                self.arrived_at.append(sim.waiting_since[j])
                 heappush(self.by_due, (self.left_rate + key, n, j))
                 self.due[j] = self.left_rate + key
             else:

@@ -15,12 +15,13 @@ from lane_plugin.policy.slack import slack_key
 
 
 def _lane(led, **settings):
-    """Lane ``free`` with these settings, the rule off unless set (it is on by default); with the rule on, ``Q``
-    seeded 0 unless given (the pointwise keys bind from the first arrival instead of after the learning day: these
+    """Lane ``free`` with these settings, the rule off unless set (it is on by default), or turned on now; with the
+    rule on, ``Q`` seeded 0 unless given (the pointwise keys bind from the first arrival instead of after the learning day: these
     tests are of the rule binding)."""
     settings.setdefault("overtake_slack", None)
     if settings.get("overtake_slack") is not None:
         settings.setdefault("overtake_q", 0)
+        led.set_lane("free", overtake_slack="off")  # (then on: turned on now, whatever the lane had)
     return led.set_lane(
         "free",
         **{
@@ -46,24 +47,30 @@ class Passes:
     """What passed each waiting job, counted from the leases in the order the ledger granted them.
 
     A job is numbered by the first tick after it entered; the leases of a tick are read against the places the
-    tick gave (every job waiting then had one), one by one in the tick's order."""
+    tick gave (every job waiting then had one), one by one in the tick's order. A tick with several tenants waiting
+    charges nobody (their weights decide: rule 12 binds a lane serving one); ``shared`` counts those ticks."""
 
     def __init__(self):
         self.waiting: set[str] = set()
         self.passed: dict[str, int] = {}
         self.rate: dict[str, int] = {}
+        self.tenant: dict[str, str] = {}
+        self.shared = self.alone = 0
 
-    def arrived(self, job_id: str, rate: int) -> None:
+    def arrived(self, job_id: str, rate: int, tenant: str = "default") -> None:
         self.waiting.add(job_id)
-        self.passed[job_id], self.rate[job_id] = 0, rate
+        self.passed[job_id], self.rate[job_id], self.tenant[job_id] = 0, rate, tenant
 
     def ticked(self, led, leases) -> None:
         numbers = _numbers(led)
+        shared = len({self.tenant[k] for k in self.waiting}) > 1
+        self.shared += shared and bool(leases)
+        self.alone += not shared and bool(leases)
         for lease in leases:
             self.waiting.discard(lease.job_id)
             pos = numbers[lease.job_id][0]
             assert pos is not None and pos > 0, "a tick numbers every job waiting before it admits"
-            for k in self.waiting:
+            for k in self.waiting if not shared else ():
                 pk = numbers[k][0]
                 if pk is not None and 0 < pk < pos:
                     self.passed[k] += self.rate[lease.job_id]
@@ -123,9 +130,10 @@ def test_without_the_rule_the_same_traffic_passes_the_big_job(led, clock):
 @pytest.mark.parametrize("epoch", [4, EPOCH])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_random_traffic_with_tenants_keeps_every_key(led, clock, seed, epoch, monkeypatch):
-    """Random sizes (a heavy tail), two tenants of weights 1 and 3, arrivals between ticks, settlements early
-    or late, over 200 arrivals: with epochs of 4 (fifty of them: whole epochs, partial ones, emptied ones) and of
-    the ledger's size, no numbered job is ever passed by more than its key."""
+    """Random sizes (a heavy tail), two tenants of weights 1 and 3 arriving in runs (spans with one tenant waiting,
+    spans with both), arrivals between ticks, settlements early or late, over 200 arrivals: with epochs of 4 (fifty
+    of them: whole epochs, partial ones, emptied ones) and of the ledger's size, no numbered job is ever passed by
+    more than its key while one tenant waits; while both do, nobody is charged."""
     monkeypatch.setattr(overtake, "EPOCH", epoch)
     rng = random.Random(seed)
     _lane(led, overtake_slack=1.3, max_leased=3)
@@ -137,8 +145,9 @@ def test_random_traffic_with_tenants_keeps_every_key(led, clock, seed, epoch, mo
         clock.t += rng.random()
         if n < 200 and rng.random() < 0.6:
             est = min(50_000, int(rng.lognormvariate(7, 1.2)) + 1)
-            jid = led.submit("s", est, "free", tenant=rng.choice(["big", "small"]))
-            passes.arrived(jid, est)
+            tenant = "big" if (n // 25) % 3 else "small"  # runs of 25: one tenant for a while, then both
+            jid = led.submit("s", est, "free", tenant=tenant)
+            passes.arrived(jid, est, tenant)
             n += 1
             continue
         leases = led.tick("free")
@@ -151,6 +160,7 @@ def test_random_traffic_with_tenants_keeps_every_key(led, clock, seed, epoch, mo
     numbers = _numbers(led)
     assert passes.over(numbers) == []
     assert sum(1 for o in passes.passed.values() if o > 0) > 10  # the order did pass jobs: the rule had work
+    assert passes.shared > 5 and passes.alone > 5, (passes.shared, passes.alone)  # and both kinds of tick ran
     assert max(pos for pos, *_ in numbers.values()) == 200  # numbered from 1: 200 // epoch + 1 epochs spanned
     assert led.audit() == []
 
