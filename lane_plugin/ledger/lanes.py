@@ -336,7 +336,11 @@ def write_lane_settings(
         cur.execute(queries.lanes_insert_lane(row), row)
         if cur.rowcount == 1:
             return read_lane(cur, name)
-        lock_lane(cur, name)  # another caller created it a moment ago: change it like an existing one
+        # another caller created it a moment ago: change it like an existing one (not with what creating it
+        # would have written besides the settings given: its learning day, a seeded Q forgotten)
+        current = lock_lane(cur, name)
+        clean = validate_settings(settings, current)
+        clean.update(overtake.setting_change(current.overtake_slack, clean, now))
     if clean:
         cur.execute(queries.lanes_update_settings(clean), {**clean, "now": now, "name": name})
     if current is not None and clean.get("period", current.period) != current.period:

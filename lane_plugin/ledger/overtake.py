@@ -21,9 +21,11 @@ lease, a requeue, a fallback move) is numbered afresh the same way, as a new arr
 Admission (:func:`lane_plugin.policy.admit`, rule 12's exact form, :mod:`lane_plugin.policy.perjob`) lets a job
 pass older waiting jobs only while each keeps room for it, so the rate tokens of younger jobs admitted while a job
 waits and could go never pass its key, and the lane's p99 of tokens ahead stays within ``c`` times token-fifo's
-(the proof and its terms: :mod:`lane_plugin.policy.slack`). A job that cannot go this tick whatever the order
-does (held by its tenant's budget, waiting for the period to reset, or, in a gate's tick, a job nobody waits for)
-does not hold the others back, and what passes it then is given back (``Decision.exempt``).
+(the proof and its terms: :mod:`lane_plugin.policy.slack`). The rule binds a lane serving one tenant: a tick whose
+head holds jobs of several tenants neither holds a job back for it nor charges a room (their weights decide: the
+fair order's shares and service-gap bound stand; docs/sharing-a-lane.md). A job that cannot go this tick
+whatever the order does (held by its tenant's budget, waiting for the period to reset, or, in a gate's tick, a
+job nobody waits for) does not hold the others back, and what passes it then is given back (``Decision.exempt``).
 
 The rooms are kept exactly, in bounded work, by epochs of :data:`EPOCH` consecutive positions
 (:class:`lane_plugin.sim.rooms.EpochRooms` is the same structure in memory, tested against a segment tree):
@@ -48,7 +50,7 @@ from collections.abc import Iterable, Sequence
 
 from .. import checks
 from ..errors import InvalidInput
-from ..policy.slack import QUANTILE_WARMUP, SLACK_QUANTILE, UNBOUNDED, slack_key
+from ..policy.slack import LEARN_SECONDS, QUANTILE_WARMUP, SLACK_QUANTILE, UNBOUNDED, slack_key
 from . import queries
 from .db import Cursor
 
@@ -62,9 +64,6 @@ PENDING = -1
 # At most this many arrivals numbered by one tick (a burst of intakes is numbered over a few ticks, oldest first:
 # the rest wait for the next, without a place, so nobody passes them and they pass nobody): the tick stays short.
 NUMBER_PER_TICK = 512
-# The refit learns Q from the arrivals of the last day (the size classes learn from the last 500 estimates), once
-# the rule has been on that long.
-LEARN_SECONDS = 86_400.0
 
 
 # The lane settings of the rule: a change of either numbers the waiting jobs afresh (restart).
@@ -274,11 +273,14 @@ def restart(cur: Cursor, lane: str) -> None:
     cur.execute(queries.OVERTAKE_FORGET_EPOCHS, {"l": lane})
 
 
-def refit(cur: Cursor, lane: str, now: float, since: float | None = None, was: int | None = None) -> int | None:
+def refit(cur: Cursor, lane: str, now: float, since: float | None, was: int | None = None) -> int | None:
     """Learn ``Q``, the p99 of the rate tokens waiting at the lane's arrivals of the last day, drop the epochs
     nobody waits in, and mark for numbering a waiting job an intake wrote unnumbered as the rule was being turned on
     (it read the lane just before: PostgreSQL intake takes no lane lock). Returns the ``Q`` written (None: the rule
     has not been on for a day since ``since``, or fewer than the warm-up's arrivals: left as it was).
+
+    ``since`` None (a lane migration 0019 turned the rule on for): its learning day starts now, by the ledger's
+    clock (the migration's host clock is not the ledger's: an injected clock, or PostgreSQL's ``now()``).
 
     The first ``Q`` learned (``was`` None: the learning day ends) numbers the waiting jobs afresh (:func:`restart`):
     numbered on the learning day their keys are :data:`UNBOUNDED`, and kept so the jobs waiting across the end of
@@ -287,7 +289,10 @@ def refit(cur: Cursor, lane: str, now: float, since: float | None = None, was: i
     cur.execute(queries.OVERTAKE_SWEEP, {"l": lane})
     sql = queries.OVERTAKE_DROP_EMPTY_EPOCHS_SQLITE if cur.dialect == "sqlite" else queries.OVERTAKE_DROP_EMPTY_EPOCHS
     cur.execute(sql, {"l": lane})
-    if since is not None and now - since < LEARN_SECONDS:
+    if since is None:
+        cur.execute(queries.OVERTAKE_START_DAY, {"l": lane, "t": now})
+        return None
+    if now - since < LEARN_SECONDS:
         return None
     since = now - LEARN_SECONDS
     n = int(cur.scalar(queries.OVERTAKE_ARRIVALS_SINCE, {"l": lane, "since": since}))

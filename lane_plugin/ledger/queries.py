@@ -319,6 +319,7 @@ OVERTAKE_ARRIVAL_V_AT = (
     "order by arrival_v limit 1 offset :k"
 )
 OVERTAKE_SET_Q = "update lane set overtake_q = :q where name = :l"
+OVERTAKE_START_DAY = "update lane set overtake_since = :t where name = :l and overtake_since is null"
 # A job an intake wrote unnumbered while the rule was being turned on (it read the lane before): to be numbered.
 OVERTAKE_SWEEP = "update job set arrival_pos = -1 where lane = :l and state = 'new' and arrival_pos is null"
 

@@ -199,12 +199,12 @@ def simulate(
         "(the order alone). Default: the --lane's, else the default lane's (1.25).",
         metavar="C|off",
     ),
-    overtake_day: int = typer.Option(
-        2,
+    overtake_day: Optional[int] = typer.Option(
+        None,
         "--overtake-day",
         help="With rule 12 on: 2, the lane's second day (its p99 backlog learned from a first replay of the same "
-        "traffic, run as its learning day); 1, its learning day (nobody held back); 0, a running estimate "
-        "(an exploration).",
+        "traffic, run as its learning day; the default); 1, its learning day (nobody held back); 0, a running "
+        "estimate (an exploration). Given, a --lane's own p99 backlog is not read.",
     ),
     overtake_learned: Optional[int] = typer.Option(
         None,
@@ -282,7 +282,7 @@ def simulate(
     )
     settings.update({k: v for k, v in flags.items() if v is not None})
     try:
-        settings.update(rule_12(overtake_slack, overtake_beta, overtake_learned))
+        rule_12(settings, overtake_slack, overtake_beta, overtake_learned, overtake_day)
     except ValueError as exc:
         raise _fail(str(exc)) from None
     if period is not None:
@@ -311,7 +311,6 @@ def simulate(
             chain=chain,
             estimator=estimator,
             warmup=warmup,
-            overtake_day=overtake_day,
         )
         if tenant_spec is not None:  # --tenants' weights, over those of the --lane's tenants
             cfg = replace(cfg, tenant_weights=tuple((n, w) for n, w, _ in tenant_spec))

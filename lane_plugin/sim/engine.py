@@ -49,7 +49,7 @@ from dataclasses import replace
 from heapq import heappop, heappush
 
 from ..policy import never_fits
-from ..policy.slack import learned_q
+from ..policy.slack import LEARN_SECONDS, learned_q
 from .chains import (
     DONE,
     DONE_EV,
@@ -373,7 +373,7 @@ class Sim(PolicyView, BudgetPeriods, SlowWorker, Parking):
         if (
             self.lane_queue is not None
             and self.lane_queue.backlog is not None
-            and (self.cfg.overtake_day != 1 or self.lane_queue.learned is not None)
+            and (self.lane_queue.learned is not None or self.lane_queue.running)  # (the learning day read none)
         ):
             result.slack_estimate_ratio = estimate_ratio(self.lane_queue.arrivals, self.lane_queue.backlog.q)
         if self.lane_queue is not None:  # a cycle back to this Sim: refcounting frees it, not a GC pass over the run
@@ -441,7 +441,9 @@ def second_day(trace: Trace, cfg: SimConfig, policy: str, refused: list[bool], r
     first = Sim(trace, replace(cfg, overtake_day=1), policy, refused=list(refused), runs=runs)
     first.run()
     assert first.lane_queue is not None
-    q = learned_q([v for v, _ in first.lane_queue.arrivals])
+    queue = first.lane_queue
+    day = (queue.arrived_at[-1] if queue.arrived_at else 0.0) - LEARN_SECONDS  # its last day, as the refit reads
+    q = learned_q([v for (v, _), t in zip(queue.arrivals, queue.arrived_at) if t >= day])
     return replace(cfg, overtake_day=1) if q is None else replace(cfg, overtake_learned=q)
 
 

@@ -45,25 +45,33 @@ def lane_settings(url: Optional[str], name: str) -> dict:
     return out
 
 
-def rule_12(slack: Optional[str], beta: Optional[float], learned: Optional[int]) -> dict:
-    """The SimConfig fields of ``--overtake-slack C|off``, ``--overtake-beta B`` and ``--overtake-learned Q``: only
-    those given (the rest stay the --lane's or the defaults); a beta alone turns the slack off."""
-    out: dict = {}
+def rule_12(
+    settings: dict, slack: Optional[str], beta: Optional[float], learned: Optional[int], day: Optional[int]
+) -> None:
+    """``--overtake-slack C|off``, ``--overtake-beta B``, ``--overtake-learned Q`` and ``--overtake-day D`` over
+    ``settings`` (the --lane's, or none): only those given change it. A beta alone turns the slack off; the rule
+    off, or a day asked for, drops the Q a --lane had learned (unless ``--overtake-learned`` gives one)."""
     if slack is not None:
         if slack.strip().lower() == "off":
-            out["overtake_slack"] = None
+            settings["overtake_slack"] = None
         else:
             try:
-                out["overtake_slack"] = float(slack)
+                if not slack.isascii() or "_" in slack:
+                    raise ValueError(slack)
+                settings["overtake_slack"] = float(slack)
             except ValueError:
                 raise ValueError(f"overtake_slack={slack!r} must be a number >= 1 or off") from None
     if beta is not None:
-        out["overtake_beta"] = beta
-        out.setdefault("overtake_slack", None)
-        out["overtake_exact"] = False  # (the index heads it was measured with)
+        settings["overtake_beta"] = beta
+        if slack is None:  # a beta alone turns the slack off (both given: SimConfig refuses them, naming both)
+            settings["overtake_slack"] = None
+        settings["overtake_exact"] = False  # (the index heads it was measured with)
+    if day is not None:
+        settings["overtake_day"] = day
+    if settings.get("overtake_slack", "default") is None or day is not None:
+        settings.pop("overtake_learned", None)
     if learned is not None:
-        out["overtake_learned"] = learned
-    return out
+        settings["overtake_learned"] = learned
 
 
 def apply_limits(settings: dict, specs: list[str], given: dict[str, object]) -> None:

@@ -314,12 +314,11 @@ def test_0018_counts_a_lane_with_rule_12_on_as_on_since_long_ago_and_downgrades(
         probe.close()
 
 
-def test_0019_turns_rule_12_on_for_every_lane_with_it_off_from_the_upgrade_and_downgrades(ledger_url, clock):
+def test_0019_turns_rule_12_on_for_every_lane_with_it_off_and_downgrades(ledger_url, clock):
     """A ledger at 0018: free has rule 12 on with a Q learned, paid has it off and a job waiting. After the upgrade
-    free is as it was; paid has the default slack, no Q, and its learning day starts at the upgrade; its waiting job
-    keeps its place and is leased; a lane created later learns from its own creation; down to 0018 the slack stays."""
-    import time
-
+    free is as it was; paid has the default slack and no Q, and its learning day starts at its first refit, by the
+    ledger's clock (not the migrating host's); its waiting job keeps its place and is leased; a lane created later
+    learns from its own creation; down to 0018 the slack stays."""
     from lane_plugin.ledger.db import Database
     from lane_plugin.ledger.schema import upgrade
     from lane_plugin.ledger.url import parse_url
@@ -343,14 +342,22 @@ def test_0019_turns_rule_12_on_for_every_lane_with_it_off_from_the_upgrade_and_d
     db.close()
     led = Ledger(ledger_url, clock=clock)
     try:
-        before = time.time()
         assert led.upgrade() == HEAD_REVISION == "0019"
         free, paid = led.lane("free"), led.lane("paid")
         assert (free.overtake_slack, free.overtake_q, free.overtake_since) == (1.5, 7000, 100.0)
-        assert (paid.overtake_slack, paid.overtake_q) == (LANE_DEFAULTS["overtake_slack"], None)
-        assert paid.overtake_since is not None and before - 1 <= paid.overtake_since <= time.time() + 1
+        assert (paid.overtake_slack, paid.overtake_q, paid.overtake_since) == (
+            LANE_DEFAULTS["overtake_slack"],
+            None,
+            None,
+        )
         new = led.set_lane("new", ceiling=1_000, allowance=2_000)
         assert (new.overtake_slack, new.overtake_since) == (LANE_DEFAULTS["overtake_slack"], clock.t)
+        clock.t += 10.0
+        led.refit_runs("paid")
+        assert (led.lane("paid").overtake_since, led.lane("paid").overtake_q) == (clock.t, None)  # the day starts
+        clock.t += 10.0
+        led.refit_runs("paid")
+        assert led.lane("paid").overtake_since == clock.t - 10.0  # and is not restarted
         assert [x.job_id for x in led.tick("paid")] == ["old"]
         assert led.audit() == []
     finally:

@@ -203,3 +203,33 @@ def test_simulate_command_starts_from_a_lanes_limits_and_drops_one(tmp_path):
         ["requests", {"amount": 3, "window_seconds": 10.0}],
         ["input_tokens", {"amount": 900, "window_seconds": 60.0}],
     ]
+
+
+def test_simulate_command_reads_a_lanes_rule_12_and_the_flags_change_it(tmp_path):
+    """A lane with rule 12 on and Q seeded: the simulation reads both; --overtake-slack off turns it off (and drops
+    the lane's Q, which needs the rule), --overtake-day 1 runs the learning day instead of reading the lane's Q."""
+    url = f"sqlite:///{tmp_path / 'rule12.db'}"
+    led = Ledger(url)
+    try:
+        led.set_lane("free", ceiling=50_000, overtake_slack=1.5, overtake_q=5_000)
+    finally:
+        led.close()
+    app = typer.Typer()
+    app.command("simulate")(simulate_command)
+    app.command("noop")(lambda: None)
+    args = ["simulate", "--jobs", "300", "--days", "1", "--db", url, "--lane", "free", "--json", "--policies", "lane"]
+
+    def run(*extra):
+        res = CliRunner().invoke(app, [*args, *extra])
+        assert res.exit_code == 0, res.output
+        doc = json.loads(res.stdout)
+        return doc["scenario"]["config"], doc["results"][0]
+
+    cfg, lane = run()
+    assert (cfg["overtake_slack"], cfg["overtake_learned"], lane["overtake_q"]) == (1.5, 5_000, 5_000)
+    cfg, lane = run("--overtake-slack", "off")
+    assert (cfg["overtake_slack"], cfg["overtake_learned"], lane["overtake_q"]) == (None, None, None)
+    cfg, lane = run("--overtake-day", "1")
+    assert (cfg["overtake_day"], cfg["overtake_learned"], lane["overtake_q"]) == (1, None, None)
+    cfg, _ = run("--overtake-beta", "0.25")
+    assert (cfg["overtake_beta"], cfg["overtake_slack"], cfg["overtake_learned"]) == (0.25, None, None)
