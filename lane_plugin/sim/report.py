@@ -201,20 +201,39 @@ def machine() -> str:
     )
 
 
+def finite(data):
+    """``data`` with every infinite or NaN float as None: JSON has no such numbers (``Infinity`` is refused by
+    strict parsers), and a ratio over nothing is no figure.
+
+    Example:
+        >>> finite({"a": [1.5, float("inf")], "b": (float("nan"), 2)})
+        {'a': [1.5, None], 'b': [None, 2]}
+    """
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [finite(v) for v in data]
+    return data
+
+
 def to_json(trace: Trace, cfg: SimConfig, results: list[SimResult], wall: float) -> dict:
-    """The whole run as plain data (``--json``). Keys are only ever added."""
+    """The whole run as plain data (``--json``), every number finite (:func:`finite`). Keys are only ever added."""
     jobs = sum(r.jobs for r in results)
     # the estimator's figures (--estimator): over the `lane` policy's run, where it ran
     est = next((r.estimator for r in sorted(results, key=lambda r: r.policy != "lane") if r.estimator), None)
-    return {
-        "scenario": scenario(trace, cfg),
-        "results": [r.summary() for r in results],
-        "wall_seconds": round(wall, 3),
-        "jobs_per_s": round(jobs / wall, 1) if wall > 0 else None,
-        "machine": machine(),
-        "figures": {key: what for _, keys, what, _ in FIGURES for key in keys.split()},
-        **({"estimator": est} if est is not None else {}),
-    }
+    return finite(
+        {
+            "scenario": scenario(trace, cfg),
+            "results": [r.summary() for r in results],
+            "wall_seconds": round(wall, 3),
+            "jobs_per_s": round(jobs / wall, 1) if wall > 0 else None,
+            "machine": machine(),
+            "figures": {key: what for _, keys, what, _ in FIGURES for key in keys.split()},
+            **({"estimator": est} if est is not None else {}),
+        }
+    )
 
 
 def text_table(results: list[SimResult]) -> list[str]:
