@@ -107,7 +107,7 @@ def setting(text: str) -> dict:
         "overtake_either": flag == "either",
     }
     if name == "beta":
-        fields["overtake_slack"] = None  # (the slack is on by default)
+        fields["overtake_slack"] = None  # (one form at a time)
     if name == "slack":
         fields["overtake_day"] = 0  # the running estimate (``learned=`` gives its Q)
     if epoch is not None:

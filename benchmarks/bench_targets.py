@@ -449,17 +449,6 @@ checked again after its cap):
   `policy.admit` tick by tick; it would end what makes the simulator worth trusting, that `lane simulate`
   runs the ledger's own code. The target is reported blocked on that choice (raise it with the
   maintainers, or restate it as a ratio to `token-fifo` in the same run); the other 24 hold.
-- **rule 12 on by default** (migration 0019, 2026-12-05): the `lane` row runs a lane's second day with the
-  rule on (`SimConfig.overtake_day`: the same traffic replayed first as its learning day, `Q` learned from
-  it). With one tenant every figure is the order's alone within a few jobs (chained-budget 22,716 runs
-  against 22,661, strands 0.67% against 0.72%; the rate scenarios 0.48x / 1.23x and 0.08x / 1.12x as
-  before): the bound costs nothing there. With several tenants waiting their weights decide (the rule
-  neither holds nor charges), so `--tenants` runs are the order alone's where every tenant is backlogged
-  (docs/sharing-a-lane.md; the chained week with three tenants of equal weight strands 3.01% with the rule
-  off, over the 1% target: the tenant submitting half the runs, held to a third of the lane, lets some of
-  its runs pass their deadline). What it costs here is the row's speed: 2,919 jobs/s against 14,766
-  (wall, 53 s for the whole table, on an idle machine; the table above ran beside the tests), of which the learning day's replay is about 40% and the exact rooms
-  (a segment tree in Python) most of the rest.
 """
 
 

@@ -138,7 +138,7 @@ def lanes_set(
     overtake_slack: Optional[str] = typer.Option(
         None,
         help="Rule 12: keep the p99 of the tokens admitted ahead of a job within this many times first come, first "
-        "served's (1 to 10; default 1.25; 'off' turns it off). It binds once it has learned the lane's "
+        "served's (1 to 10, e.g. 1.25; 'off', the default, turns it off). It binds once it has learned the lane's "
         "p99 backlog from a day of arrivals. docs/admission.md.",
     ),
     overtake_q: Optional[str] = typer.Option(
@@ -441,7 +441,7 @@ def _slack_text(slack: float, q: int | None, since: float | None) -> str:
 
     if q is None and since is not None and since + LEARN_SECONDS > time.time():  # the learning day
         learned = f"learning the p99 backlog from the arrivals until {iso(since + LEARN_SECONDS)}: binds once learned"
-    elif q is None and since is None:  # turned on by migration 0019: its day starts at the lane's next refit
+    elif q is None and since is None:  # no date (a row written by hand): its day starts at the lane's next refit
         learned = "learning the p99 backlog from the lane's next refit on: binds a day later"
     elif q is None:  # the day is over: the next refit learns it once a day's arrivals number 200
         learned = "learning the p99 backlog: binds once a day has 200 arrivals (a refit every 5 minutes)"

@@ -113,10 +113,7 @@ def tick(
         return Ticked([], Decision((), 0, head_reason=PAUSED), row, refit_due, [], row.paused_until - now)
     if head is None:
         head = _read_head(cur, head_sql, head_params, tenant_rows if several else None)
-    # Rule 12, read on demand, binds a lane serving one tenant: with several in the head their weights decide
-    # (the fair order's shares and service-gap bound), so it neither holds nor charges a job this tick.
-    shared = several and len({r[10] for r in head}) > 1
-    rooms = overtake.Rooms(cur, lane) if row.overtake_slack is not None and not shared else None
+    rooms = overtake.Rooms(cur, lane) if row.overtake_slack is not None else None  # rule 12, read on demand
     exempt: frozenset[str] = frozenset()
     if rooms is not None:
         oldest = rooms.oldest(k=head_params["k"], burst=row.burst_tokens, have={r[0] for r in head})

@@ -1,7 +1,6 @@
 """Rule 12 in the ledger: each waiting job's room, kept per arrival epoch (lane setting ``overtake_slack``).
 
-With ``overtake_slack = c`` set on a lane (1.25 by default; ``lane lanes set LANE --overtake-slack off`` turns it
-off), a job that enters its queue waits to be numbered (``arrival_pos = -1``, :data:`PENDING`); the lane's next tick,
+With ``overtake_slack = c`` set on a lane (``lane lanes set LANE --overtake-slack 1.25``; off by default), a job that enters its queue waits to be numbered (``arrival_pos = -1``, :data:`PENDING`); the lane's next tick,
 under its lock and before it admits anything, numbers those jobs in the order they entered (:func:`number`):
 each gets its *position* and a key, ``max((c - 1) V, c Q - V)`` (:func:`lane_plugin.policy.slack.slack_key`),
 ``V`` the rate tokens waiting before it and ``Q`` the lane's p99 of ``V`` learned from a day of its arrivals
@@ -279,8 +278,8 @@ def refit(cur: Cursor, lane: str, now: float, since: float | None, was: int | No
     (it read the lane just before: PostgreSQL intake takes no lane lock). Returns the ``Q`` written (None: the rule
     has not been on for a day since ``since``, or fewer than the warm-up's arrivals: left as it was).
 
-    ``since`` None (a lane migration 0019 turned the rule on for): its learning day starts now, by the ledger's
-    clock (the migration's host clock is not the ledger's: an injected clock, or PostgreSQL's ``now()``).
+    ``since`` None with the rule on (a row written by hand, or by a migration: a migration's host clock is not the
+    ledger's): its learning day starts now, by the ledger's clock, rather than binding at once.
 
     The first ``Q`` learned (``was`` None: the learning day ends) numbers the waiting jobs afresh (:func:`restart`):
     numbered on the learning day their keys are :data:`UNBOUNDED`, and kept so the jobs waiting across the end of

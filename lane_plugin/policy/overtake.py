@@ -54,15 +54,13 @@ first come, first served"): at ``beta = 0.25`` the p99 stays within 1.11x but th
 (a per-job count, which no index head gives) leaves 0.93x and 0.53x. The jobs whose p50 the size order
 buys are a third of the rate tokens on the Azure trace, more than a ``1 + beta`` bound lets them pass. So
 this form is an exploration of the simulator (``SimConfig.overtake_beta``); the ledger runs the quantile form
-(:mod:`lane_plugin.policy.slack`), on by default.
+(:mod:`lane_plugin.policy.slack`), an option of each lane.
 
 **With tenants.** The fair merge orders the candidates; the budget applies to every admission, whatever
 its tenant. The service-gap bound (:mod:`lane_plugin.policy.fairness`) holds over any span in which the
 budget does not bind (no job skipped); while it binds the lane serves its oldest jobs first, whatever
 their tenant (their admissions still charge their tenant's counter, so a tenant served out of turn pays
-it back afterwards), and every wait stays within ``1 + beta`` of token-fifo's. (The ledger's form, the
-quantile one, gives way instead: a tick with several tenants in its head neither holds nor charges for it, so
-the service-gap bound holds while several are backlogged; :mod:`lane_plugin.ledger.overtake`.)
+it back afterwards), and every wait stays within ``1 + beta`` of token-fifo's.
 
 tests/policy/test_overtake.py checks the token bound for every job on random traffic with tenants
 (hypothesis).

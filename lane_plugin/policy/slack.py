@@ -62,10 +62,10 @@ lane's ``q``-quantile wait is at most ``c (mu / mu') (F_q + window_seconds) + 2 
 token-fifo's ``q``-quantile wait: ``c`` times it up to the largest rate cost's share of the burst and three
 windows.
 
-*What it costs, and why it learns a day first.* The ledger runs this form charged per job, each waiting job's own
+*What it costs, and why it is off by default.* The ledger runs this form charged per job, each waiting job's own
 count of what passed it (:mod:`lane_plugin.policy.perjob`, kept per arrival epoch by
-:mod:`lane_plugin.ledger.overtake`), with ``Q`` refit from the lane's last day of arrivals, on every lane by default (``overtake_slack`` 1.25;
-docs/admission.md, "In the ledger"). Measured (``benchmarks/bench_slack.py``, c = 1.25,
+:mod:`lane_plugin.ledger.overtake`), with ``Q`` refit from the lane's last day of arrivals; a lane turns it on with ``overtake_slack`` (docs/admission.md,
+"In the ledger"). Measured (``benchmarks/bench_slack.py``, c = 1.25,
 p50 / p99 as multiples of token-fifo's): with ``Q`` learned from a day like it, both targets hold on both traces
 with one tenant and three (Azure 0.48 / 1.23 and 0.38 / 1.26; Mooncake 0.08 / 1.12 and 0.08 / 1.23). On a fresh
 lane, the running estimate costs the p50 where the backlog grows through the run (Azure 0.91x: the running p99 is
@@ -75,8 +75,8 @@ backfill-vs-interactive case leases the 5 interactive jobs at 6, 10, 17, 21 and 
 weights 3:1 give the heavier tenant 46 of 80 admissions against 58-62). The bound against token-fifo and the fair
 share pull against each other until ``Q`` is learned, so the ledger's rule binds nothing on its learning day (the
 lane's first day runs in the order alone) and binds from the day after with ``Q`` learned, where the same tenant
-cases come out as with the rule off. With several tenants waiting the ledger does not apply the rule (their
-weights decide: :mod:`lane_plugin.ledger.overtake`), so the bound above is a lane serving one tenant's.
+cases come out as with the rule off. Off by default: on, a budget-bound simulated week of multi-stage runs stalled
+(docs/admission.md says what was measured).
 """
 
 from __future__ import annotations

@@ -196,7 +196,7 @@ def simulate(
         None,
         "--overtake-slack",
         help="Rule 12: the lane's p99 of rate tokens ahead of a job within C times token-fifo's, or off "
-        "(the order alone). Default: the --lane's, else the default lane's (1.25).",
+        "(the order alone). Default: the --lane's, else off.",
         metavar="C|off",
     ),
     overtake_day: Optional[int] = typer.Option(

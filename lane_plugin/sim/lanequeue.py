@@ -115,9 +115,6 @@ class LaneQueue:
         # with overtake_day 0 the running estimate.
         self.learned = sim.cfg.overtake_learned
         self.running = sim.cfg.overtake_day == 0
-        # This tick's head holds several tenants: their weights decide, rule 12 neither holds nor charges (as the
-        # ledger's tick: lane_plugin.ledger.admission).
-        self.shared = False
         self.on = self.beta is not None or self.slack is not None
         self.by_due: list[tuple[int, int, int]] = []  # (left at arrival + key, arrival, job): the slack's second bound
         self.either = sim.cfg.overtake_either  # the guard's rows carry their dues (SimConfig.overtake_either)
@@ -189,7 +186,7 @@ class LaneQueue:
             self.left_rate += self.sim.rate[j]
             if self.rooms is not None:
                 self.rooms.clear(self.seq[j])
-                if leased and not self.shared:  # it passed every older job still waiting
+                if leased:  # it passed every older job still waiting
                     self.rooms.lower(self.seq[j], self.sim.rate[j])
 
     def _position(self, job_id: str) -> int | None:

@@ -107,15 +107,12 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     # heads. While the budget has more room than the window could admit this tick it cannot bind: the oldest
     # need not be read as candidates (the snapshot still names them, so one read in the head goes in order).
     late: list = []
-    # Several tenants waiting: their weights decide this tick (rule 12 binds a lane serving one tenant).
-    fair = sim.tenants is not None and sim.policy == "lane"
-    q.shared = fair and sum(1 for n in sim.tenants.waiting.values() if n > 0) > 1
-    if q.rooms is not None and not q.shared:  # the exact per-job form: each job's own room (policy.perjob)
+    if q.rooms is not None:  # the exact per-job form: each job's own room, no heads (policy.perjob, an exploration)
         snap = replace(snap, rooms=q.rooms)
         room = q.rooms.least(0, q.arrived + 1)
         if room is not None and room < q.policy.burst_tokens:
             late = [q.candidate(j) for j in q.oldest(k)]
-    elif q.on and not q.shared:
+    elif q.on:
         guard = q.guard(k + 2)
         oldest = q.oldest(k)
         passed = q.passed(oldest[0]) if oldest else 0
@@ -130,7 +127,7 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         if guard and room < q.policy.burst_tokens:
             late = [q.candidate(j) for j in oldest]
     # Several tenants: the head of each one's queue, merged fairly by admit.
-    if fair:
+    if sim.tenants is not None and sim.policy == "lane":
         tenants = sim.tenants
         decision = admit(replace(snap, tenants=tenants.states()), late + _tenant_heads(sim, q, k, seen))
     elif late:

@@ -254,8 +254,11 @@ def test_limits_are_set_shown_and_dropped_from_the_cli(run):
     assert "limits: tokens 30000/60s (used 0), output_tokens 8000/60s (used 0)" in status
 
 
-def test_rule_12_is_on_for_a_new_lane_learning_from_its_creation_and_off_turns_it_off(run):
+def test_rule_12_is_off_for_a_new_lane_and_learns_from_when_it_is_turned_on(run):
     out = " ".join(run("lanes", "set", "fresh", "--create", "--ceiling", "1000", "--allowance", "2000").stdout.split())
+    assert "rule 12" not in out, out
+    assert json.loads(run("status", "fresh", "--json").stdout)["overtake_slack"] is None
+    out = " ".join(run("lanes", "set", "fresh", "--overtake-slack", "1.25").stdout.split())
     assert "rule 12: p99 of tokens ahead within 1.25x first come, first served's" in out, out
     assert "learning the p99 backlog from the arrivals until" in out, out
     data = json.loads(run("status", "fresh", "--json").stdout)
@@ -267,10 +270,6 @@ def test_rule_12_is_on_for_a_new_lane_learning_from_its_creation_and_off_turns_i
 
 
 def test_lanes_set_says_rule_12_learns_a_day_before_it_binds_and_takes_a_seed(run, env):
-    run("db", "upgrade")
-    status = " ".join(run("status", "free").stdout.split())  # on by migration 0019: its day starts at a refit
-    assert "(learning the p99 backlog from the lane's next refit on: binds a day later)" in status, status
-    run("lanes", "set", "free", "--overtake-slack", "off")
     out = " ".join(run("lanes", "set", "free", "--overtake-slack", "1.25").stdout.split())
     assert "rule 12: p99 of tokens ahead within 1.25x first come, first served's" in out, out
     assert "learning the p99 backlog from the arrivals until 20" in out and "binds once learned" in out, out

@@ -300,7 +300,6 @@ def test_0018_counts_a_lane_with_rule_12_on_as_on_since_long_ago_and_downgrades(
         assert led.upgrade() == HEAD_REVISION
         since = led.lane("free").overtake_since
         assert since is not None and abs(since - (time.time() - 86_400.0)) < 120, since
-        # (paid, off at 0018, is turned on by 0019: the test below)
         assert led.set_lane("paid", overtake_slack="off").overtake_since is None
         assert led.set_lane("paid", overtake_slack=1.5).overtake_since == clock.t
         assert led.audit() == []
@@ -310,63 +309,5 @@ def test_0018_counts_a_lane_with_rule_12_on_as_on_since_long_ago_and_downgrades(
     probe = Database(parse_url(ledger_url))
     try:
         assert probe.revision() == "0017"
-    finally:
-        probe.close()
-
-
-def test_0019_turns_rule_12_on_for_every_lane_with_it_off_and_downgrades(ledger_url, clock):
-    """A ledger at 0018: free has rule 12 on with a Q learned, paid has it off and a job waiting. After the upgrade
-    free is as it was; paid has the default slack and no Q, and its learning day starts at its first refit, by the
-    ledger's clock (not the migrating host's); its waiting job keeps its place and is leased; a lane created later
-    learns from its own creation; down to 0018 the slack stays."""
-    from lane_plugin.ledger.db import Database
-    from lane_plugin.ledger.schema import upgrade
-    from lane_plugin.ledger.url import parse_url
-    from lane_plugin.policy import LANE_DEFAULTS
-
-    db = Database(parse_url(ledger_url))
-    upgrade(db, "0018")
-    db._checked = True
-
-    def seed(cur):
-        cur.execute(
-            "update lane set overtake_slack = 1.5, overtake_q = 7000, overtake_since = 100.0 where name = 'free'"
-        )
-        cur.execute(
-            "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, created_at, "
-            "wait_since) values ('old', 'paid', 's', 100, 0, 'new', 1, 0, 0, :t, :t)",
-            {"t": clock.t},
-        )
-
-    db.transaction(seed)
-    db.close()
-    led = Ledger(ledger_url, clock=clock)
-    try:
-        assert led.upgrade() == HEAD_REVISION == "0019"
-        free, paid = led.lane("free"), led.lane("paid")
-        assert (free.overtake_slack, free.overtake_q, free.overtake_since) == (1.5, 7000, 100.0)
-        assert (paid.overtake_slack, paid.overtake_q, paid.overtake_since) == (
-            LANE_DEFAULTS["overtake_slack"],
-            None,
-            None,
-        )
-        new = led.set_lane("new", ceiling=1_000, allowance=2_000)
-        assert (new.overtake_slack, new.overtake_since) == (LANE_DEFAULTS["overtake_slack"], clock.t)
-        clock.t += 10.0
-        led.refit_runs("paid")
-        assert (led.lane("paid").overtake_since, led.lane("paid").overtake_q) == (clock.t, None)  # the day starts
-        clock.t += 10.0
-        led.refit_runs("paid")
-        assert led.lane("paid").overtake_since == clock.t - 10.0  # and is not restarted
-        assert [x.job_id for x in led.tick("paid")] == ["old"]
-        assert led.audit() == []
-    finally:
-        led.close()
-    _downgrade(ledger_url, "0018")
-    probe = Database(parse_url(ledger_url))
-    try:
-        assert probe.revision() == "0018"
-        slack = probe.transaction(lambda cur: cur.scalar("select overtake_slack from lane where name = 'paid'"))
-        assert slack == LANE_DEFAULTS["overtake_slack"]
     finally:
         probe.close()

@@ -186,16 +186,16 @@ def test_a_job_waiting_for_the_period_reset_holds_nobody_back(led, clock, slack)
 
 
 def test_the_second_pass_exempts_only_a_job_held_whatever_the_tick_admits(led, clock):
-    """B cannot fit before the lane's reset (held whatever the tick does); J's tenant budget fits J only if K is
+    """B cannot fit before its tenant's reset (held whatever the tick does); J's tenant budget fits J only if K is
     not admitted first. The second pass exempts B, not J: J's room (its key, 50) still binds, so X (rate 100) does
-    not pass it (a second pass that exempted J too let X pass by 100 and gave it back: I7 blind to it). One tenant
-    waits (rule 12 binds a lane serving one: with several, their weights decide)."""
-    _lane(led, overtake_slack=1.25, max_leased=1, ceiling=20_000, allowance=20_000, period="daily")
+    not pass it (a second pass that exempted J too let X pass by 100 and gave it back: I7 blind to it)."""
+    _lane(led, overtake_slack=1.25, max_leased=1, ceiling=20_000, allowance=20_000)
     led.set_tenant("free", "T", ceiling=1_000)
+    led.set_tenant("free", "Z", ceiling=15_500, period="daily")
     (l0,) = [led.submit("s", 15_000, "free", tenant="Z")] and led.tick("free")
     led.settle(l0, 15_000)
     clock.t += 1
-    led.submit("s", 6_000, "free", rate_cost=200, tenant="T")  # unfit until the lane's reset: V_J = 200
+    led.submit("s", 6_000, "free", rate_cost=200, tenant="Z")  # unfit until its tenant's reset: V_J = 200
     clock.t += 1
     j = led.submit("s", 600, "free", tenant="T")  # key 0.25 x 200 = 50
     clock.t += 1

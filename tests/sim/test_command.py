@@ -225,8 +225,10 @@ def test_overtake_slack_runs_the_quantile_form_reports_its_estimate_and_bad_valu
     lane = next(r for r in json.loads(on.output)["results"] if r["policy"] == "lane")
     assert lane["slack_estimate_ratio"] is not None and lane["slack_estimate_ratio"] >= 0
     base = ("--jobs", "600", "--burst-tokens", "20000", "--policies", "lane", "--json", "--no-progress")
+    assert json.loads(run(*base).output)["results"][0]["slack_estimate_ratio"] is None  # off by default
+    base = (*base, "--overtake-slack", "1.25")
     default = json.loads(run(*base, "--days", "1").output)["results"][0]
-    assert default["slack_estimate_ratio"] is not None  # on by default, Q learned from the first day's 600 arrivals
+    assert default["slack_estimate_ratio"] is not None  # on, its second day: Q learned from the first day's 600
     assert default["overtake_q"] is not None and default["learning_seconds"] > 0
     week = json.loads(run(*base).output)["results"][0]  # 600 in a week: the last day has under 200, still learning
     assert (week["overtake_q"], week["slack_estimate_ratio"]) == (None, None)

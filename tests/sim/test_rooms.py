@@ -88,9 +88,9 @@ def test_the_simulator_charges_each_job_its_own_passes_and_keeps_the_big_job_wit
     assert (lane.never_admitted, lane.stalled, lane.parked) == (0, False, 0)  # nothing left behind by the rooms
 
 
-def test_the_simulator_runs_rule_12_as_the_ledger_does_by_default():
-    """The lane's default slack, charged per job (the ledger's form), on its second day; a day that is none of
-    the three is refused by name."""
+def test_the_simulator_runs_rule_12_as_the_ledger_does():
+    """The lane's default slack (off), charged per job when on (the ledger's form), on its second day; a day that is
+    none of the three is refused by name."""
     cfg = SimConfig()
     assert (cfg.overtake_slack, cfg.overtake_exact, cfg.overtake_day) == (LANE_DEFAULTS["overtake_slack"], True, 2)
     with pytest.raises(ValueError, match="overtake_day=3 must be 0"):

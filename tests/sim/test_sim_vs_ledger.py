@@ -103,8 +103,8 @@ def test_ledger_admits_what_the_simulator_admits(tmp_path, case, monkeypatch):
         assert {"requests", "input_tokens"} <= set(sim.limit_held)  # each limit held the queue at some tick
     if "overtake_slack" in case:
         assert "overtake=True" in rules  # a job's room held a pass back
-    else:  # the default: rule 12 on, learning (48 arrivals teach no Q), as the ledger's new lane below
-        assert cfg.overtake_slack is not None and "overtake=True" not in rules
+    else:  # the default: rule 12 off, as the ledger's new lane below
+        assert cfg.overtake_slack is None and "overtake=True" not in rules
 
     clock = Clock()
     led = Ledger(f"sqlite:///{tmp_path / 'sim.db'}", clock=clock)

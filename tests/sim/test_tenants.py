@@ -82,15 +82,13 @@ def test_the_cli_adds_the_baseline_and_prints_per_tenant_figures():
     assert bad.exit_code != 0 and "weight" in bad.output
 
 
-def _big_amid_small(tenants: bool = False) -> Trace:
-    """A burst fills the window, then a big job and small ones at the window's rate; with ``tenants``, of two
-    tenants (the big one a's), else of one."""
+def _big_amid_small() -> Trace:
     tr = Trace()
-    for _ in range(20):
-        tr.add(0.0, "small", 1_000, 1_000, None, tenant="b" if tenants else None)
-    tr.add(1.0, "big", 9_000, 9_000, None, tenant="a" if tenants else None)
+    for _ in range(20):  # a burst fills the window
+        tr.add(0.0, "small", 1_000, 1_000, None, tenant="b")
+    tr.add(1.0, "big", 9_000, 9_000, None, tenant="a")  # then a big job, and small ones at the window's rate
     for i in range(600):
-        tr.add(1.0 + 0.5 * (i + 1), "small", 1_000, 1_000, None, tenant="ab"[i % 2] if tenants else None)
+        tr.add(1.0 + 0.5 * (i + 1), "small", 1_000, 1_000, None, tenant="ab"[i % 2])
     return tr.sort()
 
 
@@ -125,18 +123,3 @@ def test_the_simulator_models_the_overtaking_budget():
     (held, fifo), (due, _) = waits[None], waits[0.25]
     assert fifo <= 10.0 and held > 100.0
     assert due <= 1.25 * fifo + 2 * 10.0 + 1.0  # within (1 + beta) x FIFO's plus two windows (and a tick)
-
-
-def test_with_several_tenants_waiting_rule_12_gives_way_to_their_weights():
-    """The same traffic from two tenants, both waiting throughout: rule 12 (on by default, its Q seeded 0 so it
-    would bind at once) neither holds nor charges a job, so the lane admits exactly what it admits with the rule
-    off: the fair order's shares and service gap, not first come, first served's."""
-    cfg = dict(ceiling=10**9, allowance=10**9, burst_tokens=20_000, window_seconds=10.0, max_leased=64, workers=64)
-    cfg.update(service_base=1.0, service_per_token=0.0, max_wait_seconds=600.0, tenant_weights=(("a", 3.0),))
-    tr = _big_amid_small(tenants=True)
-    (on,) = simulate(tr, SimConfig(**cfg, overtake_learned=0), ["lane"])
-    (off,) = simulate(tr, SimConfig(**cfg, overtake_slack=None), ["lane"])
-    assert on.waits == off.waits and on.fair_gap == off.fair_gap
-    (one,) = simulate(_big_amid_small(), SimConfig(**cfg, overtake_learned=0), ["lane"])
-    (one_off,) = simulate(_big_amid_small(), SimConfig(**cfg, overtake_slack=None), ["lane"])
-    assert one.waits != one_off.waits  # (one tenant: the same rule does bind)
