@@ -240,7 +240,8 @@ def tick(
             decision.units,
         )
     if rooms is not None:  # what they passed, now that they no longer wait (less what held jobs are given back)
-        overtake.passed(cur, lane, rooms, [(c.id, c.rate) for c in decision.admitted], decision.exempt)
+        charged = [(c.id, c.rate) for c in decision.admitted if c.id not in decision.uncharged]
+        overtake.passed(cur, lane, rooms, charged, decision.exempt)
     if decision.runs:
         runs.record(cur, row, now, decision, fits, set(remaining))
     if fair:

@@ -20,9 +20,9 @@ lease, a requeue, a fallback move) is numbered afresh the same way, as a new arr
 Admission (:func:`lane_plugin.policy.admit`, rule 12's exact form, :mod:`lane_plugin.policy.perjob`) lets a job
 pass older waiting jobs only while each keeps room for it, so the rate tokens of younger jobs admitted while a job
 waits and could go never pass its key, and the lane's p99 of tokens ahead stays within ``c`` times token-fifo's
-(the proof and its terms: :mod:`lane_plugin.policy.slack`). The rule binds a lane serving one tenant: a tick whose
-head holds jobs of several tenants neither holds a job back for it nor charges a room (their weights decide: the
-fair order's shares and service-gap bound stand; docs/sharing-a-lane.md). A job that cannot go this tick
+(the proof and its terms: :mod:`lane_plugin.policy.slack`). A stage of a run under way is neither held nor
+charged (runs under way finish first, rule 4: held behind the first stages their reserve keeps out, neither would
+go, and a budget-bound week stalled). A job that cannot go this tick
 whatever the order does (held by its tenant's budget, waiting for the period to reset, or, in a gate's tick, a
 job nobody waits for) does not hold the others back, and what passes it then is given back (``Decision.exempt``).
 

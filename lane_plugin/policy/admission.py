@@ -111,6 +111,7 @@ class Decision:
     budgets are charged). ``overtook``: the rate tokens admitted out of order (rule 12). ``exempt``: with rule 12's
     per-job rooms, the jobs still waiting that were passed while they could not go (held by their tenant's budget,
     waiting for the period to reset, or not leasable by this tick), with what passed them: not counted against them.
+    ``uncharged``: the admitted stages of runs under way, which rule 12 neither held nor charges their passes to.
 
     Example:
         >>> from lane_plugin.policy import Candidate, LanePolicy, LaneSnapshot
@@ -137,6 +138,8 @@ class Decision:
     overtook: int = field(default=0, compare=False)
     # Rule 12's exact form: (job id, rate tokens) passed uncounted, the store gives back (perjob.exempt_charges).
     exempt: tuple[tuple[str, int], ...] = field(default=(), compare=False)
+    # Rule 12: the admitted stages of runs under way, which it neither holds nor charges (the store charges the rest).
+    uncharged: frozenset[str] = field(default=frozenset(), compare=False)
 
     @property
     def ids(self) -> list[str]:
@@ -234,6 +237,7 @@ def _admit(
     )
     queue = candidates if ordered else order(snapshot, candidates)
     refused = False  # rule 12 refused a candidate
+    uncharged: set[str] = set()  # stages of runs under way admitted: rule 12 neither held them nor charges them
     fixed: set[str] = set()  # candidates held whatever this tick admits (their tenant's budget as it stands, unfit)
     if budget_ok.on and budget_ok.spent():  # rule 12: no room to pass anybody, the oldest first in arrival order
         queue = budget_ok.oldest_first(queue)
@@ -276,7 +280,7 @@ def _admit(
                 parked.append((c, *unfit))
         elif closed:
             head_reason = head_reason or LEASE_CAP
-        elif budget_ok.on and not budget_ok.allows(c):  # rule 12: no shadow, it passes nobody
+        elif budget_ok.on and kind != FINISH and not budget_ok.allows(c):  # rule 12: no shadow, it passes nobody
             head_reason = head_reason or OVERTAKE
             refused = True
         else:
@@ -309,7 +313,11 @@ def _admit(
                     lim_need[blocked] = min(lim_need.get(blocked, room), room)
             if rule is None:
                 admitted.append(c)
-                budget_ok.admitted(c)
+                if kind == FINISH and budget_ok.on:  # runs under way finish first (rule 4): rule 12 does not count it
+                    budget_ok.uncounted(c)
+                    uncharged.add(c.id)
+                else:
+                    budget_ok.admitted(c)
                 tokens += est
                 rate += c_rate
                 committed += est
@@ -357,6 +365,7 @@ def _admit(
         tuple(by_tenant.items()),
         budget_ok.overtook,
         () if exact is None else tuple(exact.exempt_charges()),
+        frozenset(uncharged),
     )
     held_ids = frozenset() if exact is None else frozenset(fixed) - {c.id for c, _, _ in parked}
     return decision, held_ids, refused

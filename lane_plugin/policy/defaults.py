@@ -29,8 +29,8 @@ LANE_DEFAULTS: dict[str, Any] = dict(
     rate_basis="request",
     headroom_sigmas=2.0,
     # Rule 12 (lane_plugin.policy.slack): the lane's p99 of rate tokens ahead of a job within c x token-fifo's, from
-    # its second day (the first it learns the p99 backlog; lane_plugin.ledger.overtake). None: off, the default (on,
-    # a budget-bound week with multi-stage runs stalled in the simulator: docs/admission.md).
+    # its second day (the first it learns the p99 backlog; lane_plugin.ledger.overtake). None: off, the default
+    # (docs/admission.md, "Why it is not on by default").
     overtake_slack=None,
 )
 # Settings added after the first schema: migration 0001 writes DEFAULT_LANES without them and

@@ -224,6 +224,13 @@ class Overtaking:
         self.moved += c.rate
         self.left(c)
 
+    def uncounted(self, c: Candidate) -> None:
+        """``c``, a stage of a run under way, is admitted: its key no longer binds, and it charges nobody."""
+        if self.exact is not None:
+            self.exact.uncounted(c)
+        else:
+            self.left(c)
+
     def left(self, c: Candidate) -> None:
         """``c`` stops waiting (admitted or parked): its key no longer binds."""
         if self.exact is not None:

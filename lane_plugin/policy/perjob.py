@@ -126,6 +126,10 @@ class ExactBudget:
         self.taken.append((p, c.rate))
         insort(self.done, p)
 
+    def uncounted(self, c: Candidate) -> None:
+        """``c`` is admitted uncounted (a stage of a run under way): it stops waiting, and charges nobody."""
+        insort(self.done, self._position(c.id))
+
     def left(self, c: Candidate) -> None:
         """``c`` stops waiting without being admitted (parked, or held by its tenant): its room no longer binds."""
         p = self._position(c.id)

@@ -75,8 +75,8 @@ backfill-vs-interactive case leases the 5 interactive jobs at 6, 10, 17, 21 and 
 weights 3:1 give the heavier tenant 46 of 80 admissions against 58-62). The bound against token-fifo and the fair
 share pull against each other until ``Q`` is learned, so the ledger's rule binds nothing on its learning day (the
 lane's first day runs in the order alone) and binds from the day after with ``Q`` learned, where the same tenant
-cases come out as with the rule off. Off by default: on, a budget-bound simulated week of multi-stage runs stalled
-(docs/admission.md says what was measured).
+cases come out as with the rule off. Off by default: docs/admission.md says what was measured with it on (a stage
+of a run under way is neither held nor charged: held, a budget-bound week of multi-stage runs stalled).
 """
 
 from __future__ import annotations

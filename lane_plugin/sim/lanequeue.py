@@ -115,6 +115,8 @@ class LaneQueue:
         # with overtake_day 0 the running estimate.
         self.learned = sim.cfg.overtake_learned
         self.running = sim.cfg.overtake_day == 0
+        # The stages of runs under way the last tick admitted: rule 12 neither held them nor charges their passes.
+        self.uncharged: frozenset[str] = frozenset()
         self.on = self.beta is not None or self.slack is not None
         self.by_due: list[tuple[int, int, int]] = []  # (left at arrival + key, arrival, job): the slack's second bound
         self.either = sim.cfg.overtake_either  # the guard's rows carry their dues (SimConfig.overtake_either)
@@ -186,7 +188,7 @@ class LaneQueue:
             self.left_rate += self.sim.rate[j]
             if self.rooms is not None:
                 self.rooms.clear(self.seq[j])
-                if leased:  # it passed every older job still waiting
+                if leased and self.sim.job_id(j) not in self.uncharged:  # it passed every older job still waiting
                     self.rooms.lower(self.seq[j], self.sim.rate[j])
 
     def _position(self, job_id: str) -> int | None:

@@ -134,6 +134,7 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         decision = admit(snap, late + list(q.head(k, seen)))
     else:
         decision = admit(snap, q.head(k, seen), ordered=True)
+    q.uncharged = decision.uncharged
     if decision.admitted or decision.parked:
         admitted = [int(c.id[1:]) for c in decision.admitted]  # sim.index_of
         parked = [sim.index_of(c) for c, _, _ in decision.parked]

@@ -68,12 +68,16 @@ LIMITS = dict(ceiling=60_000, limits=(("requests", Limit(2, 10.0)), ("input_toke
 # The fifth: rule 12 (lane overtake_slack, the ledger's epochs; the simulator's exact rooms), holding back passes.
 # Q seeded 0 on both sides (the pointwise keys), so the rule binds from the first arrival.
 OVERTAKE = dict(ceiling=60_000, overtake_slack=1.1, overtake_exact=True, overtake_learned=0)
+# The sixth: rule 12 on a lane whose finishing reserve binds: the stages of runs under way are neither held nor
+# charged by it (on, a budget-bound week of such runs stalled: a run's later stage could not pass the first stages
+# the reserve of its own run kept out).
+RESERVE_OVERTAKE = dict(RESERVE, overtake_slack=1.1, overtake_exact=True, overtake_learned=0)
 
 
 @pytest.mark.parametrize(
     "case",
-    [dict(ceiling=9_000), dict(ceiling=60_000), RESERVE, LIMITS, OVERTAKE],
-    ids=["9k", "60k", "reserve", "limits", "overtake"],
+    [dict(ceiling=9_000), dict(ceiling=60_000), RESERVE, LIMITS, OVERTAKE, RESERVE_OVERTAKE],
+    ids=["9k", "60k", "reserve", "limits", "overtake", "reserve-overtake"],
 )
 def test_ledger_admits_what_the_simulator_admits(tmp_path, case, monkeypatch):
     from lane_plugin.policy.rules import OVERTAKE as OVERTAKE_RULE
@@ -91,6 +95,7 @@ def test_ledger_admits_what_the_simulator_admits(tmp_path, case, monkeypatch):
         rules.extend(r for _, r, _ in d.parked)
         rules.append(f"finishing={snapshot.finishing > 0}")
         rules.append(f"overtake={d.head_reason == OVERTAKE_RULE}")
+        rules.append(f"uncharged={bool(d.uncharged)}")
         return d
 
     monkeypatch.setattr(sim_policies, "admit", spy)
@@ -105,6 +110,8 @@ def test_ledger_admits_what_the_simulator_admits(tmp_path, case, monkeypatch):
         assert "overtake=True" in rules  # a job's room held a pass back
     else:  # the default: rule 12 off, as the ledger's new lane below
         assert cfg.overtake_slack is None and "overtake=True" not in rules
+    if "overtake_slack" in case and cfg.lease_seconds < 1_000:
+        assert "uncharged=True" in rules  # a stage of a run under way passed older jobs, uncharged
 
     clock = Clock()
     led = Ledger(f"sqlite:///{tmp_path / 'sim.db'}", clock=clock)
