@@ -1,6 +1,7 @@
 """Rule 12 in the ledger: each waiting job's room, kept per arrival epoch (lane setting ``overtake_slack``).
 
-With ``overtake_slack = c`` set on a lane (``lane lanes set LANE --overtake-slack 1.25``; off by default), a job that enters its queue waits to be numbered (``arrival_pos = -1``, :data:`PENDING`); the lane's next tick,
+With ``overtake_slack = c`` set on a lane (``lane lanes set LANE --overtake-slack 1.25``; off by default), a
+job that enters its queue waits to be numbered (``arrival_pos = -1``, :data:`PENDING`); the lane's next tick,
 under its lock and before it admits anything, numbers those jobs in the order they entered (:func:`number`):
 each gets its *position* and a key, ``max((c - 1) V, c Q - V)`` (:func:`lane_plugin.policy.slack.slack_key`),
 ``V`` the rate tokens waiting before it and ``Q`` the lane's p99 of ``V`` learned from a day of its arrivals
@@ -22,9 +23,9 @@ pass older waiting jobs only while each keeps room for it, so the rate tokens of
 waits and could go never pass its key, and the lane's p99 of tokens ahead stays within ``c`` times token-fifo's
 (the proof and its terms: :mod:`lane_plugin.policy.slack`). A stage of a run under way is neither held nor
 charged (runs under way finish first, rule 4: held behind the first stages their reserve keeps out, neither would
-go, and a budget-bound week stalled). A job that cannot go this tick
-whatever the order does (held by its tenant's budget, waiting for the period to reset, or, in a gate's tick, a
-job nobody waits for) does not hold the others back, and what passes it then is given back (``Decision.exempt``).
+go, and a budget-bound week stalled). A job that cannot go this tick whatever the order does (held by its tenant's
+budget, waiting for the period to reset, or, in a gate's tick, a job nobody waits for) does not hold the others
+back, and what passes it then is given back (``Decision.exempt``).
 
 The rooms are kept exactly, in bounded work, by epochs of :data:`EPOCH` consecutive positions
 (:class:`lane_plugin.sim.rooms.EpochRooms` is the same structure in memory, tested against a segment tree):
