@@ -18,7 +18,12 @@ from .conftest import figure
 pytestmark = [pytest.mark.usefixtures("prefect_server"), pytest.mark.timeout(180)]
 
 
-@lane_task(stage="late", estimate=500, timeout_seconds=1.0)
+# Prefect's timeout covers admission too: on a loaded CI machine admission once took over a second,
+# and a 1-second timeout fired before the body ran. The body outlasts this by a second.
+TIMEOUT = 3.0
+
+
+@lane_task(stage="late", estimate=500, timeout_seconds=TIMEOUT)
 def late(delay: float):
     report_usage(100)  # a first call, reported as it came back
     time.sleep(delay)  # the second call: it returns after the timeout, with its usage
@@ -31,7 +36,7 @@ def test_a_timeout_after_the_body_returned_bills_reported_and_returned_usage(led
 
     @flow(task_runner=ThreadPoolTaskRunner(max_workers=2))
     def f():
-        fut = late.submit(2.0)
+        fut = late.submit(TIMEOUT + 1.0)
         fut.wait()
         states.append(fut.state)
 

@@ -33,14 +33,18 @@ from ..tables import job_rows, settlements
 
 pytestmark = [pytest.mark.usefixtures("prefect_server"), pytest.mark.timeout(120)]
 
+# Prefect's timeout covers admission too: a loaded CI machine once took over a second to admit, and
+# a 1-second timeout then fired before the body ran. The bodies below outlast this by their margins.
+TIMEOUT = 3.0
 
-@lane_task(stage="slow", estimate=500, timeout_seconds=1.0)
+
+@lane_task(stage="slow", estimate=500, timeout_seconds=TIMEOUT)
 def slow(delay: float):
     time.sleep(delay)  # the LLM call: it comes back after the timeout, with its usage
     return {"usage": {"total_tokens": 777}}
 
 
-@lane_task(stage="slow-async", estimate=500, timeout_seconds=1.0)
+@lane_task(stage="slow-async", estimate=500, timeout_seconds=TIMEOUT)
 async def slow_async(delay: float):
     await asyncio.sleep(delay)
     return {"usage": {"total_tokens": 777}}
@@ -68,7 +72,7 @@ def _only_job(ledger) -> tuple[dict, dict]:
 def test_usage_returned_after_the_timeout_in_a_worker_thread_is_billed(ledger):
     ledger.lanes()  # migrate first: the timeout must not land in the ledger's creation
 
-    state = _run_in_worker_thread(2.0)
+    state = _run_in_worker_thread(TIMEOUT + 1.0)
     assert state.name == "TimedOut"
     job, s = _only_job(ledger)
     assert (s["actual"], bool(s["by_estimate"]), job["actual"]) == (777, False, 777)
@@ -81,7 +85,7 @@ def test_a_timeout_landing_in_the_settlement_does_not_leave_the_attempt_unbilled
     real = settlement_module.settle
 
     def slow_settle(cur, *args, **kwargs):  # the settlement transaction is still open when the timeout fires
-        time.sleep(1.2)
+        time.sleep(TIMEOUT + 0.2)
         return real(cur, *args, **kwargs)
 
     monkeypatch.setattr(settlement_module, "settle", slow_settle)
@@ -106,12 +110,12 @@ def test_a_call_interrupted_by_the_alarm_bills_the_estimate_marked(ledger):
 
     @flow
     def f():
-        states.append(slow(3.0, return_state=True))
+        states.append(slow(TIMEOUT + 2.0, return_state=True))
 
     f()
     assert states[0].name == "TimedOut"
     job, s = _only_job(ledger)
-    assert job["finished_at"] - job["admitted_at"] < 2.5, "the alarm interrupts the 3-second call"
+    assert job["finished_at"] - job["admitted_at"] < TIMEOUT + 1.5, "the alarm interrupts the call"
     assert (s["actual"], bool(s["by_estimate"]), s["outcome"]) == (500, True, "failed")
     assert ledger.audit() == []
 
@@ -123,7 +127,7 @@ def test_a_cancelled_async_call_bills_the_estimate_marked(ledger):
 
     @flow
     async def f():
-        states.append(await slow_async(3.0, return_state=True))
+        states.append(await slow_async(TIMEOUT + 2.0, return_state=True))
 
     asyncio.run(f())
     assert states[0].name == "TimedOut"
