@@ -145,7 +145,7 @@ def cell(name: str, seed: int, trace: Trace, cfg: SimConfig, tenants: bool, lear
     if lane.slack_estimate_ratio is not None:
         out += f" (Q/P {lane.slack_estimate_ratio:.2f})"
     rooms = sims[-1].lane_queue.rooms if sims and sims[-1].policy == "lane" else None
-    if isinstance(rooms, EpochRooms):  # what the ledger would read and write (EpochRooms.costs)
+    if rooms is not None and any(isinstance(r, EpochRooms) for r in rooms.by.values()):  # (EpochRooms.costs)
         c, n = rooms.costs, max(1, rooms.costs["admissions"])
         out += (
             f" [per admission {c['counters'] / n:.1f} counters + {c['rows'] / n:.1f} rows; per read "

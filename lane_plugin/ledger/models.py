@@ -150,6 +150,7 @@ class Job(SQLModel, table=True):
         Index(
             "ix_job_rooms",
             "lane",
+            "tenant",
             "arrival_epoch",
             "overtake_base",
             sqlite_where=text(NUMBERED_WAITING),
@@ -158,6 +159,14 @@ class Job(SQLModel, table=True):
         Index(
             "ix_job_arrival",
             "lane",
+            "arrival_pos",
+            sqlite_where=text(NUMBERED_WAITING),
+            postgresql_where=text(NUMBERED_WAITING),
+        ),
+        Index(  # each tenant's oldest numbered waiting jobs (its rooms are its own)
+            "ix_job_tenant_arrival",
+            "lane",
+            "tenant",
             "arrival_pos",
             sqlite_where=text(NUMBERED_WAITING),
             postgresql_where=text(NUMBERED_WAITING),
@@ -438,11 +447,13 @@ class EstimatorState(SQLModel, table=True):
 
 
 class LaneEpoch(SQLModel, table=True):
-    """Rule 12's counter for one arrival epoch of a lane: the rate tokens younger jobs took ahead of its waiting jobs."""
+    """Rule 12's counter for one arrival epoch of one tenant of a lane: the rate tokens younger jobs of that tenant
+    took ahead of its waiting jobs there."""
 
     __tablename__ = "lane_epoch"
 
     lane: str = Field(primary_key=True, max_length=64)
+    tenant: str = Field(primary_key=True, max_length=64)
     epoch: int = Field(primary_key=True, sa_type=BigInteger)
     passed: int = Field(default=0, sa_type=BigInteger, sa_column_kwargs={"server_default": "0"})
 

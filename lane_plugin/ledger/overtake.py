@@ -27,15 +27,18 @@ go, and a budget-bound week stalled). A job that cannot go this tick whatever th
 budget, waiting for the period to reset, or, in a gate's tick, a job nobody waits for) does not hold the others
 back, and what passes it then is given back (``Decision.exempt``).
 
-The rooms are kept exactly, in bounded work, by epochs of :data:`EPOCH` consecutive positions
+The rooms are kept per tenant (a job is charged only for the passes of its own tenant's younger jobs: between
+tenants the fair merge orders, with its own bound; :mod:`lane_plugin.policy.perjob`, "With tenants"), exactly, in
+bounded work, by epochs of :data:`EPOCH` consecutive positions of the lane's arrival order
 (:class:`lane_plugin.sim.rooms.EpochRooms` is the same structure in memory, tested against a segment tree):
 
-- ``lane_epoch.passed``: per epoch with a waiting job, the rate tokens younger jobs took ahead of all of it;
+- ``lane_epoch.passed``: per tenant and epoch with a waiting job of it, the rate tokens its tenant's younger jobs
+  took ahead of all of it;
 - ``job.overtake_base``: per numbered waiting job, its key plus its epoch's counter when it was numbered, so its
   room is ``overtake_base - passed``;
-- a tick's admissions add their rates to the counters of the older epochs (one UPDATE over the epoch rows the
-  waiting jobs span) and take them off the base of the older jobs of their own epochs (one UPDATE, at most
-  ``EPOCH - 1`` rows each);
+- a tick's admissions add their rates to the counters of their tenants' older epochs (one UPDATE over the epoch
+  rows the waiting jobs span) and take them off the base of their tenants' older jobs of their own epochs (one
+  UPDATE, at most ``EPOCH - 1`` rows each);
 - an epoch's least room is the head of ``ix_job_rooms`` less its counter; an epoch a range covers in part is
   read row by row (at most ``EPOCH`` rows, once per tick).
 
@@ -50,6 +53,7 @@ from collections.abc import Iterable, Sequence
 
 from .. import checks
 from ..errors import InvalidInput
+from ..policy.fairness import DEFAULT_TENANT
 from ..policy.slack import LEARN_SECONDS, QUANTILE_WARMUP, SLACK_QUANTILE, UNBOUNDED, slack_key
 from . import queries
 from .db import Cursor
@@ -116,16 +120,18 @@ def number(cur: Cursor, lane: str, *, slack: float, q: int | None) -> int:
         return 0
     waiting = int(cur.scalar(queries.OVERTAKE_WAITING_RATE, {"l": lane}))
     last = int(cur.scalar(queries.OVERTAKE_TAKE_ARRIVALS, {"l": lane, "n": len(pending)}))
-    counters: dict[int, int] = {}
+    counters: dict[tuple[str, int], int] = {}  # (tenant, epoch): its counter (the rooms are per tenant)
     rows = []
-    for i, (job_id, rate) in enumerate(pending):
+    for i, (job_id, rate, tenant) in enumerate(pending):
         position = last - len(pending) + 1 + i
         epoch = position // EPOCH
-        if epoch not in counters:
-            cur.execute(queries.OVERTAKE_ENSURE_EPOCH, {"l": lane, "e": epoch})
-            counters[epoch] = int(cur.scalar(queries.OVERTAKE_EPOCH_PASSED, {"l": lane, "e": epoch}))
+        if (tenant, epoch) not in counters:
+            at = {"l": lane, "t": tenant, "e": epoch}
+            cur.execute(queries.OVERTAKE_ENSURE_EPOCH, at)
+            counters[tenant, epoch] = int(cur.scalar(queries.OVERTAKE_EPOCH_PASSED, at))
         key = UNBOUNDED if q is None else slack_key(waiting, q, slack)
-        rows.append({"id": job_id, "p": position, "e": epoch, "k": key, "b": key + counters[epoch], "v": waiting})
+        base = key + counters[tenant, epoch]
+        rows.append({"id": job_id, "p": position, "e": epoch, "k": key, "b": base, "v": waiting})
         waiting += int(rate)
     if cur.dialect == "postgresql":  # one statement for the batch (bench_overtake.py: the tick numbering 512)
         params = {f"{name}{i}": value for i, row in enumerate(rows) for name, value in row.items()}
@@ -136,7 +142,7 @@ def number(cur: Cursor, lane: str, *, slack: float, q: int | None) -> int:
 
 
 class Rooms:
-    """The lane's rooms as the tick found them (:class:`lane_plugin.policy.perjob.Rooms`), read on demand.
+    """The lane's rooms as the tick found them (:class:`lane_plugin.policy.perjob.Rooms`), per tenant, read on demand.
 
     Nothing this tick writes is read back: the admissions' charges are written by :func:`passed` once the
     policy has decided (it accounts for them within the tick itself).
@@ -145,84 +151,116 @@ class Rooms:
     def __init__(self, cur: Cursor, lane: str) -> None:
         self.cur, self.lane = cur, lane
         self._positions: dict[str, int | None] = {}  # seeded from the head rows (:meth:`known`)
-        self._epochs: list[tuple[int, int, int | None]] | None = None  # (epoch, passed, least base)
-        self._rows: dict[int, list[tuple[int, int]]] = {}  # epoch -> (position, base) of its waiting jobs
-        self._numbers: list[int] = []  # the epochs read, ascending
-        self._table = _MinTable([])
+        self._tenants: dict[str, str] = {}
+        self._epochs: dict[str, _TenantEpochs] | None = None
+        self._rows: dict[tuple[str, int], list[tuple[int, int]]] = {}  # (tenant, epoch) -> (position, base) waiting
 
     def known(self, rows: Iterable) -> None:
-        """The positions of the waiting jobs in head rows (their last column: ``arrival_pos``)."""
+        """The positions and tenants of the waiting jobs in head rows (columns ``tenant`` 10th, ``arrival_pos`` last)."""
         for r in rows:  # (a job entered since the tick numbered the lane's, -1: not numbered, as the youngest)
             self._positions[r[0]] = None if r[-1] is None or r[-1] <= 0 else int(r[-1])
+            self._tenants[r[0]] = r[10]
+
+    def _read(self, job_id: str) -> None:
+        found = self.cur.one(queries.OVERTAKE_POSITION, {"id": job_id})
+        p, tenant = (None, DEFAULT_TENANT) if found is None else found
+        self._positions[job_id] = None if p is None else int(p)
+        self._tenants[job_id] = tenant
 
     def position(self, job_id: str) -> int | None:
         """The arrival position of waiting job ``job_id`` (None: not numbered, or not waiting)."""
         if job_id not in self._positions:
-            p = self.cur.scalar(queries.OVERTAKE_POSITION, {"id": job_id})
-            self._positions[job_id] = None if p is None else int(p)
+            self._read(job_id)
         return self._positions[job_id]
 
+    def tenant(self, job_id: str) -> str:
+        """The tenant of job ``job_id`` (its rooms are its tenant's)."""
+        if job_id not in self._tenants:
+            self._read(job_id)
+        return self._tenants[job_id]
+
     @property
-    def epochs(self) -> list[tuple[int, int, int | None]]:
-        """Every epoch row of the lane: ``(epoch, passed, least base of its waiting jobs or None)``."""
+    def epochs(self) -> dict[str, _TenantEpochs]:
+        """Every epoch row of the lane, per tenant (one read)."""
         if self._epochs is None:
-            self._epochs = [
-                (int(e), int(p), None if b is None else int(b))
-                for e, p, b in self.cur.all(queries.OVERTAKE_EPOCHS, {"l": self.lane})
-            ]
-            self._numbers = [e for e, _, _ in self._epochs]
-            self._table = _MinTable([NONE if b is None else b - p for _, p, b in self._epochs])
+            found: dict[str, list[tuple[int, int, int | None]]] = {}
+            for t, e, p, b in self.cur.all(queries.OVERTAKE_EPOCHS, {"l": self.lane}):
+                found.setdefault(t, []).append((int(e), int(p), None if b is None else int(b)))
+            self._epochs = {t: _TenantEpochs(rows) for t, rows in found.items()}
         return self._epochs
 
-    def _epoch_rows(self, epoch: int) -> list[tuple[int, int]]:
-        if epoch not in self._rows:
+    def _epoch_rows(self, tenant: str, epoch: int) -> list[tuple[int, int]]:
+        if (tenant, epoch) not in self._rows:
             sql = queries.OVERTAKE_EPOCH_ROWS_SQLITE if self.cur.dialect == "sqlite" else queries.OVERTAKE_EPOCH_ROWS
-            found = self.cur.all(sql, {"l": self.lane, "e": epoch})
-            self._rows[epoch] = [(int(p), int(b)) for p, b in found]
-        return self._rows[epoch]
+            found = self.cur.all(sql, {"l": self.lane, "t": tenant, "e": epoch})
+            self._rows[tenant, epoch] = [(int(p), int(b)) for p, b in found]
+        return self._rows[tenant, epoch]
 
-    def _part(self, epoch: int, lo: int, hi: int) -> int:
-        """The least room of epoch ``epoch``'s waiting jobs with ``lo <= position < hi``, read row by row."""
-        i = bisect_left(self._numbers, epoch)
-        if i == len(self._numbers) or self._numbers[i] != epoch or self.epochs[i][2] is None:
+    def _part(self, tenant: str, mine: _TenantEpochs, epoch: int, lo: int, hi: int) -> int:
+        """The least room of ``tenant``'s waiting jobs of epoch ``epoch`` with ``lo <= position < hi``, row by row."""
+        passed = mine.passed(epoch)
+        if passed is None:
             return NONE
-        passed = self.epochs[i][1]
-        return min((b - passed for p, b in self._epoch_rows(epoch) if lo <= p < hi), default=NONE)
+        return min((b - passed for p, b in self._epoch_rows(tenant, epoch) if lo <= p < hi), default=NONE)
 
-    def least(self, lo: int, hi: int) -> int | None:
-        """The least room of the waiting numbered jobs with ``lo <= position < hi`` (None: none waits there)."""
-        if lo >= hi or not self.epochs:
+    def least(self, lo: int, hi: int, tenant: str) -> int | None:
+        """The least room of ``tenant``'s waiting numbered jobs with ``lo <= position < hi`` (None: none waits)."""
+        mine = self.epochs.get(tenant)
+        if lo >= hi or mine is None:
             return None
         first, last = lo // EPOCH, (hi - 1) // EPOCH
         if first == last:  # one epoch, whole or in part
             whole = lo == first * EPOCH and hi == (first + 1) * EPOCH
-            best = self._whole(first, first + 1) if whole else self._part(first, lo, hi)
+            best = mine.whole(first, first + 1) if whole else self._part(tenant, mine, first, lo, hi)
         else:
             best = min(
-                self._whole(first, first + 1) if lo == first * EPOCH else self._part(first, lo, hi),
-                self._whole(first + 1, last),
-                self._whole(last, last + 1) if hi == (last + 1) * EPOCH else self._part(last, lo, hi),
+                mine.whole(first, first + 1) if lo == first * EPOCH else self._part(tenant, mine, first, lo, hi),
+                mine.whole(first + 1, last),
+                mine.whole(last, last + 1) if hi == (last + 1) * EPOCH else self._part(tenant, mine, last, lo, hi),
             )
         return None if best >= NONE else best
 
-    def _whole(self, first: int, end: int) -> int:
-        """The least room over the epochs ``first <= epoch < end``, each whole: one range of the min table."""
-        return self._table.least(bisect_left(self._numbers, first), bisect_left(self._numbers, end))
-
     def oldest(self, *, k: int, burst: int, have: set[str]) -> list:
-        """Head rows (:data:`queries.HEAD_SQL`'s columns) of the ``k`` oldest numbered waiting jobs not in
-        ``have``, once the least room is short of ``burst`` (else none: the rooms cannot hold anything back). A
-        job the rooms refuse may still pass these (the oldest passes nobody): without them a head full of held
+        """Head rows (:data:`queries.HEAD_SQL`'s columns) of the ``k`` oldest numbered waiting jobs not in ``have`` of
+        each tenant whose least room is short of ``burst`` (another's rooms cannot hold anything back). A job its
+        tenant's rooms refuse may still pass these (the oldest passes nobody): without them a head full of held
         jobs would lease nothing. A gate's tick leases only the ones a waiter waits for; the others' rooms it
         does not let bind (``LaneSnapshot.exempt``)."""
-        room = self.least(0, 1 << 62)
-        if room is None or room >= burst:
-            return []
-        return [r for r in self.cur.all(queries.OVERTAKE_OLDEST, {"l": self.lane, "k": k}) if r[0] not in have]
+        out = []
+        for tenant, mine in self.epochs.items():
+            if mine.whole(0, NONE) < burst:
+                rows = self.cur.all(queries.OVERTAKE_OLDEST, {"l": self.lane, "t": tenant, "k": k})
+                out += [r for r in rows if r[0] not in have]
+        return out
 
     def first_epoch(self) -> int | None:
-        """The oldest epoch with a waiting numbered job (None: none waits)."""
-        return next((e for e, _, head in self.epochs if head is not None), None)
+        """The oldest epoch with a waiting numbered job, of any tenant (None: none waits)."""
+        firsts = [e for mine in self.epochs.values() if (e := mine.first()) is not None]
+        return min(firsts, default=None)
+
+
+class _TenantEpochs:
+    """One tenant's epoch rows ``(epoch, passed, least base or None)``, ascending, and their least rooms."""
+
+    def __init__(self, rows: list[tuple[int, int, int | None]]) -> None:
+        self.rows = rows
+        self.numbers = [e for e, _, _ in rows]
+        self.table = _MinTable([NONE if b is None else b - p for _, p, b in rows])
+
+    def passed(self, epoch: int) -> int | None:
+        """Epoch ``epoch``'s counter (None: no row, or no job waits in it)."""
+        i = bisect_left(self.numbers, epoch)
+        if i == len(self.numbers) or self.numbers[i] != epoch or self.rows[i][2] is None:
+            return None
+        return self.rows[i][1]
+
+    def whole(self, first: int, end: int) -> int:
+        """The least room over the epochs ``first <= epoch < end``, each whole: one range of the min table."""
+        return self.table.least(bisect_left(self.numbers, first), bisect_left(self.numbers, end))
+
+    def first(self) -> int | None:
+        """The oldest epoch with a waiting job (None: none waits)."""
+        return next((e for e, _, head in self.rows if head is not None), None)
 
 
 def passed(
@@ -245,21 +283,21 @@ def passed(
     first = rooms.first_epoch()
     if first is None:
         return  # no numbered job waits: nobody was passed
-    charges = []  # (its epoch, its position, its rate); not numbered: as the youngest, it passed every job
+    charges = []  # (its epoch, its position, its rate, its tenant); not numbered: as the youngest of its tenant
     for job_id, rate in admitted:
         p = rooms.position(job_id)
-        charges.append(((1 << 62) if p is None else p // EPOCH, p, rate))
+        charges.append(((1 << 62) if p is None else p // EPOCH, p, rate, rooms.tenant(job_id)))
     if not charges:
         return
-    params: dict[str, object] = {"l": lane, "lo": first, "top": max(e for e, _, _ in charges)}
-    for i, (epoch, _, rate) in enumerate(charges):
-        params[f"o{i}"], params[f"r{i}"] = epoch, rate
+    params: dict[str, object] = {"l": lane, "lo": first, "top": max(c[0] for c in charges)}
+    for i, (epoch, _, rate, tenant) in enumerate(charges):
+        params[f"o{i}"], params[f"r{i}"], params[f"t{i}"] = epoch, rate, tenant
     cur.execute(queries.overtake_pass_epochs(len(charges)), params)
-    numbered = [(e, p, r) for e, p, r in charges if p is not None]
+    numbered = [c for c in charges if c[1] is not None]
     if numbered:
-        params = {"l": lane, "pmax": max(p for _, p, _ in numbered)}
-        for i, (epoch, p, rate) in enumerate(numbered):
-            params[f"o{i}"], params[f"p{i}"], params[f"r{i}"] = epoch, p, rate
+        params = {"l": lane, "pmax": max(c[1] for c in numbered)}
+        for i, (epoch, p, rate, tenant) in enumerate(numbered):
+            params[f"o{i}"], params[f"p{i}"], params[f"r{i}"], params[f"t{i}"] = epoch, p, rate, tenant
         cur.execute(queries.overtake_pass_own_epochs(len(numbered), cur.dialect), params)
 
 

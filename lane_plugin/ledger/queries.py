@@ -241,14 +241,16 @@ def unnumbered(lane: str = "job.lane") -> str:
 UNNUMBERED = unnumbered()
 _NUMBERED = "state = 'new' and arrival_pos is not null and arrival_pos > 0"  # within ix_job_rooms, ix_job_arrival
 OVERTAKE_PENDING = (
-    "select id, coalesce(rate_cost, est) from job "
+    "select id, coalesce(rate_cost, est), tenant from job "
     "where lane = :l and state = 'new' and arrival_pos is not null and arrival_pos < 0 order by wait_since, id "
     "limit :k"
 )
 OVERTAKE_WAITING_RATE = f"select coalesce(sum(coalesce(rate_cost, est)), 0) from job where lane = :l and {_NUMBERED}"
 OVERTAKE_TAKE_ARRIVALS = "update lane set arrivals = arrivals + :n where name = :l returning arrivals"
-OVERTAKE_ENSURE_EPOCH = "insert into lane_epoch (lane, epoch, passed) values (:l, :e, 0) on conflict do nothing"
-OVERTAKE_EPOCH_PASSED = "select passed from lane_epoch where lane = :l and epoch = :e"
+OVERTAKE_ENSURE_EPOCH = (
+    "insert into lane_epoch (lane, tenant, epoch, passed) values (:l, :t, :e, 0) on conflict do nothing"
+)
+OVERTAKE_EPOCH_PASSED = "select passed from lane_epoch where lane = :l and tenant = :t and epoch = :e"
 OVERTAKE_NUMBER_JOB = (
     "update job set arrival_pos = :p, arrival_epoch = :e, overtake_key = :k, overtake_base = :b, arrival_v = :v "
     "where id = :id and state = 'new'"
@@ -267,30 +269,36 @@ def overtake_number_jobs(n: int) -> str:
     )
 
 
-OVERTAKE_POSITION = "select arrival_pos from job where id = :id and state = 'new' and arrival_pos > 0"
-# Each epoch's counter and least base: one head of ix_job_rooms per epoch row (a few dozen, not the queue).
+OVERTAKE_POSITION = (
+    "select case when state = 'new' and arrival_pos > 0 then arrival_pos end, tenant from job where id = :id"
+)
+# Each tenant's epochs, their counters and least bases: one head of ix_job_rooms per epoch row (a few dozen per
+# tenant, not the queue).
 OVERTAKE_EPOCHS = (
-    "select e.epoch, e.passed, (select min(j.overtake_base) from job j where j.lane = e.lane "
-    f"and j.arrival_epoch = e.epoch and j.{_NUMBERED.replace(' and ', ' and j.')}) "
-    "from lane_epoch e where e.lane = :l order by e.epoch"
+    "select e.tenant, e.epoch, e.passed, (select min(j.overtake_base) from job j where j.lane = e.lane "
+    f"and j.tenant = e.tenant and j.arrival_epoch = e.epoch and j.{_NUMBERED.replace(' and ', ' and j.')}) "
+    "from lane_epoch e where e.lane = :l order by e.tenant, e.epoch"
 )
 OVERTAKE_EPOCH_ROWS = (
-    f"select arrival_pos, overtake_base from job where lane = :l and arrival_epoch = :e and {_NUMBERED}"
+    f"select arrival_pos, overtake_base from job where lane = :l and tenant = :t and arrival_epoch = :e and {_NUMBERED}"
 )
 
 
 def overtake_pass_epochs(n: int) -> str:
     """What ``n`` admissions passed, charged to the older epochs' counters in one statement: admission ``i``
-    (own epoch ``:o{i}``, rate ``:r{i}``) adds its rate to every epoch from ``:lo`` up to, not including, ``:o{i}``."""
-    adds = " + ".join(f"case when epoch < :o{i} then :r{i} else 0 end" for i in range(n))
+    (tenant ``:t{i}``, own epoch ``:o{i}``, rate ``:r{i}``) adds its rate to every epoch of its tenant from ``:lo``
+    up to, not including, ``:o{i}``."""
+    adds = " + ".join(f"case when tenant = :t{i} and epoch < :o{i} then :r{i} else 0 end" for i in range(n))
     return f"update lane_epoch set passed = passed + {adds} where lane = :l and epoch >= :lo and epoch < :top"
 
 
 def overtake_pass_own_epochs(n: int, dialect: str = "postgresql") -> str:
     """The same admissions charged to the older waiting jobs of their own epochs (at most 63 rows each): admission
-    ``i`` at position ``:p{i}`` takes ``:r{i}`` off the base of the jobs of epoch ``:o{i}`` before it."""
+    ``i`` at position ``:p{i}`` takes ``:r{i}`` off the base of its tenant's (``:t{i}``) jobs of epoch ``:o{i}``
+    before it."""
     subs = " + ".join(
-        f"case when arrival_epoch = :o{i} and arrival_pos < :p{i} then :r{i} else 0 end" for i in range(n)
+        f"case when arrival_epoch = :o{i} and tenant = :t{i} and arrival_pos < :p{i} then :r{i} else 0 end"
+        for i in range(n)
     )
     owns = ", ".join(f":o{i}" for i in range(n))
     table = "job indexed by ix_job_rooms" if dialect == "sqlite" else "job"  # (SQLite may pick the older range)
@@ -307,7 +315,8 @@ OVERTAKE_FORGET_JOBS = f"update job set {UNNUMBERED} where lane = :l and state =
 OVERTAKE_FORGET_EPOCHS = "delete from lane_epoch where lane = :l"
 OVERTAKE_DROP_EMPTY_EPOCHS = (
     "delete from lane_epoch where lane = :l and not exists (select 1 from job j where j.lane = lane_epoch.lane "
-    f"and j.arrival_epoch = lane_epoch.epoch and j.{_NUMBERED.replace(' and ', ' and j.')})"
+    "and j.tenant = lane_epoch.tenant and j.arrival_epoch = lane_epoch.epoch "
+    f"and j.{_NUMBERED.replace(' and ', ' and j.')})"
 )
 OVERTAKE_DROP_EMPTY_EPOCHS_SQLITE = OVERTAKE_DROP_EMPTY_EPOCHS.replace(
     "from job j ", "from job j indexed by ix_job_rooms "
@@ -550,9 +559,12 @@ STATUS_HEAD_SQL = _head_sql(placed="")
 # Ledger.acquire), but for :own (one such job, whose own poll ticks): what a tick that will not run
 # them reads, reading past them in the index.
 GATED_HEAD_SQL = _head_sql("and (waiter is not null or id = :own) ")
-# Rule 12 (overtake.py): the oldest numbered waiting jobs, from the head of ix_job_arrival, read as candidates
-# besides the head once some room is short of a burst (a job the rooms hold back may pass only them).
-OVERTAKE_OLDEST = f"select {_COLS} from job where lane = :l and {_NUMBERED} order by arrival_pos limit :k"
+# Rule 12 (overtake.py): a tenant's oldest numbered waiting jobs, from the head of ix_job_tenant_arrival, read as
+# candidates besides the head once some room of its is short of a burst (a job its tenant's rooms hold back may
+# pass only them).
+OVERTAKE_OLDEST = (
+    f"select {_COLS} from job where lane = :l and tenant = :t and {_NUMBERED} order by arrival_pos limit :k"
+)
 # ... and with no :own job (a hand-off, a gate's or the watcher's tick): the same rows in the same order, read
 # from the head of ix_job_gated (migration 0013), a partial index holding exactly the waiting gated jobs on
 # (lane, finishing, prio, id), instead of walking ix_job_queue past every job nobody waits for (a lane with
@@ -816,7 +828,7 @@ AUDIT_TENANTS = "select lane, name, spent, ceiling, period_start from tenant"
 # every one has its epoch's counter.
 AUDIT_ROOMS = (
     "select j.id, j.lane, j.overtake_key, j.overtake_base - e.passed, j.arrival_epoch from job j "
-    "left join lane_epoch e on e.lane = j.lane and e.epoch = j.arrival_epoch "
+    "left join lane_epoch e on e.lane = j.lane and e.tenant = j.tenant and e.epoch = j.arrival_epoch "
     "where j.state = 'new' and j.arrival_pos > 0 and (e.epoch is null or j.overtake_base < e.passed) "
     "order by j.lane, j.arrival_pos limit 20"
 )

@@ -378,8 +378,8 @@ class Sim(PolicyView, BudgetPeriods, SlowWorker, Parking):
             result.slack_estimate_ratio = estimate_ratio(self.lane_queue.arrivals, self.lane_queue.backlog.q)
         if self.lane_queue is not None:  # a cycle back to this Sim: refcounting frees it, not a GC pass over the run
             self.lane_queue.sim = self.lane_queue.runs.sim = None
-            if self.lane_queue.rooms is not None:  # (its position_of is a method of the queue)
-                self.lane_queue.rooms.position = None
+            if self.lane_queue.rooms is not None:  # (its callbacks are methods of the queue)
+                self.lane_queue.rooms.release()
         return result
 
 

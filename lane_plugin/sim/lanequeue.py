@@ -22,7 +22,7 @@ from ..policy.order import priority
 from ..policy.overtake import overtake_key
 from ..policy.sizeclass import SIZE_CLASS_SAMPLE, size_class_boundary
 from ..policy.slack import UNBOUNDED, BacklogQuantile, slack_key
-from .rooms import EpochRooms, RoomTree
+from .rooms import EpochRooms, RoomTree, TenantRooms
 from .runs import RunBook
 
 WAITING = 0  # the engine's state code of a waiting job
@@ -132,12 +132,18 @@ class LaneQueue:
         self.by_age: list[tuple[int, int]] = []
         # Rule 12's exact per-job form (SimConfig.overtake_exact, an exploration: lane_plugin.policy.perjob): each
         # waiting job's own room, key - what passed it, by arrival number (None: the index heads above).
-        self.rooms: RoomTree | EpochRooms | None = None
+        # Kept per tenant (a job is charged only for its own tenant's passes), as the ledger keeps them; the
+        # one-queue baseline ignores tenants, so its rooms are the lane's.
+        self.rooms: TenantRooms | None = None
+        self.by_age_of: dict[str, list[tuple[int, int]]] = {}  # per tenant: the oldest waiting, as ix_job_arrival
+        self._tenanted = sim.policy == "lane"
         if sim.cfg.overtake_exact:
-            epoch = sim.cfg.overtake_epoch
-            self.rooms = (
-                RoomTree(self._position, 2 * len(sim.est) + 16) if epoch is None else EpochRooms(self._position, epoch)
-            )
+            epoch, n = sim.cfg.overtake_epoch, 2 * len(sim.est) + 16
+
+            def make(position_of):
+                return RoomTree(position_of, n) if epoch is None else EpochRooms(position_of, epoch)
+
+            self.rooms = TenantRooms(make, self._position, self._tenant)
 
     def prio(self, j: int) -> float:
         """Job ``j``'s place, given once (at intake, by the boundary known then and whether its run is
@@ -187,14 +193,22 @@ class LaneQueue:
             self.waiting_rate -= self.sim.rate[j]
             self.left_rate += self.sim.rate[j]
             if self.rooms is not None:
-                self.rooms.clear(self.seq[j])
-                if leased and self.sim.job_id(j) not in self.uncharged:  # it passed every older job still waiting
-                    self.rooms.lower(self.seq[j], self.sim.rate[j])
+                tenant = self.tenant_of(j)
+                self.rooms.clear(tenant, self.seq[j])
+                if leased and self.sim.job_id(j) not in self.uncharged:  # it passed its tenant's older jobs waiting
+                    self.rooms.lower(tenant, self.seq[j], self.sim.rate[j])
 
     def _position(self, job_id: str) -> int | None:
         """A waiting job's arrival number from its id (the rooms' position; None: not waiting)."""
         j = int(job_id[1:])
         return self.seq.get(j) if self.sim.state[j] == WAITING else None
+
+    def tenant_of(self, j: int) -> str:
+        """Whose rooms job ``j`` counts in: its tenant (the one-queue baseline: the lane's one)."""
+        return (self.sim.trace.tenant[j] or DEFAULT_TENANT) if self._tenanted else DEFAULT_TENANT
+
+    def _tenant(self, job_id: str) -> str:
+        return self.tenant_of(int(job_id[1:]))
 
     def _first(self, heap: list, n: int) -> list:
         """The first ``n`` live entries of one of the budget's heaps, in order (they stay in it)."""
@@ -233,6 +247,18 @@ class LaneQueue:
         """The ``n`` waiting jobs that entered the queue first, in that order."""
         return [j for _, j in self._first(self.by_age, n)]
 
+    def oldest_held(self, n: int, burst: int) -> list[int]:
+        """The ``n`` oldest waiting jobs of each tenant some of whose rooms are short of ``burst`` (the per-job
+        rooms: a job its tenant's rooms hold back may pass only them; the ledger's per-tenant read of
+        ix_job_tenant_arrival)."""
+        assert self.rooms is not None
+        out: list[int] = []
+        for tenant, rooms in self.rooms.by.items():
+            room = rooms.least(0, self.arrived + 1)
+            if room is not None and room < burst:
+                out += [j for _, j in self._first(self.by_age_of.get(tenant, []), n)]
+        return out
+
     def push(self, j: int) -> None:
         sim = self.sim
         p = self._prio.get(j)
@@ -258,7 +284,9 @@ class LaneQueue:
                 key = overtake_key(self.waiting_rate, self.beta)
             heappush(self.by_key, (key, n, j))
             if self.rooms is not None:
-                self.rooms.set(n, key)
+                tenant = self.tenant_of(j)
+                self.rooms.set(tenant, n, key)
+                heappush(self.by_age_of.setdefault(tenant, []), (n, j))
             heappush(self.by_age, (n, j))
             self.waiting_rate += sim.rate[j]
         if self._biggest:

@@ -109,9 +109,7 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
     late: list = []
     if q.rooms is not None:  # the exact per-job form: each job's own room, no heads (policy.perjob, an exploration)
         snap = replace(snap, rooms=q.rooms)
-        room = q.rooms.least(0, q.arrived + 1)
-        if room is not None and room < q.policy.burst_tokens:
-            late = [q.candidate(j) for j in q.oldest(k)]
+        late = [q.candidate(j) for j in q.oldest_held(k, q.policy.burst_tokens)]
     elif q.on:
         guard = q.guard(k + 2)
         oldest = q.oldest(k)
@@ -143,7 +141,7 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
             for job_id, amount in decision.exempt:
                 position = q.rooms.position(job_id)
                 if position is not None:
-                    q.rooms.give_back(position, amount)
+                    q.rooms.give_back(q.rooms.tenant(job_id), position, amount)
         q.started(book.record(decision, admitted, now))
         for j in parked:
             sim.park(j, now)

@@ -247,3 +247,74 @@ class EpochRooms:
             if base is not None:
                 best = base - counter if best is None else min(best, base - counter)
         return best
+
+
+class TenantRooms:
+    """Rooms kept per tenant (what :class:`lane_plugin.policy.perjob.Rooms` gives): one :class:`RoomTree` or
+    :class:`EpochRooms` per tenant, positions the lane's arrival order; an admission lowers only its own tenant's.
+
+    ``make``: a new tenant's structure, given ``position_of``; ``position_of``: a waiting job's position from its id;
+    ``tenant_of``: its tenant.
+
+    Example:
+        >>> r = TenantRooms(lambda position_of: RoomTree(position_of), lambda jid: None, lambda jid: "a")
+        >>> r.set("a", 0, 50); r.set("b", 1, 900); r.set("a", 2, 400)
+        >>> r.lower("a", 2, 30); r.least(0, 3, "a"), r.least(0, 3, "b"), r.least_any(0, 3)   # b was not passed
+        (20, 900, 20)
+    """
+
+    def __init__(
+        self,
+        make: Callable[[Callable[[str], int | None]], RoomTree | EpochRooms],
+        position_of: Callable[[str], int | None],
+        tenant_of: Callable[[str], str],
+    ) -> None:
+        self.make, self.position, self.tenant = make, position_of, tenant_of
+        self.by: dict[str, RoomTree | EpochRooms] = {}
+
+    def _of(self, tenant: str) -> RoomTree | EpochRooms:
+        rooms = self.by.get(tenant)
+        if rooms is None:
+            rooms = self.by[tenant] = self.make(self.position)
+        return rooms
+
+    def set(self, tenant: str, position: int, room: int) -> None:
+        """A job of ``tenant`` arrives at ``position`` with ``room``."""
+        self._of(tenant).set(position, room)
+
+    def clear(self, tenant: str, position: int) -> None:
+        """The job of ``tenant`` at ``position`` stops waiting."""
+        self._of(tenant).clear(position)
+
+    def lower(self, tenant: str, position: int, rate: int) -> None:
+        """A job of ``tenant`` at ``position`` is admitted with ``rate``: its tenant's older waiting jobs were passed."""
+        self._of(tenant).lower(position, rate)
+
+    def give_back(self, tenant: str, position: int, amount: int) -> None:
+        """The job of ``tenant`` at ``position`` was passed by ``amount`` while it could not go."""
+        self._of(tenant).give_back(position, amount)
+
+    def least(self, lo: int, hi: int, tenant: str) -> int | None:
+        """The least room of ``tenant``'s waiting jobs with ``lo <= position < hi``."""
+        rooms = self.by.get(tenant)
+        return None if rooms is None else rooms.least(lo, hi)
+
+    def least_any(self, lo: int, hi: int) -> int | None:
+        """The least room of any tenant's waiting jobs with ``lo <= position < hi``."""
+        found = [r for r in (rooms.least(lo, hi) for rooms in self.by.values()) if r is not None]
+        return min(found, default=None)
+
+    def release(self) -> None:
+        """Drop the callbacks (methods of the lane's queue): the run is freed by refcounting, not by a collector."""
+        self.position = self.tenant = None  # type: ignore[assignment]
+        for rooms in self.by.values():
+            rooms.position = None  # type: ignore[assignment]
+
+    @property
+    def costs(self) -> dict[str, int]:
+        """The epochs' costs summed over the tenants (:attr:`EpochRooms.costs`; empty for trees)."""
+        total: dict[str, int] = {}
+        for rooms in self.by.values():
+            for k, v in getattr(rooms, "costs", {}).items():
+                total[k] = max(total.get(k, 0), v) if k.startswith("max_") else total.get(k, 0) + v
+        return total

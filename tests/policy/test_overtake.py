@@ -36,24 +36,30 @@ def _jobs(rng: random.Random, burst: int, n: int, load: float):
 
 
 class _Rooms:
-    """Each waiting job's room (key - what passed it) by arrival position, kept one by one (policy.perjob.Rooms)."""
+    """Each waiting job's room (key - what passed it) by arrival position, kept one by one (policy.perjob.Rooms):
+    per tenant, as the ledger keeps them (an admission lowers the rooms of its own tenant's older jobs)."""
 
     def __init__(self) -> None:
         self.room: dict[int, int] = {}
+        self.of: dict[int, str] = {}  # position -> tenant (default: "default")
 
     def position(self, job_id: str) -> int | None:
         p = int(job_id[1:])
         return p if p in self.room else None
 
-    def least(self, lo: int, hi: int) -> int | None:
-        rooms = [r for p, r in self.room.items() if lo <= p < hi]
+    def tenant(self, job_id: str) -> str:
+        return self.of.get(int(job_id[1:]), "default")
+
+    def least(self, lo: int, hi: int, tenant: str = "default") -> int | None:
+        rooms = [r for p, r in self.room.items() if lo <= p < hi and self.of.get(p, "default") == tenant]
         return min(rooms) if rooms else None
 
     def admitted(self, job_id: str, rate: int) -> None:
         p = int(job_id[1:])
         del self.room[p]
+        mine = self.of.get(p, "default")
         for q in self.room:
-            if q < p:
+            if q < p and self.of.get(q, "default") == mine:
                 self.room[q] -= rate
 
 
@@ -67,13 +73,15 @@ def _run(
     dues=False,
     exact=False,
     either=False,
+    own: dict | None = None,
 ):
     """Admit every second; returns, per job, V at arrival and the rate tokens admitted ahead of it.
 
     ``keyer``: a job's key from V at its arrival (rule 12's quantile form, tests/policy/test_slack.py) instead of
     ``overtake_key(V, beta)``; ``dues``: the snapshot gives the slack's second bound too (``since``, ``dues``);
     ``exact``: each job's own room instead of the heads (rule 12's per-job form, tests/policy/test_perjob.py);
-    ``either`` (with ``dues``): the guard's rows carry their dues, each job within either of its allowances."""
+    ``either`` (with ``dues``): the guard's rows carry their dues, each job within either of its allowances.
+    ``own``: filled with each job's ``(V, tokens ahead)`` counted within its own tenant (what per-job rooms bound)."""
     on = beta is not None or keyer is not None
     rng = random.Random(seed)
     policy = LanePolicy(
@@ -87,6 +95,9 @@ def _run(
     pos: dict[str, int] = {}
     window: list[tuple[int, int]] = []
     v, start, ahead, due = {}, {}, {}, {}
+    tenant_rate: dict[str, int] = {}  # rate tokens waiting, per tenant
+    tenant_total: dict[str, int] = {}  # rate tokens admitted so far, per tenant
+    own_start: dict[str, tuple[int, int]] = {}
     rooms = _Rooms() if exact else None
     i, now = 0, 0
     while len(ahead) < len(jobs):
@@ -99,8 +110,10 @@ def _run(
                 pos[jid] = left + waiting_rate
                 due[jid] = left + keys[jid]
                 if rooms is not None:
-                    rooms.room[i] = keys[jid]
+                    rooms.room[i], rooms.of[i] = keys[jid], tenant
             waiting[jid] = Candidate(jid, est, float(at), tenant=tenant)
+            own_start[jid] = (tenant_rate.get(tenant, 0), tenant_total.get(tenant, 0))
+            tenant_rate[tenant] = tenant_rate.get(tenant, 0) + est
             waiting_rate += est
             i += 1
         window = [(s, r) for s, r in window if s > now - WINDOW]
@@ -135,6 +148,10 @@ def _run(
             served[c.tenant] += c.est / weights[c.tenant]
             ahead[c.id] = admitted_total - start[c.id]
             admitted_total += c.est
+            if own is not None:
+                own[c.id] = (own_start[c.id][0], tenant_total.get(c.tenant, 0) - own_start[c.id][1])
+            tenant_rate[c.tenant] -= c.est
+            tenant_total[c.tenant] = tenant_total.get(c.tenant, 0) + c.est
         now += 1
     return v, ahead
 
