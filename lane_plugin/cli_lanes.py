@@ -138,7 +138,7 @@ def lanes_set(
     overtake_slack: Optional[str] = typer.Option(
         None,
         help="Rule 12: keep the p99 of the tokens admitted ahead of a job within this many times first come, first "
-        "served's (1 to 10, e.g. 1.25; 'off', the default, turns it off). It binds once it has learned the lane's "
+        "served's (1 to 10; default 1.25; 'off' turns it off). It binds once it has learned the lane's "
         "p99 backlog from a day of arrivals. docs/admission.md.",
     ),
     overtake_q: Optional[str] = typer.Option(

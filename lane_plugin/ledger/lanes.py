@@ -326,7 +326,10 @@ def write_lane_settings(
         if clean["fallback"] == name:
             raise InvalidInput("fallback", clean["fallback"], "a lane cannot fall back to itself")
         read_lane(cur, clean["fallback"])
-    clean.update(overtake.setting_change(None if current is None else current.overtake_slack, clean, now))
+    if current is None:  # a new lane has the rule's default unless set: it starts its learning day now
+        clean.update(overtake.setting_change(None, {"overtake_slack": NEW_LANE["overtake_slack"], **clean}, now))
+    else:
+        clean.update(overtake.setting_change(current.overtake_slack, clean, now))
     if current is None:
         checks.new_lane_name(name)
         row = {**NEW_LANE, **clean, "name": name, "updated_at": now}

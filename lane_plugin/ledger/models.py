@@ -1,4 +1,4 @@
-"""The ledger's tables, as SQLModel classes.
+"""The ledger's tables, as SQLModel classes (the sliding windows' own in :mod:`.window_models`).
 
 These classes are the schema's source of truth: the Alembic migrations shipped
 in ``lane_plugin/ledger/migrations`` create exactly this (a test compares them on
@@ -362,50 +362,6 @@ class LaneRun(SQLModel, table=True):
     expires_at: Optional[float] = Field(default=None)
 
 
-class RateCharge(SQLModel, table=True):
-    """What one admission charged the provider's rate limiter, while it is in the sliding window."""
-
-    __tablename__ = "rate_charge"
-    __table_args__ = (Index("ix_rate_charge_lane_at", "lane", "at"),)
-
-    job_id: str = Field(primary_key=True, max_length=64)
-    attempt: int = Field(primary_key=True)
-    lane: str = Field(max_length=64)
-    at: float  # counted from here: the grant (+ send slack), moved to the pick-up
-    cost: int = _big()
-    sent: bool = Field(default=True, sa_column_kwargs={"server_default": sa.true()})  # false: handed, not picked up
-
-
-class LaneLimit(SQLModel, table=True):
-    """One of a lane's limits over ``requests``, ``input_tokens`` or ``output_tokens`` (policy.limits), with
-    its sliding window's counter, kept as ``lane.window_used`` is for the ``tokens`` limit."""
-
-    __tablename__ = "lane_limit"
-    __table_args__ = (CheckConstraint("amount > 0 and window_seconds > 0 and used >= 0", name="ck_lane_limit"),)
-
-    lane: str = Field(primary_key=True, max_length=64)
-    unit: str = Field(primary_key=True, max_length=16)
-    amount: int = _big()
-    window_seconds: float
-    used: int = _big(default=0)  # the cost of the limit_charge rows of this unit still in its window
-    window_start: float = Field(default=0.0)  # charges at or before this were pruned from the window
-
-
-class LimitCharge(SQLModel, table=True):
-    """What one admission counted against one of its lane's limits, while it is in that limit's window."""
-
-    __tablename__ = "limit_charge"
-    __table_args__ = (Index("ix_limit_charge_lane_unit_at", "lane", "unit", "at"),)
-
-    job_id: str = Field(primary_key=True, max_length=64)
-    attempt: int = Field(primary_key=True)
-    unit: str = Field(primary_key=True, max_length=16)
-    lane: str = Field(max_length=64)
-    at: float
-    cost: int = _big()
-    sent: bool = Field(default=True, sa_column_kwargs={"server_default": sa.true()})
-
-
 class RunProfile(SQLModel, table=True):
     """What runs of a lane needed after each stage, learned from finished runs (policy.fit_runs)."""
 
@@ -457,5 +413,8 @@ class LaneEpoch(SQLModel, table=True):
     epoch: int = Field(primary_key=True, sa_type=BigInteger)
     passed: int = Field(default=0, sa_type=BigInteger, sa_column_kwargs={"server_default": "0"})
 
+
+# The sliding windows' tables live beside these (window_models): imported here so ``metadata`` holds them too.
+from .window_models import LaneLimit, LimitCharge, RateCharge  # noqa: E402, F401
 
 metadata = SQLModel.metadata

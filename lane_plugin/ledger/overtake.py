@@ -1,7 +1,7 @@
 """Rule 12 in the ledger: each waiting job's room, kept per arrival epoch (lane setting ``overtake_slack``).
 
-With ``overtake_slack = c`` set on a lane (``lane lanes set LANE --overtake-slack 1.25``; off by default), a
-job that enters its queue waits to be numbered (``arrival_pos = -1``, :data:`PENDING`); the lane's next tick,
+With ``overtake_slack = c`` set on a lane (1.25 by default; ``lane lanes set LANE --overtake-slack off`` turns it
+off), a job that enters its queue waits to be numbered (``arrival_pos = -1``, :data:`PENDING`); the lane's next tick,
 under its lock and before it admits anything, numbers those jobs in the order they entered (:func:`number`):
 each gets its *position* and a key, ``max((c - 1) V, c Q - V)`` (:func:`lane_plugin.policy.slack.slack_key`),
 ``V`` the rate tokens waiting before it and ``Q`` the lane's p99 of ``V`` learned from a day of its arrivals

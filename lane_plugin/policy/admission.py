@@ -64,7 +64,7 @@ Rules, in order (docs/admission.md, "The rules in full"):
     first, each tenant's own jobs in rule 7's order); a tenant with a budget keeps its ``spent`` plus its
     leased estimates plus ``est`` at or under its ceiling: a job it keeps out holds no shadow and blocks
     no other tenant, and without a tenant period, a job its ``spent`` alone leaves no room for is parked;
-12. the overtaking budget (:mod:`lane_plugin.policy.overtake`; a lane's ``overtake_slack``, off by default): a job
+12. the overtaking budget (:mod:`lane_plugin.policy.overtake`; a lane's ``overtake_slack``, 1.25 by default): a job
     admitted while an older one waits is allowed only while what younger jobs took ahead of the oldest waiting job
     (``passed``), with it, stays at most every waiting job's key (``beta`` times the rate tokens it found
     waiting); a job it keeps out holds no shadow. So at most ``(1 + beta) V`` rate tokens are admitted

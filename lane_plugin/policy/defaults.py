@@ -28,10 +28,10 @@ LANE_DEFAULTS: dict[str, Any] = dict(
     stopped=False,
     rate_basis="request",
     headroom_sigmas=2.0,
-    # Rule 12 (lane_plugin.policy.slack): the lane's p99 of rate tokens ahead of a job within c x token-fifo's, from
-    # its second day (the first it learns the p99 backlog; lane_plugin.ledger.overtake). None: off, the default
-    # (docs/admission.md, "Why it is not on by default").
-    overtake_slack=None,
+    # Rule 12 (lane_plugin.policy.slack): the lane's p99 of rate tokens ahead of a job within 1.25x token-fifo's (each
+    # tenant's own jobs), from its second day (the first it learns the p99 backlog; lane_plugin.ledger.overtake).
+    # None: off, the order alone.
+    overtake_slack=1.25,
 )
 # Settings added after the first schema: migration 0001 writes DEFAULT_LANES without them and
 # their own migration adds the column with the default above.

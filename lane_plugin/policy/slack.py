@@ -62,21 +62,18 @@ lane's ``q``-quantile wait is at most ``c (mu / mu') (F_q + window_seconds) + 2 
 token-fifo's ``q``-quantile wait: ``c`` times it up to the largest rate cost's share of the burst and three
 windows.
 
-*What it costs, and why it is off by default.* The ledger runs this form charged per job, each waiting job's own
-count of what passed it (:mod:`lane_plugin.policy.perjob`, kept per arrival epoch by
-:mod:`lane_plugin.ledger.overtake`), with ``Q`` refit from the lane's last day of arrivals; a lane turns it on with ``overtake_slack`` (docs/admission.md,
-"In the ledger"). Measured (``benchmarks/bench_slack.py``, c = 1.25,
-p50 / p99 as multiples of token-fifo's): with ``Q`` learned from a day like it, both targets hold on both traces
-with one tenant and three (Azure 0.48 / 1.23 and 0.38 / 1.26; Mooncake 0.08 / 1.12 and 0.08 / 1.23). On a fresh
-lane, the running estimate costs the p50 where the backlog grows through the run (Azure 0.91x: the running p99 is
-the present backlog, so the keys are the pointwise ones), and the pointwise keys hold a tenant back behind the
-backlog it arrives to: with the rule on for every lane, the ledger's own tests of the tenant order fail (the
-backfill-vs-interactive case leases the 5 interactive jobs at 6, 10, 17, 21 and 25 against "within the first 20";
-weights 3:1 give the heavier tenant 46 of 80 admissions against 58-62). The bound against token-fifo and the fair
-share pull against each other until ``Q`` is learned, so the ledger's rule binds nothing on its learning day (the
-lane's first day runs in the order alone) and binds from the day after with ``Q`` learned, where the same tenant
-cases come out as with the rule off. Off by default: docs/admission.md says what was measured with it on (a stage
-of a run under way is neither held nor charged: held, a budget-bound week of multi-stage runs stalled).
+*What it costs, and why it is on by default* (c = 1.25, ``LANE_DEFAULTS["overtake_slack"]``). The ledger runs
+this form charged per job, each waiting job's own count of what passed it (:mod:`lane_plugin.policy.perjob`, kept
+per arrival epoch and per tenant by :mod:`lane_plugin.ledger.overtake`), with ``Q`` refit from the lane's last day
+of arrivals (docs/admission.md, "In the ledger"). The running estimate costs the p50 where the backlog grows
+through the run (Azure code trace 0.91x token-fifo's: the running p99 is the present backlog, so the keys are the
+pointwise ones), so the ledger's rule binds nothing on its learning day (the lane's first day runs in the order
+alone) and binds from the day after with ``Q`` learned. Measured with ``Q`` learned from a day like it
+(``benchmarks/bench_targets.py``, p50 / p99 as multiples of token-fifo's): Azure 0.48 / 1.23, Mooncake 0.08 / 1.12,
+as with the order alone on these two traces, with the bound now by construction on any other. Charged per
+tenant, it leaves the fair merge's shares and service-gap bound as they are (weights 3:1: gaps 15.4k and 285k, as
+off). A stage of a run under way is neither held nor charged (held, a budget-bound week of multi-stage runs
+stalled: docs/admission.md).
 """
 
 from __future__ import annotations

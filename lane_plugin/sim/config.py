@@ -67,8 +67,8 @@ class SimConfig:
     # None: off (an exploration; the ledger runs the quantile form below).
     overtake_beta: float | None = None
     # Rule 12's quantile form (lane_plugin.policy.slack), the ledger's: keys max((c - 1) V, c Q - V), Q the lane's
-    # p99 of V, so the lane's p99 of tokens ahead stays within c x token-fifo's. Off (None) by default, as in the
-    # ledger (LANE_DEFAULTS["overtake_slack"]).
+    # p99 of V, so the lane's p99 of tokens ahead stays within c x token-fifo's. On by default, as in the ledger
+    # (LANE_DEFAULTS["overtake_slack"], 1.25); None: off (the order alone).
     overtake_slack: float | None = D["overtake_slack"]
     # Which of the lane's days with the rule on the run is, when Q is not given (overtake_learned None):
     # 2 (the default) its second day on, as the ledger runs from then: Q learned from a first replay of the same

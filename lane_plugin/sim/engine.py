@@ -26,7 +26,7 @@ Model (the ledger's semantics):
   reset; trace time 0 is a UTC midnight); overspend is counted per period;
 - with ``deadline`` set, a job still waiting that long after it was
   submitted is parked (the tail);
-- with rule 12 on (``SimConfig.overtake_slack``, off by default as in the ledger), the ``lane`` policy runs a lane's
+- with rule 12 on (``SimConfig.overtake_slack``, 1.25 by default as in the ledger), the ``lane`` policy runs a lane's
   second day: ``Q`` learned from a first replay of the same traffic run as its learning day (:func:`second_day`).
 
 Ticks happen at every submission, completion, lease expiry and worker wake,

@@ -254,11 +254,8 @@ def test_limits_are_set_shown_and_dropped_from_the_cli(run):
     assert "limits: tokens 30000/60s (used 0), output_tokens 8000/60s (used 0)" in status
 
 
-def test_rule_12_is_off_for_a_new_lane_and_learns_from_when_it_is_turned_on(run):
+def test_rule_12_is_on_for_a_new_lane_learning_from_its_creation_and_off_turns_it_off(run):
     out = " ".join(run("lanes", "set", "fresh", "--create", "--ceiling", "1000", "--allowance", "2000").stdout.split())
-    assert "rule 12" not in out, out
-    assert json.loads(run("status", "fresh", "--json").stdout)["overtake_slack"] is None
-    out = " ".join(run("lanes", "set", "fresh", "--overtake-slack", "1.25").stdout.split())
     assert "rule 12: p99 of tokens ahead within 1.25x first come, first served's" in out, out
     assert "learning the p99 backlog from the arrivals until" in out, out
     data = json.loads(run("status", "fresh", "--json").stdout)
@@ -267,9 +264,16 @@ def test_rule_12_is_off_for_a_new_lane_and_learns_from_when_it_is_turned_on(run)
     assert "rule 12" not in out, out
     data = json.loads(run("status", "fresh", "--json").stdout)
     assert (data["overtake_slack"], data["overtake_since"]) == (None, None)
+    out = " ".join(run("lanes", "set", "fresh", "--overtake-slack", "1.5").stdout.split())
+    assert "within 1.5x" in out and "learning the p99 backlog from the arrivals until" in out, out
 
 
 def test_lanes_set_says_rule_12_learns_a_day_before_it_binds_and_takes_a_seed(run, env):
+    # lane free of a new ledger: on by migration 0020, its learning day starts at its first refit (the ledger's clock)
+    run("db", "upgrade")
+    out = " ".join(run("status", "free").stdout.split())
+    assert "learning the p99 backlog from the lane's next refit on: binds a day later" in out, out
+    run("lanes", "set", "free", "--overtake-slack", "off")
     out = " ".join(run("lanes", "set", "free", "--overtake-slack", "1.25").stdout.split())
     assert "rule 12: p99 of tokens ahead within 1.25x first come, first served's" in out, out
     assert "learning the p99 backlog from the arrivals until 20" in out and "binds once learned" in out, out

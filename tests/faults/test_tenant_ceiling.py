@@ -39,7 +39,7 @@ def url(request, tmp_path):
 
 # Rule 12 (I7): numbered waiting jobs passed by more than their key (their room below zero), sampled.
 OVERPASSED = (
-    "select count(*) from job j join lane_epoch e on e.lane = j.lane and e.epoch = j.arrival_epoch "
+    "select count(*) from job j join lane_epoch e on e.lane = j.lane and e.tenant = j.tenant and e.epoch = j.arrival_epoch "
     "where j.state = 'new' and j.arrival_pos > 0 and j.overtake_base < e.passed"
 )
 

@@ -311,3 +311,56 @@ def test_0018_counts_a_lane_with_rule_12_on_as_on_since_long_ago_and_downgrades(
         assert probe.revision() == "0017"
     finally:
         probe.close()
+
+
+def test_0019_numbers_the_waiting_jobs_again_with_rooms_per_tenant_and_downgrades(ledger_url, clock):
+    """A ledger at 0018 with rule 12 on in lane free and a job numbered there (its room kept lane-wide): after the
+    upgrade it waits to be numbered again (-1), the lane-wide counters are gone, and the next tick numbers it into
+    its tenant's epoch and leases it; the downgrade numbers the waiting ones again under the lane-wide key."""
+    from lane_plugin.ledger.db import Database
+    from lane_plugin.ledger.schema import upgrade
+    from lane_plugin.ledger.url import parse_url
+
+    db = Database(parse_url(ledger_url))
+    upgrade(db, "0018")
+    db._checked = True
+
+    def seed(cur):
+        cur.execute("update lane set overtake_slack = 1.25, overtake_q = 0, overtake_since = 0 where name = 'free'")
+        cur.execute(
+            "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, created_at, "
+            "wait_since, tenant, arrival_pos, arrival_epoch, overtake_key, overtake_base, arrival_v) "
+            "values ('old', 'free', 's', 100, 0, 'new', 1, 0, 0, :t, :t, 'team-a', 7, 0, 50, 40, 200)",
+            {"t": clock.t},
+        )
+        cur.execute("insert into lane_epoch (lane, epoch, passed) values ('free', 0, 30)")
+
+    db.transaction(seed)
+    db.close()
+    row = "select arrival_pos, arrival_epoch, overtake_base from job where id = 'old'"
+    led = Ledger(ledger_url, clock=clock)
+    try:
+        assert led.upgrade() == HEAD_REVISION
+        assert led.rows(row)[1] == [(-1, None, None)]
+        assert led.rows("select count(*) from lane_epoch")[1] == [(0,)]
+        waiting = led.submit("s", 100, "free", tenant="team-b")
+        clock.t += 1.0
+        leased = {x.job_id for x in led.tick("free")}
+        assert leased == {"old", waiting}
+        assert led.audit() == []
+        queued = led.submit("s", 100, "free", tenant="team-a")
+        led.set_lane("free", max_leased=2)  # (two leased: the next one waits)
+        clock.t += 1.0
+        assert led.tick("free") == []
+        tenants = led.rows("select tenant, epoch from lane_epoch where lane = 'free'")[1]
+        assert [t for t, _ in tenants] == ["team-a"], tenants
+    finally:
+        led.close()
+    _downgrade(ledger_url, "0018")
+    probe = Database(parse_url(ledger_url))
+    try:
+        assert probe.revision() == "0018"
+        found = probe.transaction(lambda cur: cur.all(f"select arrival_pos from job where id = '{queued}'"))
+        assert found == [(-1,)]
+    finally:
+        probe.close()

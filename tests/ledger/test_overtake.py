@@ -21,6 +21,7 @@ def _lane(led, **settings):
     settings.setdefault("overtake_slack", None)
     if settings.get("overtake_slack") is not None:
         settings.setdefault("overtake_q", 0)
+        led.set_lane("free", overtake_slack=None)  # (on by default: turned on now, its learning day starts now)
     return led.set_lane(
         "free",
         **{

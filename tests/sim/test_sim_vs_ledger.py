@@ -48,6 +48,9 @@ CFG = dict(
     service_base=3.0,
     service_per_token=0.01,
     period_seconds=None,
+    # Rule 12 is on by default; a new lane runs its learning day (no Q yet), so the simulator runs that day too
+    # (its default, the second day, would learn Q from a first replay the ledger's lane never had).
+    overtake_day=1,
 )
 
 
@@ -108,8 +111,8 @@ def test_ledger_admits_what_the_simulator_admits(tmp_path, case, monkeypatch):
         assert {"requests", "input_tokens"} <= set(sim.limit_held)  # each limit held the queue at some tick
     if "overtake_slack" in case:
         assert "overtake=True" in rules  # a job's room held a pass back
-    else:  # the default: rule 12 off, as the ledger's new lane below
-        assert cfg.overtake_slack is None and "overtake=True" not in rules
+    else:  # the default: rule 12 on, its learning day (keys unbounded), as the ledger's new lane below
+        assert cfg.overtake_slack == 1.25 and "overtake=True" not in rules
     if "overtake_slack" in case and cfg.lease_seconds < 1_000:
         assert "uncharged=True" in rules  # a stage of a run under way passed older jobs, uncharged
 
