@@ -364,3 +364,59 @@ def test_0019_numbers_the_waiting_jobs_again_with_rooms_per_tenant_and_downgrade
         assert found == [(-1,)]
     finally:
         probe.close()
+
+
+def test_0020_turns_rule_12_on_for_every_lane_with_it_off_learning_from_its_next_refit_and_downgrades(
+    ledger_url, clock
+):
+    """A ledger at 0019: free has rule 12 on with a Q learned, paid has it off and a job waiting. After the upgrade
+    free is as it was; paid has the default slack, no Q and no date, and its next refit starts its learning day by
+    the ledger's clock (not the migrating host's); its waiting job is leased (numbered by that refit's sweep); a
+    lane created later learns from its creation; down to 0019 the slack stays."""
+    from lane_plugin.ledger.db import Database
+    from lane_plugin.ledger.schema import upgrade
+    from lane_plugin.ledger.url import parse_url
+    from lane_plugin.policy import LANE_DEFAULTS
+
+    db = Database(parse_url(ledger_url))
+    upgrade(db, "0019")
+    db._checked = True
+
+    def seed(cur):
+        cur.execute(
+            "update lane set overtake_slack = 1.5, overtake_q = 7000, overtake_since = 100.0 where name = 'free'"
+        )
+        cur.execute(
+            "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, created_at, "
+            "wait_since) values ('old', 'paid', 's', 100, 0, 'new', 1, 0, 0, :t, :t)",
+            {"t": clock.t},
+        )
+
+    db.transaction(seed)
+    db.close()
+    led = Ledger(ledger_url, clock=clock)
+    try:
+        assert led.upgrade() == HEAD_REVISION
+        free, paid = led.lane("free"), led.lane("paid")
+        assert (free.overtake_slack, free.overtake_q, free.overtake_since) == (1.5, 7000, 100.0)
+        assert (paid.overtake_slack, paid.overtake_q, paid.overtake_since) == (
+            LANE_DEFAULTS["overtake_slack"],
+            None,
+            None,
+        )
+        led.refit_runs("paid")
+        assert led.lane("paid").overtake_since == clock.t  # the ledger's clock
+        new = led.set_lane("new", ceiling=1_000, allowance=2_000)
+        assert (new.overtake_slack, new.overtake_since) == (LANE_DEFAULTS["overtake_slack"], clock.t)
+        assert [x.job_id for x in led.tick("paid")] == ["old"]
+        assert led.audit() == []
+    finally:
+        led.close()
+    _downgrade(ledger_url, "0019")
+    probe = Database(parse_url(ledger_url))
+    try:
+        assert probe.revision() == "0019"
+        slack = probe.transaction(lambda cur: cur.scalar("select overtake_slack from lane where name = 'paid'"))
+        assert slack == LANE_DEFAULTS["overtake_slack"]
+    finally:
+        probe.close()
