@@ -116,7 +116,7 @@ def tick(
     rooms = overtake.Rooms(cur, lane) if row.overtake_slack is not None else None  # rule 12, read on demand
     exempt: frozenset[str] = frozenset()
     if rooms is not None:
-        oldest = rooms.oldest(k=head_params["k"], burst=row.burst_tokens, have={r[0] for r in head})
+        oldest = rooms.oldest(k=head_params["k"], burst=row.burst_tokens, head=head)
         rooms.known(oldest)
         if gated:  # a job nobody waits for is not this tick's to lease: its room does not bind it (perjob)
             exempt = frozenset(r[0] for r in oldest if r[9] is None and r[0] != own)

@@ -120,15 +120,20 @@ def number(cur: Cursor, lane: str, *, slack: float, q: int | None) -> int:
         return 0
     waiting = int(cur.scalar(queries.OVERTAKE_WAITING_RATE, {"l": lane}))
     last = int(cur.scalar(queries.OVERTAKE_TAKE_ARRIVALS, {"l": lane, "n": len(pending)}))
-    counters: dict[tuple[str, int], int] = {}  # (tenant, epoch): its counter (the rooms are per tenant)
+    first = last - len(pending) + 1
+    # The (tenant, epoch) counters the batch is numbered into (the rooms are per tenant): created where missing and
+    # read in two statements, whatever the number of tenants.
+    pairs = sorted({(tenant, (first + i) // EPOCH) for i, (_, _, tenant) in enumerate(pending)})
+    params: dict[str, object] = {"l": lane}
+    for i, (tenant, epoch) in enumerate(pairs):
+        params[f"t{i}"], params[f"e{i}"] = tenant, epoch
+    cur.execute(queries.overtake_ensure_epochs(len(pairs)), params)
+    span = {"l": lane, "lo": first // EPOCH, "hi": last // EPOCH}
+    counters = {(t, int(e)): int(p) for t, e, p in cur.all(queries.OVERTAKE_EPOCHS_PASSED, span)}
     rows = []
     for i, (job_id, rate, tenant) in enumerate(pending):
-        position = last - len(pending) + 1 + i
+        position = first + i
         epoch = position // EPOCH
-        if (tenant, epoch) not in counters:
-            at = {"l": lane, "t": tenant, "e": epoch}
-            cur.execute(queries.OVERTAKE_ENSURE_EPOCH, at)
-            counters[tenant, epoch] = int(cur.scalar(queries.OVERTAKE_EPOCH_PASSED, at))
         key = UNBOUNDED if q is None else slack_key(waiting, q, slack)
         base = key + counters[tenant, epoch]
         rows.append({"id": job_id, "p": position, "e": epoch, "k": key, "b": base, "v": waiting})
@@ -152,7 +157,7 @@ class Rooms:
         self.cur, self.lane = cur, lane
         self._positions: dict[str, int | None] = {}  # seeded from the head rows (:meth:`known`)
         self._tenants: dict[str, str] = {}
-        self._epochs: dict[str, _TenantEpochs] | None = None
+        self._epochs: dict[str, _TenantEpochs] = {}  # per tenant, read when first asked
         self._rows: dict[tuple[str, int], list[tuple[int, int]]] = {}  # (tenant, epoch) -> (position, base) waiting
 
     def known(self, rows: Iterable) -> None:
@@ -179,15 +184,14 @@ class Rooms:
             self._read(job_id)
         return self._tenants[job_id]
 
-    @property
-    def epochs(self) -> dict[str, _TenantEpochs]:
-        """Every epoch row of the lane, per tenant (one read)."""
-        if self._epochs is None:
-            found: dict[str, list[tuple[int, int, int | None]]] = {}
-            for t, e, p, b in self.cur.all(queries.OVERTAKE_EPOCHS, {"l": self.lane}):
-                found.setdefault(t, []).append((int(e), int(p), None if b is None else int(b)))
-            self._epochs = {t: _TenantEpochs(rows) for t, rows in found.items()}
-        return self._epochs
+    def epochs(self, tenant: str) -> _TenantEpochs:
+        """``tenant``'s epoch rows in the lane (one read, the first time a tick asks: only the head's tenants)."""
+        mine = self._epochs.get(tenant)
+        if mine is None:
+            found = self.cur.all(queries.OVERTAKE_EPOCHS, {"l": self.lane, "t": tenant})
+            rows = [(int(e), int(p), None if b is None else int(b)) for e, p, b in found]
+            mine = self._epochs[tenant] = _TenantEpochs(rows)
+        return mine
 
     def _epoch_rows(self, tenant: str, epoch: int) -> list[tuple[int, int]]:
         if (tenant, epoch) not in self._rows:
@@ -205,8 +209,10 @@ class Rooms:
 
     def least(self, lo: int, hi: int, tenant: str) -> int | None:
         """The least room of ``tenant``'s waiting numbered jobs with ``lo <= position < hi`` (None: none waits)."""
-        mine = self.epochs.get(tenant)
-        if lo >= hi or mine is None:
+        if lo >= hi:
+            return None
+        mine = self.epochs(tenant)
+        if not mine.rows:
             return None
         first, last = lo // EPOCH, (hi - 1) // EPOCH
         if first == last:  # one epoch, whole or in part
@@ -220,22 +226,23 @@ class Rooms:
             )
         return None if best >= NONE else best
 
-    def oldest(self, *, k: int, burst: int, have: set[str]) -> list:
-        """Head rows (:data:`queries.HEAD_SQL`'s columns) of the ``k`` oldest numbered waiting jobs not in ``have`` of
-        each tenant whose least room is short of ``burst`` (another's rooms cannot hold anything back). A job its
-        tenant's rooms refuse may still pass these (the oldest passes nobody): without them a head full of held
-        jobs would lease nothing. A gate's tick leases only the ones a waiter waits for; the others' rooms it
-        does not let bind (``LaneSnapshot.exempt``)."""
+    def oldest(self, *, k: int, burst: int, head: Sequence) -> list:
+        """Head rows (:data:`queries.HEAD_SQL`'s columns) of the ``k`` oldest numbered waiting jobs not in ``head``
+        of each tenant of ``head`` whose least room is short of ``burst`` (no other tenant's job is a candidate, and
+        its rooms hold nobody else back). A job its tenant's rooms refuse may still pass these (the oldest passes
+        nobody): without them a head full of held jobs would lease nothing. A gate's tick leases only the ones a
+        waiter waits for; the others' rooms it does not let bind (``LaneSnapshot.exempt``)."""
+        have = {r[0] for r in head}
         out = []
-        for tenant, mine in self.epochs.items():
-            if mine.whole(0, NONE) < burst:
+        for tenant in sorted({r[10] for r in head}):
+            if self.epochs(tenant).whole(0, NONE) < burst:
                 rows = self.cur.all(queries.OVERTAKE_OLDEST, {"l": self.lane, "t": tenant, "k": k})
                 out += [r for r in rows if r[0] not in have]
         return out
 
-    def first_epoch(self) -> int | None:
-        """The oldest epoch with a waiting numbered job, of any tenant (None: none waits)."""
-        firsts = [e for mine in self.epochs.values() if (e := mine.first()) is not None]
+    def first_epoch(self, tenants: Iterable[str]) -> int | None:
+        """The oldest epoch with a waiting numbered job of any of ``tenants`` (None: none waits)."""
+        firsts = [e for t in set(tenants) if (e := self.epochs(t).first()) is not None]
         return min(firsts, default=None)
 
 
@@ -280,15 +287,13 @@ def passed(
     back = [{"id": job_id, "x": x} for job_id, x in exempt]
     if back:  # (a parked one has left the queue: its row is not waiting, nothing is written)
         cur.executemany(queries.OVERTAKE_GIVE_BACK, back)
-    first = rooms.first_epoch()
-    if first is None:
-        return  # no numbered job waits: nobody was passed
     charges = []  # (its epoch, its position, its rate, its tenant); not numbered: as the youngest of its tenant
     for job_id, rate in admitted:
         p = rooms.position(job_id)
         charges.append(((1 << 62) if p is None else p // EPOCH, p, rate, rooms.tenant(job_id)))
-    if not charges:
-        return
+    first = rooms.first_epoch(c[3] for c in charges)
+    if first is None:
+        return  # no numbered job of theirs waits: nobody was passed
     params: dict[str, object] = {"l": lane, "lo": first, "top": max(c[0] for c in charges)}
     for i, (epoch, _, rate, tenant) in enumerate(charges):
         params[f"o{i}"], params[f"r{i}"], params[f"t{i}"] = epoch, rate, tenant

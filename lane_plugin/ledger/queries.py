@@ -247,10 +247,19 @@ OVERTAKE_PENDING = (
 )
 OVERTAKE_WAITING_RATE = f"select coalesce(sum(coalesce(rate_cost, est)), 0) from job where lane = :l and {_NUMBERED}"
 OVERTAKE_TAKE_ARRIVALS = "update lane set arrivals = arrivals + :n where name = :l returning arrivals"
-OVERTAKE_ENSURE_EPOCH = (
-    "insert into lane_epoch (lane, tenant, epoch, passed) values (:l, :t, :e, 0) on conflict do nothing"
+
+
+def overtake_ensure_epochs(n: int) -> str:
+    """The counter rows of ``n`` (tenant, epoch) pairs a batch of arrivals is numbered into, created at 0 where
+    missing, in one statement: parameters ``:l``, ``t0 e0``, ``t1 e1`` ..."""
+    rows = ", ".join(f"(:l, :t{i}, :e{i}, 0)" for i in range(n))
+    return f"insert into lane_epoch (lane, tenant, epoch, passed) values {rows} on conflict do nothing"
+
+
+# The counters of the epochs a batch is numbered into (consecutive positions: a few epochs, each tenant's rows).
+OVERTAKE_EPOCHS_PASSED = (
+    "select tenant, epoch, passed from lane_epoch where lane = :l and epoch >= :lo and epoch <= :hi"
 )
-OVERTAKE_EPOCH_PASSED = "select passed from lane_epoch where lane = :l and tenant = :t and epoch = :e"
 OVERTAKE_NUMBER_JOB = (
     "update job set arrival_pos = :p, arrival_epoch = :e, overtake_key = :k, overtake_base = :b, arrival_v = :v "
     "where id = :id and state = 'new'"
@@ -272,12 +281,12 @@ def overtake_number_jobs(n: int) -> str:
 OVERTAKE_POSITION = (
     "select case when state = 'new' and arrival_pos > 0 then arrival_pos end, tenant from job where id = :id"
 )
-# Each tenant's epochs, their counters and least bases: one head of ix_job_rooms per epoch row (a few dozen per
-# tenant, not the queue).
+# One tenant's epochs, their counters and least bases: one head of ix_job_rooms per epoch row (read only for the
+# tenants a tick's head holds).
 OVERTAKE_EPOCHS = (
-    "select e.tenant, e.epoch, e.passed, (select min(j.overtake_base) from job j where j.lane = e.lane "
+    "select e.epoch, e.passed, (select min(j.overtake_base) from job j where j.lane = e.lane "
     f"and j.tenant = e.tenant and j.arrival_epoch = e.epoch and j.{_NUMBERED.replace(' and ', ' and j.')}) "
-    "from lane_epoch e where e.lane = :l order by e.tenant, e.epoch"
+    "from lane_epoch e where e.lane = :l and e.tenant = :t order by e.epoch"
 )
 OVERTAKE_EPOCH_ROWS = (
     f"select arrival_pos, overtake_base from job where lane = :l and tenant = :t and arrival_epoch = :e and {_NUMBERED}"
@@ -289,7 +298,11 @@ def overtake_pass_epochs(n: int) -> str:
     (tenant ``:t{i}``, own epoch ``:o{i}``, rate ``:r{i}``) adds its rate to every epoch of its tenant from ``:lo``
     up to, not including, ``:o{i}``."""
     adds = " + ".join(f"case when tenant = :t{i} and epoch < :o{i} then :r{i} else 0 end" for i in range(n))
-    return f"update lane_epoch set passed = passed + {adds} where lane = :l and epoch >= :lo and epoch < :top"
+    tenants = ", ".join(f":t{i}" for i in range(n))  # (only the admitted jobs' tenants' rows are written)
+    return (
+        f"update lane_epoch set passed = passed + {adds} "
+        f"where lane = :l and tenant in ({tenants}) and epoch >= :lo and epoch < :top"
+    )
 
 
 def overtake_pass_own_epochs(n: int, dialect: str = "postgresql") -> str:
@@ -301,10 +314,11 @@ def overtake_pass_own_epochs(n: int, dialect: str = "postgresql") -> str:
         for i in range(n)
     )
     owns = ", ".join(f":o{i}" for i in range(n))
+    tenants = ", ".join(f":t{i}" for i in range(n))  # (ix_job_rooms leads with the tenant: a range per epoch)
     table = "job indexed by ix_job_rooms" if dialect == "sqlite" else "job"  # (SQLite may pick the older range)
     return (
         f"update {table} set overtake_base = overtake_base - ({subs}) where lane = :l and {_NUMBERED} "
-        f"and arrival_epoch in ({owns}) and arrival_pos < :pmax"
+        f"and tenant in ({tenants}) and arrival_epoch in ({owns}) and arrival_pos < :pmax"
     )
 
 

@@ -118,6 +118,10 @@ class LaneQueue:
         # The stages of runs under way the last tick admitted: rule 12 neither held them nor charges their passes.
         self.uncharged: frozenset[str] = frozenset()
         self.on = self.beta is not None or self.slack is not None
+        # The learning day: every key unbounded, so no room or head can hold a pass back and the admissions are the
+        # order's alone; the arrivals are numbered and their V kept (what Q is learned from), no rooms are kept.
+        self.learning = self.backlog is not None and self.learned is None and not self.running
+        self.binds = self.on and not self.learning
         self.by_due: list[tuple[int, int, int]] = []  # (left at arrival + key, arrival, job): the slack's second bound
         self.either = sim.cfg.overtake_either  # the guard's rows carry their dues (SimConfig.overtake_either)
         self.due: dict[int, int] = {}
@@ -137,7 +141,7 @@ class LaneQueue:
         self.rooms: TenantRooms | None = None
         self.by_age_of: dict[str, list[tuple[int, int]]] = {}  # per tenant: the oldest waiting, as ix_job_arrival
         self._tenanted = sim.policy == "lane"
-        if sim.cfg.overtake_exact:
+        if sim.cfg.overtake_exact and self.binds:
             epoch, n = sim.cfg.overtake_epoch, 2 * len(sim.est) + 16
 
             def make(position_of):
@@ -253,10 +257,12 @@ class LaneQueue:
         ix_job_tenant_arrival)."""
         assert self.rooms is not None
         out: list[int] = []
-        for tenant, rooms in self.rooms.by.items():
-            room = rooms.least(0, self.arrived + 1)
-            if room is not None and room < burst:
-                out += [j for _, j in self._first(self.by_age_of.get(tenant, []), n)]
+        for tenant, heap in self.by_age_of.items():
+            first = self._first(heap, n) if heap else ()  # (a tenant with nothing waiting: no read of its rooms)
+            if first:
+                room = self.rooms.least(0, self.arrived + 1, tenant)
+                if room is not None and room < burst:
+                    out += [j for _, j in first]
         return out
 
     def push(self, j: int) -> None:
@@ -278,16 +284,18 @@ class LaneQueue:
                 self.backlog.add(self.waiting_rate)
                 self.arrivals.append((self.waiting_rate, estimate))
                 self.arrived_at.append(sim.waiting_since[j])
-                heappush(self.by_due, (self.left_rate + key, n, j))
-                self.due[j] = self.left_rate + key
+                if self.binds:
+                    heappush(self.by_due, (self.left_rate + key, n, j))
+                    self.due[j] = self.left_rate + key
             else:
                 key = overtake_key(self.waiting_rate, self.beta)
-            heappush(self.by_key, (key, n, j))
             if self.rooms is not None:
                 tenant = self.tenant_of(j)
                 self.rooms.set(tenant, n, key)
                 heappush(self.by_age_of.setdefault(tenant, []), (n, j))
-            heappush(self.by_age, (n, j))
+            elif self.binds:  # the heads (an exploration)
+                heappush(self.by_key, (key, n, j))
+                heappush(self.by_age, (n, j))
             self.waiting_rate += sim.rate[j]
         if self._biggest:
             heappush(self.biggest, (-sim.est[j], j))

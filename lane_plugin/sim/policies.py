@@ -101,16 +101,16 @@ def select_lane(sim: Sim, now: float) -> tuple[list[int], int | bool]:
         overrun=q.overrun,
         spread=q.spread,
         limits=sim.limits.uses(now) if sim.limits else (),
+        rooms=q.rooms,  # rule 12's exact per-job form (None: off, or its learning day)
     )
     k = max(cfg.max_leased - sim.leased, 0) + HEAD_SLACK
     # The overtaking budget (rule 12): the least keys waiting and the oldest jobs, as the store reads two index
     # heads. While the budget has more room than the window could admit this tick it cannot bind: the oldest
     # need not be read as candidates (the snapshot still names them, so one read in the head goes in order).
     late: list = []
-    if q.rooms is not None:  # the exact per-job form: each job's own room, no heads (policy.perjob, an exploration)
-        snap = replace(snap, rooms=q.rooms)
+    if q.rooms is not None:  # the exact per-job form: each job's own room, no heads (policy.perjob)
         late = [q.candidate(j) for j in q.oldest_held(k, q.policy.burst_tokens)]
-    elif q.on:
+    elif q.binds:  # (on the learning day no key binds: the order alone)
         guard = q.guard(k + 2)
         oldest = q.oldest(k)
         passed = q.passed(oldest[0]) if oldest else 0

@@ -109,7 +109,9 @@ def test_a_tenant_ceiling_holds_under_concurrency_and_kill_9(url, tmp_path, slac
     assert monitor.violations == [] and monitor.errors == [], (monitor.violations[:5], monitor.errors[:5])
     [(admitted, _)] = led.rows(ADMITTED)[1]
     assert admitted <= CEILING and capped["reserved"] == 0
-    assert capped["spent"] >= CEILING - 300, capped  # the budget was really contended: spent up to its last job
+    # The budget was really contended: what admission let in reached its last job's room (spent alone need not:
+    # jobs settle at half to all of their estimate, and the leases held when the workers stop are reaped unbilled).
+    assert monitor.worst >= CEILING - 300, (monitor.worst, capped)
     ops = [read_json_lines(out)[-1] for out in outs if read_json_lines(out)]
     others = sum(t["spent"] for t in led.tenants("free") if t["tenant"] != "capped")
     assert others > 0  # the capped tenant's budget blocked no other tenant

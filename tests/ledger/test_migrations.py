@@ -358,6 +358,7 @@ def test_0019_numbers_the_waiting_jobs_again_with_rooms_per_tenant_and_downgrade
         led.close()
     _downgrade(ledger_url, "0018")
     probe = Database(parse_url(ledger_url))
+    probe._checked = True  # (a first transaction would upgrade it)
     try:
         assert probe.revision() == "0018"
         found = probe.transaction(lambda cur: cur.all(f"select arrival_pos from job where id = '{queued}'"))
@@ -372,7 +373,8 @@ def test_0020_turns_rule_12_on_for_every_lane_with_it_off_learning_from_its_next
     """A ledger at 0019: free has rule 12 on with a Q learned, paid has it off and a job waiting. After the upgrade
     free is as it was; paid has the default slack, no Q and no date, and its next refit starts its learning day by
     the ledger's clock (not the migrating host's); its waiting job is leased (numbered by that refit's sweep); a
-    lane created later learns from its creation; down to 0019 the slack stays."""
+    lane created later learns from its creation; down to 0019 a lane still learning at the default is off again (its
+    waiting jobs unnumbered), one with a Q keeps the rule."""
     from lane_plugin.ledger.db import Database
     from lane_plugin.ledger.schema import upgrade
     from lane_plugin.ledger.url import parse_url
@@ -412,11 +414,22 @@ def test_0020_turns_rule_12_on_for_every_lane_with_it_off_learning_from_its_next
         assert led.audit() == []
     finally:
         led.close()
+    led = Ledger(ledger_url, clock=clock)
+    try:
+        led.set_lane("paid", stopped=True)  # (it leases nothing: the job waits)
+        waiting = led.submit("s", 100, "paid")
+        led.tick("paid")  # numbers it (the learning day)
+        assert led.rows(f"select arrival_pos from job where id = '{waiting}'")[1] == [(2,)]
+    finally:
+        led.close()
     _downgrade(ledger_url, "0019")
     probe = Database(parse_url(ledger_url))
+    probe._checked = True  # (a first transaction would upgrade it)
     try:
         assert probe.revision() == "0019"
-        slack = probe.transaction(lambda cur: cur.scalar("select overtake_slack from lane where name = 'paid'"))
-        assert slack == LANE_DEFAULTS["overtake_slack"]
+        lanes = "select name, overtake_slack, overtake_q from lane where name in ('free', 'paid') order by name"
+        assert probe.transaction(lambda cur: cur.all(lanes)) == [("free", 1.5, 7000), ("paid", None, None)]
+        job = f"select arrival_pos from job where id = '{waiting}'"
+        assert probe.transaction(lambda cur: cur.all(job)) == [(None,)]
     finally:
         probe.close()

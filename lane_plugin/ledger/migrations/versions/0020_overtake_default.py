@@ -9,11 +9,13 @@ Rule 12 (lane_plugin.ledger.overtake) is on by default from here: a new lane get
 ledger included. Each starts its learning day at its next refit (``overtake_since`` is left null until then, so
 the day is counted by the ledger's clock, not this host's): for a day it numbers its arrivals but holds nobody
 back (the order as before), then it binds with the p99 backlog it learned. The jobs
-waiting at the upgrade keep their places and are numbered by the lane's next refit (within 5 minutes; the sweep
-that numbers an intake that raced the rule being turned on), long before the learning day ends.
-``lane lanes set LANE --overtake-slack off`` turns it off again.
+waiting at the upgrade are numbered by the lane's next refit (within 5 minutes; the sweep that numbers an intake
+that raced the rule being turned on), after any that entered since (harmless: nothing binds on the learning day,
+and learning ``Q`` numbers every waiting job afresh). A lane turned off on purpose before cannot be told from one
+never set (both null): it is turned on too; ``lane lanes set LANE --overtake-slack off`` turns it off again.
 
-Downgrade: the slack stays as the upgrade left it (0019 has the rule; which lanes had it off before is not kept).
+Downgrade: a lane still on its learning day at the default slack (no ``Q``) is turned off again, as 0019's code
+had it by default; a lane that has learned ``Q`` (or had one seeded) keeps the rule.
 """
 
 import sqlalchemy as sa
@@ -36,5 +38,21 @@ def upgrade() -> None:
     )
 
 
+_LEARNING = "select name from lane where overtake_slack = :c and overtake_q is null"
+
+
 def downgrade() -> None:
-    pass
+    # Off, as a setting change turns it off: the waiting jobs' numbers and the epoch counters forgotten.
+    op.execute(
+        sa.text(
+            "update job set arrival_pos = null, arrival_epoch = null, overtake_base = null "
+            f"where state = 'new' and lane in ({_LEARNING})"
+        ).bindparams(c=SLACK)
+    )
+    op.execute(sa.text(f"delete from lane_epoch where lane in ({_LEARNING})").bindparams(c=SLACK))
+    op.execute(
+        sa.text(
+            "update lane set overtake_slack = null, overtake_since = null "
+            "where overtake_slack = :c and overtake_q is null"
+        ).bindparams(c=SLACK)
+    )
