@@ -184,14 +184,22 @@ class Rooms:
             self._read(job_id)
         return self._tenants[job_id]
 
+    def read(self, tenants: Iterable[str]) -> None:
+        """Read the epoch rows of ``tenants`` not read yet, in one statement (a tick's head's tenants)."""
+        wanted = sorted(set(tenants) - self._epochs.keys())
+        if not wanted:
+            return
+        params: dict[str, object] = {"l": self.lane, **{f"t{i}": t for i, t in enumerate(wanted)}}
+        found: dict[str, list[tuple[int, int, int | None]]] = {t: [] for t in wanted}
+        for t, e, p, b in self.cur.all(queries.overtake_epochs(len(wanted)), params):
+            found[t].append((int(e), int(p), None if b is None else int(b)))
+        self._epochs.update((t, _TenantEpochs(rows)) for t, rows in found.items())
+
     def epochs(self, tenant: str) -> _TenantEpochs:
-        """``tenant``'s epoch rows in the lane (one read, the first time a tick asks: only the head's tenants)."""
-        mine = self._epochs.get(tenant)
-        if mine is None:
-            found = self.cur.all(queries.OVERTAKE_EPOCHS, {"l": self.lane, "t": tenant})
-            rows = [(int(e), int(p), None if b is None else int(b)) for e, p, b in found]
-            mine = self._epochs[tenant] = _TenantEpochs(rows)
-        return mine
+        """``tenant``'s epoch rows in the lane (read the first time a tick asks)."""
+        if tenant not in self._epochs:
+            self.read((tenant,))
+        return self._epochs[tenant]
 
     def _epoch_rows(self, tenant: str, epoch: int) -> list[tuple[int, int]]:
         if (tenant, epoch) not in self._rows:
@@ -233,8 +241,10 @@ class Rooms:
         nobody): without them a head full of held jobs would lease nothing. A gate's tick leases only the ones a
         waiter waits for; the others' rooms it does not let bind (``LaneSnapshot.exempt``)."""
         have = {r[0] for r in head}
+        tenants = sorted({r[10] for r in head})
+        self.read(tenants)
         out = []
-        for tenant in sorted({r[10] for r in head}):
+        for tenant in tenants:
             if self.epochs(tenant).whole(0, NONE) < burst:
                 rows = self.cur.all(queries.OVERTAKE_OLDEST, {"l": self.lane, "t": tenant, "k": k})
                 out += [r for r in rows if r[0] not in have]

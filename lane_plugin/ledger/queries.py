@@ -281,13 +281,19 @@ def overtake_number_jobs(n: int) -> str:
 OVERTAKE_POSITION = (
     "select case when state = 'new' and arrival_pos > 0 then arrival_pos end, tenant from job where id = :id"
 )
-# One tenant's epochs, their counters and least bases: one head of ix_job_rooms per epoch row (read only for the
-# tenants a tick's head holds).
-OVERTAKE_EPOCHS = (
-    "select e.epoch, e.passed, (select min(j.overtake_base) from job j where j.lane = e.lane "
-    f"and j.tenant = e.tenant and j.arrival_epoch = e.epoch and j.{_NUMBERED.replace(' and ', ' and j.')}) "
-    "from lane_epoch e where e.lane = :l and e.tenant = :t order by e.epoch"
-)
+
+
+def overtake_epochs(n: int) -> str:
+    """The epochs of ``n`` tenants (``:t0`` ...: the tenants a tick's head holds), their counters and least bases, in
+    one statement: one head of ix_job_rooms per epoch row."""
+    tenants = ", ".join(f":t{i}" for i in range(n))
+    return (
+        "select e.tenant, e.epoch, e.passed, (select min(j.overtake_base) from job j where j.lane = e.lane "
+        f"and j.tenant = e.tenant and j.arrival_epoch = e.epoch and j.{_NUMBERED.replace(' and ', ' and j.')}) "
+        f"from lane_epoch e where e.lane = :l and e.tenant in ({tenants}) order by e.tenant, e.epoch"
+    )
+
+
 OVERTAKE_EPOCH_ROWS = (
     f"select arrival_pos, overtake_base from job where lane = :l and tenant = :t and arrival_epoch = :e and {_NUMBERED}"
 )
@@ -298,10 +304,12 @@ def overtake_pass_epochs(n: int) -> str:
     (tenant ``:t{i}``, own epoch ``:o{i}``, rate ``:r{i}``) adds its rate to every epoch of its tenant from ``:lo``
     up to, not including, ``:o{i}``."""
     adds = " + ".join(f"case when tenant = :t{i} and epoch < :o{i} then :r{i} else 0 end" for i in range(n))
-    tenants = ", ".join(f":t{i}" for i in range(n))  # (only the admitted jobs' tenants' rows are written)
+    tenants = ", ".join(f":t{i}" for i in range(n))
+    # Only the rows some admission adds to are written (a row of its tenant older than its epoch).
+    some = " or ".join(f"(tenant = :t{i} and epoch < :o{i})" for i in range(n))
     return (
         f"update lane_epoch set passed = passed + {adds} "
-        f"where lane = :l and tenant in ({tenants}) and epoch >= :lo and epoch < :top"
+        f"where lane = :l and tenant in ({tenants}) and epoch >= :lo and epoch < :top and ({some})"
     )
 
 
@@ -315,10 +323,11 @@ def overtake_pass_own_epochs(n: int, dialect: str = "postgresql") -> str:
     )
     owns = ", ".join(f":o{i}" for i in range(n))
     tenants = ", ".join(f":t{i}" for i in range(n))  # (ix_job_rooms leads with the tenant: a range per epoch)
+    some = " or ".join(f"(arrival_epoch = :o{i} and tenant = :t{i} and arrival_pos < :p{i})" for i in range(n))
     table = "job indexed by ix_job_rooms" if dialect == "sqlite" else "job"  # (SQLite may pick the older range)
     return (
         f"update {table} set overtake_base = overtake_base - ({subs}) where lane = :l and {_NUMBERED} "
-        f"and tenant in ({tenants}) and arrival_epoch in ({owns}) and arrival_pos < :pmax"
+        f"and tenant in ({tenants}) and arrival_epoch in ({owns}) and arrival_pos < :pmax and ({some})"
     )
 
 

@@ -258,11 +258,11 @@ class LaneQueue:
         assert self.rooms is not None
         out: list[int] = []
         for tenant, heap in self.by_age_of.items():
-            first = self._first(heap, n) if heap else ()  # (a tenant with nothing waiting: no read of its rooms)
-            if first:
-                room = self.rooms.least(0, self.arrived + 1, tenant)
-                if room is not None and room < burst:
-                    out += [j for _, j in first]
+            if not heap:  # (a tenant with nothing waiting since its heap emptied: no read of its rooms)
+                continue
+            room = self.rooms.least(0, self.arrived + 1, tenant)
+            if room is not None and room < burst:
+                out += [j for _, j in self._first(heap, n)]
         return out
 
     def push(self, j: int) -> None:

@@ -15,7 +15,9 @@ and learning ``Q`` numbers every waiting job afresh). A lane turned off on purpo
 never set (both null): it is turned on too; ``lane lanes set LANE --overtake-slack off`` turns it off again.
 
 Downgrade: a lane still on its learning day at the default slack (no ``Q``) is turned off again, as 0019's code
-had it by default; a lane that has learned ``Q`` (or had one seeded) keeps the rule.
+had it by default, and so is one set to 1.25 on purpose that is still learning (the two cannot be told apart; it
+lost nothing that bound: turn it on again after the downgrade); a lane that has learned ``Q`` (or had one seeded)
+keeps the rule.
 """
 
 import sqlalchemy as sa
