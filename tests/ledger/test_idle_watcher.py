@@ -126,9 +126,12 @@ def test_a_woken_waiter_never_unregistered_is_let_go(ledger_url, monkeypatch):
     real_cycle = led.wakeups._cycle
     monkeypatch.setattr(led.wakeups, "_cycle", lambda *a: cycles.append(time.monotonic()) or real_cycle(*a))
     w = led.wakeups.register(stuck, "p")
-    led.tick("p")  # leases both: this process's commit wakes the registered one at once
-    # (or the watcher, started by the register, ticked first and wakes it from its own thread: the compatibility
-    # leg in CI once read the event before that thread had set it)
+    # Lease both: this process's commit wakes the registered one at once. A tick that finds the watcher (started by
+    # the register) ticking the lane returns at once having done nothing, and the watcher's gated tick leases no job
+    # nobody waits for: tick again until this one ran (CI under load once found it busy, and nothing woke the waiter).
+    deadline = time.monotonic() + 5.0
+    while led.try_tick("p")[1] and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert w.event.wait(5.0), "the waiter was really woken"
     watcher = led.wakeups._thread
     assert watcher is not None and watcher.is_alive()
