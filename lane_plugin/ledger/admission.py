@@ -113,7 +113,10 @@ def tick(
         return Ticked([], Decision((), 0, head_reason=PAUSED), row, refit_due, [], row.paused_until - now)
     if head is None:
         head = _read_head(cur, head_sql, head_params, tenant_rows if several else None)
-    rooms = overtake.Rooms(cur, lane) if row.overtake_slack is not None else None  # rule 12, read on demand
+    # Rule 12's rooms, read on demand. Not on a lane's learning day (no Q yet): every key is unbounded, so no room
+    # holds a pass back, and the first Q learned numbers every waiting job afresh, so nothing charged now is kept.
+    binds = row.overtake_slack is not None and row.overtake_q is not None
+    rooms = overtake.Rooms(cur, lane) if binds else None
     exempt: frozenset[str] = frozenset()
     if rooms is not None:
         oldest = rooms.oldest(k=head_params["k"], burst=row.burst_tokens, head=head)

@@ -9,7 +9,8 @@ each gets its *position* and a key, ``max((c - 1) V, c Q - V)`` (:func:`lane_plu
 it would have had at intake.
 
 *The learning day.* Until ``Q`` is learned the keys are :data:`UNBOUNDED`: the lane numbers its arrivals and keeps
-their ``V`` but holds nobody back, so its first day runs in the order alone. Keys from a ``Q`` not yet learned
+their ``V`` but holds nobody back, so its first day runs in the order alone (admission reads and charges no rooms:
+none could bind, and the first ``Q`` learned numbers the waiting jobs afresh). Keys from a ``Q`` not yet learned
 would be the pointwise ``(c - 1) V`` (a running ``Q`` on a backlog that grows is the present backlog), which
 measured costs the p50 (Azure code trace 0.91x token-fifo's, target 0.5x) and holds a tenant that arrives to a
 backlog behind it (the backfill-vs-interactive case leased the interactive at places 6 to 25, not within 20). The
