@@ -360,7 +360,11 @@ def render(a: argparse.Namespace, r: dict, command: str) -> str:
         f"(the slots could run {a.max_leased * 1e6 / a.ms_per_1k:.0f} tokens/s: "
         f"{'the window binds' if a.max_leased * 1e6 / a.ms_per_1k > a.rate else 'the slots bind'}); "
         f"tasks {'without' if a.no_lane_tags else 'with'} the lane's tags; "
-        + ("" if a.overtake_q is None else f"rule 12 on (slack 1.25, Q seeded {a.overtake_q:,}); ")
+        + (
+            "rule 12 on its learning day (binding nothing); "
+            if a.overtake_q is None
+            else f"rule 12 on its second day (slack 1.25, Q seeded {a.overtake_q:,}); "
+        )
         + f"ledger {a.db.split(':', 1)[0]}; Prefect server database {a.server_db}; {os.cpu_count()} cores, shared.",
         "",
         f"Interactive alone: {len(ia)} runs of {RUN_JOBS} jobs, completion p50 {p50a:.2f} s, p99 {p99a:.2f} s. "
@@ -553,8 +557,8 @@ def main(argv: list[str] | None = None) -> int:
         "--overtake-q",
         type=int,
         default=None,
-        help="rule 12 on (lane overtake_slack 1.25) with its p99 backlog seeded at this many rate tokens: the lane on "
-        "its second day (default: off)",
+        help="rule 12 (lane overtake_slack 1.25, the default) with its p99 backlog seeded at this many rate tokens: "
+        "the lane on its second day (default: none seeded, the lane's learning day, where the rule binds nothing)",
     )
     ap.add_argument(
         "--ms-per-1k",
