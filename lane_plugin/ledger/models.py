@@ -156,13 +156,6 @@ class Job(SQLModel, table=True):
             sqlite_where=text(NUMBERED_WAITING),
             postgresql_where=text(NUMBERED_WAITING),
         ),
-        Index(
-            "ix_job_arrival",
-            "lane",
-            "arrival_pos",
-            sqlite_where=text(NUMBERED_WAITING),
-            postgresql_where=text(NUMBERED_WAITING),
-        ),
         Index(  # each tenant's oldest numbered waiting jobs (its rooms are its own)
             "ix_job_tenant_arrival",
             "lane",

@@ -239,7 +239,8 @@ def unnumbered(lane: str = "job.lane") -> str:
 
 
 UNNUMBERED = unnumbered()
-_NUMBERED = "state = 'new' and arrival_pos is not null and arrival_pos > 0"  # within ix_job_rooms, ix_job_arrival
+# (within the partial indexes ix_job_rooms and ix_job_tenant_arrival)
+_NUMBERED = "state = 'new' and arrival_pos is not null and arrival_pos > 0"
 OVERTAKE_PENDING = (
     "select id, coalesce(rate_cost, est), tenant from job "
     "where lane = :l and state = 'new' and arrival_pos is not null and arrival_pos < 0 order by wait_since, id "
@@ -331,7 +332,8 @@ def overtake_pass_own_epochs(n: int, dialect: str = "postgresql") -> str:
     )
 
 
-# SQLite's planner may read these by ix_job_arrival's range of every older job: one epoch's rows, by ix_job_rooms.
+# SQLite's planner may read these by ix_job_tenant_arrival's range of every older job: one epoch's rows, by
+# ix_job_rooms.
 OVERTAKE_EPOCH_ROWS_SQLITE = OVERTAKE_EPOCH_ROWS.replace("from job where", "from job indexed by ix_job_rooms where")
 OVERTAKE_GIVE_BACK = f"update job set overtake_base = overtake_base + :x where id = :id and {_NUMBERED}"
 OVERTAKE_FORGET_JOBS = f"update job set {UNNUMBERED} where lane = :l and state = 'new'"

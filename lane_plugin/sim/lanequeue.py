@@ -139,7 +139,7 @@ class LaneQueue:
         # Kept per tenant (a job is charged only for its own tenant's passes), as the ledger keeps them; the
         # one-queue baseline ignores tenants, so its rooms are the lane's.
         self.rooms: TenantRooms | None = None
-        self.by_age_of: dict[str, list[tuple[int, int]]] = {}  # per tenant: the oldest waiting, as ix_job_arrival
+        self.by_age_of: dict[str, list[tuple[int, int]]] = {}  # per tenant: the oldest waiting (the ledger's index)
         self._tenanted = sim.policy == "lane"
         if sim.cfg.overtake_exact and self.binds:
             epoch, n = sim.cfg.overtake_epoch, 2 * len(sim.est) + 16

@@ -7,7 +7,8 @@ Create Date: 2026-12-05 03:10:00
 - lane_epoch (lane, tenant, epoch, passed): the epoch counters kept per tenant (positions stay the lane's
   arrival order): an admission adds its rate only to its own tenant's older epochs.
 - ix_job_rooms (lane, tenant, arrival_epoch, overtake_base): an epoch's least room, per tenant.
-- ix_job_tenant_arrival (lane, tenant, arrival_pos): each tenant's oldest numbered waiting jobs.
+- ix_job_tenant_arrival (lane, tenant, arrival_pos): each tenant's oldest numbered waiting jobs; it replaces
+  ix_job_arrival (lane, arrival_pos), which nothing reads once the oldest are read per tenant.
 
 Existing rows: the epoch counters are dropped and every numbered waiting job is to be numbered again by its lane's
 next tick (as a change of the lane's slack does, lane_plugin.ledger.overtake.restart): rooms counted lane-wide are
@@ -45,14 +46,9 @@ def _epochs(*key: str) -> None:
     )
 
 
-def _rooms_index(*columns: str) -> None:
+def _index(name: str, *columns: str) -> None:
     op.create_index(
-        "ix_job_rooms",
-        "job",
-        list(columns),
-        unique=False,
-        sqlite_where=sa.text(_WHERE),
-        postgresql_where=sa.text(_WHERE),
+        name, "job", list(columns), unique=False, sqlite_where=sa.text(_WHERE), postgresql_where=sa.text(_WHERE)
     )
 
 
@@ -61,21 +57,16 @@ def upgrade() -> None:
     op.drop_table("lane_epoch")
     _epochs("lane", "tenant", "epoch")
     op.drop_index("ix_job_rooms", table_name="job")
-    _rooms_index("lane", "tenant", "arrival_epoch", "overtake_base")
-    op.create_index(
-        "ix_job_tenant_arrival",
-        "job",
-        ["lane", "tenant", "arrival_pos"],
-        unique=False,
-        sqlite_where=sa.text(_WHERE),
-        postgresql_where=sa.text(_WHERE),
-    )
+    _index("ix_job_rooms", "lane", "tenant", "arrival_epoch", "overtake_base")
+    op.drop_index("ix_job_arrival", table_name="job")  # (read by nothing now: each tenant's oldest, by the next)
+    _index("ix_job_tenant_arrival", "lane", "tenant", "arrival_pos")
 
 
 def downgrade() -> None:
     op.execute(sa.text(_RENUMBER))
     op.drop_index("ix_job_tenant_arrival", table_name="job")
+    _index("ix_job_arrival", "lane", "arrival_pos")
     op.drop_index("ix_job_rooms", table_name="job")
-    _rooms_index("lane", "arrival_epoch", "overtake_base")
+    _index("ix_job_rooms", "lane", "arrival_epoch", "overtake_base")
     op.drop_table("lane_epoch")
     _epochs("lane", "epoch")
