@@ -89,18 +89,24 @@ def _big_amid_small(led, clock, passes=None, smalls=60):
         ids.append(led.submit("s", est, "free"))
         if passes is not None:
             passes.arrived(ids[-1], est)
+    return ids[5], _drain(led, clock, *([passes] if passes is not None else []))
+
+
+def _drain(led, clock, *passes: Passes) -> list[str]:
+    """Tick lane ``free`` a second apart until a tick leases nothing, settling each lease at its estimate; each of
+    ``passes`` counts what every tick's leases passed. Returns the job ids in lease order."""
     order = []
     for _ in range(200):
         clock.t += 1.0
         leases = led.tick("free")
         if not leases:
             break
-        if passes is not None:
-            passes.ticked(led, leases)
+        for p in passes:
+            p.ticked(led, leases)
         for lease in leases:
             order.append(lease.job_id)
             led.settle(lease, lease.est)
-    return ids[5], order
+    return order
 
 
 def test_no_job_is_passed_by_more_than_its_key(led, clock):
@@ -140,17 +146,7 @@ def test_a_job_is_charged_only_for_its_own_tenants_passes(led, clock):
         across.arrived(jid, est, tenant)
         if est == 20_000:
             big = jid
-    order = []
-    for _ in range(200):
-        clock.t += 1.0
-        leases = led.tick("free")
-        if not leases:
-            break
-        mine.ticked(led, leases)
-        across.ticked(led, leases)
-        for lease in leases:
-            order.append(lease.job_id)
-            led.settle(lease, lease.est)
+    order = _drain(led, clock, mine, across)
     numbers = _numbers(led)
     assert numbers[big][1] == 1_250 and mine.over(numbers) == []
     assert mine.passed[big] <= 1_250 and across.passed[big] >= 10 * 1_250, (mine.passed[big], across.passed[big])
