@@ -146,10 +146,16 @@ def _anthropic_cache(block: Any, weights: Mapping[str, float]) -> float:
 
 
 def _from_block(block: Any, weights: Mapping[str, float] = ANTHROPIC_WEIGHTS) -> int | None:
-    """A usage block's tokens; every count field is checked, also those the total makes unneeded."""
+    """A usage block's tokens; every count field is checked, also those the total makes unneeded (none may exceed
+    it)."""
     total, prompt, completion, x, y = (_field_count(block, k) for k in _BLOCK_FIELDS)
     cache = _anthropic_cache(block, weights)
     if total is not None:
+        # A part above the total that counts it: the block contradicts itself, and the learners would read an
+        # output the bill never paid for.
+        for name, part in zip(_BLOCK_FIELDS[1:], (prompt, completion, x, y)):
+            if part is not None and part > total:
+                raise InvalidInput(name, part, f"more than total_tokens {total}, which counts it")
         return total
     if prompt is not None or completion is not None:
         return (prompt or 0) + (completion or 0)

@@ -31,6 +31,9 @@ MALFORMED = [  # (usage block, the field and value the warning names)
     ),
     ({"total_tokens": 10**13}, "total_tokens 10000000000000"),
     ({"prompt_tokens": True, "completion_tokens": 3}, "prompt_tokens True"),
+    # a part above the total that counts it: which of the two is wrong is unknowable, so neither is billed
+    ({"total_tokens": 10, "prompt_tokens": 4, "completion_tokens": 50}, "completion_tokens 50"),
+    ({"total_tokens": 10, "input_tokens": 11, "output_tokens": 0}, "input_tokens 11"),
 ]
 
 
@@ -96,8 +99,17 @@ def openai_chunk(usage):
             "total_tokens 1.5",
         ),
         ([7, {"usage": {"prompt_tokens": 4, "completion_tokens": -4}}], "completion_tokens -4"),
+        (
+            [
+                {
+                    "type": "response.completed",
+                    "response": {"id": "r2", "usage": {"total_tokens": 9, "output_tokens": 12}},
+                }
+            ],
+            "output_tokens 12",
+        ),
     ],
-    ids=["openai", "anthropic", "responses", "plain"],
+    ids=["openai", "anthropic", "responses", "plain", "output-above-total"],
 )
 def test_a_stream_or_report_with_a_malformed_count_marks_the_meter(caplog, events, named):
     meter = UsageMeter()
