@@ -72,7 +72,7 @@ class GateUsage:
         """
         if reader is None:
             if is_stream(result):
-                return drain(result, functools.partial(self._feed, source="the returned stream"))
+                return drain(result, functools.partial(self._feed, source="the returned stream", stream=object()))
             if not isinstance(result, bool):  # a task's yes/no answer, not a count
                 self._feed(result, "the return value")
             return result
@@ -91,18 +91,19 @@ class GateUsage:
     async def areport_result(self, result: Any, reader: Callable[[Any], Any] | None = None) -> Any:
         """:meth:`report_result` for an async body (reads a returned async stream)."""
         if reader is None and is_async_stream(result):
-            return await adrain(result, functools.partial(self._feed, source="the returned stream"))
+            return await adrain(result, functools.partial(self._feed, source="the returned stream", stream=object()))
         return self.report_result(result, reader)
 
-    def _feed(self, obj: Any, source: str = "a tracked stream") -> None:
+    def _feed(self, obj: Any, source: str = "a tracked stream", stream: Any = None) -> None:
         """Count what carries usage; ignore what does not (text, a chunk without usage); refuse bad counts."""
         try:
-            self.meter.add(obj, source)
+            self.meter.add(obj, source, stream)
         except InvalidInput:
             pass
 
     def track(self, stream: Any) -> Any:
         """``stream`` with each chunk's usage reported to this gate as it passes (sync or async)."""
+        feed = functools.partial(self._feed, stream=object())  # this stream's events, whatever thread reads them
         if hasattr(stream, "__aiter__") and not hasattr(stream, "__iter__"):
-            return AsyncTrackedStream(stream, self._feed)
-        return TrackedStream(stream, self._feed)
+            return AsyncTrackedStream(stream, feed)
+        return TrackedStream(stream, feed)

@@ -8,6 +8,7 @@ and returned counts once, and keeps the output the responses state apart from th
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -77,8 +78,10 @@ class UsageMeter:
         self._plain_output: int | None = 0  # output tokens of the plain additions; None: one of them did not say
         self._streams: dict[Any, int] = {}
         self._stream_output: dict[Any, int | None] = {}
-        self._message: dict[str, Any] | None = None  # the Anthropic message being streamed: its usage fields so far
-        self._message_key: Any = None
+        # The Anthropic message each stream is streaming: (its key, its usage fields so far). A ``message_delta``
+        # names no message, so it belongs to the newest ``message_start`` *of its own stream*: two streams read at
+        # once (threads, asyncio tasks) each keep theirs (see :func:`_origin`).
+        self._messages: dict[Any, tuple[Any, dict[str, Any]]] = {}
         self._seq = 0
         self._seen: dict[int, Any] = {}
         self._lock = threading.RLock()  # held over in-memory work only, never over I/O or a callback
@@ -100,16 +103,18 @@ class UsageMeter:
             parts = [self._plain_output, *self._stream_output.values()]
             return None if any(n is None for n in parts) else sum(n for n in parts if n is not None)
 
-    def add(self, obj: Any, source: str | None = None) -> bool:
+    def add(self, obj: Any, source: str | None = None, stream: Any = None) -> bool:
         """Count ``obj``; True if it carried usage, False for a stream chunk or event without any, or refused.
 
         Raises :class:`~lane_plugin.errors.InvalidInput` for something that is
         neither usage nor part of a stream (a string, a result with no usage).
-        ``source`` says where the usage came from in a refusal's warning.
+        ``source`` says where the usage came from in a refusal's warning; ``stream`` which stream an event
+        came from (a tracked or returned stream's token; None: the calling thread's or asyncio task's own).
         """
+        origin = _origin(stream)
         try:
             with self._lock:
-                took = self._take(obj)
+                took = self._take(obj, origin)
         except InvalidInput as exc:  # a count that is not a count: refused, nothing of it counted
             self.refuse(exc, source)
             return False
@@ -143,11 +148,11 @@ class UsageMeter:
         self.found = True
         return True
 
-    def _take(self, obj: Any) -> bool | None:
+    def _take(self, obj: Any, origin: Any) -> bool | None:
         """:meth:`add`, None for what is not usage; InvalidInput for a count that is not a count."""
         kind = None if is_number(obj) or isinstance(obj, (str, bytes)) else _field(obj, "type")
         if isinstance(kind, str) and kind in _ANTHROPIC_EVENTS:
-            return self._anthropic_event(kind, obj)
+            return self._anthropic_event(kind, obj, origin)
         if isinstance(kind, str) and kind.startswith("response."):  # the Responses API's stream events
             resp = _field(obj, "response")
             n = None if resp is None else _read(resp, self.weights)
@@ -171,23 +176,38 @@ class UsageMeter:
         self.found = True
         return True
 
-    def _anthropic_event(self, kind: str, obj: Any) -> bool:
+    def _anthropic_event(self, kind: str, obj: Any, origin: Any) -> bool:
+        current = self._messages.get(origin)
         if kind == "message_start":
             message = _field(obj, "message")
             self._seq += 1
-            self._message_key, self._message = ("message", _field(message, "id") or self._seq), {}
+            current = ("message", _field(message, "id") or self._seq), {}
             usage = _field(message, "usage")
         elif kind == "message_delta":
-            if self._message is None:  # a delta without its start: count what it says
+            if current is None:  # a delta without its start: count what it says
                 self._seq += 1
-                self._message_key, self._message = ("message", self._seq), {}
+                current = ("message", self._seq), {}
             usage = _field(obj, "usage")
         else:
             return False
-        fields = _merged(self._message, usage)  # refused whole: the message keeps its fields so far
-        self._stream(self._message_key, _from_block(fields, self.weights) or 0, fields.get("output_tokens"))
-        self._message = fields
+        key, fields = current
+        self._messages[origin] = current  # a start is kept even if its usage is refused below
+        fields = _merged(fields, usage)  # refused whole: the message keeps its fields so far
+        self._stream(key, _from_block(fields, self.weights) or 0, fields.get("output_tokens"))
+        self._messages[origin] = key, fields
         return True
+
+
+def _origin(stream: Any) -> Any:
+    """Whose Anthropic message a ``message_delta`` continues: the stream's, given; else the asyncio task's or the
+    thread's that adds it (a body reporting each event with ``report_usage`` reads one stream per thread or task)."""
+    if stream is not None:
+        return "stream", stream
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no event loop runs in this thread
+        task = None
+    return ("thread", threading.get_ident()) if task is None else ("task", id(task))
 
 
 def _merged(fields: dict[str, Any], usage: Any) -> dict[str, Any]:

@@ -194,3 +194,17 @@ def test_anthropic_stream_events_reported_in_a_gate_block(ledger):
 
     jid = f()
     assert ledger.job(jid)["actual"] == 450
+
+
+def test_two_anthropic_streams_tracked_in_one_thread_bill_each_message_whole(ledger):
+    from .test_usage import TWO_MESSAGES, TWO_MESSAGES_TOTAL, anthropic_message_events
+
+    @flow
+    def f():
+        with gate(stage="critique", estimate=900) as g:
+            a, b = (iter(track_usage(anthropic_message_events(*spec))) for spec in TWO_MESSAGES)
+            for pair in zip(a, b):  # read in turns, one thread: each stream's deltas are its own message's
+                assert len(pair) == 2
+        return g.job_id
+
+    assert ledger.job(f())["actual"] == TWO_MESSAGES_TOTAL

@@ -297,3 +297,88 @@ def test_a_bare_count_leaves_the_output_unknown():
     assert m.output == 0  # nothing added: nothing generated
     m.add(120)
     assert (m.total, m.output) == (120, None)
+
+
+def anthropic_message_events(message_id: str, input_tokens: int, outputs: list[int]) -> list:
+    """One streamed Anthropic message as the SDK's own event types: its start, cumulative output deltas, its stop."""
+    from anthropic.types import (
+        MessageDeltaUsage,
+        RawMessageDeltaEvent,
+        RawMessageStartEvent,
+        RawMessageStopEvent,
+        Usage,
+    )
+
+    start = anthropic_message(0, 0)
+    start.id, start.content = message_id, []
+    start.usage = Usage(input_tokens=input_tokens, output_tokens=1)
+    deltas = [
+        RawMessageDeltaEvent(
+            type="message_delta",
+            delta={"stop_reason": None, "stop_sequence": None},
+            usage=MessageDeltaUsage(output_tokens=n),
+        )
+        for n in outputs
+    ]
+    return [
+        RawMessageStartEvent(type="message_start", message=start),
+        *deltas,
+        RawMessageStopEvent(type="message_stop"),
+    ]
+
+
+# Two messages streamed at once: 100 in + 50 out, and 10 in + 5 out. A ``message_delta`` names no message: read
+# against the newest start of the meter, the first's deltas landed on the second's (billed 116, not 165).
+TWO_MESSAGES = (("msg_a", 100, [20, 50]), ("msg_b", 10, [3, 5]))
+TWO_MESSAGES_TOTAL, TWO_MESSAGES_OUTPUT = 165, 55
+
+
+def _interleaved(streams: list[list]) -> list[tuple[int, object]]:
+    """(stream index, event) taking one event of each stream in turn."""
+    out: list[tuple[int, object]] = []
+    for i in range(max(map(len, streams))):
+        out += [(k, s[i]) for k, s in enumerate(streams) if i < len(s)]
+    return out
+
+
+def test_two_anthropic_streams_reported_from_two_threads_keep_their_own_messages():
+    import queue
+    import threading
+
+    m = UsageMeter()
+    streams = [anthropic_message_events(*spec) for spec in TWO_MESSAGES]
+    inbox = [queue.Queue(), queue.Queue()]
+    done = queue.Queue()
+
+    def reader(k: int) -> None:  # one thread per stream, as a body's pool of workers would read them
+        while (event := inbox[k].get()) is not None:
+            m.add(event)
+            done.put(k)
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for k, event in _interleaved(streams):  # strictly alternating: each event added before the next is sent
+        inbox[k].put(event)
+        assert done.get(timeout=10) == k
+    for k, t in enumerate(threads):
+        inbox[k].put(None)
+        t.join()
+    assert (m.total, m.output) == (TWO_MESSAGES_TOTAL, TWO_MESSAGES_OUTPUT)
+
+
+def test_two_anthropic_streams_reported_from_two_asyncio_tasks_keep_their_own_messages():
+    import asyncio
+
+    m = UsageMeter()
+
+    async def reader(events: list) -> None:
+        for event in events:
+            m.add(event)
+            await asyncio.sleep(0)  # the other task adds its next event here
+
+    async def main() -> None:
+        await asyncio.gather(*(reader(anthropic_message_events(*spec)) for spec in TWO_MESSAGES))
+
+    asyncio.run(main())
+    assert (m.total, m.output) == (TWO_MESSAGES_TOTAL, TWO_MESSAGES_OUTPUT)
