@@ -109,14 +109,15 @@ BENCHMARKS = [
     (
         "Backfill and interactive: two tenants through real Prefect runs",
         "bench_tenants.py",
-        ["--server-db", "postgres"],
-        ["--quick", "--server-db", "postgres"],
+        ["--server-db", "postgres", "--overtake-q", "100000"],
+        ["--quick", "--server-db", "postgres", "--overtake-q", "100000"],
         None,
         "issue 23's case: one process submits 2,000 jobs of tenant backfill at once, another a 5-job run of tenant "
         "interactive every 30 s, on one lane whose burst window binds, through a real Prefect server on PostgreSQL: "
         "the interactive runs' completion p99 against their time on the empty lane (target <= 2x), the backfill's "
         "tokens/s against its rate alone (target >= 0.95), one tenant (first come, first served) as the baseline, "
-        "and where the interactive runs' time goes (Prefect, the ledger's wait, the bodies) from the ledger's rows.",
+        "and where the interactive runs' time goes (Prefect, the ledger's wait, the bodies) from the ledger's rows. "
+        "Rule 12 (on by default) on the lane's second day, Q seeded: the binding case, not its learning day.",
     ),
     (
         "Parking 100,000 overdue jobs",
