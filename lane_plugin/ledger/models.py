@@ -28,6 +28,12 @@ JOB_STATES = ("new", "leased", "done", "failed", "parked")
 GATED_WAITING = "state = 'new' and waiter is not null"
 # The waiting jobs rule 12 numbered (lane_plugin.ledger.overtake): its two indexes hold only these.
 NUMBERED_WAITING = "state = 'new' and arrival_pos is not null"
+# Of those, the ones numbered already (not waiting for their lane's next tick, at -1): the oldest per tenant are read
+# from these. A read of an epoch's rows asks only for the above, so no range of this index can serve it (migration
+# 0021: PostgreSQL's planner, without statistics, read each epoch by a tenant's whole range here).
+NUMBERED_POSITIONED = "state = 'new' and arrival_pos > 0"
+# The waiting jobs a lane's next tick numbers (lane_plugin.ledger.overtake.PENDING).
+TO_NUMBER = "state = 'new' and arrival_pos < 0"
 
 
 def _big(**kw):
@@ -161,8 +167,16 @@ class Job(SQLModel, table=True):
             "lane",
             "tenant",
             "arrival_pos",
-            sqlite_where=text(NUMBERED_WAITING),
-            postgresql_where=text(NUMBERED_WAITING),
+            sqlite_where=text(NUMBERED_POSITIONED),
+            postgresql_where=text(NUMBERED_POSITIONED),
+        ),
+        Index(  # the jobs the lane's next tick numbers, in the order they entered
+            "ix_job_pending",
+            "lane",
+            "wait_since",
+            "id",
+            sqlite_where=text(TO_NUMBER),
+            postgresql_where=text(TO_NUMBER),
         ),
         CheckConstraint("est > 0 and actual >= 0 and attempt >= 1", name="ck_job_numbers"),
         CheckConstraint(f"state in {JOB_STATES!r}", name="ck_job_state"),

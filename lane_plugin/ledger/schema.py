@@ -19,7 +19,7 @@ from . import queries
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 # Bump together with a new file in lane_plugin/ledger/migrations/versions.
-HEAD_REVISION = "0020"
+HEAD_REVISION = "0021"
 _PG_LOCK_ID = 0x1A4E_0001
 
 

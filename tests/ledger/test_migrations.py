@@ -433,3 +433,76 @@ def test_0020_turns_rule_12_on_for_every_lane_with_it_off_learning_from_its_next
         assert probe.transaction(lambda cur: cur.all(job)) == [(None,)]
     finally:
         probe.close()
+
+
+def test_0021_reads_rule_12s_rooms_and_arrivals_by_their_own_index_heads_and_downgrades(ledger_url, clock):
+    """A ledger at 0020 with 3,000 waiting jobs numbered into the epochs of 30 tenants and 50 waiting to be numbered,
+    never analysed (a new deployment's first minutes). After the upgrade an epoch's least room is read by the head of
+    ix_job_rooms (which only it can serve now: on a table filled by ticks, before its first ANALYZE, PostgreSQL's
+    planner read each epoch by ix_job_tenant_arrival's range over every waiting job of the tenant, 54.8 ms a tick for
+    70 epochs of 3,500 jobs against 0.6 ms by the heads: benchmarks/bench_tenant_tick.py), and the jobs to number by
+    ix_job_pending (before: a scan of the lane's waiting jobs). Down to 0020 the index holds the jobs to number again
+    and ix_job_pending is gone; the ledger admits and audits sound at head."""
+    from lane_plugin.ledger import queries
+    from lane_plugin.ledger.db import Database
+    from lane_plugin.ledger.schema import upgrade
+    from lane_plugin.ledger.url import parse_url
+
+    db = Database(parse_url(ledger_url))
+    upgrade(db, "0020")
+    db._checked = True
+
+    def seed(cur):
+        cur.execute("update lane set overtake_slack = 1.25, overtake_q = 100000, overtake_since = 1.0")
+        cur.execute(
+            "with recursive g(n) as (select 1 union all select n + 1 from g where n < 3050) "
+            "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, created_at, "
+            "wait_since, tenant, arrival_pos, arrival_epoch, overtake_key, overtake_base, arrival_v) "
+            "select 'j' || n, 'free', 's', 100, 0, 'new', 1, 0, 0, :t, :t + n, 't' || (n % 30), "
+            "case when n <= 3000 then n else -1 end, case when n <= 3000 then n / 64 end, "
+            "case when n <= 3000 then 10000 end, case when n <= 3000 then 10000 end, "
+            "case when n <= 3000 then 100 * n end from g",
+            {"t": clock.t},
+        )
+        cur.execute(
+            "insert into lane_epoch (lane, tenant, epoch, passed) select distinct lane, tenant, arrival_epoch, 0 "
+            "from job where arrival_epoch is not null"
+        )
+        cur.execute("update lane set arrivals = 3000 where name = 'free'")
+
+    db.transaction(seed)
+    db.close()
+    pg = ledger_url.startswith("postgresql")
+
+    def plan(sql: str, params: dict) -> str:
+        for name, value in sorted(params.items(), key=lambda kv: -len(kv[0])):
+            sql = sql.replace(f":{name}", repr(value))
+        explain = "explain " if pg else "explain query plan "
+        _, rows = led.rows(explain + sql)
+        return "\n".join(str(r[-1]) for r in rows)
+
+    led = Ledger(ledger_url, clock=clock)
+    try:
+        assert led.upgrade() == HEAD_REVISION
+        epochs = plan(queries.overtake_epochs(1), {"l": "free", "t0": "t7"})
+        assert "ix_job_rooms" in epochs and "ix_job_tenant_arrival" not in epochs, epochs
+        pending = plan(queries.OVERTAKE_PENDING, {"l": "free", "k": 512})
+        assert "ix_job_pending" in pending, pending
+        clock.t += 10_000.0
+        assert len(led.tick("free")) == led.lane("free").max_leased
+        assert led.audit() == []
+    finally:
+        led.close()
+    _downgrade(ledger_url, "0020")
+    probe = Database(parse_url(ledger_url))
+    probe._checked = True  # (a first transaction would upgrade it)
+    try:
+        assert probe.revision() == "0020"
+        where = "pg_indexes where schemaname = current_schema() and indexname" if pg else "sqlite_master where name"
+        column = "indexdef" if pg else "sql"
+        defs = probe.transaction(
+            lambda cur: cur.all(f"select {column} from {where} in ('ix_job_tenant_arrival', 'ix_job_pending')")
+        )
+        assert len(defs) == 1 and "arrival_pos is not null" in defs[0][0].lower(), defs
+    finally:
+        probe.close()
