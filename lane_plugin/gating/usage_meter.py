@@ -78,10 +78,13 @@ class UsageMeter:
         self._plain_output: int | None = 0  # output tokens of the plain additions; None: one of them did not say
         self._streams: dict[Any, int] = {}
         self._stream_output: dict[Any, int | None] = {}
-        # The Anthropic message each stream is streaming: (its key, its usage fields so far). A ``message_delta``
-        # names no message, so it belongs to the newest ``message_start`` *of its own stream*: two streams read at
-        # once (threads, asyncio tasks) each keep theirs (see :func:`_origin`).
-        self._messages: dict[Any, tuple[Any, dict[str, Any]]] = {}
+        # Anthropic messages: each one's usage fields so far, the one each origin (:func:`_origin`) streams, and
+        # those started and not stopped. A ``message_delta`` names no message: it continues its own origin's (two
+        # streams read at once in two threads or tasks each keep theirs), else the one message open in the block (a
+        # stream whose events are reported from several threads), else it counts what it says.
+        self._fields: dict[Any, dict[str, Any]] = {}
+        self._current: dict[Any, Any] = {}
+        self._open: dict[Any, None] = {}
         self._seq = 0
         self._seen: dict[int, Any] = {}
         self._lock = threading.RLock()  # held over in-memory work only, never over I/O or a callback
@@ -177,24 +180,29 @@ class UsageMeter:
         return True
 
     def _anthropic_event(self, kind: str, obj: Any, origin: Any) -> bool:
-        current = self._messages.get(origin)
+        key = self._current.get(origin)
+        if key is None and len(self._open) == 1:  # reported from another thread or task than its start
+            key = next(iter(self._open))
         if kind == "message_start":
             message = _field(obj, "message")
             self._seq += 1
-            current = ("message", _field(message, "id") or self._seq), {}
+            key = ("message", _field(message, "id") or self._seq)
+            self._fields[key], self._open[key] = {}, None
             usage = _field(message, "usage")
         elif kind == "message_delta":
-            if current is None:  # a delta without its start: count what it says
+            if key is None:  # a delta without its start: count what it says
                 self._seq += 1
-                current = ("message", self._seq), {}
+                key = ("message", self._seq)
+                self._fields[key] = {}
             usage = _field(obj, "usage")
         else:
+            if kind == "message_stop" and key is not None:
+                self._open.pop(key, None)
             return False
-        key, fields = current
-        self._messages[origin] = current  # a start is kept even if its usage is refused below
-        fields = _merged(fields, usage)  # refused whole: the message keeps its fields so far
+        self._current[origin] = key  # a start is kept even if its usage is refused below
+        fields = _merged(self._fields[key], usage)  # refused whole: the message keeps its fields so far
         self._stream(key, _from_block(fields, self.weights) or 0, fields.get("output_tokens"))
-        self._messages[origin] = key, fields
+        self._fields[key] = fields
         return True
 
 

@@ -382,3 +382,44 @@ def test_two_anthropic_streams_reported_from_two_asyncio_tasks_keep_their_own_me
 
     asyncio.run(main())
     assert (m.total, m.output) == (TWO_MESSAGES_TOTAL, TWO_MESSAGES_OUTPUT)
+
+
+def test_one_anthropic_stream_reported_from_several_threads_and_tasks_is_one_message():
+    # An outside review: a delta reported from another thread or task than its start (report_usage from the body's
+    # threads, asyncio.to_thread) found no message of its own and counted what it says as a second message. Today's
+    # message_delta repeats the cumulative input, so the prompt was billed twice (251 of 150).
+    import asyncio
+    import threading
+
+    from anthropic.types import MessageDeltaUsage, RawMessageDeltaEvent
+
+    def events():
+        start, *_, stop = anthropic_message_events("msg_one", 100, [])
+        delta = RawMessageDeltaEvent(
+            type="message_delta",
+            delta={"stop_reason": "end_turn", "stop_sequence": None},
+            usage=MessageDeltaUsage(input_tokens=100, output_tokens=50),
+        )
+        return start, delta, stop
+
+    m = UsageMeter()
+    start, delta, stop = events()
+    m.add(start)
+    t = threading.Thread(target=m.add, args=(delta,))
+    t.start()
+    t.join()
+    m.add(stop)
+    assert (m.total, m.output) == (150, 50)
+
+    async def report(meter: UsageMeter, event) -> None:
+        meter.add(event)
+
+    async def main(meter: UsageMeter) -> None:  # the start from a worker thread, the delta from a task of its own
+        start, delta, stop = events()
+        await asyncio.to_thread(meter.add, start)
+        await asyncio.create_task(report(meter, delta))
+        meter.add(stop)
+
+    m = UsageMeter()
+    asyncio.run(main(m))
+    assert (m.total, m.output) == (150, 50)
