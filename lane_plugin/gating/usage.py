@@ -156,6 +156,12 @@ def _from_block(block: Any, weights: Mapping[str, float] = ANTHROPIC_WEIGHTS) ->
         for name, part in zip(_BLOCK_FIELDS[1:], (prompt, completion, x, y)):
             if part is not None and part > total:
                 raise InvalidInput(name, part, f"more than total_tokens {total}, which counts it")
+        for a, b, names in (
+            (prompt, completion, "prompt_tokens + completion_tokens"),
+            (x, y, "input_tokens + output_tokens"),
+        ):
+            if a is not None and b is not None and a + b > total:
+                raise InvalidInput("total_tokens", total, f"less than {names} ({a + b}), which it counts")
         return total
     if prompt is not None or completion is not None:
         return (prompt or 0) + (completion or 0)

@@ -34,6 +34,7 @@ MALFORMED = [  # (usage block, the field and value the warning names)
     # a part above the total that counts it: which of the two is wrong is unknowable, so neither is billed
     ({"total_tokens": 10, "prompt_tokens": 4, "completion_tokens": 50}, "completion_tokens 50"),
     ({"total_tokens": 10, "input_tokens": 11, "output_tokens": 0}, "input_tokens 11"),
+    ({"total_tokens": 1000, "prompt_tokens": 994, "completion_tokens": 40}, "total_tokens 1000"),
 ]
 
 
