@@ -60,6 +60,8 @@ def audit(cur: Cursor, now: float, *, grace: float = 60.0) -> list[str]:
             bad.append(f"I7 job {job_id} in lane {lane}: numbered in epoch {epoch}, which has no counter")
         else:
             bad.append(f"I7 job {job_id} in lane {lane}: passed by {key - room} rate tokens, more than its key {key}")
+    for job_id, lane, position, epoch in cur.all(queries.AUDIT_EPOCH_UNNUMBERED):
+        bad.append(f"I7 job {job_id} in lane {lane}: in epoch {epoch} but not numbered (position {position})")
     for job_id, attempt, n in cur.all(queries.AUDIT_DOUBLE_SETTLEMENTS):
         bad.append(f"I4 job {job_id} attempt {attempt} settled {n} times")
     for job_id, actual, billed in cur.all(queries.AUDIT_ACTUAL_MISMATCH):

@@ -863,6 +863,11 @@ AUDIT_ROOMS = (
     "where j.state = 'new' and j.arrival_pos > 0 and (e.epoch is null or j.overtake_base < e.passed) "
     "order by j.lane, j.arrival_pos limit 20"
 )
+# Only numbering sets an epoch (unnumbered() clears both): rule 12's reads by epoch (_IN_EPOCH) rely on it.
+AUDIT_EPOCH_UNNUMBERED = (
+    "select id, lane, arrival_pos, arrival_epoch from job where state = 'new' and arrival_epoch is not null "
+    "and (arrival_pos is null or arrival_pos <= 0) order by lane, id limit 20"
+)
 AUDIT_TENANT_SPEND = (
     "select coalesce(sum(s.actual), 0), coalesce(sum(s.overage), 0), (select coalesce(sum(est), 0) from job "
     "where lane = :l and tenant = :t and state = 'leased') from settlement s join job j on j.id = s.job_id "

@@ -285,6 +285,11 @@ def test_the_audit_names_a_job_passed_past_its_key(led, clock):
     led._run(lambda cur, now: cur.execute(sql, {"id": jobs[2]}))
     key = _numbers(led)[jobs[2]][1]
     assert led.audit() == [f"I7 job {jobs[2]} in lane free: passed by 2000 rate tokens, more than its key {key}"]
+    # An epoch on a job not numbered: the reads by epoch (which do not ask its position) would count it.
+    sql = "update job set arrival_pos = -1, overtake_base = overtake_base + 2000 where id = :id"
+    led._run(lambda cur, now: cur.execute(sql, {"id": jobs[2]}))
+    epoch = led.rows(f"select arrival_epoch from job where id = '{jobs[2]}'")[1][0][0]
+    assert led.audit() == [f"I7 job {jobs[2]} in lane free: in epoch {epoch} but not numbered (position -1)"]
 
 
 @pytest.mark.parametrize("bad", [0.5, 11, float("nan"), "fast", True])
