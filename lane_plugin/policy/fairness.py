@@ -166,8 +166,8 @@ def fair_order(
     # and a backlog that has waited out its age bound does not shut a tenant that just arrived out.
     reach = max(c.est / weights[c.tenant] for group in groups.values() for c in group)
     # Each tenant's head as (tag, its place in its own order, tenant), in a heap of all heads and one of the due
-    # heads, an entry stale once its tenant's head or tag moved on: O(log) a pick (of the entries pushed, stale ones dropped when they surface), not a scan of every
-    # tenant's head (100 tenants of 40 waiting jobs each: 85 ms a tick on SQLite so, 25 by heaps).
+    # heads, an entry stale once its tenant's head or tag moved on (dropped when it surfaces): O(log) a pick, not a
+    # scan of every tenant's head (100 tenants of 40 waiting jobs each: 85 ms a tick on SQLite so, 25 by heaps).
     heads: list[_Head] = []
     due: list[_Head] = []
     current: dict[str, _Head] = {}
