@@ -78,13 +78,13 @@ class UsageMeter:
         self._plain_output: int | None = 0  # output tokens of the plain additions; None: one of them did not say
         self._streams: dict[Any, int] = {}
         self._stream_output: dict[Any, int | None] = {}
-        # Anthropic messages: each one's usage fields so far, the one each origin (:func:`_origin`) streams, and
-        # those started and not stopped. A ``message_delta`` names no message: it continues its own origin's (two
-        # streams read at once in two threads or tasks each keep theirs), else the one message open in the block (a
-        # stream whose events are reported from several threads), else it counts what it says.
+        # Anthropic messages: each one's usage fields so far, and the message each origin (:func:`_origin`) is
+        # streaming (until its ``message_stop``). A ``message_delta`` names no message: it continues its own
+        # origin's (two streams read at once in two threads or tasks each keep theirs), else it counts what it says
+        # as a message of its own. So a stream whose events are reported from several threads or tasks may be counted
+        # more than once, never less: one stream, one origin (``track_usage`` gives it its own, whatever thread reads it).
         self._fields: dict[Any, dict[str, Any]] = {}
         self._current: dict[Any, Any] = {}
-        self._open: dict[Any, None] = {}
         self._seq = 0
         self._seen: dict[int, Any] = {}
         self._lock = threading.RLock()  # held over in-memory work only, never over I/O or a callback
@@ -180,24 +180,22 @@ class UsageMeter:
         return True
 
     def _anthropic_event(self, kind: str, obj: Any, origin: Any) -> bool:
-        key = self._current.get(origin)
-        if key is None and len(self._open) == 1:  # reported from another thread or task than its start
-            key = next(iter(self._open))
         if kind == "message_start":
             message = _field(obj, "message")
             self._seq += 1
             key = ("message", _field(message, "id") or self._seq)
-            self._fields[key], self._open[key] = {}, None
+            self._fields[key] = {}
             usage = _field(message, "usage")
         elif kind == "message_delta":
-            if key is None:  # a delta without its start: count what it says
+            key = self._current.get(origin)
+            if key is None:  # a delta without its start (in this stream, thread or task): count what it says
                 self._seq += 1
                 key = ("message", self._seq)
                 self._fields[key] = {}
             usage = _field(obj, "usage")
         else:
-            if kind == "message_stop" and key is not None:
-                self._open.pop(key, None)
+            if kind == "message_stop":  # the origin's message is done: a later delta of it is not continued
+                self._current.pop(origin, None)
             return False
         self._current[origin] = key  # a start is kept even if its usage is refused below
         fields = _merged(self._fields[key], usage)  # refused whole: the message keeps its fields so far

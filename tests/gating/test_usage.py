@@ -384,42 +384,43 @@ def test_two_anthropic_streams_reported_from_two_asyncio_tasks_keep_their_own_me
     assert (m.total, m.output) == (TWO_MESSAGES_TOTAL, TWO_MESSAGES_OUTPUT)
 
 
-def test_one_anthropic_stream_reported_from_several_threads_and_tasks_is_one_message():
-    # An outside review: a delta reported from another thread or task than its start (report_usage from the body's
-    # threads, asyncio.to_thread) found no message of its own and counted what it says as a second message. Today's
-    # message_delta repeats the cumulative input, so the prompt was billed twice (251 of 150).
-    import asyncio
+def test_an_anthropic_message_is_never_undercounted_whatever_thread_reports_its_events():
+    # Two outside reviews. A delta is continued only by its own origin's open message: tracked, one stream is one
+    # message whatever thread reads it; reported from another thread than its start it counts as a message of its own
+    # (more, never less); and a lone delta never lands on another origin's message left open (no stop: the stream
+    # broke off), which would have replaced that message's counts (280 billed of 430).
     import threading
 
     from anthropic.types import MessageDeltaUsage, RawMessageDeltaEvent
 
-    def events():
-        start, *_, stop = anthropic_message_events("msg_one", 100, [])
-        delta = RawMessageDeltaEvent(
+    def delta(inp: int, out: int):
+        return RawMessageDeltaEvent(
             type="message_delta",
             delta={"stop_reason": "end_turn", "stop_sequence": None},
-            usage=MessageDeltaUsage(input_tokens=100, output_tokens=50),
+            usage=MessageDeltaUsage(input_tokens=inp, output_tokens=out),
         )
-        return start, delta, stop
 
-    m = UsageMeter()
-    start, delta, stop = events()
-    m.add(start)
-    t = threading.Thread(target=m.add, args=(delta,))
-    t.start()
-    t.join()
-    m.add(stop)
-    assert (m.total, m.output) == (150, 50)
+    def in_thread(fn, *args) -> None:
+        t = threading.Thread(target=fn, args=args)
+        t.start()
+        t.join()
 
-    async def report(meter: UsageMeter, event) -> None:
-        meter.add(event)
+    start, *_, stop = anthropic_message_events("msg_one", 100, [])
+    tracked = UsageMeter()
+    token = object()  # what track_usage gives the stream
+    tracked.add(start, stream=token)
+    in_thread(tracked.add, delta(100, 50), None, token)
+    tracked.add(stop, stream=token)
+    assert (tracked.total, tracked.output) == (150, 50)
 
-    async def main(meter: UsageMeter) -> None:  # the start from a worker thread, the delta from a task of its own
-        start, delta, stop = events()
-        await asyncio.to_thread(meter.add, start)
-        await asyncio.create_task(report(meter, delta))
-        meter.add(stop)
+    reported = UsageMeter()
+    reported.add(start)
+    in_thread(reported.add, delta(100, 50))
+    reported.add(stop)
+    assert reported.total >= 150
 
-    m = UsageMeter()
-    asyncio.run(main(m))
-    assert (m.total, m.output) == (150, 50)
+    broken = UsageMeter()
+    broken.add(start)
+    broken.add(delta(100, 50))  # no stop: the stream broke off
+    in_thread(broken.add, delta(200, 80))  # another stream's last event, reported alone
+    assert broken.total == 150 + 280
