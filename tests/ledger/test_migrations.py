@@ -67,13 +67,8 @@ def test_a_file_that_is_not_a_database_is_refused(tmp_path):
 
 def test_a_ledger_at_0001_with_work_in_flight_upgrades_to_the_new_admission(ledger_url):
     """Existing jobs get rate_cost = est, their place in the new order, and their run's class."""
-    from lane_plugin.ledger.db import Database
-    from lane_plugin.ledger.schema import upgrade
-    from lane_plugin.ledger.url import parse_url
 
-    db = Database(parse_url(ledger_url))
-    upgrade(db, "0001")
-    db._checked = True  # write at 0001: no upgrade on first use
+    db = _database_at(ledger_url, "0001")
 
     def seed(cur):
         cur.execute("update lane set max_wait_seconds = 100, burst_tokens = 1000, ceiling = 10000 where name = 'free'")
@@ -111,6 +106,20 @@ def test_a_ledger_at_0001_with_work_in_flight_upgrades_to_the_new_admission(ledg
     led.close()
 
 
+def _database_at(ledger_url: str, revision: str | None = None):
+    """The ledger's database as it stands, or first upgraded to ``revision``, that never upgrades itself on first use
+    (a :class:`Database` does, silently to head): to write or read an older revision's schema."""
+    from lane_plugin.ledger.db import Database
+    from lane_plugin.ledger.schema import upgrade
+    from lane_plugin.ledger.url import parse_url
+
+    db = Database(parse_url(ledger_url))
+    if revision is not None:
+        upgrade(db, revision)
+    db._checked = True
+    return db
+
+
 def _downgrade(ledger_url: str, revision: str) -> None:
     from alembic import command
     from sqlalchemy import create_engine
@@ -131,13 +140,8 @@ def test_0012_remembers_the_lane_a_moved_job_left_while_its_charge_is_in_the_win
     """A ledger at 0011 with a job that left lane free for paid after attempt 1 was leased in free (its charge
     still in free's window): the upgrade records the move, and a late settlement of attempt 1 bills free; a job
     that never moved gets no row. Down to 0011 drops the table; up again is head."""
-    from lane_plugin.ledger.db import Database
-    from lane_plugin.ledger.schema import upgrade
-    from lane_plugin.ledger.url import parse_url
 
-    db = Database(parse_url(ledger_url))
-    upgrade(db, "0011")
-    db._checked = True
+    db = _database_at(ledger_url, "0011")
     t = clock.t
 
     def seed(cur):
@@ -166,7 +170,7 @@ def test_0012_remembers_the_lane_a_moved_job_left_while_its_charge_is_in_the_win
     finally:
         led.close()
     _downgrade(ledger_url, "0011")
-    probe = Database(parse_url(ledger_url))
+    probe = _database_at(ledger_url)
     try:
         assert probe.revision() == "0011"
         assert probe.transaction(lambda cur: cur.scalar("select count(*) from settlement")) == 1
@@ -185,13 +189,8 @@ def test_0013_indexes_the_waiting_gated_jobs_of_a_ledger_at_0012_and_downgrades(
     finds free's, and none in paid: a CLI job waits there, a gated one is done); down to 0012 drops the index; up
     again is head."""
     from lane_plugin.ledger import admission
-    from lane_plugin.ledger.db import Database
-    from lane_plugin.ledger.schema import upgrade
-    from lane_plugin.ledger.url import parse_url
 
-    db = Database(parse_url(ledger_url))
-    upgrade(db, "0012")
-    db._checked = True
+    db = _database_at(ledger_url, "0012")
 
     def seed(cur):
         for jid, lane, waiter, state in (
@@ -228,7 +227,7 @@ def test_0013_indexes_the_waiting_gated_jobs_of_a_ledger_at_0012_and_downgrades(
     finally:
         led.close()
     _downgrade(ledger_url, "0012")
-    probe = Database(parse_url(ledger_url))
+    probe = _database_at(ledger_url)
     try:
         assert probe.revision() == "0012"
     finally:
@@ -247,13 +246,8 @@ def test_0013_indexes_the_waiting_gated_jobs_of_a_ledger_at_0012_and_downgrades(
 def test_0014_gives_every_job_of_before_the_default_tenant_and_downgrades(ledger_url, clock):
     """A ledger at 0013 with work waiting: its jobs are tenant 'default' (no row yet: weight 1, no budget),
     admission leases them as before, and new tenants share the lane; the downgrade drops it all."""
-    from lane_plugin.ledger.db import Database
-    from lane_plugin.ledger.schema import upgrade
-    from lane_plugin.ledger.url import parse_url
 
-    db = Database(parse_url(ledger_url))
-    upgrade(db, "0013")
-    db._checked = True
+    db = _database_at(ledger_url, "0013")
     db.transaction(
         lambda cur: cur.execute(
             "insert into job (id, lane, stage, est, actual, state, attempt, lease_attempt, lease_until, created_at, "
@@ -274,7 +268,7 @@ def test_0014_gives_every_job_of_before_the_default_tenant_and_downgrades(ledger
     finally:
         led.close()
     _downgrade(ledger_url, "0013")
-    probe = Database(parse_url(ledger_url))
+    probe = _database_at(ledger_url)
     try:
         assert probe.revision() == "0013"
     finally:
@@ -286,13 +280,7 @@ def test_0018_counts_a_lane_with_rule_12_on_as_on_since_long_ago_and_downgrades(
     refit may learn Q, as before), paid (off) has no date, a lane turned on now learns from now; down to 0017 again."""
     import time
 
-    from lane_plugin.ledger.db import Database
-    from lane_plugin.ledger.schema import upgrade
-    from lane_plugin.ledger.url import parse_url
-
-    db = Database(parse_url(ledger_url))
-    upgrade(db, "0017")
-    db._checked = True
+    db = _database_at(ledger_url, "0017")
     db.transaction(lambda cur: cur.execute("update lane set overtake_slack = 1.25 where name = 'free'"))
     db.close()
     led = Ledger(ledger_url, clock=clock)
@@ -306,7 +294,7 @@ def test_0018_counts_a_lane_with_rule_12_on_as_on_since_long_ago_and_downgrades(
     finally:
         led.close()
     _downgrade(ledger_url, "0017")
-    probe = Database(parse_url(ledger_url))
+    probe = _database_at(ledger_url)
     try:
         assert probe.revision() == "0017"
     finally:
@@ -317,13 +305,8 @@ def test_0019_numbers_the_waiting_jobs_again_with_rooms_per_tenant_and_downgrade
     """A ledger at 0018 with rule 12 on in lane free and a job numbered there (its room kept lane-wide): after the
     upgrade it waits to be numbered again (-1), the lane-wide counters are gone, and the next tick numbers it into
     its tenant's epoch and leases it; the downgrade numbers the waiting ones again under the lane-wide key."""
-    from lane_plugin.ledger.db import Database
-    from lane_plugin.ledger.schema import upgrade
-    from lane_plugin.ledger.url import parse_url
 
-    db = Database(parse_url(ledger_url))
-    upgrade(db, "0018")
-    db._checked = True
+    db = _database_at(ledger_url, "0018")
 
     def seed(cur):
         cur.execute("update lane set overtake_slack = 1.25, overtake_q = 0, overtake_since = 0 where name = 'free'")
@@ -357,8 +340,7 @@ def test_0019_numbers_the_waiting_jobs_again_with_rooms_per_tenant_and_downgrade
     finally:
         led.close()
     _downgrade(ledger_url, "0018")
-    probe = Database(parse_url(ledger_url))
-    probe._checked = True  # (a first transaction would upgrade it)
+    probe = _database_at(ledger_url)
     try:
         assert probe.revision() == "0018"
         found = probe.transaction(lambda cur: cur.all(f"select arrival_pos from job where id = '{queued}'"))
@@ -375,14 +357,9 @@ def test_0020_turns_rule_12_on_for_every_lane_with_it_off_learning_from_its_next
     the ledger's clock (not the migrating host's); its waiting job is leased (numbered by that refit's sweep); a
     lane created later learns from its creation; down to 0019 a lane still learning at the default is off again (its
     waiting jobs unnumbered), one with a Q keeps the rule."""
-    from lane_plugin.ledger.db import Database
-    from lane_plugin.ledger.schema import upgrade
-    from lane_plugin.ledger.url import parse_url
     from lane_plugin.policy import LANE_DEFAULTS
 
-    db = Database(parse_url(ledger_url))
-    upgrade(db, "0019")
-    db._checked = True
+    db = _database_at(ledger_url, "0019")
 
     def seed(cur):
         cur.execute(
@@ -423,8 +400,7 @@ def test_0020_turns_rule_12_on_for_every_lane_with_it_off_learning_from_its_next
     finally:
         led.close()
     _downgrade(ledger_url, "0019")
-    probe = Database(parse_url(ledger_url))
-    probe._checked = True  # (a first transaction would upgrade it)
+    probe = _database_at(ledger_url)
     try:
         assert probe.revision() == "0019"
         lanes = "select name, overtake_slack, overtake_q from lane where name in ('free', 'paid') order by name"
@@ -444,13 +420,8 @@ def test_0021_reads_rule_12s_rooms_and_arrivals_by_their_own_index_heads_and_dow
     ix_job_pending (before: a scan of the lane's waiting jobs). Down to 0020 the index holds the jobs to number again
     and ix_job_pending is gone; the ledger admits and audits sound at head."""
     from lane_plugin.ledger import queries
-    from lane_plugin.ledger.db import Database
-    from lane_plugin.ledger.schema import upgrade
-    from lane_plugin.ledger.url import parse_url
 
-    db = Database(parse_url(ledger_url))
-    upgrade(db, "0020")
-    db._checked = True
+    db = _database_at(ledger_url, "0020")
 
     def seed(cur):
         cur.execute("update lane set overtake_slack = 1.25, overtake_q = 100000, overtake_since = 1.0")
@@ -494,8 +465,7 @@ def test_0021_reads_rule_12s_rooms_and_arrivals_by_their_own_index_heads_and_dow
     finally:
         led.close()
     _downgrade(ledger_url, "0020")
-    probe = Database(parse_url(ledger_url))
-    probe._checked = True  # (a first transaction would upgrade it)
+    probe = _database_at(ledger_url)
     try:
         assert probe.revision() == "0020"
         where = "pg_indexes where schemaname = current_schema() and indexname" if pg else "sqlite_master where name"
