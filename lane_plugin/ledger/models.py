@@ -29,8 +29,7 @@ GATED_WAITING = "state = 'new' and waiter is not null"
 # The waiting jobs rule 12 numbered (lane_plugin.ledger.overtake): its two indexes hold only these.
 NUMBERED_WAITING = "state = 'new' and arrival_pos is not null"
 # Of those, the ones numbered already (not waiting for their lane's next tick, at -1): the oldest per tenant are read
-# from these. A read of an epoch's rows asks only for the above, so no range of this index can serve it (migration
-# 0021: PostgreSQL's planner, without statistics, read each epoch by a tenant's whole range here).
+# from these; a read by epoch asks only for the above, so it cannot be planned over them (migration 0021).
 NUMBERED_POSITIONED = "state = 'new' and arrival_pos > 0"
 # The waiting jobs a lane's next tick numbers (lane_plugin.ledger.overtake.PENDING).
 TO_NUMBER = "state = 'new' and arrival_pos < 0"

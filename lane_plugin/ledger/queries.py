@@ -242,10 +242,8 @@ UNNUMBERED = unnumbered()
 # (within the partial indexes ix_job_rooms and ix_job_tenant_arrival)
 _NUMBERED = "state = 'new' and arrival_pos is not null and arrival_pos > 0"
 # The same for a read or write by epoch: only numbering sets arrival_epoch (unnumbered() clears it with the
-# position), so a waiting job with an epoch is numbered. Without ``arrival_pos > 0`` no range of
-# ix_job_tenant_arrival (which holds only ``arrival_pos > 0``, migration 0021) can serve it: PostgreSQL's planner,
-# before a new table's first ANALYZE, read each epoch's least base by that range over every waiting job of its
-# tenant (54.8 ms a tick for 70 epochs of 3,500 jobs, where the heads of ix_job_rooms take 0.6).
+# position; the audit's I7 checks it), and without ``arrival_pos > 0`` only ix_job_rooms can serve it (why: migration
+# 0021).
 _IN_EPOCH = "state = 'new' and arrival_pos is not null"
 OVERTAKE_PENDING = (
     "select id, coalesce(rate_cost, est), tenant from job "
